@@ -1,0 +1,168 @@
+// AddressSpace: one virtual address space, the engine's analogue of Linux's mm_struct.
+//
+// It owns the VMA tree, the page tables, and mmap_lock. Its public calls are the
+// syscalls (Mmap, Munmap, Mprotect), a simulated CPU access (Fault, Access) and
+// process_vm_readv/writev-style copies (ReadMemory, WriteMemory), plus Maps() for
+// /proc/PID/maps. Every public call is thread-safe and takes the locks it needs
+// (see LOCKING.md); none may be called with an engine lock held.
+//
+// Behaviour (argument checks and their order, errno, chosen addresses, VMA merge and
+// split, fault outcomes and counters) follows Linux 6.18 on x86-64; each function
+// names the kernel code it mirrors.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/frame_allocator.h"
+#include "engine/types.h"
+
+namespace vmspace {
+
+/// Per-space settings. Defaults are this machine's kernel settings for a root process
+/// started with `setarch -R` (ASLR off) and an 8 MiB stack rlimit.
+struct SpaceOptions {
+  /// vm.max_map_count. mmap fails when map_count > this; splits fail at >= this.
+  uint64_t max_map_count = kDefaultMaxMapCount;
+  /// Effective mmap_min_addr (max of the sysctl and CONFIG_LSM_MMAP_MIN_ADDR = 65536):
+  /// hints are raised to it and the top-down search never goes below it.
+  uint64_t mmap_min_addr = 65536;
+  /// vm.mmap_min_addr sysctl (dac_mmap_min_addr): MAP_FIXED below it is EPERM unless
+  /// cap_sys_rawio.
+  uint64_t dac_mmap_min_addr = 4096;
+  /// The caller has CAP_SYS_RAWIO (root): MAP_FIXED below dac_mmap_min_addr allowed.
+  bool cap_sys_rawio = false;
+  /// Top of the top-down mmap area (mm->mmap_base). See kDefaultMmapBase.
+  uint64_t mmap_base = kDefaultMmapBase;
+  /// Heuristic overcommit (vm.overcommit_memory = 0): a single accountable request
+  /// (private writable, not MAP_NORESERVE; or shared anonymous) larger than this many
+  /// bytes fails with ENOMEM. 0 = the host's RAM + swap, read when the space is created.
+  uint64_t overcommit_limit_bytes = 0;
+  /// Anonymous THP alignment (Linux 6.7+, restricted in 6.12/6.13): a private
+  /// anonymous request whose length is a multiple of 2 MiB, without a hint, is placed
+  /// 2 MiB aligned.
+  bool thp_align_anon = true;
+};
+
+/// One VMA as reported by Maps(): the data behind a /proc/PID/maps line and the
+/// VmFlags line of /proc/PID/smaps.
+struct VmaInfo {
+  uint64_t start = 0;   // vm_start, bytes
+  uint64_t end = 0;     // vm_end, bytes, exclusive
+  uint64_t flags = 0;   // vm_flags (VM_* bits)
+  uint64_t pgoff = 0;   // vm_pgoff, pages (for private anon: start >> 12 at creation)
+  uint64_t offset = 0;  // the maps "offset" column in bytes (0 for anonymous VMAs)
+  uint32_t dev_major = 0, dev_minor = 0;
+  uint64_t inode = 0;
+  std::string name;     // e.g. "/dev/zero (deleted)" for shared anonymous; "" for anon
+  bool anonymous = true;   // private anonymous (vma_is_anonymous)
+  bool shmem = false;      // shared anonymous
+  uint64_t rss_pages = 0;  // present PTEs in the VMA
+  uint64_t anon_vma_id = 0;  // 0 = no anon_vma yet
+};
+
+/// Space-wide figures (mm_struct counters).
+struct SpaceCounters {
+  uint64_t map_count = 0;       // number of VMAs
+  uint64_t total_vm_pages = 0;  // mapped pages
+  uint64_t rss_pages = 0;       // present PTEs (zero-page mappings included)
+  uint64_t pgtable_bytes = 0;   // page-table pages, 4 KiB each (like VmPTE + VmPMD)
+};
+
+/// Result of Access(): how many faults were taken and, if the walk stopped on a
+/// signal or OOM, which fault ended it.
+struct AccessResult {
+  uint64_t faults = 0;        // minor + major faults handled
+  uint64_t major_faults = 0;
+  uint64_t accesses = 0;      // bytes touched (one per stride)
+  FaultResult stop;           // outcome kNone unless the walk ended early
+  bool ok() const { return !stop.failed(); }
+};
+
+/// Result of ReadMemory/WriteMemory.
+struct CopyResult {
+  uint64_t bytes = 0;   // bytes copied before stopping
+  uint64_t faults = 0;  // faults handled on the way
+  FaultResult stop;     // outcome kNone if all bytes were copied
+  bool ok() const { return !stop.failed(); }
+};
+
+class AddressSpace {
+ public:
+  /// Creates an empty space. `frames` must outlive the space.
+  AddressSpace(FrameAllocator& frames, const SpaceOptions& opts = {});
+  ~AddressSpace();
+  AddressSpace(const AddressSpace&) = delete;
+  AddressSpace& operator=(const AddressSpace&) = delete;
+
+  /// mmap(2) for anonymous memory (MAP_ANONYMOUS with MAP_PRIVATE or MAP_SHARED).
+  /// `addr`, `len`, `offset` in bytes. Returns the mapped address, or an errno with
+  /// the check order of arch/x86 sys_mmap -> ksys_mmap_pgoff -> do_mmap ->
+  /// __get_unmapped_area -> __mmap_region (mm/mmap.c, mm/vma.c, Linux 6.18):
+  /// EINVAL (offset unaligned, len 0, MAP_FIXED addr unaligned, bad mapping type,
+  /// anon MAP_SHARED_VALIDATE, GROWSDOWN|SHARED), EBADF (not MAP_ANONYMOUS: file
+  /// mappings are not supported yet), ENOMEM (len overflow, map_count > max, no room,
+  /// FIXED beyond TASK_SIZE, overcommit), EPERM (FIXED below dac_mmap_min_addr),
+  /// EEXIST (MAP_FIXED_NOREPLACE overlap). Takes mmap_lock for write.
+  SysResult Mmap(uint64_t addr, uint64_t len, int prot, int flags, uint64_t offset = 0);
+
+  /// munmap(2) (mm/vma.c do_vmi_munmap). EINVAL: addr unaligned, len 0, range beyond
+  /// TASK_SIZE; ENOMEM: would split a VMA in the middle at map_count >= max.
+  /// A range with no VMA is a successful no-op. Frees frames and empty page tables.
+  /// Takes mmap_lock for write.
+  SysResult Munmap(uint64_t addr, uint64_t len);
+
+  /// mprotect(2) (mm/mprotect.c do_mprotect_pkey, mprotect_fixup). EINVAL: addr
+  /// unaligned, unknown prot bits, bad PROT_GROWSDOWN; ENOMEM: range not fully mapped
+  /// (parts before the hole stay changed, as Linux) or a split at max_map_count;
+  /// EACCES: a permission the VMA's VM_MAYxxx lacks. len 0 succeeds.
+  /// Takes mmap_lock for write.
+  SysResult Mprotect(uint64_t addr, uint64_t len, int prot);
+
+  /// Simulates one CPU access of one byte at `addr`: if the PTE allows it nothing
+  /// happens (kNone); otherwise runs the page-fault handler (arch/x86/mm/fault.c
+  /// do_user_addr_fault -> handle_mm_fault). Outcomes: kMinor (zero page mapped, frame
+  /// allocated, zero page COW), kSigsegv with SEGV_MAPERR (no VMA) or SEGV_ACCERR
+  /// (access_error), kOom. Takes mmap_lock for read (or the VMA lock, later).
+  FaultResult Fault(uint64_t addr, AccessType access);
+
+  /// Touches one byte every `stride` bytes of [addr, addr+len) with `access`
+  /// (the seed-004 accessit(): a write stores (uint8_t)i at addr+i). Stops at the
+  /// first access that ends in a signal or OOM. stride 0 is treated as 1.
+  AccessResult Access(uint64_t addr, uint64_t len, uint64_t stride, AccessType access);
+
+  /// Copies `len` bytes out of / into the space at `addr` as the process itself would
+  /// (faulting pages in as needed; writes need VM_WRITE, reads any access bit).
+  /// Stops at the first byte whose access ends in a signal or OOM.
+  CopyResult ReadMemory(uint64_t addr, void* dst, uint64_t len);
+  CopyResult WriteMemory(uint64_t addr, const void* src, uint64_t len);
+
+  /// The VMAs overlapping [start, end), in address order. Takes mmap_lock for read.
+  std::vector<VmaInfo> Maps(uint64_t start = 0, uint64_t end = ~0ull);
+  /// /proc/PID/maps text of the VMAs overlapping [start, end) (one line per VMA).
+  std::string RenderMaps(uint64_t start = 0, uint64_t end = ~0ull);
+  SpaceCounters Counters();
+
+  /// Checks the space's invariants: VMAs sorted and non-overlapping, page aligned,
+  /// map_count and total_vm consistent, every present PTE inside a VMA, rss and
+  /// page-table counts consistent. Returns "" if all hold, else a description.
+  /// Takes mmap_lock for write.
+  std::string Validate();
+
+  const SpaceOptions& options() const { return opts_; }
+
+  /// One maps line (fs/proc/task_mmu.c show_map_vma format) without the newline.
+  static std::string FormatMapsLine(const VmaInfo& v);
+  /// The VmFlags mnemonics of /proc/PID/smaps (show_smap_vma_flags), e.g. "rd wr mr mw me ac".
+  static std::string VmFlagsString(uint64_t flags);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  SpaceOptions opts_;
+};
+
+}  // namespace vmspace

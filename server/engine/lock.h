@@ -1,0 +1,75 @@
+// Instrumented lock primitives: a reader-writer semaphore (mmap_lock) and a spinlock
+// (page-table locks). Each acquisition is counted per lock class and mode; with lock
+// stats enabled, wait time (contended acquisitions only) and hold time are recorded
+// too, like CONFIG_LOCK_STAT's /proc/lock_stat. Counting goes to the calling thread's
+// stats block (stats.h), so instrumentation never adds a shared write.
+//
+// The lock order these locks are used in is written down in LOCKING.md.
+#pragma once
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "engine/stats.h"
+
+namespace vmspace {
+
+/// Reader-writer semaphore like Linux's rw_semaphore: writers are preferred once
+/// waiting (glibc PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP), so a stream of readers
+/// cannot starve mmap/munmap. Not recursive.
+class RwSem {
+ public:
+  explicit RwSem(LockClass cls);
+  ~RwSem();
+  RwSem(const RwSem&) = delete;
+  RwSem& operator=(const RwSem&) = delete;
+
+  /// down_read / up_read.
+  void LockRead();
+  void UnlockRead();
+  /// down_read_trylock: true if taken (counted as an uncontended acquisition).
+  bool TryLockRead();
+  /// down_write / up_write.
+  void LockWrite();
+  void UnlockWrite();
+  bool TryLockWrite();
+
+ private:
+  pthread_rwlock_t rw_;
+  LockClass cls_;
+  // Acquisition timestamp of the current writer (hold time); readers keep theirs on
+  // the stack of the guard that took them, see ReadGuard.
+  uint64_t write_acquired_ns_ = 0;
+  friend class ReadTimer;
+};
+
+/// Test-and-test-and-set spinlock with instrumentation, for page-table locks
+/// (mm->page_table_lock and split PTE locks). Spins with pause, yields after a while.
+class SpinLock {
+ public:
+  explicit SpinLock(LockClass cls = LockClass::kPtl) : cls_(cls) {}
+  void Lock();
+  void Unlock();
+  bool TryLock() { return !locked_.exchange(true, std::memory_order_acquire); }
+
+ private:
+  std::atomic<bool> locked_{false};
+  LockClass cls_;
+  uint64_t acquired_ns_ = 0;
+};
+
+/// RAII holders.
+class SpinGuard {
+ public:
+  explicit SpinGuard(SpinLock& l) : l_(l) { l_.Lock(); }
+  ~SpinGuard() { l_.Unlock(); }
+  SpinGuard(const SpinGuard&) = delete;
+  SpinGuard& operator=(const SpinGuard&) = delete;
+
+ private:
+  SpinLock& l_;
+};
+
+}  // namespace vmspace

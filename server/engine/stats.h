@@ -1,0 +1,150 @@
+// Event counters and lock statistics, kept per thread and summed at read time.
+//
+// Hot paths (faults, lock acquisitions) only touch the calling thread's own block with
+// relaxed loads and stores: no shared atomic read-modify-write, no lock. Readers (the
+// metrics exporter, GetLockStats, tests) sum all live blocks plus the totals left by
+// exited threads. This is Linux's per-CPU vm_event_states / count_vm_event pattern
+// (include/linux/vmstat.h), with threads in place of CPUs.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vmspace {
+
+/// Engine events, counted like /proc/vmstat (names in EventName()).
+enum class Event : uint16_t {
+  kPgfault,          // completed handle_mm_fault calls (incl. SIGBUS/OOM), as vmstat pgfault
+  kPgmajfault,       // major faults (I/O started)
+  kFaultAnonZero,    // anonymous read fault mapped the shared zero page
+  kFaultAnonWrite,   // anonymous write fault allocated a zeroed frame
+  kFaultWpZero,      // write to the zero page: COW into a new frame (do_wp_page)
+  kFaultWpReuse,     // write to an exclusive read-only anon page: reuse (do_wp_page)
+  kFaultShmem,       // shared anonymous (shmem) fault
+  kFaultSegvMaperr,  // access with no VMA
+  kFaultSegvAccerr,  // access not allowed by the VMA's protection
+  kFaultSigbus,
+  kFaultOom,
+  kFaultNoop,        // access found a PTE that already allowed it (no fault)
+  kVmaLockSuccess,   // as VMA_LOCK_SUCCESS
+  kVmaLockAbort,     // as VMA_LOCK_ABORT
+  kVmaLockRetry,     // as VMA_LOCK_RETRY
+  kVmaLockMiss,      // as VMA_LOCK_MISS
+  kFramesAllocated,
+  kFramesFreed,
+  kPgtablesAllocated,
+  kPgtablesFreed,
+  kCount
+};
+const char* EventName(Event e);
+
+/// Engine operations, counted by type and errno.
+enum class OpType : uint8_t { kMmap, kMunmap, kMprotect, kCount };
+const char* OpTypeName(OpType t);
+/// errno values tracked per op type; index 0 is success, the last slot is "other".
+inline constexpr std::array<int, 12> kTrackedErrnos = {0,  22 /*EINVAL*/, 12 /*ENOMEM*/,
+                                                       17 /*EEXIST*/, 1 /*EPERM*/,
+                                                       13 /*EACCES*/, 9 /*EBADF*/,
+                                                       75 /*EOVERFLOW*/, 19 /*ENODEV*/,
+                                                       95 /*EOPNOTSUPP*/, 11 /*EAGAIN*/, -1};
+int ErrnoSlot(int err);
+
+/// Lock classes for lock_stat-like instrumentation.
+enum class LockClass : uint8_t { kMmapLock, kVmaLock, kPtl, kPageTableLock, kCount };
+enum class LockMode : uint8_t { kRead, kWrite, kCount };
+const char* LockClassName(LockClass c);
+const char* LockModeName(LockMode m);
+
+/// Histogram of durations with fixed buckets (upper bounds in seconds, see
+/// kDurationBuckets); the last bucket is +Inf.
+inline constexpr std::array<double, 14> kDurationBuckets = {
+    1e-7, 2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 1e-4, 5e-4, 1e-3, 1e-2, 1e-1, 1.0};
+
+struct LockStatCell {
+  uint64_t acquisitions = 0;
+  uint64_t contentions = 0;
+  uint64_t wait_ns_total = 0;
+  uint64_t wait_ns_max = 0;
+  uint64_t hold_ns_total = 0;
+  uint64_t hold_ns_max = 0;
+  std::array<uint64_t, kDurationBuckets.size() + 1> wait_hist{};  // per bucket (not cumulative)
+  std::array<uint64_t, kDurationBuckets.size() + 1> hold_hist{};
+};
+
+/// A consistent-enough sum of every thread's counters.
+struct StatsSnapshot {
+  std::array<uint64_t, static_cast<size_t>(Event::kCount)> events{};
+  std::array<std::array<uint64_t, kTrackedErrnos.size()>, static_cast<size_t>(OpType::kCount)>
+      ops{};
+  std::array<std::array<LockStatCell, static_cast<size_t>(LockMode::kCount)>,
+             static_cast<size_t>(LockClass::kCount)>
+      locks{};
+  uint64_t event(Event e) const { return events[static_cast<size_t>(e)]; }
+  const LockStatCell& lock(LockClass c, LockMode m) const {
+    return locks[static_cast<size_t>(c)][static_cast<size_t>(m)];
+  }
+  /// this - base, field by field (for measuring one run).
+  StatsSnapshot Minus(const StatsSnapshot& base) const;
+};
+
+namespace stats_internal {
+struct alignas(64) ThreadBlock {
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(Event::kCount)> events{};
+  std::array<std::array<std::atomic<uint64_t>, kTrackedErrnos.size()>,
+             static_cast<size_t>(OpType::kCount)>
+      ops{};
+  struct LockCell {
+    std::atomic<uint64_t> acquisitions{0}, contentions{0}, wait_ns_total{0}, wait_ns_max{0},
+        hold_ns_total{0}, hold_ns_max{0};
+    std::array<std::atomic<uint64_t>, kDurationBuckets.size() + 1> wait_hist{}, hold_hist{};
+  };
+  std::array<std::array<LockCell, static_cast<size_t>(LockMode::kCount)>,
+             static_cast<size_t>(LockClass::kCount)>
+      locks{};
+};
+ThreadBlock* RegisterThread();
+extern thread_local ThreadBlock* tls_block;
+inline ThreadBlock& Block() {
+  ThreadBlock* b = tls_block;
+  if (__builtin_expect(b == nullptr, 0)) b = RegisterThread();
+  return *b;
+}
+// Single-writer increment: only the owning thread writes its block.
+inline void Bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+inline void Max(std::atomic<uint64_t>& c, uint64_t v) {
+  if (v > c.load(std::memory_order_relaxed)) c.store(v, std::memory_order_relaxed);
+}
+size_t BucketFor(uint64_t ns);
+}  // namespace stats_internal
+
+/// Count one engine event on the calling thread's block (no shared writes).
+inline void CountEvent(Event e, uint64_t n = 1) {
+  stats_internal::Bump(stats_internal::Block().events[static_cast<size_t>(e)], n);
+}
+/// Count one engine operation with its result errno (0 = success).
+inline void CountOp(OpType t, int err) {
+  stats_internal::Bump(stats_internal::Block().ops[static_cast<size_t>(t)][ErrnoSlot(err)]);
+}
+/// Record one lock acquisition: contended or not, wait and hold time in ns.
+void RecordLock(LockClass c, LockMode m, bool contended, uint64_t wait_ns, uint64_t hold_ns);
+
+/// Sum of all threads' counters since process start. Safe from any thread.
+StatsSnapshot ReadStats();
+
+/// Whether lock timing is recorded (--lock-stats=on|off). Acquisition counts are kept
+/// either way; with it off no clock is read on lock paths.
+void SetLockStatsEnabled(bool on);
+bool LockStatsEnabled();
+
+/// Monotonic time in nanoseconds, cheap (rdtsc scaled, calibrated at start-up).
+uint64_t NowNs();
+
+/// Render a /proc/lock_stat-like table (times in microseconds) from a snapshot.
+std::string FormatLockStat(const StatsSnapshot& s);
+
+}  // namespace vmspace

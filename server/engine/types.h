@@ -1,0 +1,113 @@
+// Basic constants and small result types of the vmspace engine.
+//
+// The engine mirrors Linux's memory manager (x86-64, 4 KiB pages, 4-level paging).
+// All addresses and lengths are in bytes unless a name says "pages". Ranges are
+// half-open: [start, end). Protection and mmap flag values are Linux's own numbers
+// (<sys/mman.h>), so a caller can pass what it would pass to mmap(2).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <sys/mman.h>
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+#ifndef MAP_SHARED_VALIDATE
+#define MAP_SHARED_VALIDATE 0x03
+#endif
+#ifndef MAP_DROPPABLE
+#define MAP_DROPPABLE 0x08
+#endif
+
+namespace vmspace {
+
+inline constexpr uint64_t kPageShift = 12;
+inline constexpr uint64_t kPageSize = 1ull << kPageShift;
+inline constexpr uint64_t kPageMask = ~(kPageSize - 1);
+inline constexpr uint64_t kPmdSize = 2ull << 20;  // one PTE table maps 2 MiB
+/// x86-64 4-level TASK_SIZE: 47 bits minus one page (arch/x86/include/asm/page_64_types.h).
+inline constexpr uint64_t kTaskSize = 0x7ffffffff000ull;
+/// stack_guard_gap default: 256 pages (mm/mmap.c).
+inline constexpr uint64_t kStackGuardGap = 256 * kPageSize;
+/// mmap_base for RLIMIT_STACK = 8 MiB and ASLR off: TASK_SIZE - 128 MiB (the gap is
+/// clamped to at least 128 MiB; arch/x86/mm/mmap.c mmap_base()).
+inline constexpr uint64_t kDefaultMmapBase = 0x7ffff7fff000ull;
+/// DEFAULT_MAX_MAP_COUNT (include/linux/mm.h): 65535 - 5.
+inline constexpr uint64_t kDefaultMaxMapCount = 65530;
+
+inline constexpr uint64_t PageAlignDown(uint64_t x) { return x & kPageMask; }
+inline constexpr bool PageAligned(uint64_t x) { return (x & (kPageSize - 1)) == 0; }
+
+// ---- vm_flags bits (include/linux/mm.h). Numeric values are Linux's. ----
+enum VmFlag : uint64_t {
+  VM_NONE = 0,
+  VM_READ = 0x1,
+  VM_WRITE = 0x2,
+  VM_EXEC = 0x4,
+  VM_SHARED = 0x8,
+  VM_MAYREAD = 0x10,
+  VM_MAYWRITE = 0x20,
+  VM_MAYEXEC = 0x40,
+  VM_MAYSHARE = 0x80,
+  VM_GROWSDOWN = 0x100,
+  VM_PFNMAP = 0x400,
+  VM_LOCKED = 0x2000,
+  VM_IO = 0x4000,
+  VM_DONTCOPY = 0x20000,
+  VM_DONTEXPAND = 0x40000,
+  VM_ACCOUNT = 0x100000,
+  VM_NORESERVE = 0x200000,
+  VM_DONTDUMP = 0x4000000,
+  VM_MIXEDMAP = 0x10000000,
+};
+inline constexpr uint64_t VM_ACCESS_FLAGS = VM_READ | VM_WRITE | VM_EXEC;
+inline constexpr uint64_t VM_SPECIAL = VM_IO | VM_DONTEXPAND | VM_PFNMAP | VM_MIXEDMAP;
+
+/// Result of a syscall-like engine call: `error` is 0 on success or a positive Linux
+/// errno (EINVAL, ENOMEM, ...); `value` is the result (an address for mmap, 0 otherwise).
+struct SysResult {
+  int error = 0;
+  uint64_t value = 0;
+  bool ok() const { return error == 0; }
+  static SysResult Ok(uint64_t v = 0) { return {0, v}; }
+  static SysResult Err(int e) { return {e, 0}; }
+};
+
+/// The kind of memory access that causes a fault (FAULT_FLAG_WRITE / INSTRUCTION).
+enum class AccessType : uint8_t { kRead = 0, kWrite = 1, kExec = 2 };
+
+/// How a simulated access ended. kNone: the PTE already allowed the access (no fault).
+/// kMinor/kMajor: a fault was handled and the access then succeeded. kSigsegv/kSigbus:
+/// the access ends in that signal (si_code says why). kOom: no frame could be allocated
+/// (daemon-wide frame limit, Linux's VM_FAULT_OOM).
+enum class FaultOutcome : uint8_t { kNone = 0, kMinor, kMajor, kSigsegv, kSigbus, kOom };
+
+/// Which lock a fault was finally handled under.
+enum class LockPath : uint8_t { kNone = 0, kVmaLock, kMmapLock };
+
+/// si_code values as in <signal.h>.
+inline constexpr int kSegvMaperr = 1;  // SEGV_MAPERR
+inline constexpr int kSegvAccerr = 2;  // SEGV_ACCERR
+inline constexpr int kBusAdrerr = 2;   // BUS_ADRERR
+
+/// Result of one simulated access (Fault()).
+struct FaultResult {
+  FaultOutcome outcome = FaultOutcome::kNone;
+  int si_code = 0;        // for kSigsegv/kSigbus
+  uint64_t si_addr = 0;   // faulting byte address for signals
+  LockPath path = LockPath::kNone;
+  bool vma_lock_retry = false;  // a VMA-lock attempt returned VM_FAULT_RETRY first
+  bool signal() const {
+    return outcome == FaultOutcome::kSigsegv || outcome == FaultOutcome::kSigbus;
+  }
+  bool failed() const { return signal() || outcome == FaultOutcome::kOom; }
+};
+
+/// Name of an errno value ("EINVAL"), or "errno<N>" for values the engine never returns.
+const char* ErrnoName(int err);
+const char* FaultOutcomeName(FaultOutcome o);
+const char* LockPathName(LockPath p);
+const char* AccessTypeName(AccessType a);
+
+}  // namespace vmspace
