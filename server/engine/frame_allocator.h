@@ -54,12 +54,14 @@ class FrameAllocator {
   };
   Shard& MyShard();
   void* CarveFrame();
+  void* TakeFromGlobal(Shard& s);  // refill s.free from the global list; s.mu held
 
   const uint64_t limit_frames_;  // 0 = unlimited
   std::atomic<uint64_t> reserved_frames_{0};  // sum of budgets + frames in use
   std::array<Shard, kShards> shards_;
   std::mutex chunk_mu_;
   std::vector<void*> chunks_;  // guarded by chunk_mu_: 2 MiB host mappings
+  std::vector<void*> global_free_;  // guarded by chunk_mu_: frames shards gave back
   char* carve_ = nullptr;      // guarded by chunk_mu_
   char* carve_end_ = nullptr;  // guarded by chunk_mu_
 };

@@ -28,7 +28,6 @@ enum class Event : uint16_t {
   kFaultSegvAccerr,  // access not allowed by the VMA's protection
   kFaultSigbus,
   kFaultOom,
-  kFaultNoop,        // access found a PTE that already allowed it (no fault)
   kVmaLockSuccess,   // as VMA_LOCK_SUCCESS
   kVmaLockAbort,     // as VMA_LOCK_ABORT
   kVmaLockRetry,     // as VMA_LOCK_RETRY
@@ -132,6 +131,8 @@ inline void CountOp(OpType t, int err) {
 }
 /// Record one lock acquisition: contended or not, wait and hold time in ns.
 void RecordLock(LockClass c, LockMode m, bool contended, uint64_t wait_ns, uint64_t hold_ns);
+/// Record only the hold time of an acquisition already counted by RecordLock.
+void RecordHold(LockClass c, LockMode m, uint64_t hold_ns);
 
 /// Sum of all threads' counters since process start. Safe from any thread.
 StatsSnapshot ReadStats();

@@ -16,6 +16,9 @@
 #ifndef MAP_SHARED_VALIDATE
 #define MAP_SHARED_VALIDATE 0x03
 #endif
+#ifndef PROT_SEM
+#define PROT_SEM 0x8
+#endif
 #ifndef MAP_DROPPABLE
 #define MAP_DROPPABLE 0x08
 #endif
@@ -79,14 +82,14 @@ enum class AccessType : uint8_t { kRead = 0, kWrite = 1, kExec = 2 };
 
 /// How a simulated access ended. kNone: the PTE already allowed the access (no fault).
 /// kMinor/kMajor: a fault was handled and the access then succeeded. kSigsegv/kSigbus:
-/// the access ends in that signal (si_code says why). kOom: no frame could be allocated
+/// the access ends in that signal (sig_code says why). kOom: no frame could be allocated
 /// (daemon-wide frame limit, Linux's VM_FAULT_OOM).
 enum class FaultOutcome : uint8_t { kNone = 0, kMinor, kMajor, kSigsegv, kSigbus, kOom };
 
 /// Which lock a fault was finally handled under.
 enum class LockPath : uint8_t { kNone = 0, kVmaLock, kMmapLock };
 
-/// si_code values as in <signal.h>.
+/// sig_code values as in <signal.h>.
 inline constexpr int kSegvMaperr = 1;  // SEGV_MAPERR
 inline constexpr int kSegvAccerr = 2;  // SEGV_ACCERR
 inline constexpr int kBusAdrerr = 2;   // BUS_ADRERR
@@ -94,8 +97,8 @@ inline constexpr int kBusAdrerr = 2;   // BUS_ADRERR
 /// Result of one simulated access (Fault()).
 struct FaultResult {
   FaultOutcome outcome = FaultOutcome::kNone;
-  int si_code = 0;        // for kSigsegv/kSigbus
-  uint64_t si_addr = 0;   // faulting byte address for signals
+  int sig_code = 0;        // for kSigsegv/kSigbus
+  uint64_t sig_addr = 0;   // faulting byte address for signals
   LockPath path = LockPath::kNone;
   bool vma_lock_retry = false;  // a VMA-lock attempt returned VM_FAULT_RETRY first
   bool signal() const {

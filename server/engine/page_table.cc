@@ -1,0 +1,104 @@
+#include "engine/page_table.h"
+
+#include "engine/stats.h"
+
+namespace vmspace {
+
+namespace {
+constexpr int kShift[4] = {39, 30, 21, 12};  // PGD, PUD, PMD, PTE index shifts
+inline int Index(uint64_t addr, int level) { return static_cast<int>((addr >> kShift[level]) & 511); }
+}  // namespace
+
+PageTable::PageTable() = default;
+
+PageTable::~PageTable() { DestroyLevel(&pgd_, 0); }
+
+void PageTable::DestroyLevel(Dir* dir, int level) {
+  for (auto& slot : dir->e) {
+    void* p = slot.load(std::memory_order_relaxed);
+    if (!p) continue;
+    if (level < 2) {
+      DestroyLevel(static_cast<Dir*>(p), level + 1);
+      delete static_cast<Dir*>(p);
+    } else {
+      delete static_cast<PteTable*>(p);
+    }
+    slot.store(nullptr, std::memory_order_relaxed);
+  }
+}
+
+PageTable::PteTable* PageTable::Lookup(uint64_t addr, bool alloc) {
+  Dir* dir = &pgd_;
+  for (int level = 0; level < 3; level++) {
+    std::atomic<void*>& slot = dir->e[Index(addr, level)];
+    void* next = slot.load(std::memory_order_acquire);
+    if (!next) {
+      if (!alloc) return nullptr;
+      // Allocate outside the lock, install under page_table_lock if still empty
+      // (mm/memory.c __pte_alloc / pmd_install).
+      void* fresh = level < 2 ? static_cast<void*>(new Dir()) : static_cast<void*>(new PteTable());
+      {
+        SpinGuard g(page_table_lock_);
+        next = slot.load(std::memory_order_relaxed);
+        if (!next) {
+          slot.store(fresh, std::memory_order_release);
+          next = fresh;
+          fresh = nullptr;
+          table_pages_.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+      if (fresh) {
+        if (level < 2) delete static_cast<Dir*>(fresh);
+        else delete static_cast<PteTable*>(fresh);
+      } else {
+        CountEvent(Event::kPgtablesAllocated);
+      }
+    }
+    if (level == 2) return static_cast<PteTable*>(next);
+    dir = static_cast<Dir*>(next);
+  }
+  return nullptr;
+}
+
+void PageTable::FreePgtables(uint64_t start, uint64_t end, uint64_t floor, uint64_t ceiling,
+                             TableGather& gather) {
+  if (start >= end) return;
+  FreeLevel(&pgd_, 0, 0, start, end, floor, ceiling, gather);
+}
+
+void PageTable::DeleteTables(TableGather& g) {
+  for (void* d : g.dirs) delete static_cast<Dir*>(d);
+  for (void* p : g.ptes) delete static_cast<PteTable*>(p);
+  g.dirs.clear();
+  g.ptes.clear();
+}
+
+// Visits the entries of `dir` (at `level`, whose first entry maps `base`) overlapping
+// [start, end); frees a child table when the child's whole span lies within
+// [floor, ceiling), after freeing its own children.
+void PageTable::FreeLevel(Dir* dir, int level, uint64_t base, uint64_t start, uint64_t end,
+                          uint64_t floor, uint64_t ceiling, TableGather& gather) {
+  const uint64_t span = 1ull << kShift[level];
+  int first = Index(start, level);
+  int last = Index(end - 1, level);
+  for (int i = first; i <= last; i++) {
+    void* child = dir->e[i].load(std::memory_order_relaxed);
+    if (!child) continue;
+    uint64_t cstart = base + static_cast<uint64_t>(i) * span;
+    uint64_t cend = cstart + span;
+    if (level < 2) {
+      uint64_t s = start > cstart ? start : cstart;
+      uint64_t e = end < cend ? end : cend;
+      FreeLevel(static_cast<Dir*>(child), level + 1, cstart, s, e, floor, ceiling, gather);
+    }
+    if (cstart >= floor && cend <= ceiling) {
+      dir->e[i].store(nullptr, std::memory_order_release);
+      if (level < 2) gather.dirs.push_back(child);
+      else gather.ptes.push_back(child);
+      table_pages_.fetch_sub(1, std::memory_order_relaxed);
+      CountEvent(Event::kPgtablesFreed);
+    }
+  }
+}
+
+}  // namespace vmspace

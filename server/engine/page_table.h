@@ -1,0 +1,118 @@
+// PageTable: a 4-level x86-64 radix page table (PGD -> PUD -> PMD -> PTE, 512 entries
+// each; P4D folded as on this machine) mapping 4 KiB virtual pages to frames.
+//
+// Locking (see LOCKING.md): upper-level tables are installed under the per-space
+// page_table_lock (mm->page_table_lock); each PTE table has its own spinlock, the split
+// PTE lock (pte_lockptr), that guards its entries. Walkers read upper-level entries
+// without locks (acquire loads) and must hold mmap_lock or a VMA lock that covers the
+// address, which keeps the tables they walk from being freed: tables are freed only by
+// FreePgtables under mmap_lock for write, and only where no VMA covers their span
+// (mm/memory.c free_pgd_range with floor/ceiling).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "engine/lock.h"
+
+namespace vmspace {
+
+/// PTE bits. The frame address occupies bits 12..63 (frames are 4 KiB aligned).
+enum PteBits : uint64_t {
+  kPtePresent = 1ull << 0,
+  kPteWrite = 1ull << 1,  // writable: a write needs no fault
+  kPteRead = 1ull << 2,   // readable (x86: any of VM_READ/WRITE/EXEC; clear = PROT_NONE)
+  kPteExec = 1ull << 3,   // executable (clear = NX)
+};
+inline void* PteFrame(uint64_t pte) { return reinterpret_cast<void*>(pte & ~0xfffull); }
+inline uint64_t MakePte(void* frame, uint64_t bits) {
+  return reinterpret_cast<uint64_t>(frame) | kPtePresent | bits;
+}
+
+class PageTable {
+ public:
+  static constexpr int kEntries = 512;
+  static constexpr uint64_t kPmdSpan = 1ull << 21;  // bytes mapped by one PTE table
+
+  /// A leaf table: 512 PTEs covering 2 MiB, with its split PTE lock.
+  struct PteTable {
+    std::atomic<uint64_t> pte[kEntries];
+    SpinLock ptl{LockClass::kPtl};
+    PteTable() {
+      for (auto& p : pte) p.store(0, std::memory_order_relaxed);
+    }
+  };
+
+  PageTable();
+  ~PageTable();  // frees all tables (not the frames: callers zap first)
+  PageTable(const PageTable&) = delete;
+  PageTable& operator=(const PageTable&) = delete;
+
+  /// The PTE table covering `addr`, or nullptr if absent and !alloc (or allocation
+  /// failed). With alloc, missing levels are installed (__pud_alloc, __pmd_alloc,
+  /// __pte_alloc). Caller holds mmap_lock or a VMA lock covering addr.
+  PteTable* Lookup(uint64_t addr, bool alloc);
+
+  static int PteIndex(uint64_t addr) { return static_cast<int>((addr >> 12) & 511); }
+
+  /// Calls fn(addr, pte_value, PteTable&, index) for each present PTE in [start, end).
+  /// Caller holds mmap_lock (read suffices for reading; fn must take the table's ptl
+  /// to modify).
+  template <typename Fn>
+  void ForEachPresent(uint64_t start, uint64_t end, Fn&& fn);
+
+  /// Frees page-table pages in [start, end) whose whole span lies within
+  /// [floor, ceiling) (mm/memory.c free_pgd_range / free_pgtables). Every PTE in those
+  /// tables must already be zapped. Caller holds mmap_lock for write.
+  /// Tables are unlinked at once but deleted only by DeleteTables(), which the caller
+  /// runs after an RCU grace period (lockless walkers may still be reading them).
+  struct TableGather {
+    std::vector<void*> dirs;  // upper-level tables
+    std::vector<void*> ptes;  // PTE tables
+    bool empty() const { return dirs.empty() && ptes.empty(); }
+  };
+  void FreePgtables(uint64_t start, uint64_t end, uint64_t floor, uint64_t ceiling,
+                    TableGather& gather);
+  static void DeleteTables(TableGather& gather);
+
+  /// Page-table pages currently allocated (the PGD included), each 4 KiB of entries.
+  uint64_t table_pages() const { return table_pages_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Dir {
+    std::atomic<void*> e[kEntries];
+    Dir() {
+      for (auto& p : e) p.store(nullptr, std::memory_order_relaxed);
+    }
+  };
+  // level shifts: PGD 39, PUD 30, PMD 21
+  Dir pgd_;
+  SpinLock page_table_lock_{LockClass::kPageTableLock};
+  std::atomic<uint64_t> table_pages_{1};
+
+  void FreeLevel(Dir* dir, int level, uint64_t base, uint64_t start, uint64_t end,
+                 uint64_t floor, uint64_t ceiling, TableGather& gather);
+  void DestroyLevel(Dir* dir, int level);
+};
+
+template <typename Fn>
+void PageTable::ForEachPresent(uint64_t start, uint64_t end, Fn&& fn) {
+  uint64_t addr = start & ~0xfffull;
+  while (addr < end) {
+    PteTable* t = Lookup(addr, false);
+    uint64_t next_table = (addr | (kPmdSpan - 1)) + 1;
+    if (!t) {
+      addr = next_table;
+      continue;
+    }
+    uint64_t stop = next_table < end ? next_table : end;
+    for (; addr < stop; addr += 4096) {
+      int i = PteIndex(addr);
+      uint64_t v = t->pte[i].load(std::memory_order_acquire);
+      if (v & kPtePresent) fn(addr, v, *t, i);
+    }
+  }
+}
+
+}  // namespace vmspace

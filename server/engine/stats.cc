@@ -1,0 +1,254 @@
+#include "engine/stats.h"
+
+#include <x86intrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace vmspace {
+
+const char* EventName(Event e) {
+  switch (e) {
+    case Event::kPgfault: return "pgfault";
+    case Event::kPgmajfault: return "pgmajfault";
+    case Event::kFaultAnonZero: return "anon_zero_page";
+    case Event::kFaultAnonWrite: return "anon_write";
+    case Event::kFaultWpZero: return "wp_copy_zero";
+    case Event::kFaultWpReuse: return "wp_reuse";
+    case Event::kFaultShmem: return "shmem";
+    case Event::kFaultSegvMaperr: return "segv_maperr";
+    case Event::kFaultSegvAccerr: return "segv_accerr";
+    case Event::kFaultSigbus: return "sigbus";
+    case Event::kFaultOom: return "oom";
+    case Event::kVmaLockSuccess: return "vma_lock_success";
+    case Event::kVmaLockAbort: return "vma_lock_abort";
+    case Event::kVmaLockRetry: return "vma_lock_retry";
+    case Event::kVmaLockMiss: return "vma_lock_miss";
+    case Event::kFramesAllocated: return "frames_allocated";
+    case Event::kFramesFreed: return "frames_freed";
+    case Event::kPgtablesAllocated: return "pgtables_allocated";
+    case Event::kPgtablesFreed: return "pgtables_freed";
+    case Event::kCount: break;
+  }
+  return "?";
+}
+
+const char* OpTypeName(OpType t) {
+  switch (t) {
+    case OpType::kMmap: return "mmap";
+    case OpType::kMunmap: return "munmap";
+    case OpType::kMprotect: return "mprotect";
+    case OpType::kCount: break;
+  }
+  return "?";
+}
+
+int ErrnoSlot(int err) {
+  for (size_t i = 0; i + 1 < kTrackedErrnos.size(); i++)
+    if (kTrackedErrnos[i] == err) return static_cast<int>(i);
+  return static_cast<int>(kTrackedErrnos.size() - 1);
+}
+
+const char* LockClassName(LockClass c) {
+  switch (c) {
+    case LockClass::kMmapLock: return "mmap_lock";
+    case LockClass::kVmaLock: return "vma_lock";
+    case LockClass::kPtl: return "ptl";
+    case LockClass::kPageTableLock: return "page_table_lock";
+    case LockClass::kCount: break;
+  }
+  return "?";
+}
+
+const char* LockModeName(LockMode m) { return m == LockMode::kRead ? "read" : "write"; }
+
+StatsSnapshot StatsSnapshot::Minus(const StatsSnapshot& b) const {
+  StatsSnapshot r = *this;
+  for (size_t i = 0; i < events.size(); i++) r.events[i] -= b.events[i];
+  for (size_t t = 0; t < ops.size(); t++)
+    for (size_t i = 0; i < ops[t].size(); i++) r.ops[t][i] -= b.ops[t][i];
+  for (size_t c = 0; c < locks.size(); c++)
+    for (size_t m = 0; m < locks[c].size(); m++) {
+      LockStatCell& x = r.locks[c][m];
+      const LockStatCell& y = b.locks[c][m];
+      x.acquisitions -= y.acquisitions;
+      x.contentions -= y.contentions;
+      x.wait_ns_total -= y.wait_ns_total;
+      x.hold_ns_total -= y.hold_ns_total;
+      for (size_t k = 0; k < x.wait_hist.size(); k++) {
+        x.wait_hist[k] -= y.wait_hist[k];
+        x.hold_hist[k] -= y.hold_hist[k];
+      }
+      // maxima cannot be subtracted; they stay as totals since start
+    }
+  return r;
+}
+
+namespace stats_internal {
+
+thread_local ThreadBlock* tls_block = nullptr;
+
+namespace {
+// All blocks ever registered. Blocks of exited threads are kept (they hold totals);
+// a new thread reuses a retired block, so the list is bounded by peak thread count.
+struct Registry {
+  std::mutex mu;
+  std::vector<ThreadBlock*> all;
+  std::vector<ThreadBlock*> retired;
+};
+Registry& Reg() {
+  static Registry* r = new Registry;  // never destroyed: threads may exit after main
+  return *r;
+}
+struct Retirer {
+  ~Retirer() {
+    if (tls_block) {
+      std::lock_guard<std::mutex> l(Reg().mu);
+      Reg().retired.push_back(tls_block);
+      tls_block = nullptr;
+    }
+  }
+};
+thread_local Retirer tls_retirer;
+}  // namespace
+
+ThreadBlock* RegisterThread() {
+  (void)&tls_retirer;  // instantiate the thread-exit hook
+  Registry& r = Reg();
+  std::lock_guard<std::mutex> l(r.mu);
+  ThreadBlock* b;
+  if (!r.retired.empty()) {
+    b = r.retired.back();  // counts continue accumulating: totals are preserved
+    r.retired.pop_back();
+  } else {
+    b = new ThreadBlock();
+    r.all.push_back(b);
+  }
+  tls_block = b;
+  return b;
+}
+
+size_t BucketFor(uint64_t ns) {
+  double s = static_cast<double>(ns) * 1e-9;
+  for (size_t i = 0; i < kDurationBuckets.size(); i++)
+    if (s <= kDurationBuckets[i]) return i;
+  return kDurationBuckets.size();
+}
+
+}  // namespace stats_internal
+
+namespace {
+std::atomic<bool> g_lock_stats{true};
+
+// rdtsc calibration: ns = (tsc - tsc0) * ns_per_tick.
+struct TscClock {
+  uint64_t tsc0;
+  double ns_per_tick;
+  TscClock() {
+    auto t0 = std::chrono::steady_clock::now();
+    uint64_t c0 = __rdtsc();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    auto t1 = std::chrono::steady_clock::now();
+    uint64_t c1 = __rdtsc();
+    double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
+    ns_per_tick = c1 > c0 ? ns / static_cast<double>(c1 - c0) : 1.0;
+    tsc0 = c0;
+  }
+};
+const TscClock& Clock() {
+  static TscClock c;
+  return c;
+}
+}  // namespace
+
+uint64_t NowNs() {
+  const TscClock& c = Clock();
+  return static_cast<uint64_t>(static_cast<double>(__rdtsc() - c.tsc0) * c.ns_per_tick);
+}
+
+void SetLockStatsEnabled(bool on) { g_lock_stats.store(on, std::memory_order_relaxed); }
+bool LockStatsEnabled() { return g_lock_stats.load(std::memory_order_relaxed); }
+
+void RecordLock(LockClass c, LockMode m, bool contended, uint64_t wait_ns, uint64_t hold_ns) {
+  using namespace stats_internal;
+  auto& cell = Block().locks[static_cast<size_t>(c)][static_cast<size_t>(m)];
+  Bump(cell.acquisitions);
+  if (contended) {
+    Bump(cell.contentions);
+    Bump(cell.wait_ns_total, wait_ns);
+    Max(cell.wait_ns_max, wait_ns);
+    Bump(cell.wait_hist[BucketFor(wait_ns)]);
+  }
+  if (hold_ns) RecordHold(c, m, hold_ns);
+}
+
+void RecordHold(LockClass c, LockMode m, uint64_t hold_ns) {
+  using namespace stats_internal;
+  auto& cell = Block().locks[static_cast<size_t>(c)][static_cast<size_t>(m)];
+  Bump(cell.hold_ns_total, hold_ns);
+  Max(cell.hold_ns_max, hold_ns);
+  Bump(cell.hold_hist[BucketFor(hold_ns)]);
+}
+
+StatsSnapshot ReadStats() {
+  using namespace stats_internal;
+  StatsSnapshot s;
+  Registry& r = Reg();
+  std::lock_guard<std::mutex> l(r.mu);
+  for (ThreadBlock* b : r.all) {
+    for (size_t i = 0; i < s.events.size(); i++)
+      s.events[i] += b->events[i].load(std::memory_order_relaxed);
+    for (size_t t = 0; t < s.ops.size(); t++)
+      for (size_t i = 0; i < s.ops[t].size(); i++)
+        s.ops[t][i] += b->ops[t][i].load(std::memory_order_relaxed);
+    for (size_t c = 0; c < s.locks.size(); c++)
+      for (size_t m = 0; m < s.locks[c].size(); m++) {
+        LockStatCell& x = s.locks[c][m];
+        const auto& y = b->locks[c][m];
+        x.acquisitions += y.acquisitions.load(std::memory_order_relaxed);
+        x.contentions += y.contentions.load(std::memory_order_relaxed);
+        x.wait_ns_total += y.wait_ns_total.load(std::memory_order_relaxed);
+        x.wait_ns_max = std::max(x.wait_ns_max, y.wait_ns_max.load(std::memory_order_relaxed));
+        x.hold_ns_total += y.hold_ns_total.load(std::memory_order_relaxed);
+        x.hold_ns_max = std::max(x.hold_ns_max, y.hold_ns_max.load(std::memory_order_relaxed));
+        for (size_t k = 0; k < x.wait_hist.size(); k++) {
+          x.wait_hist[k] += y.wait_hist[k].load(std::memory_order_relaxed);
+          x.hold_hist[k] += y.hold_hist[k].load(std::memory_order_relaxed);
+        }
+      }
+  }
+  return s;
+}
+
+std::string FormatLockStat(const StatsSnapshot& s) {
+  std::string out;
+  char line[512];
+  snprintf(line, sizeof line, "lock_stat version 0.4 (vmspace; times in us)\n");
+  out += line;
+  snprintf(line, sizeof line, "%-24s %12s %14s %14s %14s %14s %14s %14s %14s\n", "class name",
+           "contentions", "waittime-max", "waittime-total", "waittime-avg", "acquisitions",
+           "holdtime-max", "holdtime-total", "holdtime-avg");
+  out += line;
+  for (size_t c = 0; c < s.locks.size(); c++)
+    for (size_t m = 0; m < s.locks[c].size(); m++) {
+      const LockStatCell& x = s.locks[c][m];
+      if (x.acquisitions == 0) continue;
+      std::string name = std::string(LockClassName(static_cast<LockClass>(c))) +
+                         (m == 0 ? "-R:" : "-W:");
+      double wavg = x.contentions ? x.wait_ns_total / 1e3 / x.contentions : 0;
+      double havg = x.acquisitions ? x.hold_ns_total / 1e3 / x.acquisitions : 0;
+      snprintf(line, sizeof line,
+               "%-24s %12llu %14.2f %14.2f %14.2f %14llu %14.2f %14.2f %14.2f\n", name.c_str(),
+               (unsigned long long)x.contentions, x.wait_ns_max / 1e3, x.wait_ns_total / 1e3,
+               wavg, (unsigned long long)x.acquisitions, x.hold_ns_max / 1e3,
+               x.hold_ns_total / 1e3, havg);
+      out += line;
+    }
+  return out;
+}
+
+}  // namespace vmspace

@@ -1,0 +1,80 @@
+// Unit tests of the page table and frame allocator.
+#include <gtest/gtest.h>
+
+#include "engine/frame_allocator.h"
+#include "engine/page_table.h"
+#include "engine/rcu.h"
+
+namespace vmspace {
+namespace {
+
+TEST(PageTable, LookupAllocatesAllLevelsOnce) {
+  PageTable pt;
+  EXPECT_EQ(pt.table_pages(), 1u);  // the PGD
+  EXPECT_EQ(pt.Lookup(0x7ffff7fff000, false), nullptr);
+  PageTable::PteTable* t = pt.Lookup(0x7ffff7fff000, true);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(pt.table_pages(), 4u);  // PGD + PUD + PMD + PTE
+  // Same 2 MiB: same table, nothing new.
+  EXPECT_EQ(pt.Lookup(0x7ffff7e00000, true), t);
+  EXPECT_EQ(pt.table_pages(), 4u);
+  // Next 2 MiB: one more PTE table.
+  EXPECT_NE(pt.Lookup(0x7ffff7c00000, true), t);
+  EXPECT_EQ(pt.table_pages(), 5u);
+}
+
+TEST(PageTable, FreePgtablesRespectsFloorAndCeiling) {
+  PageTable pt;
+  // Three PTE tables: [0x40000000, +2M), [+2M, +4M), [+4M, +6M)
+  const uint64_t base = 0x40000000;
+  for (int i = 0; i < 3; i++) ASSERT_NE(pt.Lookup(base + i * (2ull << 20), true), nullptr);
+  EXPECT_EQ(pt.table_pages(), 1u + 1 + 1 + 3);
+  PageTable::TableGather g;
+  // A neighbour VMA ends at base + 4 KiB and another starts at base + 6M - 4K:
+  // only the middle table lies wholly within [floor, ceiling).
+  pt.FreePgtables(base, base + (6ull << 20), base + 4096, base + (6ull << 20) - 4096, g);
+  EXPECT_EQ(g.ptes.size(), 1u);
+  EXPECT_EQ(g.dirs.size(), 0u);
+  EXPECT_EQ(pt.table_pages(), 5u);
+  EXPECT_EQ(pt.Lookup(base + (2ull << 20), false), nullptr);
+  EXPECT_NE(pt.Lookup(base, false), nullptr);
+  PageTable::DeleteTables(g);
+  // Nothing around: everything down to the PUD goes (the PGD stays).
+  pt.FreePgtables(base, base + (6ull << 20), 0, 1ull << 48, g);
+  EXPECT_EQ(g.ptes.size(), 2u);
+  EXPECT_EQ(g.dirs.size(), 2u);  // PMD and PUD
+  EXPECT_EQ(pt.table_pages(), 1u);
+  PageTable::DeleteTables(g);
+}
+
+TEST(FrameAllocator, LimitAndReuse) {
+  FrameAllocator fa(64 * 4096);
+  std::vector<void*> got;
+  for (;;) {
+    void* f = fa.Alloc();
+    if (!f) break;
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(f) % 4096, 0u);
+    EXPECT_EQ(static_cast<uint8_t*>(f)[123], 0);
+    static_cast<uint8_t*>(f)[123] = 7;
+    got.push_back(f);
+    ASSERT_LE(got.size(), 64u);
+  }
+  EXPECT_EQ(got.size(), 64u);
+  EXPECT_EQ(fa.in_use_bytes(), 64u * 4096);
+  fa.Free(got.back());
+  got.pop_back();
+  void* again = fa.Alloc();
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(static_cast<uint8_t*>(again)[123], 0);  // re-zeroed
+  got.push_back(again);
+  for (void* f : got) fa.Free(f);
+  EXPECT_EQ(fa.in_use_bytes(), 0u);
+}
+
+TEST(FrameAllocator, ZeroPageIsZero) {
+  auto* z = static_cast<uint8_t*>(FrameAllocator::ZeroPage());
+  for (int i = 0; i < 4096; i++) ASSERT_EQ(z[i], 0);
+}
+
+}  // namespace
+}  // namespace vmspace
