@@ -103,8 +103,8 @@ struct AddressSpace::Impl {
     commit_limit_pages = limit >> kPageShift;
   }
   ~Impl() {
-    // No other thread may use the space now. Zap everything synchronously.
-    RcuBarrier();  // earlier deferred frees may still reference our tables
+    // No other thread may use the space now: zap everything synchronously. Deferred
+    // frees already queued reference only the FrameAllocator (which waits for them).
     for (auto& [start, v] : vmas) {
       ZapLocked(v, v->vm_start, v->vm_end, nullptr);
       delete v;

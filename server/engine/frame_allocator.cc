@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/rcu.h"
 #include "engine/stats.h"
 
 namespace vmspace {
@@ -20,6 +21,7 @@ thread_local int tls_shard = -1;
 FrameAllocator::FrameAllocator(uint64_t limit_bytes) : limit_frames_(limit_bytes / kFrame) {}
 
 FrameAllocator::~FrameAllocator() {
+  RcuBarrier();  // frames freed after a grace period come back here first
   for (void* c : chunks_) munmap(c, kChunk);
 }
 

@@ -94,23 +94,39 @@ class PageTable {
   void FreeLevel(Dir* dir, int level, uint64_t base, uint64_t start, uint64_t end,
                  uint64_t floor, uint64_t ceiling, TableGather& gather);
   void DestroyLevel(Dir* dir, int level);
+  template <typename Fn>
+  void WalkLevel(Dir* dir, int level, uint64_t base, uint64_t start, uint64_t end, Fn& fn);
 };
 
 template <typename Fn>
 void PageTable::ForEachPresent(uint64_t start, uint64_t end, Fn&& fn) {
-  uint64_t addr = start & ~0xfffull;
-  while (addr < end) {
-    PteTable* t = Lookup(addr, false);
-    uint64_t next_table = (addr | (kPmdSpan - 1)) + 1;
-    if (!t) {
-      addr = next_table;
+  start &= ~0xfffull;
+  if (start < end) WalkLevel(&pgd_, 0, 0, start, end, fn);
+}
+
+template <typename Fn>
+void PageTable::WalkLevel(Dir* dir, int level, uint64_t base, uint64_t start, uint64_t end,
+                          Fn& fn) {
+  static constexpr int kShifts[3] = {39, 30, 21};
+  const int shift = kShifts[level];
+  const uint64_t span = 1ull << shift;
+  const int first = static_cast<int>((start >> shift) & 511);
+  const int last = static_cast<int>(((end - 1) >> shift) & 511);
+  for (int i = first; i <= last; i++) {
+    void* child = dir->e[i].load(std::memory_order_acquire);
+    if (!child) continue;
+    const uint64_t cstart = base + static_cast<uint64_t>(i) * span;
+    const uint64_t s = start > cstart ? start : cstart;
+    const uint64_t e = end < cstart + span ? end : cstart + span;
+    if (level < 2) {
+      WalkLevel(static_cast<Dir*>(child), level + 1, cstart, s, e, fn);
       continue;
     }
-    uint64_t stop = next_table < end ? next_table : end;
-    for (; addr < stop; addr += 4096) {
-      int i = PteIndex(addr);
-      uint64_t v = t->pte[i].load(std::memory_order_acquire);
-      if (v & kPtePresent) fn(addr, v, *t, i);
+    auto* t = static_cast<PteTable*>(child);
+    for (uint64_t a = s; a < e; a += 4096) {
+      const int k = PteIndex(a);
+      const uint64_t v = t->pte[k].load(std::memory_order_acquire);
+      if (v & kPtePresent) fn(a, v, *t, k);
     }
   }
 }
