@@ -1,0 +1,282 @@
+#include "lib/client.h"
+
+#include <string.h>
+
+#include <cctype>
+#include <mutex>
+#include <unordered_map>
+
+namespace vmspace::client {
+
+const char* StatusCodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    default: return "UNKNOWN";
+  }
+}
+
+std::string ErrnoNameOf(int err) {
+  if (err <= 0 || err > 4095) return "";
+  const char* n = strerrorname_np(err);
+  return n ? n : "";
+}
+
+int ErrnoNumberOf(const std::string& name) {
+  static const auto* table = [] {
+    auto* t = new std::unordered_map<std::string, int>;
+    for (int e = 1; e < 4096; ++e) {
+      if (const char* n = strerrorname_np(e)) t->emplace(n, e);
+    }
+    return t;
+  }();
+  auto it = table->find(name);
+  return it == table->end() ? 0 : it->second;
+}
+
+std::string Error::Name() const {
+  return errno_name.empty() ? StatusCodeName(code) : errno_name;
+}
+
+std::string Error::ToString() const {
+  std::string s = Name();
+  if (err != 0) s += " (" + std::to_string(err) + ")";
+  if (!message.empty()) s += ": " + message;
+  return s;
+}
+
+Error DecodeStatus(const grpc::Status& status) {
+  Error e;
+  e.code = status.error_code();
+  e.message = status.error_message();
+  if (!status.error_details().empty()) {
+    v1::SyscallError se;
+    if (se.ParseFromString(status.error_details()) && (se.errno_() != 0 || !se.errno_name().empty())) {
+      e.err = se.errno_();
+      e.errno_name = se.errno_name();
+    }
+  }
+  if (e.errno_name.empty()) {
+    // Message prefix "EINVAL: ...": an 'E' followed by upper-case letters/digits and ':'.
+    const std::string& m = e.message;
+    size_t i = 0;
+    while (i < m.size() && (std::isupper(static_cast<unsigned char>(m[i])) ||
+                            std::isdigit(static_cast<unsigned char>(m[i])))) {
+      ++i;
+    }
+    if (i >= 2 && m[0] == 'E' && i < m.size() && m[i] == ':') {
+      std::string name = m.substr(0, i);
+      int num = ErrnoNumberOf(name);
+      if (num != 0) {
+        e.errno_name = name;
+        if (e.err == 0) e.err = num;
+      }
+    }
+  }
+  if (e.err != 0 && e.errno_name.empty()) e.errno_name = ErrnoNameOf(e.err);
+  if (e.err == 0 && !e.errno_name.empty()) e.err = ErrnoNumberOf(e.errno_name);
+  return e;
+}
+
+std::optional<Error> DecodeOpResult(const v1::OpResult& r) {
+  if (r.code() == 0 && r.errno_() == 0) return std::nullopt;
+  Error e;
+  e.code = static_cast<grpc::StatusCode>(r.code());
+  e.err = r.errno_();
+  e.errno_name = r.errno_name();
+  e.message = r.message();
+  if (e.err != 0 && e.errno_name.empty()) e.errno_name = ErrnoNameOf(e.err);
+  if (e.err == 0 && !e.errno_name.empty()) e.err = ErrnoNumberOf(e.errno_name);
+  return e;
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const ClientOptions& opts) {
+  grpc::ChannelArguments args;
+  if (opts.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // Batch messages may be large (up to --max-batch ops, --max-io-bytes reads).
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  return grpc::CreateCustomChannel(opts.target, grpc::InsecureChannelCredentials(), args);
+}
+
+BatchStream::BatchStream(v1::VmSpace::Stub& stub, std::chrono::milliseconds timeout) {
+  ctx_.set_deadline(std::chrono::system_clock::now() + timeout);
+  rw_ = stub.Batch(&ctx_);
+}
+
+BatchStream::~BatchStream() {
+  if (rw_ && !writes_done_) ctx_.TryCancel();
+}
+
+bool BatchStream::Write(const v1::BatchRequest& req) { return rw_->Write(req); }
+bool BatchStream::Read(v1::BatchResponse* resp) { return rw_->Read(resp); }
+void BatchStream::WritesDone() {
+  if (!writes_done_) {
+    writes_done_ = true;
+    rw_->WritesDone();
+  }
+}
+grpc::Status BatchStream::Finish() {
+  writes_done_ = true;
+  return rw_->Finish();
+}
+
+Client::Client(ClientOptions opts)
+    : Client(MakeChannel(opts), opts) {}
+
+Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions opts)
+    : opts_(std::move(opts)), channel_(std::move(channel)),
+      stub_(v1::VmSpace::NewStub(channel_)) {}
+
+void Client::Prepare(grpc::ClientContext* ctx) const {
+  ctx->set_deadline(std::chrono::system_clock::now() + opts_.timeout);
+}
+
+#define VMSPACE_CALL(Method, req, resp)        \
+  grpc::ClientContext ctx;                     \
+  Prepare(&ctx);                               \
+  grpc::Status st = stub_->Method(&ctx, req, &resp); \
+  if (!st.ok()) return DecodeStatus(st)
+
+Result<uint64_t> Client::CreateSpace(const v1::SpaceSettings& settings, const std::string& label) {
+  v1::CreateSpaceRequest req;
+  *req.mutable_settings() = settings;
+  req.set_label(label);
+  v1::CreateSpaceResponse resp;
+  VMSPACE_CALL(CreateSpace, req, resp);
+  return resp.space_id();
+}
+
+Result<Unit> Client::DestroySpace(uint64_t space_id) {
+  v1::DestroySpaceRequest req;
+  req.set_space_id(space_id);
+  v1::DestroySpaceResponse resp;
+  VMSPACE_CALL(DestroySpace, req, resp);
+  return Unit{};
+}
+
+Result<std::vector<v1::SpaceInfo>> Client::ListSpaces() {
+  v1::ListSpacesRequest req;
+  v1::ListSpacesResponse resp;
+  VMSPACE_CALL(ListSpaces, req, resp);
+  return std::vector<v1::SpaceInfo>(resp.spaces().begin(), resp.spaces().end());
+}
+
+Result<uint64_t> Client::Mmap(uint64_t space_id, uint64_t addr, uint64_t len, int prot, int flags,
+                              uint64_t offset) {
+  v1::MmapRequest req;
+  req.set_space_id(space_id);
+  req.set_addr(addr);
+  req.set_len(len);
+  req.set_prot(prot);
+  req.set_flags(flags);
+  req.set_offset(offset);
+  v1::MmapResponse resp;
+  VMSPACE_CALL(Mmap, req, resp);
+  return resp.addr();
+}
+
+Result<Unit> Client::Munmap(uint64_t space_id, uint64_t addr, uint64_t len) {
+  v1::MunmapRequest req;
+  req.set_space_id(space_id);
+  req.set_addr(addr);
+  req.set_len(len);
+  v1::MunmapResponse resp;
+  VMSPACE_CALL(Munmap, req, resp);
+  return Unit{};
+}
+
+Result<Unit> Client::Mprotect(uint64_t space_id, uint64_t addr, uint64_t len, int prot) {
+  v1::MprotectRequest req;
+  req.set_space_id(space_id);
+  req.set_addr(addr);
+  req.set_len(len);
+  req.set_prot(prot);
+  v1::MprotectResponse resp;
+  VMSPACE_CALL(Mprotect, req, resp);
+  return Unit{};
+}
+
+Result<v1::FaultInfo> Client::Fault(uint64_t space_id, uint64_t addr, v1::AccessType access) {
+  v1::FaultRequest req;
+  req.set_space_id(space_id);
+  req.set_addr(addr);
+  req.set_access(access);
+  v1::FaultResponse resp;
+  VMSPACE_CALL(Fault, req, resp);
+  return resp.fault();
+}
+
+Result<v1::AccessResponse> Client::Access(uint64_t space_id, uint64_t addr, uint64_t len,
+                                          uint64_t stride, v1::AccessType access) {
+  v1::AccessRequest req;
+  req.set_space_id(space_id);
+  req.set_addr(addr);
+  req.set_len(len);
+  req.set_stride(stride);
+  req.set_access(access);
+  v1::AccessResponse resp;
+  VMSPACE_CALL(Access, req, resp);
+  return resp;
+}
+
+Result<v1::ReadMemoryResponse> Client::ReadMemory(uint64_t space_id, uint64_t addr, uint64_t len) {
+  v1::ReadMemoryRequest req;
+  req.set_space_id(space_id);
+  req.set_addr(addr);
+  req.set_len(len);
+  v1::ReadMemoryResponse resp;
+  VMSPACE_CALL(ReadMemory, req, resp);
+  return resp;
+}
+
+Result<v1::WriteMemoryResponse> Client::WriteMemory(uint64_t space_id, uint64_t addr,
+                                                    const std::string& data) {
+  v1::WriteMemoryRequest req;
+  req.set_space_id(space_id);
+  req.set_addr(addr);
+  req.set_data(data);
+  v1::WriteMemoryResponse resp;
+  VMSPACE_CALL(WriteMemory, req, resp);
+  return resp;
+}
+
+Result<v1::GetMapsResponse> Client::GetMaps(uint64_t space_id, uint64_t start, uint64_t end) {
+  v1::GetMapsRequest req;
+  req.set_space_id(space_id);
+  req.set_start(start);
+  req.set_end(end);
+  v1::GetMapsResponse resp;
+  VMSPACE_CALL(GetMaps, req, resp);
+  return resp;
+}
+
+Result<Unit> Client::Ping() {
+  v1::PingRequest req;
+  v1::PingResponse resp;
+  VMSPACE_CALL(Ping, req, resp);
+  return Unit{};
+}
+
+#undef VMSPACE_CALL
+
+std::unique_ptr<BatchStream> Client::OpenBatch() {
+  return std::make_unique<BatchStream>(*stub_, opts_.stream_timeout);
+}
+
+}  // namespace vmspace::client

@@ -1,0 +1,28 @@
+// The seed-004 stress workload (seed004.h) against a running vmspaced over gRPC.
+//
+// unary: one call per operation (Access, Munmap, Mmap), each client on its own
+// connection.
+//
+// stream: each client keeps one Batch stream and packs the rounds' operations into
+// messages of `batch` ops, with up to `inflight` messages unanswered. A round's munmap
+// needs the address returned by the slot's previous mmap, which is known only once
+// that reply is back; so before a round uses a slot whose mmap is still unanswered,
+// the partial message is sent and the round waits for that reply (counted in
+// StressStats::waits). Rounds touching other slots go on without waiting; the daemon
+// applies ops in order, so the space sees exactly the sequential sequence.
+#pragma once
+
+#include "lib/client.h"
+#include "lib/seed004.h"
+
+namespace vmspace::stress {
+
+/// Runs the workload with one unary call per operation.
+StressStats RunUnaryStress(const StressConfig& cfg, const client::ClientOptions& opts,
+                           Progress* progress = nullptr);
+
+/// Runs the workload over Batch streams (see the file comment).
+StressStats RunStreamStress(const StressConfig& cfg, const client::ClientOptions& opts, int batch,
+                            int inflight, Progress* progress = nullptr);
+
+}  // namespace vmspace::stress

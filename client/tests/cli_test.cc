@@ -1,0 +1,179 @@
+// Tests of the `vmspace` command line: parsing, help and usage errors, JSON shapes,
+// errors of an unreachable daemon, and `bench stress --transport inprocess`.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/cli.h"
+#include "subprocess.h"
+
+namespace vmspace::cli {
+namespace {
+
+using nlohmann::json;
+
+struct CliRun {
+  int code;
+  std::string out, err;
+};
+
+CliRun Cli(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  int code = RunCli(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+// A port nothing listens on: connections are refused at once.
+const char* kDeadTarget = "127.0.0.1:1";
+
+TEST(ParseArgs, FormsOfOptions) {
+  std::vector<OptionSpec> specs = {{"len", "LEN", ""}, {"json", "", ""}, {"prot", "PROT", ""}, {"help", "", ""}};
+  ParsedArgs a;
+  EXPECT_EQ(ParseArgs({"7", "--len", "0x1000", "--json", "--prot=r-x"}, specs, &a), "");
+  EXPECT_EQ(a.positional, std::vector<std::string>{"7"});
+  EXPECT_EQ(a.Get("len"), "0x1000");
+  EXPECT_TRUE(a.Flag("json"));
+  EXPECT_EQ(a.Get("prot"), "r-x");
+
+  ParsedArgs b;
+  EXPECT_EQ(ParseArgs({"--json=false", "-h", "--", "--len"}, specs, &b), "");
+  EXPECT_FALSE(b.Flag("json"));
+  EXPECT_TRUE(b.Has("json"));
+  EXPECT_TRUE(b.Flag("help"));
+  EXPECT_EQ(b.positional, std::vector<std::string>{"--len"});
+
+  ParsedArgs c;
+  EXPECT_EQ(ParseArgs({"--bogus"}, specs, &c), "unknown option --bogus");
+  ParsedArgs d;
+  EXPECT_NE(ParseArgs({"--len"}, specs, &d).find("needs a value"), std::string::npos);
+  ParsedArgs e;
+  EXPECT_NE(ParseArgs({"--json=maybe"}, specs, &e).find("takes no value"), std::string::npos);
+  ParsedArgs f;
+  EXPECT_NE(ParseArgs({"--len", "1", "--len", "2"}, specs, &f).find("twice"), std::string::npos);
+}
+
+TEST(Cli, HelpAndUsage) {
+  CliRun r = Cli({"--help"});
+  EXPECT_EQ(r.code, kExitOk);
+  for (const char* cmd : {"create", "destroy", "list", "mmap", "munmap", "mprotect", "fault", "access", "read",
+                          "write", "maps", "bench stress"}) {
+    EXPECT_NE(r.out.find(cmd), std::string::npos) << cmd;
+  }
+  r = Cli({});
+  EXPECT_EQ(r.code, kExitUsage);
+  r = Cli({"mmap", "--help"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_NE(r.out.find("--flags FLAGS"), std::string::npos);
+  r = Cli({"frobnicate"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos);
+}
+
+TEST(Cli, UsageErrorsExit2) {
+  EXPECT_EQ(Cli({"mmap", "1"}).code, kExitUsage);                               // --len missing
+  EXPECT_EQ(Cli({"mmap", "--len", "4096"}).code, kExitUsage);                   // no space
+  EXPECT_EQ(Cli({"mmap", "1", "--len", "12x"}).code, kExitUsage);               // bad number
+  EXPECT_EQ(Cli({"mmap", "1", "--len", "4096", "--prot", "rwq"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"mmap", "1", "--len", "4096", "--flags", "private,bogus"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"mmap", "1", "2", "--len", "4096"}).code, kExitUsage);         // extra argument
+  EXPECT_EQ(Cli({"fault", "1", "--addr", "0x1000", "--access", "rw"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"write", "1", "--addr", "0x1000"}).code, kExitUsage);          // no data
+  EXPECT_EQ(Cli({"list", "--timeout", "-3"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"bench", "stress", "--transport", "carrier-pigeon"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"bench", "stress", "--clients", "0"}).code, kExitUsage);
+  CliRun r = Cli({"munmap", "1", "--addr", "0x1000", "--len", "4096", "--frobs", "2"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("unknown option --frobs"), std::string::npos);
+}
+
+TEST(Cli, UnreachableDaemonFailsWithStatusName) {
+  CliRun r = Cli({"--target", kDeadTarget, "--timeout", "2", "list"});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
+  // Global options after the command work too, and --json gives an error object.
+  r = Cli({"mmap", "1", "--len", "4096", "--json", "--target", kDeadTarget, "--timeout", "2"});
+  EXPECT_EQ(r.code, kExitFailed);
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["error"]["code"], "UNAVAILABLE");
+  EXPECT_EQ(j["error"]["errno"], 0);
+  EXPECT_EQ(j["error"]["name"], "UNAVAILABLE");
+}
+
+void ExpectOps(const json& ops, uint64_t mmap, uint64_t munmap, uint64_t access) {
+  EXPECT_EQ(ops["mmap"], mmap);
+  EXPECT_EQ(ops["munmap"], munmap);
+  EXPECT_EQ(ops["access"], access);
+  EXPECT_EQ(ops["total"], mmap + munmap + access);
+}
+
+TEST(Cli, BenchStressInprocessJson) {
+  CliRun r = Cli({"bench", "stress", "--rounds", "3000", "--page-fault", "--json", "--quiet"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["workload"], "seed-004");
+  EXPECT_EQ(j["transport"], "inprocess");
+  EXPECT_EQ(j["rounds"], 3000);
+  EXPECT_EQ(j["rounds_per_client"], 3000);
+  EXPECT_EQ(j["clients"], 1);
+  EXPECT_EQ(j["page_fault"], true);
+  EXPECT_EQ(j["seed"], 1);
+  ExpectOps(j["ops"], 3000, 3000, 3000);
+  EXPECT_GT(j["seconds"].get<double>(), 0);
+  EXPECT_NEAR(j["rounds_per_sec"].get<double>(), 3000 / j["seconds"].get<double>(), 1e-6 * j["rounds_per_sec"].get<double>());
+  EXPECT_NEAR(j["ops_per_sec"]["total"].get<double>(), 9000 / j["seconds"].get<double>(), 1.0);
+  EXPECT_GE(j["faults"].get<uint64_t>(), 3000u);
+  EXPECT_EQ(j["setup_mmaps"], 1024);
+  EXPECT_TRUE(j["addr_hash"].is_string());
+  ASSERT_TRUE(j["native"].is_object());
+  EXPECT_EQ(j["native"]["rounds"], 3000);
+  ExpectOps(j["native"]["ops"], 3000, 3000, 3000);
+  EXPECT_EQ(j["native"]["bytes_touched"], j["bytes_touched"]);
+  ASSERT_TRUE(j["ratio_vs_native"].is_number());
+  EXPECT_NEAR(j["ratio_vs_native"].get<double>(),
+              j["rounds_per_sec"].get<double>() / j["native"]["rounds_per_sec"].get<double>(), 1e-9);
+  EXPECT_TRUE(j["error"].is_null());
+}
+
+TEST(Cli, BenchStressClientsSkipNative) {
+  CliRun r = Cli({"bench", "stress", "--rounds", "500", "--clients", "3", "--shared-space", "--skip-native", "--json",
+               "--quiet", "--seed", "0x10"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["rounds"], 1500);
+  EXPECT_EQ(j["clients"], 3);
+  EXPECT_EQ(j["shared_space"], true);
+  EXPECT_EQ(j["seed"], 16);
+  ExpectOps(j["ops"], 1500, 1500, 0);
+  EXPECT_EQ(j["faults"], 0);
+  EXPECT_TRUE(j["native"].is_null());
+  EXPECT_TRUE(j["ratio_vs_native"].is_null());
+  EXPECT_TRUE(j["addr_hash"].is_null());
+}
+
+TEST(Cli, BenchStressHumanTable) {
+  CliRun r = Cli({"bench", "stress", "--rounds", "1000", "--quiet"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("rounds/s"), std::string::npos);
+  EXPECT_NE(r.out.find("vmspace inprocess"), std::string::npos);
+  EXPECT_NE(r.out.find("native (kernel)"), std::string::npos);
+  EXPECT_NE(r.out.find("ratio vs native"), std::string::npos);
+  EXPECT_NE(r.out.find("1000 mmap, 1000 munmap, 0 access"), std::string::npos);
+}
+
+// The installed binary: exit codes and stdout as a shell sees them.
+TEST(CliBinary, ExitCodesAndJson) {
+  auto r = testing::RunProgram(VMSPACE_CLI_PATH, {"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  r = testing::RunProgram(VMSPACE_CLI_PATH, {"mmap"});
+  EXPECT_EQ(r.exit_code, 2);
+  r = testing::RunProgram(VMSPACE_CLI_PATH, {"ping", "--target", kDeadTarget, "--timeout", "2"});
+  EXPECT_EQ(r.exit_code, 1);
+  r = testing::RunProgram(VMSPACE_CLI_PATH, {"bench", "stress", "--rounds", "200", "--json", "--skip-native"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = json::parse(r.out);  // exactly one JSON object on stdout
+  EXPECT_EQ(j["rounds"], 200);
+}
+
+}  // namespace
+}  // namespace vmspace::cli
