@@ -65,13 +65,14 @@ struct Gather {
   PageTable::TableGather tables;
   bool empty() const { return pages.empty() && tables.empty(); }
   static void Free(struct rcu_head* h) {
-#if defined(__SANITIZE_THREAD__)
-    __tsan_acquire(&rcu_internal::gp_token);
-#endif
+    RcuCallbackBegin(h);
     Gather* g = reinterpret_cast<Gather*>(reinterpret_cast<char*>(h) - offsetof(Gather, head));
     for (void* p : g->pages) g->frames->Free(p);
     PageTable::DeleteTables(g->tables);
     delete g;
+#if defined(__SANITIZE_THREAD__)
+    __tsan_release(&rcu_internal::gp_token);  // rcu_barrier() waits for this callback
+#endif
   }
 };
 

@@ -48,8 +48,21 @@ class RcuReadGuard {
 };
 
 /// Queues fn(head) to run after a grace period (call_rcu).
+/// The callback must start with RcuCallbackBegin(head).
 inline void CallRcu(struct rcu_head* head, void (*fn)(struct rcu_head*)) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_release(head);  // the callback thread receives `head` through liburcu's queue
+#endif
   urcu_memb_call_rcu(head, fn);
+}
+/// First statement of every call_rcu callback (TSan: pairs with CallRcu and the grace period).
+inline void RcuCallbackBegin(struct rcu_head* head) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_acquire(head);
+  __tsan_acquire(&rcu_internal::gp_token);
+#else
+  (void)head;
+#endif
 }
 /// Waits for a grace period (synchronize_rcu). Must not be called in a read section.
 void SynchronizeRcu();
