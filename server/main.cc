@@ -1,0 +1,212 @@
+// vmspaced: the vmspace daemon. Serves vmspace.v1.VmSpace (plus gRPC health and
+// reflection) on --listen and Prometheus metrics on --metrics-listen.
+//
+// Start-up prints one line on stderr with the bound addresses, e.g.
+//   vmspaced: listening grpc=127.0.0.1:50051 metrics=127.0.0.1:9464
+// (metrics=off when disabled); with port 0 the chosen ports appear there. A port in use
+// is a start-up error (exit status 1). SIGTERM/SIGINT drain: health turns NOT_SERVING,
+// new calls are refused, in-flight calls get --shutdown-grace-ms, then the rest are
+// cancelled and the process exits 0.
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+#include <algorithm>
+
+#include <absl/flags/flag.h>
+#include <absl/flags/parse.h>
+#include <absl/flags/usage.h>
+#include <absl/synchronization/mutex.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <prometheus/exposer.h>
+
+#include "engine/frame_allocator.h"
+#include "engine/stats.h"
+#include "metrics/collector.h"
+#include "rpc/log.h"
+#include "rpc/service.h"
+#include "rpc/space_registry.h"
+
+// Last: glibc's <signal.h> defines si_addr as a macro, which breaks the generated
+// FaultInfo::si_addr() accessor if it comes first.
+#include <pthread.h>
+#include <signal.h>
+
+#ifndef VMSPACE_VERSION
+#define VMSPACE_VERSION "unknown"
+#endif
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "gRPC listen address host:port (port 0 picks a free port)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
+          "Prometheus /metrics listen address host:port; \"\" or \"off\" disables");
+ABSL_FLAG(uint64_t, max_spaces, 1024, "Most address spaces alive at once");
+ABSL_FLAG(uint64_t, max_frame_bytes, 4ull << 30,
+          "Daemon-wide limit on page-frame memory in bytes (0 = unlimited)");
+ABSL_FLAG(uint64_t, max_io_bytes, 1ull << 20, "Most bytes per ReadMemory/WriteMemory");
+ABSL_FLAG(uint64_t, max_batch, 4096, "Most ops per Batch message");
+ABSL_FLAG(uint64_t, max_message_bytes, 16ull << 20,
+          "Largest gRPC message received or sent, bytes");
+ABSL_FLAG(std::string, lock_stats, "on", "Lock wait/hold timing: on|off");
+ABSL_FLAG(std::string, log_level, "info", "error|warn|info|debug");
+ABSL_FLAG(int64_t, shutdown_grace_ms, 5000,
+          "On SIGTERM/SIGINT, how long in-flight calls may run before being cancelled");
+ABSL_FLAG(bool, reflection, true, "Serve gRPC server reflection (v1alpha)");
+
+namespace {
+
+using vmspace::rpc::LogLevel;
+using vmspace::rpc::Logf;
+
+constexpr const char* kServiceName = "vmspace.v1.VmSpace";
+
+// "host:port" -> "host" (keeps [v6] brackets); "" if there is no colon.
+std::string HostOf(const std::string& addr) {
+  const size_t colon = addr.rfind(':');
+  return colon == std::string::npos ? std::string() : addr.substr(0, colon);
+}
+
+// Abseil flag names are identifiers (max_spaces); accept the documented dashed
+// spelling (--max-spaces) by rewriting dashes in the name part of "--name[=value]".
+std::vector<char*> DashesToUnderscores(int argc, char** argv, std::vector<std::string>& store) {
+  store.assign(argv, argv + argc);
+  std::vector<char*> out;
+  for (size_t i = 0; i < store.size(); i++) {
+    std::string& a = store[i];
+    if (i > 0 && a.size() > 2 && a.compare(0, 2, "--") == 0) {
+      const size_t end = std::min(a.find('='), a.size());
+      for (size_t k = 2; k < end; k++)
+        if (a[k] == '-') a[k] = '_';
+    }
+    out.push_back(a.data());
+  }
+  out.push_back(nullptr);
+  return out;
+}
+
+int Fail(const std::string& msg) {
+  Logf(LogLevel::kError, "%s", msg.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "vmspaced: Linux-faithful virtual address spaces over gRPC.\n"
+      "Flags may be spelt with dashes or underscores (--max-spaces = --max_spaces).");
+  std::vector<std::string> arg_store;
+  std::vector<char*> args = DashesToUnderscores(argc, argv, arg_store);
+  absl::ParseCommandLine(argc, args.data());
+  // Debian's Abseil checks Mutex lock order on every lock (gRPC uses absl::Mutex).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+
+  LogLevel level;
+  if (!vmspace::rpc::ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level))
+    return Fail("--log-level must be error, warn, info or debug");
+  vmspace::rpc::SetLogLevel(level);
+
+  const std::string lock_stats = absl::GetFlag(FLAGS_lock_stats);
+  if (lock_stats != "on" && lock_stats != "off") return Fail("--lock-stats must be on or off");
+  vmspace::SetLockStatsEnabled(lock_stats == "on");
+
+  vmspace::rpc::ServiceLimits limits;
+  limits.max_io_bytes = absl::GetFlag(FLAGS_max_io_bytes);
+  limits.max_batch = absl::GetFlag(FLAGS_max_batch);
+  limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (limits.max_message_bytes < 4096 || limits.max_message_bytes > INT32_MAX)
+    return Fail("--max-message-bytes must be in [4096, 2^31)");
+  if (limits.max_io_bytes + 4096 > limits.max_message_bytes)
+    return Fail("--max-io-bytes must be at least 4 KiB below --max-message-bytes");
+  const uint64_t max_spaces = absl::GetFlag(FLAGS_max_spaces);
+  const int64_t grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
+  if (grace_ms < 0) return Fail("--shutdown-grace-ms must be >= 0");
+
+  // Block the stop signals before any thread starts (gRPC, civetweb, urcu all start
+  // threads, which inherit the mask); a dedicated thread takes them with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  vmspace::FrameAllocator frames(absl::GetFlag(FLAGS_max_frame_bytes));
+  vmspace::rpc::SpaceRegistry registry(frames, max_spaces);
+  vmspace::rpc::VmSpaceService service(registry, limits);
+
+  // Metrics first: a busy metrics port then fails before gRPC accepts anything.
+  std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::shared_ptr<vmspace::metrics::Collector> collector;
+  std::string metrics_addr = "off";
+  if (!metrics_listen.empty() && metrics_listen != "off") {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(metrics_listen, 2);
+    } catch (const std::exception& e) {
+      return Fail("cannot serve metrics on " + metrics_listen + ": " + e.what() +
+                  " (port in use?)");
+    }
+    collector = std::make_shared<vmspace::metrics::Collector>(
+        &frames,
+        [&registry] {
+          const vmspace::rpc::SpaceTotals t = registry.Totals();
+          return vmspace::metrics::SpaceGauges{t.spaces, t.vmas, t.resident_bytes,
+                                               t.pagetable_bytes};
+        },
+        VMSPACE_VERSION);
+    exposer->RegisterCollectable(collector, "/metrics");
+    const std::vector<int> ports = exposer->GetListeningPorts();
+    metrics_addr = HostOf(metrics_listen) + ":" +
+                   (ports.empty() ? std::string("?") : std::to_string(ports[0]));
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  if (absl::GetFlag(FLAGS_reflection)) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  grpc::ServerBuilder builder;
+  int grpc_port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &grpc_port);
+  // gRPC sets SO_REUSEPORT by default: a second daemon would silently share the port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(limits.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(limits.max_message_bytes));
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || grpc_port == 0)
+    return Fail("cannot listen on " + listen + " (address in use or invalid)");
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  if (health) health->SetServingStatus(kServiceName, true);
+
+  // The one line tests and scripts parse; printed whatever the log level.
+  fprintf(stderr, "vmspaced: listening grpc=%s:%d metrics=%s\n", HostOf(listen).c_str(),
+          grpc_port, metrics_addr.c_str());
+  fflush(stderr);
+  Logf(LogLevel::kInfo,
+       "version %s, max-spaces=%llu max-frame-bytes=%llu max-io-bytes=%llu max-batch=%llu "
+       "max-message-bytes=%llu lock-stats=%s",
+       VMSPACE_VERSION, static_cast<unsigned long long>(max_spaces),
+       static_cast<unsigned long long>(frames.limit_bytes()),
+       static_cast<unsigned long long>(limits.max_io_bytes),
+       static_cast<unsigned long long>(limits.max_batch),
+       static_cast<unsigned long long>(limits.max_message_bytes), lock_stats.c_str());
+
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    Logf(LogLevel::kInfo, "%s: draining (grace %lld ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+         static_cast<long long>(grace_ms));
+    if (health) health->Shutdown();  // every service reports NOT_SERVING from now on
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
+  });
+  server->Wait();
+  stopper.join();
+  exposer.reset();  // civetweb's stop takes up to ~1 s
+  Logf(LogLevel::kInfo, "stopped (%llu spaces)", static_cast<unsigned long long>(registry.size()));
+  return 0;
+}

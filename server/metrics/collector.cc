@@ -1,0 +1,240 @@
+#include "metrics/collector.h"
+
+#include <limits>
+#include <utility>
+
+#include <prometheus/client_metric.h>
+#include <prometheus/metric_type.h>
+
+#include "engine/frame_allocator.h"
+#include "engine/stats.h"
+#include "engine/types.h"
+#include "metrics/rpc_stats.h"
+
+namespace vmspace::metrics {
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily Family(std::string name, std::string help, MetricType type) {
+  MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+void AddValue(MetricFamily& f, std::vector<ClientMetric::Label> labels, double v) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (f.type == MetricType::Counter)
+    m.counter.value = v;
+  else
+    m.gauge.value = v;
+  f.metric.push_back(std::move(m));
+}
+
+// A histogram sample from per-bucket (non-cumulative) counts whose last slot is +Inf.
+template <size_t N, size_t B>
+void AddHistogram(MetricFamily& f, std::vector<ClientMetric::Label> labels,
+                  const std::array<double, B>& bounds, const std::array<uint64_t, N>& counts,
+                  double sum_seconds) {
+  static_assert(N == B + 1, "one count per bound plus +Inf");
+  ClientMetric m;
+  m.label = std::move(labels);
+  uint64_t cum = 0;
+  for (size_t i = 0; i < N; i++) {
+    cum += counts[i];
+    ClientMetric::Bucket b;
+    b.cumulative_count = cum;
+    b.upper_bound = i < B ? bounds[i] : std::numeric_limits<double>::infinity();
+    m.histogram.bucket.push_back(b);
+  }
+  m.histogram.sample_count = cum;
+  m.histogram.sample_sum = sum_seconds;
+  f.metric.push_back(std::move(m));
+}
+
+struct FaultEventLabel {
+  Event event;
+  const char* outcome;
+};
+// vmspace_faults_total{type, outcome}: the type is the engine's event name.
+constexpr FaultEventLabel kFaultEvents[] = {
+    {Event::kFaultAnonZero, "minor"},    {Event::kFaultAnonWrite, "minor"},
+    {Event::kFaultWpZero, "minor"},      {Event::kFaultWpReuse, "minor"},
+    {Event::kFaultShmem, "minor"},       {Event::kFaultSegvMaperr, "sigsegv"},
+    {Event::kFaultSegvAccerr, "sigsegv"}, {Event::kFaultSigbus, "sigbus"},
+    {Event::kFaultOom, "oom"},
+};
+
+std::string ErrnoLabel(int tracked) {
+  if (tracked == 0) return "OK";
+  if (tracked < 0) return "other";
+  return ErrnoName(tracked);
+}
+
+void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
+  // Locks.
+  auto acq = Family("vmspace_lock_acquisitions_total",
+                    "Lock acquisitions by lock class and mode.", MetricType::Counter);
+  auto con = Family("vmspace_lock_contentions_total",
+                    "Lock acquisitions that had to wait, by lock class and mode.",
+                    MetricType::Counter);
+  auto wait = Family("vmspace_lock_wait_seconds",
+                     "Time spent waiting for contended locks (recorded only with "
+                     "--lock-stats=on).",
+                     MetricType::Histogram);
+  auto hold = Family("vmspace_lock_hold_seconds",
+                     "Time locks were held (recorded only with --lock-stats=on).",
+                     MetricType::Histogram);
+  for (size_t c = 0; c < static_cast<size_t>(LockClass::kCount); c++) {
+    for (size_t m = 0; m < static_cast<size_t>(LockMode::kCount); m++) {
+      const auto cls = static_cast<LockClass>(c);
+      const auto mode = static_cast<LockMode>(m);
+      const LockStatCell& cell = s.lock(cls, mode);
+      std::vector<ClientMetric::Label> labels = {{"lock", LockClassName(cls)},
+                                                 {"mode", LockModeName(mode)}};
+      AddValue(acq, labels, static_cast<double>(cell.acquisitions));
+      AddValue(con, labels, static_cast<double>(cell.contentions));
+      AddHistogram(wait, labels, kDurationBuckets, cell.wait_hist,
+                   static_cast<double>(cell.wait_ns_total) * 1e-9);
+      AddHistogram(hold, labels, kDurationBuckets, cell.hold_hist,
+                   static_cast<double>(cell.hold_ns_total) * 1e-9);
+    }
+  }
+  out.push_back(std::move(acq));
+  out.push_back(std::move(con));
+  out.push_back(std::move(wait));
+  out.push_back(std::move(hold));
+
+  // Faults.
+  auto faults = Family("vmspace_faults_total",
+                       "Simulated accesses by handler path (type) and outcome "
+                       "(minor, sigsegv, sigbus, oom).",
+                       MetricType::Counter);
+  for (const auto& fe : kFaultEvents)
+    AddValue(faults, {{"type", EventName(fe.event)}, {"outcome", fe.outcome}},
+             static_cast<double>(s.event(fe.event)));
+  out.push_back(std::move(faults));
+  auto single = [&](const char* name, const char* help, Event e) {
+    auto f = Family(name, help, MetricType::Counter);
+    AddValue(f, {}, static_cast<double>(s.event(e)));
+    out.push_back(std::move(f));
+  };
+  single("vmspace_pgfault_total", "Page faults handled, as /proc/vmstat pgfault.",
+         Event::kPgfault);
+  single("vmspace_pgmajfault_total", "Major page faults, as /proc/vmstat pgmajfault.",
+         Event::kPgmajfault);
+  auto vmalock = Family("vmspace_vma_lock_total",
+                        "Per-VMA-lock fault attempts by result (as /proc/vmstat "
+                        "vma_lock_success/abort/retry/miss).",
+                        MetricType::Counter);
+  const std::pair<Event, const char*> kVmaLock[] = {{Event::kVmaLockSuccess, "success"},
+                                                    {Event::kVmaLockAbort, "abort"},
+                                                    {Event::kVmaLockRetry, "retry"},
+                                                    {Event::kVmaLockMiss, "miss"}};
+  for (const auto& [e, result] : kVmaLock)
+    AddValue(vmalock, {{"result", result}}, static_cast<double>(s.event(e)));
+  out.push_back(std::move(vmalock));
+  single("vmspace_frames_allocated_total", "Page frames allocated.",
+         Event::kFramesAllocated);
+  single("vmspace_frames_freed_total", "Page frames freed.", Event::kFramesFreed);
+  single("vmspace_pagetables_allocated_total", "Page-table pages allocated.",
+         Event::kPgtablesAllocated);
+  single("vmspace_pagetables_freed_total", "Page-table pages freed.", Event::kPgtablesFreed);
+
+  // Operations.
+  auto ops = Family("vmspace_ops_total",
+                    "Engine syscalls by operation and result errno (OK on success, "
+                    "\"other\" for untracked errnos).",
+                    MetricType::Counter);
+  for (size_t t = 0; t < static_cast<size_t>(OpType::kCount); t++)
+    for (size_t i = 0; i < kTrackedErrnos.size(); i++)
+      AddValue(ops, {{"op", OpTypeName(static_cast<OpType>(t))},
+                     {"errno", ErrnoLabel(kTrackedErrnos[i])}},
+               static_cast<double>(s.ops[t][i]));
+  out.push_back(std::move(ops));
+}
+
+void CollectRpc(const RpcSnapshot& s, std::vector<MetricFamily>& out) {
+  auto started = Family("grpc_server_started_total", "RPCs started on the server.",
+                        MetricType::Counter);
+  auto handled = Family("grpc_server_handled_total",
+                        "RPCs completed on the server, by status code.", MetricType::Counter);
+  auto received = Family("grpc_server_msg_received_total",
+                         "Request messages received on the server.", MetricType::Counter);
+  auto sent = Family("grpc_server_msg_sent_total", "Response messages sent by the server.",
+                     MetricType::Counter);
+  auto latency = Family("grpc_server_handling_seconds",
+                        "Time from the start of the handler to its final status "
+                        "(whole stream for Batch).",
+                        MetricType::Histogram);
+  for (size_t i = 0; i < kRpcMethodCount; i++) {
+    const auto m = static_cast<RpcMethod>(i);
+    const auto& c = s.method(m);
+    std::vector<ClientMetric::Label> labels = {{"grpc_type", RpcMethodType(m)},
+                                               {"grpc_service", kRpcServiceName},
+                                               {"grpc_method", RpcMethodName(m)}};
+    AddValue(started, labels, static_cast<double>(c.started));
+    AddValue(received, labels, static_cast<double>(c.msg_received));
+    AddValue(sent, labels, static_cast<double>(c.msg_sent));
+    AddHistogram(latency, labels, kRpcLatencyBuckets, c.latency_hist,
+                 static_cast<double>(c.latency_ns_total) * 1e-9);
+    for (int code = 0; code < kGrpcCodeCount; code++) {
+      auto l = labels;
+      l.push_back({"grpc_code", GrpcCodeName(code)});
+      AddValue(handled, std::move(l), static_cast<double>(c.handled[code]));
+    }
+  }
+  out.push_back(std::move(started));
+  out.push_back(std::move(handled));
+  out.push_back(std::move(received));
+  out.push_back(std::move(sent));
+  out.push_back(std::move(latency));
+}
+
+}  // namespace
+
+Collector::Collector(const FrameAllocator* frames, std::function<SpaceGauges()> gather_spaces,
+                     std::string version)
+    : frames_(frames), gather_spaces_(std::move(gather_spaces)), version_(std::move(version)) {}
+
+std::vector<MetricFamily> Collector::Collect() const {
+  std::vector<MetricFamily> out;
+  out.reserve(32);
+
+  auto info = Family("vmspace_build_info", "Build information; the value is always 1.",
+                     MetricType::Gauge);
+  AddValue(info, {{"version", version_}}, 1);
+  out.push_back(std::move(info));
+
+  SpaceGauges g;
+  if (gather_spaces_) g = gather_spaces_();
+  auto gauge = [&](const char* name, const char* help, uint64_t v) {
+    auto f = Family(name, help, MetricType::Gauge);
+    AddValue(f, {}, static_cast<double>(v));
+    out.push_back(std::move(f));
+  };
+  gauge("vmspace_spaces", "Live address spaces.", g.spaces);
+  gauge("vmspace_vmas", "VMAs in all spaces (sum of map_count).", g.vmas);
+  gauge("vmspace_resident_bytes", "Bytes of present PTEs in all spaces (rss).",
+        g.resident_bytes);
+  gauge("vmspace_pagetable_bytes", "Page-table bytes in all spaces.", g.pagetable_bytes);
+  gauge("vmspace_frame_bytes", "Page-frame memory in use, bytes.",
+        frames_ ? frames_->in_use_bytes() : 0);
+  gauge("vmspace_frame_limit_bytes",
+        "Daemon-wide page-frame memory limit, bytes (--max-frame-bytes; 0 = unlimited).",
+        frames_ ? frames_->limit_bytes() : 0);
+  gauge("vmspace_frame_host_bytes", "Host memory held by the frame allocator, bytes.",
+        frames_ ? frames_->host_bytes() : 0);
+
+  CollectEngine(ReadStats(), out);
+  CollectRpc(ReadRpcStats(), out);
+  return out;
+}
+
+}  // namespace vmspace::metrics

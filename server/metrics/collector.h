@@ -1,0 +1,48 @@
+// The daemon's Prometheus collector: every value is read at scrape time from the
+// engine's per-thread statistics (vmspace::ReadStats), the per-thread RPC counters
+// (ReadRpcStats), the frame allocator and the space registry. Nothing on the request
+// path touches prometheus-cpp objects.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+
+namespace vmspace {
+class FrameAllocator;
+}
+
+namespace vmspace::metrics {
+
+/// Space-wide totals over all live spaces, gathered by the registry at scrape time.
+struct SpaceGauges {
+  uint64_t spaces = 0;           // live spaces
+  uint64_t vmas = 0;             // sum of map_count
+  uint64_t resident_bytes = 0;   // sum of present PTEs * 4096
+  uint64_t pagetable_bytes = 0;  // sum of page-table bytes
+};
+
+/// A prometheus-cpp Collectable exporting the families listed in collector.cc
+/// (vmspace_* engine and space metrics, grpc_server_* RPC metrics, vmspace_build_info).
+/// Collect() is thread-safe and may run concurrently with requests; it takes only the
+/// stats registration mutexes and whatever `gather_spaces` takes.
+class Collector : public prometheus::Collectable {
+ public:
+  /// `frames` may be null (frame gauges then read 0) and must outlive the collector.
+  /// `gather_spaces` may be empty. `version` is the vmspace_build_info version label.
+  Collector(const FrameAllocator* frames, std::function<SpaceGauges()> gather_spaces,
+            std::string version);
+
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const FrameAllocator* frames_;
+  std::function<SpaceGauges()> gather_spaces_;
+  std::string version_;
+};
+
+}  // namespace vmspace::metrics

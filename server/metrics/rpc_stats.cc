@@ -1,0 +1,117 @@
+#include "metrics/rpc_stats.h"
+
+#include <mutex>
+#include <vector>
+
+namespace vmspace::metrics {
+
+const char* RpcMethodName(RpcMethod m) {
+  switch (m) {
+    case RpcMethod::kCreateSpace: return "CreateSpace";
+    case RpcMethod::kDestroySpace: return "DestroySpace";
+    case RpcMethod::kListSpaces: return "ListSpaces";
+    case RpcMethod::kMmap: return "Mmap";
+    case RpcMethod::kMunmap: return "Munmap";
+    case RpcMethod::kMprotect: return "Mprotect";
+    case RpcMethod::kFault: return "Fault";
+    case RpcMethod::kAccess: return "Access";
+    case RpcMethod::kReadMemory: return "ReadMemory";
+    case RpcMethod::kWriteMemory: return "WriteMemory";
+    case RpcMethod::kGetMaps: return "GetMaps";
+    case RpcMethod::kBatch: return "Batch";
+    case RpcMethod::kPing: return "Ping";
+    case RpcMethod::kCount: break;
+  }
+  return "?";
+}
+
+const char* RpcMethodType(RpcMethod m) {
+  return m == RpcMethod::kBatch ? "bidi_stream" : "unary";
+}
+
+const char* GrpcCodeName(int code) {
+  static constexpr const char* kNames[kGrpcCodeCount] = {
+      "OK",           "Canceled",          "Unknown",           "InvalidArgument",
+      "DeadlineExceeded", "NotFound",      "AlreadyExists",     "PermissionDenied",
+      "ResourceExhausted", "FailedPrecondition", "Aborted",     "OutOfRange",
+      "Unimplemented", "Internal",         "Unavailable",       "DataLoss",
+      "Unauthenticated"};
+  if (code < 0 || code >= kGrpcCodeCount) return "Unknown";
+  return kNames[code];
+}
+
+namespace rpc_stats_internal {
+
+thread_local ThreadBlock* tls_block = nullptr;
+
+namespace {
+// Every block ever created. A block of an exited thread keeps its counts and is handed
+// to the next new thread, so the list is bounded by the peak number of threads.
+struct Registry {
+  std::mutex mu;
+  std::vector<ThreadBlock*> all;
+  std::vector<ThreadBlock*> retired;
+};
+Registry& Reg() {
+  static Registry* r = new Registry;  // never destroyed: threads may exit after main
+  return *r;
+}
+struct Retirer {
+  ~Retirer() {
+    if (tls_block) {
+      std::lock_guard<std::mutex> l(Reg().mu);
+      Reg().retired.push_back(tls_block);
+      tls_block = nullptr;
+    }
+  }
+};
+thread_local Retirer tls_retirer;
+}  // namespace
+
+ThreadBlock* RegisterThread() {
+  (void)&tls_retirer;  // odr-use: instantiates the thread-exit hook
+  Registry& r = Reg();
+  std::lock_guard<std::mutex> l(r.mu);
+  ThreadBlock* b;
+  if (!r.retired.empty()) {
+    b = r.retired.back();
+    r.retired.pop_back();
+  } else {
+    b = new ThreadBlock();
+    r.all.push_back(b);
+  }
+  tls_block = b;
+  return b;
+}
+
+size_t LatencyBucket(uint64_t ns) {
+  const double s = static_cast<double>(ns) * 1e-9;
+  for (size_t i = 0; i < kRpcLatencyBuckets.size(); i++)
+    if (s <= kRpcLatencyBuckets[i]) return i;
+  return kRpcLatencyBuckets.size();
+}
+
+}  // namespace rpc_stats_internal
+
+RpcSnapshot ReadRpcStats() {
+  using rpc_stats_internal::Reg;
+  RpcSnapshot s;
+  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  std::lock_guard<std::mutex> l(Reg().mu);
+  for (const rpc_stats_internal::ThreadBlock* b : Reg().all) {
+    for (size_t m = 0; m < kRpcMethodCount; m++) {
+      const auto& src = b->methods[m];
+      auto& dst = s.methods[m];
+      dst.started += ld(src.started);
+      dst.msg_received += ld(src.msg_received);
+      dst.msg_sent += ld(src.msg_sent);
+      dst.latency_ns_total += ld(src.latency_ns_total);
+      for (size_t c = 0; c < dst.handled.size(); c++) dst.handled[c] += ld(src.handled[c]);
+      for (size_t k = 0; k < dst.latency_hist.size(); k++)
+        dst.latency_hist[k] += ld(src.latency_hist[k]);
+    }
+  }
+  return s;
+}
+
+}  // namespace vmspace::metrics

@@ -1,0 +1,79 @@
+#include "rpc/errors.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "engine/types.h"
+#include "vmspace/v1/vmspace.pb.h"
+
+namespace vmspace::rpc {
+
+grpc::StatusCode ErrnoToStatusCode(int err) {
+  switch (err) {
+    case 0: return grpc::StatusCode::OK;
+    case EINVAL:
+    case EBADF: return grpc::StatusCode::INVALID_ARGUMENT;
+    case ENOMEM:
+    case EAGAIN: return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case EEXIST: return grpc::StatusCode::ALREADY_EXISTS;
+    case EPERM:
+    case EACCES: return grpc::StatusCode::PERMISSION_DENIED;
+    case EOVERFLOW: return grpc::StatusCode::OUT_OF_RANGE;
+    case ENODEV:
+    case EOPNOTSUPP: return grpc::StatusCode::UNIMPLEMENTED;
+    default: return grpc::StatusCode::UNKNOWN;
+  }
+}
+
+OpStatus ErrnoErrorDetail(int err, std::string_view what, std::string_view detail) {
+  OpStatus s;
+  s.code = ErrnoToStatusCode(err);
+  s.err = err;
+  s.message.reserve(16 + what.size() + detail.size());
+  s.message += ErrnoName(err);
+  s.message += ": ";
+  s.message += what;
+  s.message += ": ";
+  s.message += detail;
+  return s;
+}
+
+OpStatus ErrnoError(int err, std::string_view what) {
+  const char* text = strerrordesc_np(err);
+  return ErrnoErrorDetail(err, what, text ? text : "unknown error");
+}
+
+OpStatus SpaceNotFound(uint64_t id) {
+  OpStatus s;
+  s.code = grpc::StatusCode::NOT_FOUND;
+  s.message = "space " + std::to_string(id) + " not found";
+  return s;
+}
+
+OpStatus FrameLimitError(std::string_view what) {
+  OpStatus s;
+  s.code = grpc::StatusCode::RESOURCE_EXHAUSTED;
+  s.err = ENOMEM;
+  s.message = "ENOMEM: frame memory limit (";
+  s.message += what;
+  s.message += ")";
+  return s;
+}
+
+OpStatus Cancelled() {
+  OpStatus s;
+  s.code = grpc::StatusCode::CANCELLED;
+  s.message = "cancelled";
+  return s;
+}
+
+grpc::Status ToGrpcStatus(const OpStatus& s) {
+  if (s.ok()) return grpc::Status::OK;
+  if (s.err == 0) return grpc::Status(s.code, s.message);
+  v1::SyscallError details;
+  details.set_errno_(s.err);
+  details.set_errno_name(ErrnoName(s.err));
+  return grpc::Status(s.code, s.message, details.SerializeAsString());
+}
+
+}  // namespace vmspace::rpc

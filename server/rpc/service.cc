@@ -1,0 +1,500 @@
+#include "rpc/service.h"
+
+#include <cerrno>
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "engine/types.h"
+#include "metrics/rpc_stats.h"
+#include "rpc/errors.h"
+#include "rpc/log.h"
+
+namespace vmspace::rpc {
+
+namespace {
+
+using metrics::RpcMethod;
+using metrics::RpcScope;
+
+constexpr size_t kMaxLabelBytes = 64;
+// Access() is run in chunks of this many touches so a long walk notices cancellation.
+// A multiple of 256, so a write's byte pattern (uint8)i is the same as in one walk.
+constexpr uint64_t kAccessChunkTouches = 1u << 16;
+// Ops of a batch between two ctx->IsCancelled() checks.
+constexpr int kCancelCheckOps = 256;
+
+// ---- proto <-> engine conversions ----
+
+bool ToAccessType(int v, AccessType* out) {
+  switch (v) {
+    case v1::ACCESS_READ: *out = AccessType::kRead; return true;
+    case v1::ACCESS_WRITE: *out = AccessType::kWrite; return true;
+    case v1::ACCESS_EXEC: *out = AccessType::kExec; return true;
+    default: return false;
+  }
+}
+
+v1::FaultOutcome ToProto(FaultOutcome o) {
+  switch (o) {
+    case FaultOutcome::kNone: return v1::FAULT_OUTCOME_NONE;
+    case FaultOutcome::kMinor: return v1::FAULT_OUTCOME_MINOR;
+    case FaultOutcome::kMajor: return v1::FAULT_OUTCOME_MAJOR;
+    case FaultOutcome::kSigsegv: return v1::FAULT_OUTCOME_SIGSEGV;
+    case FaultOutcome::kSigbus: return v1::FAULT_OUTCOME_SIGBUS;
+    case FaultOutcome::kOom: break;  // never reported as a FaultInfo
+  }
+  return v1::FAULT_OUTCOME_NONE;
+}
+
+v1::SiCode ToProtoSiCode(const FaultResult& f) {
+  if (f.outcome == FaultOutcome::kSigsegv) {
+    if (f.sig_code == kSegvMaperr) return v1::SEGV_MAPERR;
+    if (f.sig_code == kSegvAccerr) return v1::SEGV_ACCERR;
+  } else if (f.outcome == FaultOutcome::kSigbus) {
+    if (f.sig_code == kBusAdrerr) return v1::BUS_ADRERR;
+  }
+  return v1::SI_CODE_NONE;
+}
+
+v1::LockPath ToProto(LockPath p) {
+  switch (p) {
+    case LockPath::kNone: return v1::LOCK_PATH_NONE;
+    case LockPath::kVmaLock: return v1::LOCK_PATH_VMA_LOCK;
+    case LockPath::kMmapLock: return v1::LOCK_PATH_MMAP_LOCK;
+  }
+  return v1::LOCK_PATH_NONE;
+}
+
+void FillFault(const FaultResult& f, v1::FaultInfo* out) {
+  out->set_outcome(ToProto(f.outcome));
+  if (f.signal()) {
+    out->set_si_code(ToProtoSiCode(f));
+    out->set_si_addr(f.sig_addr);
+  }
+  out->set_lock_path(ToProto(f.path));
+  out->set_vma_lock_retry(f.vma_lock_retry);
+}
+
+std::string Perms(uint64_t flags) {
+  std::string p = "----";
+  if (flags & VM_READ) p[0] = 'r';
+  if (flags & VM_WRITE) p[1] = 'w';
+  if (flags & VM_EXEC) p[2] = 'x';
+  p[3] = (flags & VM_MAYSHARE) ? 's' : 'p';
+  return p;
+}
+
+std::string Dev(uint32_t major, uint32_t minor) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%02x:%02x", major, minor);
+  return buf;
+}
+
+// ---- operations on one space (shared by the unary handlers and Batch) ----
+
+OpStatus DoMmap(Space& sp, const v1::MmapRequest& r, v1::MmapResponse* out) {
+  const SysResult res = sp.as.Mmap(r.addr(), r.len(), r.prot(), r.flags(), r.offset());
+  if (!res.ok()) return ErrnoError(res.error, "mmap");
+  out->set_addr(res.value);
+  return {};
+}
+
+OpStatus DoMunmap(Space& sp, const v1::MunmapRequest& r, v1::MunmapResponse*) {
+  const SysResult res = sp.as.Munmap(r.addr(), r.len());
+  if (!res.ok()) return ErrnoError(res.error, "munmap");
+  return {};
+}
+
+OpStatus DoMprotect(Space& sp, const v1::MprotectRequest& r, v1::MprotectResponse*) {
+  const SysResult res = sp.as.Mprotect(r.addr(), r.len(), r.prot());
+  if (!res.ok()) return ErrnoError(res.error, "mprotect");
+  return {};
+}
+
+OpStatus DoFault(Space& sp, const v1::FaultRequest& r, v1::FaultResponse* out) {
+  AccessType access;
+  if (!ToAccessType(r.access(), &access))
+    return ErrnoErrorDetail(EINVAL, "Fault", "unknown access type");
+  const FaultResult f = sp.as.Fault(r.addr(), access);
+  if (f.outcome == FaultOutcome::kOom) return FrameLimitError("Fault");
+  FillFault(f, out->mutable_fault());
+  return {};
+}
+
+OpStatus DoAccess(Space& sp, const v1::AccessRequest& r, v1::AccessResponse* out,
+                  grpc::ServerContext* ctx) {
+  AccessType access;
+  if (!ToAccessType(r.access(), &access))
+    return ErrnoErrorDetail(EINVAL, "Access", "unknown access type");
+  const uint64_t stride = r.stride() == 0 ? 1 : r.stride();
+  const uint64_t len = r.len();
+  // Chunks of kAccessChunkTouches touches; each chunk starts at a multiple of
+  // stride * 65536 (hence of 256), so touches and written bytes equal one whole walk.
+  const bool one_walk = stride >= (~0ull / kAccessChunkTouches) ||
+                        len <= stride * kAccessChunkTouches;
+  const uint64_t chunk = one_walk ? len : stride * kAccessChunkTouches;
+  uint64_t faults = 0, major = 0, accesses = 0;
+  FaultResult stop;
+  for (uint64_t off = 0;;) {
+    const uint64_t n = one_walk ? len : std::min(chunk, len - off);
+    const AccessResult ar = sp.as.Access(r.addr() + off, n, stride, access);
+    faults += ar.faults;
+    major += ar.major_faults;
+    accesses += ar.accesses;
+    if (!ar.ok()) {
+      stop = ar.stop;
+      break;
+    }
+    if (one_walk || n == len - off) break;
+    off += n;
+    if (ctx != nullptr && ctx->IsCancelled()) return Cancelled();
+  }
+  if (stop.outcome == FaultOutcome::kOom) return FrameLimitError("Access");
+  out->set_faults(faults);
+  out->set_major_faults(major);
+  out->set_accesses(accesses);
+  if (stop.failed()) FillFault(stop, out->mutable_stop());
+  return {};
+}
+
+OpStatus DoRead(Space& sp, const v1::ReadMemoryRequest& r, v1::ReadMemoryResponse* out,
+                uint64_t max_io) {
+  if (r.len() > max_io)
+    return ErrnoErrorDetail(EINVAL, "ReadMemory",
+                            "len " + std::to_string(r.len()) + " exceeds --max-io-bytes=" +
+                                std::to_string(max_io));
+  std::string* data = out->mutable_data();
+  data->resize(r.len());
+  const CopyResult cr = sp.as.ReadMemory(r.addr(), data->data(), r.len());
+  if (cr.stop.outcome == FaultOutcome::kOom) {
+    out->clear_data();
+    return FrameLimitError("ReadMemory");
+  }
+  data->resize(cr.bytes);
+  out->set_faults(cr.faults);
+  if (cr.stop.failed()) FillFault(cr.stop, out->mutable_stop());
+  return {};
+}
+
+OpStatus DoWrite(Space& sp, const v1::WriteMemoryRequest& r, v1::WriteMemoryResponse* out,
+                 uint64_t max_io) {
+  if (r.data().size() > max_io)
+    return ErrnoErrorDetail(EINVAL, "WriteMemory",
+                            "data of " + std::to_string(r.data().size()) +
+                                " bytes exceeds --max-io-bytes=" + std::to_string(max_io));
+  const CopyResult cr = sp.as.WriteMemory(r.addr(), r.data().data(), r.data().size());
+  if (cr.stop.outcome == FaultOutcome::kOom) return FrameLimitError("WriteMemory");
+  out->set_bytes_written(cr.bytes);
+  out->set_faults(cr.faults);
+  if (cr.stop.failed()) FillFault(cr.stop, out->mutable_stop());
+  return {};
+}
+
+OpStatus DoGetMaps(Space& sp, const v1::GetMapsRequest& r, v1::GetMapsResponse* out,
+                   uint64_t max_message) {
+  const bool whole = r.start() == 0 && r.end() == 0;
+  const uint64_t end = r.end() == 0 ? ~0ull : r.end();
+  if (r.start() > end) return ErrnoErrorDetail(EINVAL, "GetMaps", "start > end");
+  const std::vector<VmaInfo> vmas = sp.as.Maps(r.start(), end);
+  std::string* text = out->mutable_maps_text();
+  for (const VmaInfo& v : vmas) {
+    v1::Vma* o = out->add_vmas();
+    o->set_start(v.start);
+    o->set_end(v.end);
+    o->set_perms(Perms(v.flags));
+    o->set_vm_flags(v.flags);
+    o->set_smaps_vmflags(AddressSpace::VmFlagsString(v.flags));
+    o->set_pgoff(v.pgoff);
+    o->set_offset(v.offset);
+    o->set_dev(Dev(v.dev_major, v.dev_minor));
+    o->set_inode(v.inode);
+    o->set_name(v.name);
+    o->set_rss_bytes(v.rss_pages * kPageSize);
+    *text += AddressSpace::FormatMapsLine(v);
+    *text += '\n';
+  }
+  // The whole list is one snapshot, so its length is the exact map_count.
+  out->set_map_count(whole ? vmas.size() : sp.as.Counters().map_count);
+  const size_t bytes = out->ByteSizeLong();
+  if (bytes > max_message) {
+    out->Clear();
+    return ErrnoErrorDetail(ENOMEM, "GetMaps",
+                            "response of " + std::to_string(bytes) +
+                                " bytes exceeds --max-message-bytes; ask for a smaller range");
+  }
+  return {};
+}
+
+// Validates CreateSpace settings and converts them to engine options.
+OpStatus ToSpaceOptions(const v1::SpaceSettings& s, SpaceOptions* o) {
+  if (s.has_max_map_count()) o->max_map_count = s.max_map_count();
+  if (s.has_mmap_base()) o->mmap_base = s.mmap_base();
+  if (s.has_mmap_min_addr()) o->mmap_min_addr = s.mmap_min_addr();
+  if (s.has_dac_mmap_min_addr()) o->dac_mmap_min_addr = s.dac_mmap_min_addr();
+  if (s.has_cap_sys_rawio()) o->cap_sys_rawio = s.cap_sys_rawio();
+  if (!PageAligned(o->mmap_base) || o->mmap_base == 0 || o->mmap_base > kTaskSize)
+    return ErrnoErrorDetail(EINVAL, "CreateSpace",
+                            "mmap_base must be page aligned and in (0, 0x7ffffffff000]");
+  if (o->mmap_min_addr >= o->mmap_base)
+    return ErrnoErrorDetail(EINVAL, "CreateSpace", "mmap_min_addr must be below mmap_base");
+  if (o->dac_mmap_min_addr > kTaskSize)
+    return ErrnoErrorDetail(EINVAL, "CreateSpace", "dac_mmap_min_addr beyond TASK_SIZE");
+  if (!s.locking_profile().empty() && s.locking_profile() != "default")
+    return ErrnoErrorDetail(EINVAL, "CreateSpace",
+                            "unknown locking_profile \"" + s.locking_profile() +
+                                "\" (supported: \"\", \"default\")");
+  return {};
+}
+
+// Runs `fn(space)` for the space `id`, or answers NOT_FOUND, recording the RPC metrics.
+template <typename Fn>
+grpc::Status OnSpace(SpaceRegistry& reg, RpcMethod m, uint64_t id, Fn&& fn) {
+  RpcScope scope(m);
+  OpStatus s;
+  if (std::shared_ptr<Space> sp = reg.Find(id))
+    s = fn(*sp);
+  else
+    s = SpaceNotFound(id);
+  scope.Finish(static_cast<int>(s.code));
+  return ToGrpcStatus(s);
+}
+
+// A one-entry cache of the last space looked up, for the ops of one batch message.
+class SpaceCache {
+ public:
+  explicit SpaceCache(SpaceRegistry& reg) : reg_(reg) {}
+  Space* Get(uint64_t id) {
+    if (!sp_ || sp_->id != id) sp_ = reg_.Find(id);
+    return sp_.get();
+  }
+
+ private:
+  SpaceRegistry& reg_;
+  std::shared_ptr<Space> sp_;
+};
+
+void FillOpError(const OpStatus& s, v1::OpResult* out) {
+  out->set_code(static_cast<int>(s.code));
+  out->set_errno_(s.err);
+  if (s.err != 0) out->set_errno_name(ErrnoName(s.err));
+  out->set_message(s.message);
+}
+
+uint64_t OpSpaceId(const v1::Op& op) {
+  switch (op.op_case()) {
+    case v1::Op::kMmap: return op.mmap().space_id();
+    case v1::Op::kMunmap: return op.munmap().space_id();
+    case v1::Op::kMprotect: return op.mprotect().space_id();
+    case v1::Op::kFault: return op.fault().space_id();
+    case v1::Op::kAccess: return op.access().space_id();
+    case v1::Op::kRead: return op.read().space_id();
+    case v1::Op::kWrite: return op.write().space_id();
+    case v1::Op::OP_NOT_SET: break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+VmSpaceService::VmSpaceService(SpaceRegistry& registry, const ServiceLimits& limits)
+    : registry_(registry), limits_(limits) {}
+
+grpc::Status VmSpaceService::CreateSpace(grpc::ServerContext*,
+                                         const v1::CreateSpaceRequest* req,
+                                         v1::CreateSpaceResponse* resp) {
+  RpcScope scope(RpcMethod::kCreateSpace);
+  OpStatus s;
+  SpaceOptions opts;
+  if (req->label().size() > kMaxLabelBytes) {
+    s = ErrnoErrorDetail(EINVAL, "CreateSpace", "label longer than 64 bytes");
+  } else {
+    s = ToSpaceOptions(req->settings(), &opts);
+  }
+  if (s.ok()) {
+    const std::string& profile = req->settings().locking_profile();
+    const uint64_t id =
+        registry_.Create(opts, req->label(), profile.empty() ? "default" : profile);
+    if (id == 0) {
+      s = ErrnoErrorDetail(ENOMEM, "CreateSpace",
+                           "space limit reached (--max-spaces=" +
+                               std::to_string(registry_.max_spaces()) + ")");
+    } else {
+      resp->set_space_id(id);
+      Logf(LogLevel::kDebug, "created space %llu \"%s\"", static_cast<unsigned long long>(id),
+           req->label().c_str());
+    }
+  }
+  scope.Finish(static_cast<int>(s.code));
+  return ToGrpcStatus(s);
+}
+
+grpc::Status VmSpaceService::DestroySpace(grpc::ServerContext*,
+                                          const v1::DestroySpaceRequest* req,
+                                          v1::DestroySpaceResponse*) {
+  RpcScope scope(RpcMethod::kDestroySpace);
+  OpStatus s;
+  if (!registry_.Destroy(req->space_id())) s = SpaceNotFound(req->space_id());
+  else
+    Logf(LogLevel::kDebug, "destroyed space %llu",
+         static_cast<unsigned long long>(req->space_id()));
+  scope.Finish(static_cast<int>(s.code));
+  return ToGrpcStatus(s);
+}
+
+grpc::Status VmSpaceService::ListSpaces(grpc::ServerContext*, const v1::ListSpacesRequest*,
+                                        v1::ListSpacesResponse* resp) {
+  RpcScope scope(RpcMethod::kListSpaces);
+  OpStatus s;
+  for (const std::shared_ptr<Space>& sp : registry_.List()) {
+    const SpaceCounters c = sp->as.Counters();
+    v1::SpaceInfo* info = resp->add_spaces();
+    info->set_space_id(sp->id);
+    info->set_label(sp->label);
+    info->set_map_count(c.map_count);
+    info->set_total_vm_bytes(c.total_vm_pages * kPageSize);
+    info->set_rss_bytes(c.rss_pages * kPageSize);
+    info->set_pgtable_bytes(c.pgtable_bytes);
+    info->set_locking_profile(sp->locking_profile);
+  }
+  if (resp->ByteSizeLong() > limits_.max_message_bytes) {
+    resp->Clear();
+    s = ErrnoErrorDetail(ENOMEM, "ListSpaces", "response exceeds --max-message-bytes");
+  }
+  scope.Finish(static_cast<int>(s.code));
+  return ToGrpcStatus(s);
+}
+
+grpc::Status VmSpaceService::Mmap(grpc::ServerContext*, const v1::MmapRequest* req,
+                                  v1::MmapResponse* resp) {
+  return OnSpace(registry_, RpcMethod::kMmap, req->space_id(),
+                 [&](Space& sp) { return DoMmap(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::Munmap(grpc::ServerContext*, const v1::MunmapRequest* req,
+                                    v1::MunmapResponse* resp) {
+  return OnSpace(registry_, RpcMethod::kMunmap, req->space_id(),
+                 [&](Space& sp) { return DoMunmap(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::Mprotect(grpc::ServerContext*, const v1::MprotectRequest* req,
+                                      v1::MprotectResponse* resp) {
+  return OnSpace(registry_, RpcMethod::kMprotect, req->space_id(),
+                 [&](Space& sp) { return DoMprotect(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::Fault(grpc::ServerContext*, const v1::FaultRequest* req,
+                                   v1::FaultResponse* resp) {
+  return OnSpace(registry_, RpcMethod::kFault, req->space_id(),
+                 [&](Space& sp) { return DoFault(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::Access(grpc::ServerContext* ctx, const v1::AccessRequest* req,
+                                    v1::AccessResponse* resp) {
+  return OnSpace(registry_, RpcMethod::kAccess, req->space_id(),
+                 [&](Space& sp) { return DoAccess(sp, *req, resp, ctx); });
+}
+
+grpc::Status VmSpaceService::ReadMemory(grpc::ServerContext*, const v1::ReadMemoryRequest* req,
+                                        v1::ReadMemoryResponse* resp) {
+  return OnSpace(registry_, RpcMethod::kReadMemory, req->space_id(),
+                 [&](Space& sp) { return DoRead(sp, *req, resp, limits_.max_io_bytes); });
+}
+
+grpc::Status VmSpaceService::WriteMemory(grpc::ServerContext*,
+                                         const v1::WriteMemoryRequest* req,
+                                         v1::WriteMemoryResponse* resp) {
+  return OnSpace(registry_, RpcMethod::kWriteMemory, req->space_id(),
+                 [&](Space& sp) { return DoWrite(sp, *req, resp, limits_.max_io_bytes); });
+}
+
+grpc::Status VmSpaceService::GetMaps(grpc::ServerContext*, const v1::GetMapsRequest* req,
+                                     v1::GetMapsResponse* resp) {
+  return OnSpace(registry_, RpcMethod::kGetMaps, req->space_id(), [&](Space& sp) {
+    return DoGetMaps(sp, *req, resp, limits_.max_message_bytes);
+  });
+}
+
+grpc::Status VmSpaceService::Batch(
+    grpc::ServerContext* ctx,
+    grpc::ServerReaderWriter<v1::BatchResponse, v1::BatchRequest>* stream) {
+  RpcScope scope(RpcMethod::kBatch);
+  auto finish = [&](const OpStatus& s) {
+    scope.Finish(static_cast<int>(s.code));
+    return ToGrpcStatus(s);
+  };
+  v1::BatchRequest req;
+  v1::BatchResponse resp;
+  // Response bytes beyond the ops' own results: tag, framing, slack.
+  constexpr uint64_t kSlack = 1024;
+  while (stream->Read(&req)) {
+    metrics::CountMsgReceived(RpcMethod::kBatch);
+    if (ctx->IsCancelled()) return finish(Cancelled());
+    if (static_cast<uint64_t>(req.ops_size()) > limits_.max_batch)
+      return finish(ErrnoErrorDetail(EINVAL, "Batch",
+                                     std::to_string(req.ops_size()) +
+                                         " ops in one message exceed --max-batch=" +
+                                         std::to_string(limits_.max_batch)));
+    resp.Clear();
+    resp.set_tag(req.tag());
+    SpaceCache cache(registry_);
+    uint64_t resp_bytes = kSlack;
+    for (int i = 0; i < req.ops_size(); i++) {
+      if (i != 0 && i % kCancelCheckOps == 0 && ctx->IsCancelled())
+        return finish(Cancelled());
+      const v1::Op& op = req.ops(i);
+      v1::OpResult* res = resp.add_results();
+      OpStatus s;
+      Space* sp = nullptr;
+      if (op.op_case() == v1::Op::OP_NOT_SET) {
+        s = ErrnoErrorDetail(EINVAL, "Batch", "op " + std::to_string(i) + " is empty");
+      } else if ((sp = cache.Get(OpSpaceId(op))) == nullptr) {
+        s = SpaceNotFound(OpSpaceId(op));
+      } else {
+        switch (op.op_case()) {
+          case v1::Op::kMmap: s = DoMmap(*sp, op.mmap(), res->mutable_mmap()); break;
+          case v1::Op::kMunmap: s = DoMunmap(*sp, op.munmap(), res->mutable_munmap()); break;
+          case v1::Op::kMprotect:
+            s = DoMprotect(*sp, op.mprotect(), res->mutable_mprotect());
+            break;
+          case v1::Op::kFault: s = DoFault(*sp, op.fault(), res->mutable_fault()); break;
+          case v1::Op::kAccess:
+            s = DoAccess(*sp, op.access(), res->mutable_access(), ctx);
+            break;
+          case v1::Op::kRead:
+            if (op.read().len() <= limits_.max_io_bytes &&
+                resp_bytes + op.read().len() > limits_.max_message_bytes) {
+              s = ErrnoErrorDetail(EINVAL, "ReadMemory",
+                                   "the reads of this batch message would exceed "
+                                   "--max-message-bytes");
+            } else {
+              s = DoRead(*sp, op.read(), res->mutable_read(), limits_.max_io_bytes);
+            }
+            break;
+          case v1::Op::kWrite:
+            s = DoWrite(*sp, op.write(), res->mutable_write(), limits_.max_io_bytes);
+            break;
+          case v1::Op::OP_NOT_SET: break;
+        }
+      }
+      if (s.code == grpc::StatusCode::CANCELLED) return finish(s);
+      if (!s.ok()) {
+        res->clear_result();
+        FillOpError(s, res);
+      }
+      resp_bytes += res->ByteSizeLong() + 8;
+    }
+    if (!stream->Write(resp)) return finish(Cancelled());
+    metrics::CountMsgSent(RpcMethod::kBatch);
+  }
+  return finish(OpStatus{});
+}
+
+grpc::Status VmSpaceService::Ping(grpc::ServerContext*, const v1::PingRequest*,
+                                  v1::PingResponse*) {
+  RpcScope scope(RpcMethod::kPing);
+  scope.Finish(0);
+  return grpc::Status::OK;
+}
+
+}  // namespace vmspace::rpc

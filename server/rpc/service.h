@@ -1,0 +1,71 @@
+// VmSpaceService: the gRPC service vmspace.v1.VmSpace on top of the engine.
+//
+// Each handler looks the space up in the SpaceRegistry, calls the engine directly on
+// the gRPC handler thread, and translates the result: engine errnos become the status
+// codes documented in vmspace.proto (errors.h); faults ending in SIGSEGV/SIGBUS are OK
+// answers; FaultOutcome::kOom is RESOURCE_EXHAUSTED "ENOMEM: frame memory limit".
+// Every handler records its RPC metrics in per-thread counters (metrics/rpc_stats.h).
+#pragma once
+
+#include <cstdint>
+
+#include "rpc/space_registry.h"
+#include "vmspace/v1/vmspace.grpc.pb.h"
+
+namespace vmspace::rpc {
+
+/// Input limits enforced by the service (daemon flags of the same names).
+struct ServiceLimits {
+  /// Most bytes one ReadMemory/WriteMemory may move (--max-io-bytes); more is EINVAL.
+  uint64_t max_io_bytes = 1ull << 20;
+  /// Most ops in one BatchRequest (--max-batch); more ends the stream INVALID_ARGUMENT.
+  uint64_t max_batch = 4096;
+  /// Largest message the server sends or receives (--max-message-bytes). Responses that
+  /// would be larger are refused: RESOURCE_EXHAUSTED (ENOMEM) for GetMaps and ListSpaces,
+  /// EINVAL for the read op of a batch whose response would grow past it.
+  uint64_t max_message_bytes = 16ull << 20;
+};
+
+class VmSpaceService final : public v1::VmSpace::Service {
+ public:
+  /// `registry` must outlive the service.
+  VmSpaceService(SpaceRegistry& registry, const ServiceLimits& limits);
+
+  grpc::Status CreateSpace(grpc::ServerContext* ctx, const v1::CreateSpaceRequest* req,
+                           v1::CreateSpaceResponse* resp) override;
+  grpc::Status DestroySpace(grpc::ServerContext* ctx, const v1::DestroySpaceRequest* req,
+                            v1::DestroySpaceResponse* resp) override;
+  grpc::Status ListSpaces(grpc::ServerContext* ctx, const v1::ListSpacesRequest* req,
+                          v1::ListSpacesResponse* resp) override;
+  grpc::Status Mmap(grpc::ServerContext* ctx, const v1::MmapRequest* req,
+                    v1::MmapResponse* resp) override;
+  grpc::Status Munmap(grpc::ServerContext* ctx, const v1::MunmapRequest* req,
+                      v1::MunmapResponse* resp) override;
+  grpc::Status Mprotect(grpc::ServerContext* ctx, const v1::MprotectRequest* req,
+                        v1::MprotectResponse* resp) override;
+  grpc::Status Fault(grpc::ServerContext* ctx, const v1::FaultRequest* req,
+                     v1::FaultResponse* resp) override;
+  grpc::Status Access(grpc::ServerContext* ctx, const v1::AccessRequest* req,
+                      v1::AccessResponse* resp) override;
+  grpc::Status ReadMemory(grpc::ServerContext* ctx, const v1::ReadMemoryRequest* req,
+                          v1::ReadMemoryResponse* resp) override;
+  grpc::Status WriteMemory(grpc::ServerContext* ctx, const v1::WriteMemoryRequest* req,
+                           v1::WriteMemoryResponse* resp) override;
+  grpc::Status GetMaps(grpc::ServerContext* ctx, const v1::GetMapsRequest* req,
+                       v1::GetMapsResponse* resp) override;
+  /// Answers each BatchRequest with one BatchResponse (same tag, one OpResult per op,
+  /// in order) before reading the next. Checks ctx->IsCancelled() between messages and
+  /// every few hundred ops. A message with more than max_batch ops ends the stream with
+  /// INVALID_ARGUMENT (EINVAL); responses already sent stay valid.
+  grpc::Status Batch(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::BatchResponse, v1::BatchRequest>* stream) override;
+  grpc::Status Ping(grpc::ServerContext* ctx, const v1::PingRequest* req,
+                    v1::PingResponse* resp) override;
+
+ private:
+  SpaceRegistry& registry_;
+  const ServiceLimits limits_;
+};
+
+}  // namespace vmspace::rpc

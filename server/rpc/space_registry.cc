@@ -1,0 +1,73 @@
+#include "rpc/space_registry.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace vmspace::rpc {
+
+SpaceRegistry::SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces)
+    : frames_(frames), max_spaces_(max_spaces) {}
+
+SpaceRegistry::~SpaceRegistry() = default;
+
+uint64_t SpaceRegistry::Create(const SpaceOptions& opts, std::string label,
+                               std::string locking_profile) {
+  // Reserve a slot first so concurrent creates cannot overshoot the limit.
+  uint64_t n = count_.load(std::memory_order_relaxed);
+  do {
+    if (n >= max_spaces_) return 0;
+  } while (!count_.compare_exchange_weak(n, n + 1, std::memory_order_relaxed));
+  const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  auto space =
+      std::make_shared<Space>(id, std::move(label), std::move(locking_profile), frames_, opts);
+  Shard& sh = ShardFor(id);
+  std::unique_lock lock(sh.mu);
+  sh.spaces.emplace(id, std::move(space));
+  return id;
+}
+
+std::shared_ptr<Space> SpaceRegistry::Find(uint64_t id) const {
+  const Shard& sh = ShardFor(id);
+  std::shared_lock lock(sh.mu);
+  auto it = sh.spaces.find(id);
+  return it == sh.spaces.end() ? nullptr : it->second;
+}
+
+bool SpaceRegistry::Destroy(uint64_t id) {
+  std::shared_ptr<Space> victim;
+  {
+    Shard& sh = ShardFor(id);
+    std::unique_lock lock(sh.mu);
+    auto it = sh.spaces.find(id);
+    if (it == sh.spaces.end()) return false;
+    victim = std::move(it->second);
+    sh.spaces.erase(it);
+  }
+  count_.fetch_sub(1, std::memory_order_relaxed);
+  victim.reset();  // tears the space down outside the shard lock (unless in use)
+  return true;
+}
+
+std::vector<std::shared_ptr<Space>> SpaceRegistry::List() const {
+  std::vector<std::shared_ptr<Space>> out;
+  for (const Shard& sh : shards_) {
+    std::shared_lock lock(sh.mu);
+    for (const auto& [id, sp] : sh.spaces) out.push_back(sp);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
+  return out;
+}
+
+SpaceTotals SpaceRegistry::Totals() const {
+  SpaceTotals t;
+  for (const std::shared_ptr<Space>& sp : List()) {
+    const SpaceCounters c = sp->as.Counters();
+    t.spaces++;
+    t.vmas += c.map_count;
+    t.resident_bytes += c.rss_pages * kPageSize;
+    t.pagetable_bytes += c.pgtable_bytes;
+  }
+  return t;
+}
+
+}  // namespace vmspace::rpc

@@ -1,0 +1,89 @@
+// SpaceRegistry: the daemon's table of live address spaces, keyed by space id.
+//
+// Lookups are the request path: the table is split into kShards shards by id, each with
+// its own reader-writer lock, so requests on different spaces do not share a lock word.
+// A lookup returns a shared_ptr: an operation in flight keeps its space alive, and a
+// destroyed space is freed (frames returned) when its last in-flight operation ends.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/address_space.h"
+#include "engine/frame_allocator.h"
+
+namespace vmspace::rpc {
+
+/// One live space. Immutable except through `as`, whose calls are thread-safe.
+struct Space {
+  Space(uint64_t id, std::string label, std::string locking_profile, FrameAllocator& frames,
+        const SpaceOptions& opts)
+      : id(id), label(std::move(label)), locking_profile(std::move(locking_profile)),
+        as(frames, opts) {}
+  const uint64_t id;
+  const std::string label;            // free text from CreateSpace, <= 64 bytes
+  const std::string locking_profile;  // as reported by ListSpaces
+  AddressSpace as;
+};
+
+/// Sums over all live spaces (for the metrics gauges).
+struct SpaceTotals {
+  uint64_t spaces = 0;
+  uint64_t vmas = 0;             // sum of map_count
+  uint64_t resident_bytes = 0;   // sum of rss_pages * 4096
+  uint64_t pagetable_bytes = 0;  // sum of pgtable_bytes
+};
+
+class SpaceRegistry {
+ public:
+  /// `frames` must outlive the registry. At most `max_spaces` spaces live at once.
+  SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces);
+  ~SpaceRegistry();
+  SpaceRegistry(const SpaceRegistry&) = delete;
+  SpaceRegistry& operator=(const SpaceRegistry&) = delete;
+
+  /// Creates a space; returns its id (ids start at 1 and are never reused), or 0 if
+  /// `max_spaces` spaces already exist. Takes one shard lock for write.
+  uint64_t Create(const SpaceOptions& opts, std::string label, std::string locking_profile);
+
+  /// The space with this id, or null. Takes the id's shard lock for read.
+  std::shared_ptr<Space> Find(uint64_t id) const;
+
+  /// Removes the space; false if unknown. Its memory is freed when no operation uses it
+  /// any more (here, unless an operation is in flight). Takes one shard lock for write.
+  bool Destroy(uint64_t id);
+
+  /// All live spaces, ordered by id. Takes each shard lock for read in turn.
+  std::vector<std::shared_ptr<Space>> List() const;
+
+  /// Totals over List(): calls AddressSpace::Counters() on every space.
+  SpaceTotals Totals() const;
+
+  /// Number of live spaces (exact between Create/Destroy calls).
+  uint64_t size() const { return count_.load(std::memory_order_relaxed); }
+  uint64_t max_spaces() const { return max_spaces_; }
+
+  static constexpr size_t kShards = 64;
+
+ private:
+  struct alignas(64) Shard {
+    mutable std::shared_mutex mu;
+    std::unordered_map<uint64_t, std::shared_ptr<Space>> spaces;  // guarded by mu
+  };
+  Shard& ShardFor(uint64_t id) { return shards_[id % kShards]; }
+  const Shard& ShardFor(uint64_t id) const { return shards_[id % kShards]; }
+
+  FrameAllocator& frames_;
+  const uint64_t max_spaces_;
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<uint64_t> count_{0};
+  std::array<Shard, kShards> shards_;
+};
+
+}  // namespace vmspace::rpc
