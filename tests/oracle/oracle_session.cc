@@ -1,0 +1,844 @@
+// Implementation of the kernel-oracle session: child process management, the op
+// language, and the canonical text of each side's answers.
+#include "oracle_session.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/personality.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#ifndef VMSPACE_ORACLE_CHILD_PATH
+#define VMSPACE_ORACLE_CHILD_PATH "vmspace_oracle_child"
+#endif
+
+namespace vmspace::oracle {
+namespace {
+
+std::string Hex(uint64_t v) {
+  char b[32];
+  snprintf(b, sizeof b, "0x%" PRIx64, v);
+  return b;
+}
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  std::string w;
+  while (in >> w) out.push_back(w);
+  return out;
+}
+
+bool ParseU64(const std::string& s, uint64_t* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = strtoull(s.c_str(), &end, 0);
+  if (errno || *end) return false;
+  *out = v;
+  return true;
+}
+
+// Reads the hex fields of a child response line after its tag.
+std::vector<uint64_t> HexFields(const std::string& line) {
+  std::vector<uint64_t> v;
+  std::istringstream in(line.size() > 2 ? line.substr(2) : "");
+  std::string w;
+  while (in >> w) v.push_back(strtoull(w.c_str(), nullptr, 16));
+  return v;
+}
+
+std::string SigName(int sig) {
+  if (sig == SIGSEGV) return "SIGSEGV";
+  if (sig == SIGBUS) return "SIGBUS";
+  return "sig" + std::to_string(sig);
+}
+std::string SiCodeName(int sig, int code) {
+  if (sig == SIGSEGV) {
+    if (code == 1) return "SEGV_MAPERR";
+    if (code == 2) return "SEGV_ACCERR";
+    if (code == 4) return "SEGV_PKUERR";
+  }
+  if (sig == SIGBUS) {
+    if (code == 1) return "BUS_ADRALN";
+    if (code == 2) return "BUS_ADRERR";
+    if (code == 3) return "BUS_OBJERR";
+  }
+  if (code == 0x80) return "SI_KERNEL";
+  return "code" + std::to_string(code);
+}
+
+struct NamedBit {
+  const char* name;
+  int bits;
+};
+const NamedBit kFlagNames[] = {
+    {"anonymous", MAP_ANONYMOUS},   {"fixed_noreplace", MAP_FIXED_NOREPLACE},
+    {"fixed", MAP_FIXED},           {"noreserve", MAP_NORESERVE},
+    {"populate", MAP_POPULATE},     {"growsdown", MAP_GROWSDOWN},
+    {"locked", MAP_LOCKED},         {"stack", MAP_STACK},
+    {"hugetlb", MAP_HUGETLB},       {"nonblock", MAP_NONBLOCK},
+    {"denywrite", MAP_DENYWRITE},   {"executable", MAP_EXECUTABLE},
+    {"sync", 0x80000},              {"uninitialized", 0x4000000},
+};
+const NamedBit kProtNames[] = {
+    {"sem", 0x8}, {"growsdown", PROT_GROWSDOWN}, {"growsup", PROT_GROWSUP}};
+
+}  // namespace
+
+std::string ErrName(int err) {
+  const char* n = strerrorname_np(err);
+  return n ? n : "errno" + std::to_string(err);
+}
+
+bool ParseProt(const std::string& s, int* out) {
+  int prot = 0;
+  std::string part;
+  std::istringstream in(s);
+  while (std::getline(in, part, '|')) {
+    if (part.empty()) return false;
+    uint64_t v;
+    if (part == "none") continue;
+    if (ParseU64(part, &v)) {
+      prot |= static_cast<int>(v);
+      continue;
+    }
+    bool named = false;
+    for (const auto& n : kProtNames)
+      if (part == n.name) {
+        prot |= n.bits;
+        named = true;
+      }
+    if (named) continue;
+    for (char c : part) {
+      if (c == 'r') prot |= PROT_READ;
+      else if (c == 'w') prot |= PROT_WRITE;
+      else if (c == 'x') prot |= PROT_EXEC;
+      else if (c == '-') continue;
+      else return false;
+    }
+  }
+  *out = prot;
+  return true;
+}
+
+std::string ProtName(int prot) {
+  std::string s;
+  if (prot & PROT_READ) s += 'r';
+  if (prot & PROT_WRITE) s += 'w';
+  if (prot & PROT_EXEC) s += 'x';
+  int rest = prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC);
+  for (const auto& n : kProtNames)
+    if (rest & n.bits) {
+      s += (s.empty() ? "" : "|") + std::string(n.name);
+      rest &= ~n.bits;
+    }
+  if (rest) s += (s.empty() ? "" : "|") + Hex(static_cast<uint32_t>(rest));
+  return s.empty() ? "none" : s;
+}
+
+bool ParseFlags(const std::string& s, int* out) {
+  int flags = 0;
+  std::string part;
+  std::string norm = s;
+  for (char& c : norm)
+    if (c == '|') c = ',';
+  std::istringstream in(norm);
+  while (std::getline(in, part, ',')) {
+    if (part.empty()) return false;
+    uint64_t v;
+    if (ParseU64(part, &v)) flags |= static_cast<int>(v);
+    else if (part == "private") flags |= MAP_PRIVATE;
+    else if (part == "shared") flags |= MAP_SHARED;
+    else if (part == "shared_validate") flags |= MAP_SHARED_VALIDATE;
+    else if (part == "droppable") flags |= MAP_DROPPABLE;
+    else if (part == "anon") flags |= MAP_ANONYMOUS;
+    else {
+      bool named = false;
+      for (const auto& n : kFlagNames)
+        if (part == n.name) {
+          flags |= n.bits;
+          named = true;
+        }
+      if (!named) return false;
+    }
+  }
+  *out = flags;
+  return true;
+}
+
+std::string FlagsName(int flags) {
+  std::vector<std::string> parts;
+  int type = flags & 0x0f;
+  if (type == MAP_SHARED_VALIDATE) parts.push_back("shared_validate");
+  else if (type == MAP_SHARED) parts.push_back("shared");
+  else if (type == MAP_PRIVATE) parts.push_back("private");
+  else if (type == MAP_DROPPABLE) parts.push_back("droppable");
+  else if (type) parts.push_back(Hex(static_cast<uint32_t>(type)));
+  int rest = flags & ~0x0f;
+  for (const auto& n : kFlagNames)
+    if ((rest & n.bits) == n.bits && n.bits) {
+      parts.push_back(n.name);
+      rest &= ~n.bits;
+    }
+  if (rest) parts.push_back(Hex(static_cast<uint32_t>(rest)));
+  if (parts.empty()) return "0x0";
+  std::string s;
+  for (size_t i = 0; i < parts.size(); i++) s += (i ? "," : "") + parts[i];
+  return s;
+}
+
+// ---------------------------------------------------------------- KernelChild
+
+std::string ChildPath() {
+  const char* e = getenv("VMSPACE_ORACLE_CHILD");
+  return e && *e ? e : VMSPACE_ORACLE_CHILD_PATH;
+}
+
+KernelChild::KernelChild(const std::string& path) {
+  int in[2], out[2];
+  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC)) {
+    error_ = std::string("pipe: ") + strerror(errno);
+    return;
+  }
+  pid_ = fork();
+  if (pid_ < 0) {
+    error_ = std::string("fork: ") + strerror(errno);
+    return;
+  }
+  if (pid_ == 0) {
+    // Child: only async-signal-safe calls until execv.
+    personality(ADDR_NO_RANDOMIZE);
+    struct rlimit rl;
+    getrlimit(RLIMIT_STACK, &rl);
+    rl.rlim_cur = 8ull << 20;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < rl.rlim_cur) rl.rlim_max = rl.rlim_cur;
+    setrlimit(RLIMIT_STACK, &rl);
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    char* argv[] = {const_cast<char*>(path.c_str()), nullptr};
+    execv(path.c_str(), argv);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  to_child_ = in[1];
+  from_child_ = out[0];
+  signal(SIGPIPE, SIG_IGN);
+  if (!ReadResponse(&hello_)) {
+    if (error_.empty()) error_ = "no start-up report from " + path;
+    return;
+  }
+  if (hello_.empty() || hello_[0].rfind("P ", 0) != 0) {
+    error_ = "bad start-up report: " + (hello_.empty() ? std::string("(empty)") : hello_[0]);
+    return;
+  }
+  auto p = HexFields(hello_[0]);
+  if (p.size() < 2 || !(p[0] & ADDR_NO_RANDOMIZE)) error_ = "child runs with ASLR enabled";
+  else if (p[1] != (8ull << 20)) error_ = "child RLIMIT_STACK is not 8 MiB";
+}
+
+KernelChild::~KernelChild() {
+  if (pid_ > 0) {
+    if (to_child_ >= 0) {
+      const char q[] = "quit\n";
+      (void)!write(to_child_, q, sizeof q - 1);
+      close(to_child_);
+    }
+    // Give it a moment to exit, then make sure.
+    for (int i = 0; i < 200; i++) {
+      int st;
+      pid_t r = waitpid(pid_, &st, WNOHANG);
+      if (r == pid_ || r < 0) {
+        pid_ = -1;
+        break;
+      }
+      usleep(1000);
+    }
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  if (from_child_ >= 0) close(from_child_);
+}
+
+bool KernelChild::ReadResponse(std::vector<std::string>* out) {
+  out->clear();
+  for (;;) {
+    size_t nl;
+    while ((nl = buf_.find('\n')) != std::string::npos) {
+      std::string line = buf_.substr(0, nl);
+      buf_.erase(0, nl + 1);
+      if (line == ".") return true;
+      out->push_back(std::move(line));
+    }
+    struct pollfd pfd = {from_child_, POLLIN, 0};
+    int pr = poll(&pfd, 1, 60000);
+    if (pr == 0) {
+      error_ = "kernel child did not answer within 60 s";
+      return false;
+    }
+    if (pr < 0) {
+      if (errno == EINTR) continue;
+      error_ = std::string("poll: ") + strerror(errno);
+      return false;
+    }
+    char b[65536];
+    ssize_t n = read(from_child_, b, sizeof b);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int st = 0;
+      if (pid_ > 0 && waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        error_ = WIFSIGNALED(st) ? "kernel child killed by signal " + std::to_string(WTERMSIG(st))
+                                 : "kernel child exited with status " +
+                                       std::to_string(WEXITSTATUS(st));
+      } else {
+        error_ = "kernel child closed its output";
+      }
+      return false;
+    }
+    buf_.append(b, static_cast<size_t>(n));
+  }
+}
+
+std::vector<std::string> KernelChild::Call(const std::string& request) {
+  if (!error_.empty()) return {"X " + error_};
+  std::string req = request + "\n";
+  size_t off = 0;
+  while (off < req.size()) {
+    ssize_t n = write(to_child_, req.data() + off, req.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error_ = "cannot write to the kernel child";
+      return {"X " + error_};
+    }
+    off += static_cast<size_t>(n);
+  }
+  std::vector<std::string> out;
+  if (!ReadResponse(&out)) return {"X " + error_};
+  return out;
+}
+
+// ---------------------------------------------------------------- OracleSession
+
+struct OracleSession::MapLine {
+  uint64_t start = 0, end = 0, offset = 0, inode = 0;
+  std::string perms, dev, name, vmflags;
+  bool has_flags = false;
+};
+
+namespace {
+
+bool ParseMapLine(const std::string& text, uint64_t* s, uint64_t* e, std::string* perms,
+                  uint64_t* off, std::string* dev, uint64_t* ino, std::string* name) {
+  char p[8] = {0};
+  unsigned dmaj = 0, dmin = 0;
+  unsigned long long ss, ee, oo, ii;
+  int consumed = 0;
+  if (sscanf(text.c_str(), "%llx-%llx %7s %llx %x:%x %llu %n", &ss, &ee, p, &oo, &dmaj, &dmin,
+             &ii, &consumed) < 7)
+    return false;
+  *s = ss;
+  *e = ee;
+  *off = oo;
+  *ino = ii;
+  *perms = p;
+  char d[16];
+  snprintf(d, sizeof d, "%02x:%02x", dmaj, dmin);
+  *dev = d;
+  std::string n = consumed > 0 ? text.substr(static_cast<size_t>(consumed)) : "";
+  while (!n.empty() && (n.back() == ' ' || n.back() == '\n')) n.pop_back();
+  size_t b = n.find_first_not_of(' ');
+  *name = b == std::string::npos ? "" : n.substr(b);
+  return true;
+}
+
+bool IsShmemName(const std::string& name) {
+  return name.rfind("/dev/zero", 0) == 0 || name.rfind("/SYSV", 0) == 0;
+}
+
+}  // namespace
+
+OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
+  size_ = region_size;
+  child_ = std::make_unique<KernelChild>(ChildPath());
+  if (!child_->ok()) {
+    setup_error_ = "kernel child: " + child_->error();
+    return;
+  }
+  SpaceOptions opts = extra;
+  opts.cap_sys_rawio = true;  // the child runs as root
+  frames_ = std::make_unique<FrameAllocator>();
+  engine_ = std::make_unique<AddressSpace>(*frames_, opts);
+
+  // Replicate the child's layout: one MAP_SHARED|MAP_ANONYMOUS PROT_NONE placeholder
+  // per VMA (shared anonymous VMAs never merge, so the VMA count is preserved).
+  uint64_t kcount = 0;
+  for (const auto& l : child_->hello()) {
+    if (l.rfind("C ", 0) == 0) kcount = HexFields(l)[0];
+    if (l.rfind("Z ", 0) == 0) kernel_zero_page_ = HexFields(l)[0] == 1;
+    if (l.rfind("M ", 0) != 0) continue;
+    uint64_t s, e, off, ino;
+    std::string perms, dev, name;
+    if (!ParseMapLine(l.substr(2), &s, &e, &perms, &off, &dev, &ino, &name)) {
+      setup_error_ = "cannot parse child maps line: " + l;
+      return;
+    }
+    if (s >= kTaskSize) continue;  // not mappable (vsyscall is filtered by the child)
+    initial_.insert({s, e});
+    SysResult r = engine_->Mmap(s, e - s, PROT_NONE, MAP_FIXED | MAP_SHARED | MAP_ANONYMOUS, 0);
+    if (!r.ok() || r.value != s) {
+      setup_error_ = "engine cannot replicate " + l + ": " + ErrName(r.error);
+      return;
+    }
+  }
+  uint64_t ecount = engine_->Counters().map_count;
+  if (ecount != kcount) {
+    setup_error_ = "after replicating the layout the engine has " + std::to_string(ecount) +
+                   " VMAs, the kernel child " + std::to_string(kcount);
+    return;
+  }
+  if (size_) {
+    for (uint64_t g : {base_ - kPageSize, base_ + size_}) {
+      StepResult r = Run("mmap " + Hex(g) + " 0x1000 none shared,anonymous,fixed");
+      if (!r.match || !r.kernel_ok) {
+        setup_error_ = "guard page: kernel " + r.kernel + ", engine " + r.engine;
+        return;
+      }
+    }
+  }
+}
+
+OracleSession::~OracleSession() = default;
+
+std::string OracleSession::Addr(uint64_t a) const {
+  if (size_ && a + 0x100000 >= base_ && a <= base_ + size_ + 0x100000) {
+    if (a >= base_) return "base+" + Hex(a - base_);
+    return "base-" + Hex(base_ - a);
+  }
+  return Hex(a);
+}
+
+uint64_t OracleSession::Eval(const std::string& expr, std::string* err) const {
+  uint64_t total = 0;
+  size_t i = 0;
+  int sign = 1;
+  if (expr.empty()) {
+    *err = "empty expression";
+    return 0;
+  }
+  while (i < expr.size()) {
+    size_t j = i;
+    while (j < expr.size() && expr[j] != '+' && (expr[j] != '-' || j == i)) j++;
+    std::string term = expr.substr(i, j - i);
+    uint64_t v = 0;
+    if (term == "base") v = base_;
+    else if (term == "top") v = kDefaultMmapBase;
+    else if (term == "TASK_SIZE") v = kTaskSize;
+    else if (term == "NULL") v = 0;
+    else if (!term.empty() && term[0] == '$') {
+      auto it = vars_.find(term.substr(1));
+      if (it == vars_.end()) {
+        *err = "unknown variable " + term;
+        return 0;
+      }
+      v = it->second;
+    } else if (!ParseU64(term, &v)) {
+      *err = "bad number '" + term + "'";
+      return 0;
+    }
+    total = sign > 0 ? total + v : total - v;
+    if (j < expr.size()) sign = expr[j] == '+' ? 1 : -1;
+    i = j + 1;
+  }
+  return total;
+}
+
+std::string OracleSession::FormatMapLine(const MapLine& m, bool all) const {
+  if (all && initial_.count({m.start, m.end}))
+    return Addr(m.start) + "-" + Addr(m.end) + " (pre-existing VMA of the child)";
+  std::string ino = IsShmemName(m.name) || m.dev == "00:01" ? "*" : std::to_string(m.inode);
+  std::string s = Addr(m.start) + "-" + Addr(m.end) + " " + m.perms + " " + Hex(m.offset) + " " +
+                  m.dev + " " + ino;
+  if (!m.name.empty()) s += " " + m.name;
+  if (m.has_flags) s += " [" + m.vmflags + "]";
+  return s;
+}
+
+std::string OracleSession::KernelMaps(uint64_t lo, uint64_t hi, bool all) {
+  auto resp = child_->Call("maps " + Hex(lo).substr(2) + " " + Hex(hi).substr(2) + " 1");
+  std::string out;
+  std::vector<MapLine> lines;
+  for (const auto& l : resp) {
+    if (l.rfind("M ", 0) == 0) {
+      MapLine m;
+      if (!ParseMapLine(l.substr(2), &m.start, &m.end, &m.perms, &m.offset, &m.dev, &m.inode,
+                        &m.name))
+        return "unparsable: " + l;
+      lines.push_back(m);
+    } else if (l.rfind("F ", 0) == 0 && !lines.empty()) {
+      lines.back().vmflags = l.substr(2);
+      lines.back().has_flags = true;
+    } else if (l.rfind("C ", 0) == 0) {
+      for (const auto& m : lines) out += FormatMapLine(m, all) + "\n";
+      out += "map_count=" + std::to_string(HexFields(l)[0]);
+    } else {
+      out += l + "\n";
+    }
+  }
+  return out;
+}
+
+std::string OracleSession::EngineMaps(uint64_t lo, uint64_t hi, bool all) {
+  std::string text = engine_->RenderMaps(lo, hi);
+  std::map<uint64_t, uint64_t> flags;
+  for (const auto& v : engine_->Maps(lo, hi)) flags[v.start] = v.flags;
+  std::string out;
+  std::istringstream in(text);
+  std::string l;
+  while (std::getline(in, l)) {
+    if (l.empty()) continue;
+    MapLine m;
+    if (!ParseMapLine(l, &m.start, &m.end, &m.perms, &m.offset, &m.dev, &m.inode, &m.name)) {
+      out += "unparsable RenderMaps line: " + l + "\n";
+      continue;
+    }
+    auto it = flags.find(m.start);
+    if (it != flags.end()) {
+      m.vmflags = AddressSpace::VmFlagsString(it->second);
+      m.has_flags = true;
+    }
+    out += FormatMapLine(m, all) + "\n";
+  }
+  out += "map_count=" + std::to_string(engine_->Counters().map_count);
+  return out;
+}
+
+std::string OracleSession::Validate() { return engine_ ? engine_->Validate() : "no engine"; }
+
+namespace {
+
+// Canonical text of an access: "ok[ value=0x..]" or "SIGSEGV SEGV_MAPERR si_addr=...",
+// followed by " faults=N" when the op compares fault counts.
+std::string KernelAccessText(const std::vector<std::string>& resp, const OracleSession& s,
+                             bool with_faults, bool* ok) {
+  *ok = false;
+  if (resp.empty()) return "(no answer)";
+  const std::string& l = resp[0];
+  auto f = HexFields(l);
+  std::string t;
+  if (l[0] == 'O' && f.size() == 1) {
+    *ok = true;
+    t = "ok";
+  } else if (l[0] == 'V' && f.size() == 2) {
+    *ok = true;
+    char b[32];
+    snprintf(b, sizeof b, "ok value=0x%02x", static_cast<unsigned>(f[0]));
+    t = b;
+  } else if (l[0] == 'S' && f.size() == 4) {
+    int sig = static_cast<int>(f[0]), code = static_cast<int>(f[1]);
+    t = SigName(sig) + " " + SiCodeName(sig, code) + " si_addr=" + s.Addr(f[2]);
+  } else {
+    return l;
+  }
+  if (with_faults) t += " faults=" + std::to_string(f.back());
+  return t;
+}
+
+std::string EngineAccessText(const FaultResult& f, uint64_t faults, const OracleSession& s,
+                             bool with_faults) {
+  std::string t = "ok";
+  if (f.outcome == FaultOutcome::kSigsegv || f.outcome == FaultOutcome::kSigbus) {
+    int sig = f.outcome == FaultOutcome::kSigsegv ? SIGSEGV : SIGBUS;
+    t = SigName(sig) + " " + SiCodeName(sig, f.sig_code) + " si_addr=" + s.Addr(f.sig_addr);
+  } else if (f.outcome == FaultOutcome::kOom) {
+    t = "OOM";
+  }
+  if (with_faults) t += " faults=" + std::to_string(faults);
+  return t;
+}
+
+std::string KernelSysText(const std::vector<std::string>& resp, const OracleSession& s,
+                          bool addr_result, bool* ok, uint64_t* value) {
+  *ok = false;
+  if (resp.empty()) return "(no answer)";
+  const std::string& l = resp[0];
+  auto f = HexFields(l);
+  if (l[0] == 'R' && f.size() == 1) {
+    *ok = true;
+    *value = f[0];
+    return "ret=" + (addr_result ? s.Addr(f[0]) : Hex(f[0]));
+  }
+  if (l[0] == 'E' && f.size() == 1) return "err=" + ErrName(static_cast<int>(f[0]));
+  return l;
+}
+
+std::string EngineSysText(const SysResult& r, const OracleSession& s, bool addr_result) {
+  if (r.ok()) return "ret=" + (addr_result ? s.Addr(r.value) : Hex(r.value));
+  return "err=" + ErrName(r.error);
+}
+
+}  // namespace
+
+StepResult OracleSession::Run(const std::string& raw_line) {
+  StepResult res;
+  std::string line = raw_line;
+  std::string bind;
+  {
+    auto w = Split(line);
+    if (w.size() >= 3 && w[0][0] == '$' && w[1] == "=") {
+      bind = w[0].substr(1);
+      line = line.substr(line.find('=') + 1);
+    }
+  }
+  auto w = Split(line);
+  res.op = raw_line;
+  auto fail = [&](const std::string& why) {
+    res.kernel = res.engine = "script error: " + why;
+    res.match = false;
+    return res;
+  };
+  if (!setup_error_.empty()) return fail("session not started: " + setup_error_);
+  if (w.empty()) return fail("empty op");
+  std::string err;
+  auto num = [&](size_t i) -> uint64_t {
+    if (i >= w.size()) {
+      if (err.empty()) err = "missing argument " + std::to_string(i);
+      return 0;
+    }
+    std::string e;
+    uint64_t v = Eval(w[i], &e);
+    if (!e.empty() && err.empty()) err = e;
+    return v;
+  };
+  auto prot = [&](size_t i) -> int {
+    int p = 0;
+    if (i >= w.size() || !ParseProt(w[i], &p)) {
+      if (err.empty()) err = "bad prot";
+    }
+    return p;
+  };
+  auto flags = [&](size_t i) -> int {
+    int f = 0;
+    if (i >= w.size() || !ParseFlags(w[i], &f)) {
+      if (err.empty()) err = "bad flags";
+    }
+    return f;
+  };
+  auto H = [](uint64_t v) { return Hex(v).substr(2); };
+  const std::string& op = w[0];
+
+  if (op == "mmap") {
+    uint64_t a = num(1), l = num(2), off = w.size() > 5 ? num(5) : 0;
+    int p = prot(3), f = flags(4);
+    if (!err.empty()) return fail(err);
+    res.is_mmap = true;
+    res.kernel = KernelSysText(child_->Call("mmap " + H(a) + " " + H(l) + " " +
+                                            H(static_cast<uint32_t>(p)) + " " +
+                                            H(static_cast<uint32_t>(f)) + " " + H(off)),
+                               *this, true, &res.kernel_ok, &res.kernel_value);
+    res.engine = EngineSysText(engine_->Mmap(a, l, p, f, off), *this, true);
+  } else if (op == "munmap") {
+    uint64_t a = num(1), l = num(2);
+    if (!err.empty()) return fail(err);
+    res.kernel = KernelSysText(child_->Call("munmap " + H(a) + " " + H(l)), *this, false,
+                               &res.kernel_ok, &res.kernel_value);
+    res.engine = EngineSysText(engine_->Munmap(a, l), *this, false);
+  } else if (op == "mprotect") {
+    uint64_t a = num(1), l = num(2);
+    int p = prot(3);
+    if (!err.empty()) return fail(err);
+    res.kernel = KernelSysText(
+        child_->Call("mprotect " + H(a) + " " + H(l) + " " + H(static_cast<uint32_t>(p))), *this,
+        false, &res.kernel_ok, &res.kernel_value);
+    res.engine = EngineSysText(engine_->Mprotect(a, l, p), *this, false);
+  } else if (op == "read" || op == "write" || op == "exec" || op == "fault") {
+    // read/write/exec compare the outcome (and the value read); "fault ADDR r|w|x
+    // [VAL]" is the same access and also compares the number of page faults taken.
+    uint64_t a = num(1);
+    std::string kind = op;
+    bool with_faults = false;
+    uint64_t val = 0;
+    if (op == "fault") {
+      with_faults = true;
+      std::string k = w.size() > 2 ? w[2] : "";
+      kind = k == "r" ? "read" : k == "w" ? "write" : k == "x" ? "exec" : "";
+      if (kind.empty()) return fail("fault needs r, w or x");
+      if (kind == "write") val = num(3);
+    } else if (op == "write") {
+      val = num(2);
+    }
+    if (!err.empty()) return fail(err);
+    auto faults_of = [](const FaultResult& f) -> uint64_t {
+      return f.outcome == FaultOutcome::kMinor || f.outcome == FaultOutcome::kMajor ? 1 : 0;
+    };
+    if (kind == "read") {
+      res.kernel = KernelAccessText(child_->Call("read " + H(a)), *this, with_faults,
+                                    &res.kernel_ok);
+      FaultResult f = engine_->Fault(a, AccessType::kRead);
+      if (f.failed()) {
+        res.engine = EngineAccessText(f, faults_of(f), *this, with_faults);
+      } else {
+        uint8_t v = 0;
+        CopyResult c = engine_->ReadMemory(a, &v, 1);
+        if (c.ok() && c.bytes == 1) {
+          char b[64];
+          snprintf(b, sizeof b, "ok value=0x%02x", v);
+          res.engine = b;
+          if (with_faults) res.engine += " faults=" + std::to_string(faults_of(f));
+        } else {
+          res.engine = "Fault() ok but ReadMemory(): " +
+                       EngineAccessText(c.stop, c.faults, *this, with_faults);
+        }
+      }
+    } else if (kind == "write") {
+      res.kernel = KernelAccessText(child_->Call("write " + H(a) + " " + H(val & 0xff)), *this,
+                                    with_faults, &res.kernel_ok);
+      FaultResult f = engine_->Fault(a, AccessType::kWrite);
+      if (f.failed()) {
+        res.engine = EngineAccessText(f, faults_of(f), *this, with_faults);
+      } else {
+        uint8_t v = static_cast<uint8_t>(val);
+        CopyResult c = engine_->WriteMemory(a, &v, 1);
+        res.engine = c.ok() && c.bytes == 1
+                         ? EngineAccessText(f, faults_of(f), *this, with_faults)
+                         : "Fault() ok but WriteMemory(): " +
+                               EngineAccessText(c.stop, c.faults, *this, with_faults);
+      }
+    } else {
+      res.kernel = KernelAccessText(child_->Call("exec " + H(a)), *this, with_faults,
+                                    &res.kernel_ok);
+      FaultResult f = engine_->Fault(a, AccessType::kExec);
+      res.engine = EngineAccessText(f, faults_of(f), *this, with_faults);
+    }
+  } else if (op == "fill") {
+    uint64_t a = num(1), l = num(2), v = num(3);
+    if (!err.empty()) return fail(err);
+    if (l > (1ull << 30)) return fail("fill longer than 1 GiB");
+    res.kernel = KernelAccessText(child_->Call("fill " + H(a) + " " + H(l) + " " + H(v & 0xff)),
+                                  *this, false, &res.kernel_ok);
+    std::vector<uint8_t> buf(l, static_cast<uint8_t>(v));
+    CopyResult c = engine_->WriteMemory(a, buf.data(), l);
+    res.engine = EngineAccessText(c.stop, c.faults, *this, false);
+  } else if (op == "touch") {
+    // touch ADDR LEN STRIDE r|w: one access every STRIDE bytes (AddressSpace::Access);
+    // compares the outcome and the number of page faults.
+    uint64_t a = num(1), l = num(2), stride = num(3);
+    std::string k = w.size() > 4 ? w[4] : "";
+    if (k != "r" && k != "w") return fail("touch needs r or w");
+    if (!err.empty()) return fail(err);
+    res.kernel = KernelAccessText(
+        child_->Call("touch " + H(a) + " " + H(l) + " " + H(stride) + " " + (k == "w" ? "1" : "0")),
+        *this, true, &res.kernel_ok);
+    AccessResult ar =
+        engine_->Access(a, l, stride, k == "w" ? AccessType::kWrite : AccessType::kRead);
+    res.engine = EngineAccessText(ar.stop, ar.faults, *this, true);
+  } else if (op == "mmapn") {
+    uint64_t a = num(1), n = num(2), step = num(3), l = num(4);
+    int p = prot(5), f = flags(6);
+    if (!err.empty()) return fail(err);
+    auto resp = child_->Call("mmapn " + H(a) + " " + H(n) + " " + H(step) + " " + H(l) + " " +
+                             H(static_cast<uint32_t>(p)) + " " + H(static_cast<uint32_t>(f)));
+    auto fk = resp.empty() ? std::vector<uint64_t>{} : HexFields(resp[0]);
+    if (fk.size() == 2) {
+      res.kernel = "done=" + std::to_string(fk[0]) +
+                   (fk[1] ? " err=" + ErrName(static_cast<int>(fk[1])) : "");
+      res.kernel_ok = fk[1] == 0;
+      res.kernel_value = fk[0];
+    } else {
+      res.kernel = resp.empty() ? "(no answer)" : resp[0];
+    }
+    uint64_t done = 0;
+    int e = 0;
+    for (; done < n; done++) {
+      SysResult r = engine_->Mmap(a + done * step, l, p, f, 0);
+      if (!r.ok()) {
+        e = r.error;
+        break;
+      }
+    }
+    res.engine = "done=" + std::to_string(done) + (e ? " err=" + ErrName(e) : "");
+  } else if (op == "maps") {
+    uint64_t lo = base_ - kPageSize, hi = base_ + size_ + kPageSize;
+    bool all = false;
+    if (w.size() == 2 && w[1] == "all") {
+      lo = 0;
+      hi = ~0ull;
+      all = true;
+    } else if (w.size() == 3) {
+      lo = num(1);
+      hi = num(2);
+    } else if (w.size() != 1) {
+      return fail("maps takes no argument, 'all', or LO HI");
+    }
+    if (!err.empty()) return fail(err);
+    if (!size_ && w.size() == 1) return fail("maps without a region");
+    res.kernel = KernelMaps(lo, hi, all);
+    res.engine = EngineMaps(lo, hi, all);
+    res.kernel_ok = true;
+  } else if (op == "count") {
+    auto resp = child_->Call("count");
+    auto fk = resp.empty() ? std::vector<uint64_t>{} : HexFields(resp[0]);
+    res.kernel = fk.size() == 1 ? "map_count=" + std::to_string(fk[0])
+                                : (resp.empty() ? "(no answer)" : resp[0]);
+    res.kernel_value = fk.empty() ? 0 : fk[0];
+    res.kernel_ok = true;
+    res.engine = "map_count=" + std::to_string(engine_->Counters().map_count);
+  } else {
+    return fail("unknown op '" + op + "'");
+  }
+  if (!child_->ok()) res.kernel += " [" + child_->error() + "]";
+  res.match = res.kernel == res.engine;
+  if (!bind.empty()) vars_[bind] = res.kernel_ok ? res.kernel_value : 0;
+  return res;
+}
+
+// ---------------------------------------------------------------- case files
+
+bool LoadCase(const std::string& path, CaseFile* out, std::string* err) {
+  std::ifstream in(path);
+  if (!in) {
+    *err = "cannot open " + path;
+    return false;
+  }
+  std::string line;
+  int n = 0;
+  bool seen_op = false;
+  while (std::getline(in, line)) {
+    n++;
+    size_t hash = line.find('#');
+    if (hash != std::string::npos) line = line.substr(0, hash);
+    auto w = Split(line);
+    if (w.empty()) continue;
+    if (w[0] == "region") {
+      if (seen_op || w.size() != 2 || !ParseU64(w[1], &out->region_size)) {
+        *err = path + ":" + std::to_string(n) + ": 'region SIZE' must come before the ops";
+        return false;
+      }
+      continue;
+    }
+    if (w[0] == "skip") {
+      out->skip = line.substr(line.find("skip") + 4);
+      continue;
+    }
+    std::string op;
+    for (size_t i = 0; i < w.size(); i++) op += (i ? " " : "") + w[i];
+    out->ops.push_back({n, op});
+    seen_op = true;
+  }
+  return true;
+}
+
+}  // namespace vmspace::oracle

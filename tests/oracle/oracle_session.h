@@ -1,0 +1,148 @@
+// Kernel-oracle differential testing: one kernel child process and one engine
+// AddressSpace that replay the same operations, and the comparison of their answers.
+//
+// Operations are written in a small line language (the format of the files in
+// tests/oracle/cases/, described in tests/oracle/README.md), e.g.
+//   mmap base+0x2000 0x3000 rw private,anonymous,fixed
+//   fault base+0x2000 w 0x5a      (or: read ADDR / write ADDR VAL / exec ADDR)
+//   touch base+0x2000 0x40000 0x1000 r
+//   maps
+// OracleSession::Run() executes one such line on both sides and compares the results
+// as canonical text.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/address_space.h"
+#include "engine/frame_allocator.h"
+
+namespace vmspace::oracle {
+
+/// Where scripted cases put their test region (free in the child and the engine).
+inline constexpr uint64_t kRegionBase = 0x200000000000ull;
+/// Default region size when a case has no `region` line.
+inline constexpr uint64_t kDefaultRegionSize = 0x100000;
+
+/// The kernel child: vmspace_oracle_child started with ASLR off and an 8 MiB stack
+/// rlimit, talking the line protocol described in child/oracle_child.cc.
+class KernelChild {
+ public:
+  /// Forks and execs `path` (personality ADDR_NO_RANDOMIZE, RLIMIT_STACK 8 MiB) and
+  /// reads its start-up report. Check ok() / error() afterwards.
+  explicit KernelChild(const std::string& path);
+  /// Asks the child to quit and reaps it.
+  ~KernelChild();
+  KernelChild(const KernelChild&) = delete;
+  KernelChild& operator=(const KernelChild&) = delete;
+
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+  /// The start-up report: "P ..." line, the whole maps as "M ..." lines, "C count".
+  const std::vector<std::string>& hello() const { return hello_; }
+  /// Sends one request line and returns the response lines (without the final ".").
+  /// On a dead or hung child returns {"X <reason>"} and sets error().
+  std::vector<std::string> Call(const std::string& request);
+
+ private:
+  bool ReadResponse(std::vector<std::string>* out);
+  pid_t pid_ = -1;
+  int to_child_ = -1;
+  int from_child_ = -1;
+  std::string buf_;
+  std::string error_;
+  std::vector<std::string> hello_;
+};
+
+/// Path of the vmspace_oracle_child binary (compile-time default, overridable with
+/// the environment variable VMSPACE_ORACLE_CHILD).
+std::string ChildPath();
+
+/// The outcome of one operation on both sides.
+struct StepResult {
+  std::string op;      // the operation line as executed (variables expanded)
+  std::string kernel;  // canonical answer of the kernel
+  std::string engine;  // canonical answer of the engine
+  bool match = true;
+  bool is_mmap = false;   // for callers that track placements
+  bool kernel_ok = false; // the kernel call succeeded / access did not signal
+  uint64_t kernel_value = 0;  // mmap return value, etc.
+};
+
+/// One kernel child + one engine AddressSpace with the child's initial layout
+/// replicated as placeholder VMAs, and a test region at kRegionBase bracketed by
+/// one-page PROT_NONE MAP_SHARED|MAP_ANONYMOUS guards.
+class OracleSession {
+ public:
+  /// Starts the child and the engine. `region_size` 0 means: no region (no guards).
+  explicit OracleSession(uint64_t region_size = kDefaultRegionSize,
+                         const SpaceOptions& extra = SpaceOptions{});
+  ~OracleSession();
+
+  /// "" if the session started correctly, else why not.
+  const std::string& setup_error() const { return setup_error_; }
+  /// Executes one operation line on both sides and compares the answers. Lines may
+  /// start with "$NAME = " to bind the kernel's result (e.g. an mmap address).
+  StepResult Run(const std::string& line);
+  /// Runs the engine's invariant check; "" if all hold.
+  std::string Validate();
+
+  uint64_t base() const { return base_; }
+  uint64_t region_size() const { return size_; }
+  AddressSpace& engine() { return *engine_; }
+  KernelChild& kernel() { return *child_; }
+  /// Formats an address relative to the region when it lies in or next to it.
+  std::string Addr(uint64_t a) const;
+  /// Whether the kernel maps the shared zero page on anonymous read faults (the
+  /// reference kernel does; some builds allocate a page on the read fault instead).
+  bool kernel_zero_page() const { return kernel_zero_page_; }
+  /// Initial (pre-existing) VMA ranges of the child.
+  const std::set<std::pair<uint64_t, uint64_t>>& initial() const { return initial_; }
+
+ private:
+  struct MapLine;
+  std::string KernelMaps(uint64_t lo, uint64_t hi, bool all);
+  std::string EngineMaps(uint64_t lo, uint64_t hi, bool all);
+  std::string FormatMapLine(const MapLine& m, bool all) const;
+  uint64_t Eval(const std::string& expr, std::string* err) const;
+
+  std::unique_ptr<KernelChild> child_;
+  std::unique_ptr<FrameAllocator> frames_;
+  std::unique_ptr<AddressSpace> engine_;
+  std::set<std::pair<uint64_t, uint64_t>> initial_;
+  std::map<std::string, uint64_t> vars_;
+  uint64_t base_ = kRegionBase;
+  uint64_t size_ = 0;
+  bool kernel_zero_page_ = true;
+  std::string setup_error_;
+};
+
+/// Parses "rw", "r|0x10", "none", "0x7" into PROT_* bits; false if malformed.
+bool ParseProt(const std::string& s, int* out);
+/// Parses "private,anonymous,fixed" (names or hex, separated by ',' or '|').
+bool ParseFlags(const std::string& s, int* out);
+/// The canonical names used in scripts ("rw", "private,anonymous,fixed").
+std::string ProtName(int prot);
+std::string FlagsName(int flags);
+/// "EINVAL" etc. for a positive errno.
+std::string ErrName(int err);
+
+/// A parsed case file: its operation lines (comments removed, with line numbers),
+/// region size, and an optional skip reason.
+struct CaseFile {
+  std::string name;
+  uint64_t region_size = kDefaultRegionSize;
+  std::string skip;  // non-empty: the case is skipped with this reason
+  std::vector<std::pair<int, std::string>> ops;  // (line number, op)
+};
+/// Reads and parses a case file; on error returns false with a message in *err.
+bool LoadCase(const std::string& path, CaseFile* out, std::string* err);
+
+}  // namespace vmspace::oracle
