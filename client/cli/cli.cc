@@ -622,8 +622,12 @@ int CmdBenchStress(Ctx& c) {
       o << line;
     }
     if (ratio) {
-      snprintf(line, sizeof line, "ratio vs native: %.4f (native is %.1fx faster)\n", *ratio,
-               *ratio > 0 ? 1.0 / *ratio : 0.0);
+      if (*ratio >= 1) {
+        snprintf(line, sizeof line, "ratio vs native: %.4f (vmspace is %.2fx the kernel's rounds/s)\n", *ratio, *ratio);
+      } else {
+        snprintf(line, sizeof line, "ratio vs native: %.4f (the kernel is %.1fx faster)\n", *ratio,
+                 *ratio > 0 ? 1.0 / *ratio : 0.0);
+      }
       o << line;
     }
     if (!cfg.shared_space) o << "addr hash: " << Hex(run.addr_hash) << "\n";

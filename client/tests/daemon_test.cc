@@ -1,0 +1,283 @@
+// End-to-end tests of the `vmspace` CLI against a real vmspaced started on port 0.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "subprocess.h"
+
+namespace vmspace::testing {
+namespace {
+
+using nlohmann::json;
+
+/// A vmspaced child on ephemeral ports; stderr is drained by a thread.
+class Daemon {
+ public:
+  bool Start() {
+    int err_pipe[2];
+    if (pipe2(err_pipe, O_CLOEXEC) != 0) return false;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(err_pipe[1], 2);
+      int devnull = open("/dev/null", O_RDWR);
+      dup2(devnull, 0);
+      dup2(devnull, 1);
+      execl(VMSPACED_PATH, VMSPACED_PATH, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(err_pipe[1]);
+    fd_ = err_pipe[0];
+    // Read stderr until the "listening" line (or 30 s, or EOF).
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    std::string buf;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      char tmp[1024];
+      ssize_t n = read(fd_, tmp, sizeof tmp);
+      if (n <= 0) break;
+      buf.append(tmp, static_cast<size_t>(n));
+      size_t at = buf.find("vmspaced: listening grpc=");
+      if (at != std::string::npos) {
+        size_t start = at + std::string("vmspaced: listening grpc=").size();
+        size_t end = buf.find_first_of(" \n", start);
+        if (end == std::string::npos) continue;
+        target_ = buf.substr(start, end - start);
+        log_ = buf;
+        drain_ = std::thread([this] { Drain(); });
+        return true;
+      }
+    }
+    log_ = buf;
+    return false;
+  }
+  void Stop() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int st = 0;
+      for (int i = 0; i < 100 && waitpid(pid_, &st, WNOHANG) == 0; ++i) usleep(100 * 1000);
+      if (waitpid(pid_, &st, WNOHANG) == 0) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &st, 0);
+      }
+      pid_ = -1;
+    }
+    if (drain_.joinable()) drain_.join();
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  const std::string& target() const { return target_; }
+  std::string log() {
+    std::lock_guard lk(mu_);
+    return log_;
+  }
+
+ private:
+  void Drain() {
+    char tmp[4096];
+    for (;;) {
+      ssize_t n = read(fd_, tmp, sizeof tmp);
+      if (n <= 0) return;
+      std::lock_guard lk(mu_);
+      if (log_.size() < (1 << 20)) log_.append(tmp, static_cast<size_t>(n));
+    }
+  }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string target_;
+  std::mutex mu_;
+  std::string log_;
+  std::thread drain_;
+};
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    daemon_ = new Daemon;
+    if (!daemon_->Start()) {
+      start_error_ = "vmspaced did not report its port; stderr:\n" + daemon_->log();
+    }
+  }
+  static void TearDownTestSuite() {
+    daemon_->Stop();
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+  void SetUp() override { ASSERT_TRUE(start_error_.empty()) << start_error_; }
+
+  /// Runs the CLI against the daemon (appends --target).
+  static ProcResult Cli(std::vector<std::string> args) {
+    args.push_back("--target");
+    args.push_back(daemon_->target());
+    return RunProgram(VMSPACE_CLI_PATH, args);
+  }
+  /// Runs the CLI with --json, expects exit 0 and returns the parsed object.
+  static json CliJson(std::vector<std::string> args) {
+    args.push_back("--json");
+    ProcResult r = Cli(args);
+    EXPECT_EQ(r.exit_code, 0) << "args: " << ::testing::PrintToString(args) << "\nstderr: " << r.err;
+    if (r.out.empty()) return json::object();
+    return json::parse(r.out);
+  }
+  static uint64_t NewSpace() { return CliJson({"create", "--label", "daemon-test"})["space_id"].get<uint64_t>(); }
+
+  static Daemon* daemon_;
+  static std::string start_error_;
+};
+
+Daemon* DaemonTest::daemon_ = nullptr;
+std::string DaemonTest::start_error_;
+
+TEST_F(DaemonTest, CreateMmapMapsReadWriteDestroy) {
+  uint64_t id = NewSpace();
+  std::string sid = std::to_string(id);
+  json list = CliJson({"list"});
+  bool found = false;
+  for (const json& s : list["spaces"]) found |= s["space_id"] == id && s["label"] == "daemon-test";
+  EXPECT_TRUE(found) << list.dump();
+
+  json m = CliJson({"mmap", sid, "--len", "8K", "--prot", "rw", "--flags", "private,anonymous"});
+  uint64_t addr = m["addr"].get<uint64_t>();
+  EXPECT_EQ(addr % 4096, 0u);
+  EXPECT_EQ(m["addr_hex"], "0x" + [&] { char b[32]; snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(addr)); return std::string(b); }());
+
+  json maps = CliJson({"maps", sid});
+  EXPECT_EQ(maps["map_count"], 1);
+  ASSERT_EQ(maps["vmas"].size(), 1u);
+  EXPECT_EQ(maps["vmas"][0]["start"], addr);
+  EXPECT_EQ(maps["vmas"][0]["end"], addr + 8192);
+  EXPECT_EQ(maps["vmas"][0]["perms"], "rw-p");
+  ProcResult text = Cli({"maps", sid});
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.out.find("rw-p 00000000 00:00 0"), std::string::npos) << text.out;
+
+  std::string a = m["addr_hex"];
+  json w = CliJson({"write", sid, "--addr", a, "--data", "hello"});
+  EXPECT_EQ(w["bytes_written"], 5);
+  EXPECT_EQ(w["faults"], 1);
+  json r = CliJson({"read", sid, "--addr", a, "--len", "5"});
+  EXPECT_EQ(r["data_hex"], "68656c6c6f");
+  EXPECT_TRUE(r["stop"].is_null());
+
+  json f = CliJson({"fault", sid, "--addr", a, "--access", "write"});
+  EXPECT_EQ(f["outcome"], "none");  // already written: the PTE allows it
+  json acc = CliJson({"access", sid, "--addr", a, "--len", "8192", "--stride", "128", "--access", "write"});
+  EXPECT_EQ(acc["accesses"], 64);
+  EXPECT_EQ(acc["faults"], 1);  // only the second page was not present
+
+  CliJson({"mprotect", sid, "--addr", a, "--len", "4096", "--prot", "r"});
+  f = CliJson({"fault", sid, "--addr", a, "--access", "write"});
+  EXPECT_EQ(f["outcome"], "sigsegv");
+  EXPECT_EQ(f["si_code"], "SEGV_ACCERR");
+  EXPECT_EQ(CliJson({"maps", sid})["map_count"], 2);  // split by mprotect
+
+  CliJson({"munmap", sid, "--addr", a, "--len", "8K"});
+  EXPECT_EQ(CliJson({"maps", sid})["map_count"], 0);
+  CliJson({"destroy", sid});
+  ProcResult again = Cli({"destroy", sid});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.err.find("NOT_FOUND"), std::string::npos) << again.err;
+}
+
+TEST_F(DaemonTest, ErrnoErrors) {
+  std::string sid = std::to_string(NewSpace());
+  ProcResult r = Cli({"mmap", sid, "--len", "0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("EINVAL"), std::string::npos) << r.err;
+
+  r = Cli({"mmap", sid, "--len", "0", "--json"});
+  EXPECT_EQ(r.exit_code, 1);
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["error"]["errno"], 22);
+  EXPECT_EQ(j["error"]["errno_name"], "EINVAL");
+  EXPECT_EQ(j["error"]["code"], "INVALID_ARGUMENT");
+
+  json m = CliJson({"mmap", sid, "--len", "4096"});
+  r = Cli({"mmap", sid, "--len", "4096", "--addr", m["addr_hex"], "--flags", "private,anonymous,fixed_noreplace",
+           "--json"});
+  EXPECT_EQ(r.exit_code, 1);
+  j = json::parse(r.out);
+  EXPECT_EQ(j["error"]["errno_name"], "EEXIST");
+  EXPECT_EQ(j["error"]["errno"], 17);
+
+  r = Cli({"mmap", sid, "--len", "4096", "--flags", "private"});  // not anonymous: EBADF
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("EBADF"), std::string::npos) << r.err;
+
+  r = Cli({"munmap", sid, "--addr", "0x1001", "--len", "4096"});
+  EXPECT_NE(r.err.find("EINVAL"), std::string::npos) << r.err;
+  CliJson({"destroy", sid});
+}
+
+/// inprocess figures with the same seed, for comparison.
+json Inprocess(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"bench", "stress", "--json", "--quiet", "--skip-native"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  ProcResult r = RunProgram(VMSPACE_CLI_PATH, args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return json::parse(r.out);
+}
+
+void ExpectSameRun(const json& got, const json& want, uint64_t rounds) {
+  EXPECT_EQ(got["rounds"], rounds);
+  EXPECT_EQ(got["ops"], want["ops"]);
+  EXPECT_EQ(got["faults"], want["faults"]);
+  EXPECT_EQ(got["bytes_touched"], want["bytes_touched"]);
+  // The daemon places mappings exactly as the linked-in engine: same addresses.
+  EXPECT_EQ(got["addr_hash"], want["addr_hash"]);
+  EXPECT_TRUE(got["error"].is_null()) << got["error"];
+}
+
+TEST_F(DaemonTest, BenchStressUnary) {
+  json j = CliJson({"bench", "stress", "--transport", "unary", "--rounds", "300", "--page-fault", "--quiet"});
+  EXPECT_EQ(j["transport"], "unary");
+  ExpectSameRun(j, Inprocess({"--rounds", "300", "--page-fault"}), 300);
+  ASSERT_TRUE(j["native"].is_object());
+  EXPECT_EQ(j["native"]["rounds"], 300);
+  EXPECT_TRUE(j["ratio_vs_native"].is_number());
+}
+
+TEST_F(DaemonTest, BenchStressStream) {
+  json j = CliJson({"bench", "stress", "--transport", "stream", "--batch", "64", "--rounds", "3000", "--page-fault",
+                    "--quiet", "--skip-native"});
+  EXPECT_EQ(j["transport"], "stream");
+  EXPECT_EQ(j["batch"], 64);
+  ExpectSameRun(j, Inprocess({"--rounds", "3000", "--page-fault"}), 3000);
+  EXPECT_GE(j["messages"].get<uint64_t>(), 9000u / 64);
+  EXPECT_LE(j["ops_per_message"].get<double>(), 64.0);
+}
+
+TEST_F(DaemonTest, BenchStressStreamTinyBatches) {
+  // batch 1 with one message in flight: a round's ops span messages; still exact.
+  json j = CliJson({"bench", "stress", "--transport", "stream", "--batch", "1", "--inflight", "1", "--rounds", "200",
+                    "--quiet", "--skip-native"});
+  ExpectSameRun(j, Inprocess({"--rounds", "200"}), 200);
+  EXPECT_EQ(j["messages"], 400);
+}
+
+TEST_F(DaemonTest, BenchStressClients) {
+  json j = CliJson({"bench", "stress", "--transport", "stream", "--clients", "2", "--rounds", "500", "--quiet",
+                    "--skip-native", "--seed", "7"});
+  ExpectSameRun(j, Inprocess({"--rounds", "500", "--clients", "2", "--seed", "7"}), 1000);
+  j = CliJson({"bench", "stress", "--transport", "unary", "--clients", "2", "--shared-space", "--rounds", "200",
+               "--quiet", "--skip-native"});
+  EXPECT_EQ(j["rounds"], 400);
+  EXPECT_EQ(j["ops"]["total"], 800);
+  // The spaces are gone afterwards.
+  for (const json& s : CliJson({"list"})["spaces"]) {
+    EXPECT_EQ(s["label"].get<std::string>().rfind("bench-stress", 0), std::string::npos) << s.dump();
+  }
+}
+
+}  // namespace
+}  // namespace vmspace::testing
