@@ -467,7 +467,7 @@ uint64_t OracleSession::Eval(const std::string& expr, std::string* err) const {
 }
 
 std::string OracleSession::FormatMapLine(const MapLine& m, bool all) const {
-  if (all && initial_.count({m.start, m.end}))
+  if (initial_.count({m.start, m.end}))
     return Addr(m.start) + "-" + Addr(m.end) + " (pre-existing VMA of the child)";
   std::string ino = IsShmemName(m.name) || m.dev == "00:01" ? "*" : std::to_string(m.inode);
   std::string s = Addr(m.start) + "-" + Addr(m.end) + " " + m.perms + " " + Hex(m.offset) + " " +
