@@ -90,7 +90,7 @@ StatsSnapshot StatsSnapshot::Minus(const StatsSnapshot& b) const {
 
 namespace stats_internal {
 
-thread_local ThreadBlock* tls_block = nullptr;
+
 
 namespace {
 // All blocks ever registered. Blocks of exited threads are kept (they hold totals);

@@ -105,7 +105,7 @@ struct alignas(64) ThreadBlock {
       locks{};
 };
 ThreadBlock* RegisterThread();
-extern thread_local ThreadBlock* tls_block;
+inline thread_local constinit ThreadBlock* tls_block = nullptr;
 inline ThreadBlock& Block() {
   ThreadBlock* b = tls_block;
   if (__builtin_expect(b == nullptr, 0)) b = RegisterThread();
