@@ -590,7 +590,7 @@ int CmdBenchStress(Ctx& c) {
     j["ratio_vs_native"] = ratio ? Json(*ratio) : Json(nullptr);
     j["error"] = error.empty() ? Json(nullptr) : Json(error);
     c.out << j.dump() << "\n";
-  } else {
+  } else if (run.ok() || run.rounds > 0) {  // (a run that never started prints only its error)
     std::ostringstream o;
     o << "seed-004 stress: transport " << transport;
     if (transport == "stream") o << " (batch " << batch << " ops, " << inflight << " in flight)";
@@ -783,7 +783,6 @@ std::string ParseArgs(const std::vector<std::string>& args, const std::vector<Op
       if (i + 1 >= args.size()) return "--" + name + " needs a value (" + spec->arg + ")";
       value = args[++i];
     }
-    if (out->values.count(name)) return "--" + name + " given twice";
     out->values[name] = *value;
   }
   return "";

@@ -33,7 +33,8 @@ struct ParsedArgs {
 };
 
 /// Parses `args` against `specs`: "--name value", "--name=value", boolean "--flag",
-/// "--flag=false", "-h" for "--help", "--" ends options. Returns "" or an error text.
+/// "--flag=false", "-h" for "--help", "--" ends options; a repeated option's last value
+/// wins. Returns "" or an error text.
 std::string ParseArgs(const std::vector<std::string>& args, const std::vector<OptionSpec>& specs,
                       ParsedArgs* out);
 
