@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 namespace vmspace::oracle {
@@ -19,7 +20,8 @@ TEST(OracleMaxMapCount, Table14) {
   std::string transcript;
   auto run = [&](const std::string& op) {
     StepResult r = s.Run(op);
-    transcript += (r.match ? "   " : "!! ") + op + "\n";
+    transcript += (r.match ? "   " : "!! ") + op + "\n      kernel: " + r.kernel +
+                  (r.match ? "" : "\n      engine: " + r.engine) + "\n";
     if (!r.match) {
       failures++;
       ADD_FAILURE() << op << "\n--- kernel:\n" << r.kernel << "\n--- engine:\n" << r.engine;
@@ -79,7 +81,8 @@ TEST(OracleMaxMapCount, Table14) {
   run("maps base+0x0 base+0x100000");
   std::string v = s.Validate();
   EXPECT_EQ(v, "") << "engine Validate()";
-  if (failures) std::cerr << "transcript (!! = disagreement):\n" << transcript;
+  const char* verbose = getenv("VMSPACE_ORACLE_VERBOSE");
+  if (failures || (verbose && *verbose == '1')) std::cerr << "transcript (!! = disagreement):\n" << transcript;
 }
 
 }  // namespace

@@ -533,7 +533,7 @@ namespace {
 // Canonical text of an access: "ok[ value=0x..]" or "SIGSEGV SEGV_MAPERR si_addr=...",
 // followed by " faults=N" when the op compares fault counts.
 std::string KernelAccessText(const std::vector<std::string>& resp, const OracleSession& s,
-                             bool with_faults, bool* ok) {
+                             bool with_faults, bool* ok, uint64_t* fault_addr) {
   *ok = false;
   if (resp.empty()) return "(no answer)";
   const std::string& l = resp[0];
@@ -550,6 +550,7 @@ std::string KernelAccessText(const std::vector<std::string>& resp, const OracleS
   } else if (l[0] == 'S' && f.size() == 4) {
     int sig = static_cast<int>(f[0]), code = static_cast<int>(f[1]);
     t = SigName(sig) + " " + SiCodeName(sig, code) + " si_addr=" + s.Addr(f[2]);
+    *fault_addr = f[2];
   } else {
     return l;
   }
@@ -686,7 +687,7 @@ StepResult OracleSession::Run(const std::string& raw_line) {
     };
     if (kind == "read") {
       res.kernel = KernelAccessText(child_->Call("read " + H(a)), *this, with_faults,
-                                    &res.kernel_ok);
+                                    &res.kernel_ok, &res.kernel_si_addr);
       FaultResult f = engine_->Fault(a, AccessType::kRead);
       if (f.failed()) {
         res.engine = EngineAccessText(f, faults_of(f), *this, with_faults);
@@ -705,7 +706,7 @@ StepResult OracleSession::Run(const std::string& raw_line) {
       }
     } else if (kind == "write") {
       res.kernel = KernelAccessText(child_->Call("write " + H(a) + " " + H(val & 0xff)), *this,
-                                    with_faults, &res.kernel_ok);
+                                    with_faults, &res.kernel_ok, &res.kernel_si_addr);
       FaultResult f = engine_->Fault(a, AccessType::kWrite);
       if (f.failed()) {
         res.engine = EngineAccessText(f, faults_of(f), *this, with_faults);
@@ -719,7 +720,7 @@ StepResult OracleSession::Run(const std::string& raw_line) {
       }
     } else {
       res.kernel = KernelAccessText(child_->Call("exec " + H(a)), *this, with_faults,
-                                    &res.kernel_ok);
+                                    &res.kernel_ok, &res.kernel_si_addr);
       FaultResult f = engine_->Fault(a, AccessType::kExec);
       res.engine = EngineAccessText(f, faults_of(f), *this, with_faults);
     }
@@ -728,7 +729,7 @@ StepResult OracleSession::Run(const std::string& raw_line) {
     if (!err.empty()) return fail(err);
     if (l > (1ull << 30)) return fail("fill longer than 1 GiB");
     res.kernel = KernelAccessText(child_->Call("fill " + H(a) + " " + H(l) + " " + H(v & 0xff)),
-                                  *this, false, &res.kernel_ok);
+                                  *this, false, &res.kernel_ok, &res.kernel_si_addr);
     std::vector<uint8_t> buf(l, static_cast<uint8_t>(v));
     CopyResult c = engine_->WriteMemory(a, buf.data(), l);
     res.engine = EngineAccessText(c.stop, c.faults, *this, false);
@@ -741,7 +742,7 @@ StepResult OracleSession::Run(const std::string& raw_line) {
     if (!err.empty()) return fail(err);
     res.kernel = KernelAccessText(
         child_->Call("touch " + H(a) + " " + H(l) + " " + H(stride) + " " + (k == "w" ? "1" : "0")),
-        *this, true, &res.kernel_ok);
+        *this, true, &res.kernel_ok, &res.kernel_si_addr);
     AccessResult ar =
         engine_->Access(a, l, stride, k == "w" ? AccessType::kWrite : AccessType::kRead);
     res.engine = EngineAccessText(ar.stop, ar.faults, *this, true);

@@ -74,6 +74,7 @@ struct StepResult {
   bool is_mmap = false;   // for callers that track placements
   bool kernel_ok = false; // the kernel call succeeded / access did not signal
   uint64_t kernel_value = 0;  // mmap return value, etc.
+  uint64_t kernel_si_addr = 0;  // si_addr when the kernel's access ended in a signal
 };
 
 /// One kernel child + one engine AddressSpace with the child's initial layout
