@@ -15,6 +15,7 @@
 #include "engine/rcu.h"
 #include "engine/stats.h"
 #include "engine/vma.h"
+#include "engine/vma_index.h"
 
 namespace vmspace {
 
@@ -63,12 +64,14 @@ struct Gather {
   FrameAllocator* frames = nullptr;
   std::vector<void*> pages;
   PageTable::TableGather tables;
-  bool empty() const { return pages.empty() && tables.empty(); }
+  std::vector<Vma*> vmas;  // detached VMAs (lockless lookups may still see them)
+  bool empty() const { return pages.empty() && tables.empty() && vmas.empty(); }
   static void Free(struct rcu_head* h) {
     RcuCallbackBegin(h);
     Gather* g = reinterpret_cast<Gather*>(reinterpret_cast<char*>(h) - offsetof(Gather, head));
     for (void* p : g->pages) g->frames->Free(p);
     PageTable::DeleteTables(g->tables);
+    for (Vma* v : g->vmas) delete v;
     delete g;
 #if defined(__SANITIZE_THREAD__)
     __tsan_release(&rcu_internal::gp_token);  // rcu_barrier() waits for this callback
@@ -92,7 +95,8 @@ void* ShmemObject::GetPage(uint64_t pgoff) {
 }
 
 struct AddressSpace::Impl {
-  Impl(FrameAllocator& f, const SpaceOptions& o) : frames(f), opts(o) {
+  Impl(FrameAllocator& f, const SpaceOptions& o)
+      : frames(f), opts(o), idx(VmaIndex::Create(o.profile.index)), slot(o.profile.stats_slot()) {
     uint64_t limit = o.overcommit_limit_bytes;
     if (limit == 0) {
       struct sysinfo si;
@@ -106,11 +110,14 @@ struct AddressSpace::Impl {
   ~Impl() {
     // No other thread may use the space now: zap everything synchronously. Deferred
     // frees already queued reference only the FrameAllocator (which waits for them).
-    for (auto& [start, v] : vmas) {
+    std::vector<Vma*> all;
+    idx->ForEach([&](Vma* v) { all.push_back(v); });
+    for (Vma* v : all) {
       ZapLocked(v, v->vm_start, v->vm_end, nullptr);
+      idx->Erase(v, v->vm_start, v->vm_end);
       delete v;
     }
-    vmas.clear();
+    if (gather) Flush();
   }
 
   FrameAllocator& frames;
@@ -119,71 +126,149 @@ struct AddressSpace::Impl {
 
   RwSem mmap_lock{LockClass::kMmapLock};
   // --- guarded by mmap_lock (write to modify, read to read) ---
-  std::map<uint64_t, Vma*> vmas;  // keyed by vm_start
-  uint64_t map_count = 0;         // == vmas.size()
+  std::unique_ptr<VmaIndex> idx;  // the VMA tree; "maple" is also readable under RCU
+  uint64_t map_count = 0;         // number of VMAs
   uint64_t total_vm = 0;          // pages
+  Gather* gather = nullptr;       // frames/tables/VMAs to free after this write section
+  // mm_lock_seq (6.4-6.13 form): incremented when mmap_lock is write-unlocked, which
+  // releases every VMA write lock taken in that section (vma_end_write_all).
+  std::atomic<uint64_t> mm_lock_seq{0};
   // Serializes setting Vma::anon_vma from null during faults (mmap_lock read held),
   // as __anon_vma_prepare does under mm->page_table_lock.
   std::mutex anon_vma_lock;
   PageTable pt;
+  const int slot;  // statistics slot of the profile
+
+  // ------------------------------------------------------------------ mmap_lock
+  void WriteLock() { mmap_lock.LockWrite(); }
+  /// mmap_write_unlock(): publish retired tree nodes and queued frees for after a grace
+  /// period, then vma_end_write_all() (advance mm_lock_seq), then release.
+  void WriteUnlock() {
+    idx->FlushRetired();
+    if (gather) Flush();
+    mm_lock_seq.fetch_add(1, std::memory_order_seq_cst);
+    mmap_lock.UnlockWrite();
+  }
+  Gather& G() {
+    if (!gather) gather = new Gather;
+    return *gather;
+  }
+  void Flush() {
+    Gather* g = gather;
+    gather = nullptr;
+    if (g->empty()) {
+      delete g;
+      return;
+    }
+    g->frames = &frames;
+    CallRcu(&g->head, &Gather::Free);
+  }
+
+  // ------------------------------------------------------------------ per-VMA locks
+
+  /// vma_start_write(): caller holds mmap_lock for write. Marks v write-locked until
+  /// WriteUnlock, after waiting out its current readers.
+  void VmaStartWrite(Vma* v) {
+    uint64_t seq = mm_lock_seq.load(std::memory_order_relaxed);
+    if (v->vm_lock_seq.load(std::memory_order_relaxed) == seq) return;
+    uint32_t c = v->vm_refcnt.load(std::memory_order_seq_cst);
+    if (c == 0) {  // detached: nobody can take a read lock
+      v->vm_lock_seq.store(seq, std::memory_order_seq_cst);
+      return;
+    }
+    v->vm_refcnt.fetch_add(Vma::kVmaLockOffset, std::memory_order_seq_cst);
+    bool contended = false;
+    uint64_t t0 = 0;
+    while (v->vm_refcnt.load(std::memory_order_seq_cst) != Vma::kVmaLockOffset + 1) {
+      if (!contended) {
+        contended = true;
+        t0 = LockStatsEnabled() ? NowNs() : 0;
+      }
+      __builtin_ia32_pause();
+    }
+    v->vm_lock_seq.store(seq, std::memory_order_seq_cst);
+    v->vm_refcnt.fetch_sub(Vma::kVmaLockOffset, std::memory_order_seq_cst);
+    RecordLock(LockClass::kVmaLock, LockMode::kWrite, contended,
+               contended && t0 ? NowNs() - t0 : 0, 0);
+  }
+  /// A new VMA: write-locked (so lockless readers skip it until WriteUnlock) and attached.
+  void VmaInitLocked(Vma* v) {
+    v->vm_lock_seq.store(mm_lock_seq.load(std::memory_order_relaxed), std::memory_order_seq_cst);
+    v->vm_refcnt.store(1, std::memory_order_seq_cst);  // vma_mark_attached
+  }
+  /// vma_mark_detached(): v is write-locked; waits out transient readers (who will
+  /// fail their re-check) and sets the count to 0.
+  void VmaMarkDetached(Vma* v) {
+    uint32_t one = 1;
+    while (!v->vm_refcnt.compare_exchange_weak(one, 0, std::memory_order_seq_cst)) {
+      one = 1;
+      __builtin_ia32_pause();
+    }
+  }
+  enum class ReadLock { kOk, kLocked, kDetached };
+  /// vma_start_read(): never waits. kLocked: write-locked (or a writer is waiting);
+  /// kDetached: removed from the tree since the lookup.
+  ReadLock VmaStartRead(Vma* v) {
+    if (v->vm_lock_seq.load(std::memory_order_seq_cst) == mm_lock_seq.load(std::memory_order_seq_cst))
+      return ReadLock::kLocked;
+    uint32_t c = v->vm_refcnt.load(std::memory_order_seq_cst);
+    do {
+      if (c == 0) return ReadLock::kDetached;
+      if (c >= Vma::kVmaLockOffset) return ReadLock::kLocked;
+    } while (!v->vm_refcnt.compare_exchange_weak(c, c + 1, std::memory_order_seq_cst));
+    if (v->vm_lock_seq.load(std::memory_order_seq_cst) == mm_lock_seq.load(std::memory_order_seq_cst)) {
+      VmaEndRead(v);
+      return ReadLock::kLocked;
+    }
+    return ReadLock::kOk;
+  }
+  void VmaEndRead(Vma* v) { v->vm_refcnt.fetch_sub(1, std::memory_order_seq_cst); }
 
   // ------------------------------------------------------------------ tree helpers
   // Caller holds mmap_lock (read or write) for all of these.
 
-  /// find_vma(): the first VMA with vm_end > addr, or null.
-  Vma* FindVma(uint64_t addr) {
-    auto it = vmas.upper_bound(addr);
-    if (it != vmas.begin()) {
-      auto p = std::prev(it);
-      if (p->second->vm_end > addr) return p->second;
-    }
-    return it == vmas.end() ? nullptr : it->second;
-  }
+  Vma* FindVma(uint64_t addr) { return idx->FindVma(addr); }
   /// find_vma_intersection(): first VMA overlapping [start, end).
   Vma* FindIntersection(uint64_t start, uint64_t end) {
     Vma* v = FindVma(start);
     return v && v->vm_start < end ? v : nullptr;
   }
-  Vma* Next(const Vma* v) {
-    auto it = vmas.upper_bound(v->vm_start);
-    return it == vmas.end() ? nullptr : it->second;
-  }
-  Vma* Prev(const Vma* v) {
-    auto it = vmas.lower_bound(v->vm_start);
-    return it == vmas.begin() ? nullptr : std::prev(it)->second;
-  }
+  Vma* Next(const Vma* v) { return idx->NextFrom(v->vm_end); }
   /// The last VMA that starts below addr (vma_prev at addr), or null.
-  Vma* PrevOf(uint64_t addr) {
-    auto it = vmas.lower_bound(addr);
-    return it == vmas.begin() ? nullptr : std::prev(it)->second;
-  }
+  Vma* PrevOf(uint64_t addr) { return idx->PrevOf(addr); }
   /// The first VMA that starts at or above addr, or null.
-  Vma* NextFrom(uint64_t addr) {
-    auto it = vmas.lower_bound(addr);
-    return it == vmas.end() ? nullptr : it->second;
-  }
+  Vma* NextFrom(uint64_t addr) { return idx->NextFrom(addr); }
 
-  // Caller holds mmap_lock for write for all mutators below.
+  // Mutators: caller holds mmap_lock for write and has write-locked the VMA.
   void Insert(Vma* v) {
-    vmas.emplace(v->vm_start, v);
+    VmaInitLocked(v);
+    idx->Insert(v);
     map_count++;
   }
-  void Erase(Vma* v) {
-    vmas.erase(v->vm_start);
+  /// Removes v from the tree and queues it for freeing after a grace period.
+  void Remove(Vma* v) {
+    VmaStartWrite(v);
+    idx->Erase(v, v->vm_start, v->vm_end);
+    VmaMarkDetached(v);
     map_count--;
+    G().vmas.push_back(v);
   }
-  void SetStart(Vma* v, uint64_t start) {
-    auto node = vmas.extract(v->vm_start);
-    v->vm_pgoff = v->vm_pgoff + (start >> kPageShift) - (v->vm_start >> kPageShift);
+  void SetRange(Vma* v, uint64_t start, uint64_t end) {
+    VmaStartWrite(v);
+    uint64_t os = v->vm_start, oe = v->vm_end;
+    if (start != os) v->vm_pgoff = v->vm_pgoff + (start >> kPageShift) - (os >> kPageShift);
     v->vm_start = start;
-    node.key() = start;
-    vmas.insert(std::move(node));
+    v->vm_end = end;
+    idx->Update(v, os, oe);
   }
+  void SetStart(Vma* v, uint64_t start) { SetRange(v, start, v->vm_end); }
+  void SetEnd(Vma* v, uint64_t end) { SetRange(v, v->vm_start, end); }
 
   /// __split_vma(): splits v at addr. With new_below the new VMA is the lower part
   /// [vm_start, addr) and v keeps [addr, vm_end); else the new VMA is the upper part.
   /// Returns the new VMA. No map_count check (callers check, as split_vma does).
   Vma* Split(Vma* v, uint64_t addr, bool new_below) {
+    VmaStartWrite(v);
     Vma* n = new Vma(*v);
     if (new_below) {
       n->vm_end = addr;
@@ -191,7 +276,7 @@ struct AddressSpace::Impl {
     } else {
       n->vm_start = addr;
       n->vm_pgoff = v->vm_pgoff + ((addr - v->vm_start) >> kPageShift);
-      v->vm_end = addr;
+      SetEnd(v, addr);
     }
     Insert(n);
     return n;
@@ -217,21 +302,13 @@ struct AddressSpace::Impl {
     });
   }
 
-  void Defer(Gather* g) {
-    if (g->empty()) {
-      delete g;
-      return;
-    }
-    g->frames = &frames;
-    CallRcu(&g->head, &Gather::Free);
-  }
-
   // ------------------------------------------------------------------ munmap core
 
   /// vms_gather_munmap_vmas() + vms_complete_munmap_vmas(): removes [start, end).
   /// Returns 0 or ENOMEM (middle split at map_count >= max). `nr_accounted` gets the
   /// VM_ACCOUNT pages removed. With free_tables, page tables no longer covered by any
   /// VMA are freed (munmap); MAP_FIXED replacement keeps them for the new VMA.
+  /// Frames, tables and VMAs are freed after an RCU grace period (see WriteUnlock).
   int UnmapRangeLocked(uint64_t start, uint64_t end, bool free_tables, uint64_t* nr_accounted) {
     Vma* v = FindIntersection(start, end);
     if (!v) return 0;
@@ -243,24 +320,24 @@ struct AddressSpace::Impl {
     std::vector<Vma*> doomed;
     for (Vma* w = v; w && w->vm_start < end; w = Next(w)) {
       if (w->vm_end > end) Split(w, end, false);
+      VmaStartWrite(w);
       doomed.push_back(w);
     }
-    Vma* prev = PrevOf(doomed.front()->vm_start);
-    Vma* next = Next(doomed.back());
-    Gather* g = new Gather;
+    const uint64_t first = doomed.front()->vm_start, last = doomed.back()->vm_end;
+    Vma* prev = PrevOf(first);
+    Vma* next = NextFrom(last);
+    Gather& g = G();
     for (Vma* w : doomed) {
       if (nr_accounted && (w->vm_flags & VM_ACCOUNT)) *nr_accounted += w->pages();
-      ZapLocked(w, w->vm_start, w->vm_end, g);
       total_vm -= w->pages();
-      Erase(w);
+      Remove(w);  // detach first: no new lockless reader can find it
+      ZapLocked(w, w->vm_start, w->vm_end, &g);
     }
     if (free_tables) {
       uint64_t floor = prev ? prev->vm_end : 0;
       uint64_t ceiling = next ? next->vm_start : kUserPgtablesCeiling;
-      pt.FreePgtables(doomed.front()->vm_start, doomed.back()->vm_end, floor, ceiling, g->tables);
+      pt.FreePgtables(first, last, floor, ceiling, g.tables);
     }
-    for (Vma* w : doomed) delete w;  // no lockless reader ever sees a Vma (yet)
-    Defer(g);
     return 0;
   }
 
@@ -268,34 +345,14 @@ struct AddressSpace::Impl {
 
   /// unmapped_area_topdown() (mm/vma.c): the highest gap in [low, high) that holds
   /// `length`, restarting below a VM_GROWSDOWN VMA's guard gap. Returns the address or
-  /// ENOMEM as ~0.
+  /// ~0 (ENOMEM).
   uint64_t UnmappedAreaTopdown(uint64_t length, uint64_t low, uint64_t high) {
     if (low < opts.mmap_min_addr) low = opts.mmap_min_addr;
     for (;;) {
       if (high <= low || high - low < length) return ~0ull;
-      uint64_t gap_end = 0;
-      Vma* above = nullptr;
-      bool found = false;
-      // Walk gaps from the top: the gap below `upper` (next VMA) and above `lower`.
-      auto it = vmas.lower_bound(high);  // first VMA starting at or above high
-      Vma* upper = it == vmas.end() ? nullptr : it->second;
-      while (true) {
-        Vma* lower = (it == vmas.begin()) ? nullptr : std::prev(it)->second;
-        uint64_t gs = lower ? lower->vm_end : 0;
-        uint64_t ge = upper ? upper->vm_start : ~0ull;
-        if (gs < low) gs = low;
-        if (ge > high) ge = high;
-        if (ge > gs && ge - gs >= length) {
-          gap_end = ge;
-          above = upper;
-          found = true;
-          break;
-        }
-        if (!lower || lower->vm_end <= low) break;
-        --it;
-        upper = lower;
-      }
-      if (!found) return ~0ull;
+      uint64_t gap_end = idx->HighestGapEnd(length, low, high);
+      if (gap_end == ~0ull) return ~0ull;
+      Vma* above = NextFrom(gap_end);
       if (above && (above->vm_flags & VM_GROWSDOWN) && above->start_gap() < gap_end) {
         high = above->start_gap();
         continue;
@@ -304,37 +361,36 @@ struct AddressSpace::Impl {
     }
   }
 
-  /// unmapped_area() (mm/vma.c): the lowest gap in [low, high) holding `length`.
+  /// unmapped_area() (mm/vma.c): the lowest gap in [low, high) holding `length`. Only
+  /// the fallback and MAP_32BIT use it; it walks VMAs from the bottom.
   uint64_t UnmappedAreaBottomup(uint64_t length, uint64_t low, uint64_t high) {
     if (low < opts.mmap_min_addr) low = opts.mmap_min_addr;
     for (;;) {
       if (high <= low || high - low < length) return ~0ull;
-      auto it = vmas.begin();
-      Vma* lower = nullptr;
+      Vma* lower = PrevOf(low);
+      if (lower && lower->vm_end <= low) lower = nullptr;
+      uint64_t gs = lower ? lower->vm_end : low;
       bool found = false;
-      uint64_t gap = 0;
-      Vma* upper = nullptr;
+      Vma* upper = NextFrom(gs);
       while (true) {
-        upper = it == vmas.end() ? nullptr : it->second;
-        uint64_t gs = lower ? lower->vm_end : 0;
+        uint64_t s0 = gs < low ? low : gs;
         uint64_t ge = upper ? upper->vm_start : ~0ull;
-        if (gs < low) gs = low;
         if (ge > high) ge = high;
-        if (ge > gs && ge - gs >= length) {
-          gap = gs;
+        if (ge > s0 && ge - s0 >= length) {
+          gs = s0;
           found = true;
           break;
         }
         if (!upper || upper->vm_start >= high) break;
-        lower = upper;
-        ++it;
+        gs = upper->vm_end;
+        upper = NextFrom(gs);
       }
       if (!found) return ~0ull;
-      if (upper && (upper->vm_flags & VM_GROWSDOWN) && upper->start_gap() < gap + length) {
+      if (upper && (upper->vm_flags & VM_GROWSDOWN) && upper->start_gap() < gs + length) {
         low = upper->vm_end;
         continue;
       }
-      return gap;
+      return gs;
     }
   }
 
@@ -465,15 +521,15 @@ struct AddressSpace::Impl {
     if (left && right && !AnonCompatible(prev->anon(), next->anon())) right = false;
     if (left && right) {
       uint64_t next_end = next->vm_end;
+      VmaStartWrite(prev);
       AnonVma* a = prev->anon() ? prev->anon() : next->anon();
       if (a != prev->anon()) prev->set_anon(a);
-      Erase(next);
-      delete next;
-      prev->vm_end = next_end;
+      Remove(next);
+      SetEnd(prev, next_end);
       return prev;
     }
     if (left) {
-      prev->vm_end = end;
+      SetEnd(prev, end);
       return prev;
     }
     if (right) {
@@ -510,35 +566,28 @@ struct AddressSpace::Impl {
       bool delete_middle = left_side && right_side;
       if (merge_left && merge_right) {
         // prev extends over middle and next; both removed.
+        VmaStartWrite(prev);
         AnonVma* a = prev->anon() ? prev->anon() : (next->anon() ? next->anon() : anon);
         if (a != prev->anon()) prev->set_anon(a);
         uint64_t next_end = next->vm_end;
-        Erase(middle);
-        delete middle;
-        Erase(next);
-        delete next;
-        prev->vm_end = next_end;
+        Remove(middle);
+        Remove(next);
+        SetEnd(prev, next_end);
         return prev;
       }
       if (merge_left) {
+        VmaStartWrite(prev);
         if (!prev->anon() && anon) prev->set_anon(anon);
-        prev->vm_end = end;
-        if (delete_middle) {
-          Erase(middle);
-          delete middle;
-        } else {
-          SetStart(middle, end);
-        }
+        if (delete_middle) Remove(middle);
+        else SetStart(middle, end);
+        SetEnd(prev, end);
         return prev;
       }
       if (merge_right) {
+        VmaStartWrite(next);
         if (!next->anon() && anon) next->set_anon(anon);
-        if (delete_middle) {
-          Erase(middle);
-          delete middle;
-        } else {
-          middle->vm_end = start;
-        }
+        if (delete_middle) Remove(middle);
+        else SetEnd(middle, start);
         SetStart(next, start);
         return next;
       }
@@ -692,36 +741,19 @@ struct AddressSpace::Impl {
     return FaultOutcome::kNone;
   }
 
-  /// The slow path of an access: do_user_addr_fault() under mmap_lock, then the
-  /// access itself (touch(frame)) while the lock still pins the mapping.
+  /// access_error() + handle_mm_fault() + the access, for a VMA that covers addr and
+  /// is pinned by the caller's lock (mmap_lock or its VMA read lock).
   template <typename Touch>
-  FaultResult SlowAccess(uint64_t addr, AccessType acc, Touch&& touch) {
+  FaultResult FaultInVma(Vma* v, uint64_t addr, AccessType acc, Touch& touch, LockPath path) {
     FaultResult r;
-    r.path = LockPath::kMmapLock;
-    bool write_locked = false;
-    mmap_lock.LockRead();
-    Vma* v = FindVma(addr);
-    if (v && v->vm_start > addr && (v->vm_flags & VM_GROWSDOWN)) {
-      // lock_mm_and_find_vma(): upgrade to the write lock to expand the stack.
-      mmap_lock.UnlockRead();
-      mmap_lock.LockWrite();
-      write_locked = true;
-      v = FindVma(addr);
-      if (v && v->vm_start > addr && (!(v->vm_flags & VM_GROWSDOWN) || !ExpandStack(v, addr)))
-        v = nullptr;
-    }
-    auto unlock = [&] {
-      if (write_locked) mmap_lock.UnlockWrite();
-      else mmap_lock.UnlockRead();
-    };
-    if (!v || v->vm_start > addr) {
-      unlock();
-      CountEvent(Event::kFaultSegvMaperr);
+    r.path = path;
+    auto segv = [&](int code) {
+      CountEvent(code == kSegvMaperr ? Event::kFaultSegvMaperr : Event::kFaultSegvAccerr);
       r.outcome = FaultOutcome::kSigsegv;
-      r.sig_code = kSegvMaperr;
+      r.sig_code = code;
       r.sig_addr = addr;
       return r;
-    }
+    };
     // access_error() (arch/x86/mm/fault.c)
     PageTable::PteTable* t = pt.Lookup(addr, false);
     uint64_t cur = t ? t->pte[PageTable::PteIndex(addr)].load(std::memory_order_acquire) : 0;
@@ -732,43 +764,104 @@ struct AddressSpace::Impl {
              !(acc == AccessType::kExec ? (v->vm_flags & VM_EXEC) : (v->vm_flags & VM_ACCESS_FLAGS)))
       bad = true;  // read/exec of a present page the VMA does not allow: X86_PF_PROT
     else bad = !(v->vm_flags & VM_ACCESS_FLAGS);
-    if (bad) {
-      unlock();
-      CountEvent(Event::kFaultSegvAccerr);
-      r.outcome = FaultOutcome::kSigsegv;
-      r.sig_code = kSegvAccerr;
-      r.sig_addr = addr;
-      return r;
-    }
+    if (bad) return segv(kSegvAccerr);
     // An instruction fetch from a non-executable VMA first faults the page in (as a
     // read), then takes the NX protection fault.
     bool nx = acc == AccessType::kExec && !(v->vm_flags & VM_EXEC);
     FaultOutcome o = HandleMmFault(v, addr, nx ? AccessType::kRead : acc);
-    if (nx && o != FaultOutcome::kOom && o != FaultOutcome::kSigbus) {
-      unlock();
-      CountEvent(Event::kFaultSegvAccerr);
-      r.outcome = FaultOutcome::kSigsegv;
-      r.sig_code = kSegvAccerr;
-      r.sig_addr = addr;
-      return r;
-    }
     if (o == FaultOutcome::kSigbus) {
-      unlock();
       r.outcome = o;
       r.sig_code = kBusAdrerr;
       r.sig_addr = addr;
       return r;
     }
     if (o == FaultOutcome::kOom) {
-      unlock();
       r.outcome = o;
       return r;
     }
+    if (nx) return segv(kSegvAccerr);
     r.outcome = o;
     t = pt.Lookup(addr, false);
     uint64_t pte = t ? t->pte[PageTable::PteIndex(addr)].load(std::memory_order_acquire) : 0;
     if (PteAllows(pte, acc)) touch(static_cast<uint8_t*>(PteFrame(pte)));
-    unlock();
+    return r;
+  }
+
+  /// lock_vma_under_rcu() (mm/mmap_lock.c, with the 6.4-6.9 eligibility rules): finds
+  /// the VMA under RCU and read-locks it, or returns null (VMA_LOCK_ABORT) so the caller
+  /// falls back to mmap_lock. A VMA detached under us is looked up again
+  /// (VMA_LOCK_MISS).
+  Vma* LockVmaUnderRcu(uint64_t addr) {
+    for (;;) {
+      RcuReadGuard g;
+      Vma* v = idx->LookupRcu(addr);
+      if (!v) {
+        CountEvent(Event::kVmaLockAbort);
+        return nullptr;
+      }
+      ReadLock st = VmaStartRead(v);
+      if (st == ReadLock::kDetached) {
+        CountEvent(Event::kVmaLockMiss);
+        continue;
+      }
+      if (st == ReadLock::kLocked) {
+        RecordLock(LockClass::kVmaLock, LockMode::kRead, true, 0, 0);  // failed trylock
+        CountEvent(Event::kVmaLockAbort);
+        return nullptr;
+      }
+      // Re-check under the lock: the range may have changed before we locked it.
+      bool eligible = v->vm_start <= addr && addr < v->vm_end;
+      // 6.4-6.9: anonymous VMAs need an anon_vma already (find_mergeable_anon_vma reads
+      // unlocked neighbours); other VMAs only when the profile handles all faults.
+      if (eligible) eligible = v->is_anonymous() ? v->anon() != nullptr : opts.profile.vma_lock == VmaLockMode::kAll;
+      if (!eligible) {
+        VmaEndRead(v);
+        CountEvent(Event::kVmaLockAbort);
+        return nullptr;
+      }
+      return v;
+    }
+  }
+
+  /// The slow path of an access (arch/x86/mm/fault.c do_user_addr_fault): first the
+  /// per-VMA lock if the profile uses it, else (or on abort) mmap_lock for read; then
+  /// the fault and the access itself while the lock still pins the mapping.
+  template <typename Touch>
+  FaultResult SlowAccess(uint64_t addr, AccessType acc, Touch&& touch) {
+    if (opts.profile.vma_lock != VmaLockMode::kOff) {
+      if (Vma* v = LockVmaUnderRcu(addr)) {
+        uint64_t t0 = LockStatsEnabled() ? NowNs() : 0;
+        FaultResult r = FaultInVma(v, addr, acc, touch, LockPath::kVmaLock);
+        VmaEndRead(v);
+        RecordLock(LockClass::kVmaLock, LockMode::kRead, false, 0, t0 ? NowNs() - t0 : 0);
+        CountEvent(Event::kVmaLockSuccess);
+        return r;
+      }
+    }
+    bool write_locked = false;
+    mmap_lock.LockRead();
+    Vma* v = FindVma(addr);
+    if (v && v->vm_start > addr && (v->vm_flags & VM_GROWSDOWN)) {
+      // lock_mm_and_find_vma(): take the write lock to expand the stack.
+      mmap_lock.UnlockRead();
+      WriteLock();
+      write_locked = true;
+      v = FindVma(addr);
+      if (v && v->vm_start > addr && (!(v->vm_flags & VM_GROWSDOWN) || !ExpandStack(v, addr)))
+        v = nullptr;
+    }
+    FaultResult r;
+    if (!v || v->vm_start > addr) {
+      CountEvent(Event::kFaultSegvMaperr);
+      r.path = LockPath::kMmapLock;
+      r.outcome = FaultOutcome::kSigsegv;
+      r.sig_code = kSegvMaperr;
+      r.sig_addr = addr;
+    } else {
+      r = FaultInVma(v, addr, acc, touch, LockPath::kMmapLock);
+    }
+    if (write_locked) WriteUnlock();
+    else mmap_lock.UnlockRead();
     return r;
   }
 
@@ -843,6 +936,7 @@ AddressSpace::~AddressSpace() { RcuThread(); }
 SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, uint64_t offset) {
   RcuThread();
   Impl& m = *impl_;
+  StatsSlotScope slot_scope(m.slot);
   auto fail = [](int e) {
     CountOp(OpType::kMmap, e);
     return SysResult::Err(e);
@@ -866,9 +960,9 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
   if (plen == 0) return fail(ENOMEM);
   uint64_t pages = plen >> kPageShift;
 
-  m.mmap_lock.LockWrite();
+  m.WriteLock();
   auto fail_locked = [&](int e) {
-    m.mmap_lock.UnlockWrite();
+    m.WriteUnlock();
     return fail(e);
   };
   if (m.map_count > m.opts.max_map_count) return fail_locked(ENOMEM);
@@ -933,7 +1027,7 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
   bool populate = ((flags & (MAP_POPULATE | MAP_NONBLOCK)) == MAP_POPULATE) || (vm_flags & VM_LOCKED);
   bool populate_write = (vm_flags & (VM_WRITE | VM_SHARED)) == VM_WRITE;
   bool accessible = vm_flags & VM_ACCESS_FLAGS;
-  m.mmap_lock.UnlockWrite();
+  m.WriteUnlock();
   CountOp(OpType::kMmap, 0);
   if (populate && accessible) {  // __mm_populate after dropping mmap_lock; errors ignored
     AccessType a = populate_write ? AccessType::kWrite : AccessType::kRead;
@@ -946,6 +1040,7 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
 SysResult AddressSpace::Munmap(uint64_t addr, uint64_t len) {
   RcuThread();
   Impl& m = *impl_;
+  StatsSlotScope slot_scope(m.slot);
   // do_vmi_munmap (mm/vma.c)
   if ((addr & (kPageSize - 1)) || addr > kTaskSize || len > kTaskSize - addr) {
     CountOp(OpType::kMunmap, EINVAL);
@@ -956,9 +1051,9 @@ SysResult AddressSpace::Munmap(uint64_t addr, uint64_t len) {
     CountOp(OpType::kMunmap, EINVAL);
     return SysResult::Err(EINVAL);
   }
-  m.mmap_lock.LockWrite();
+  m.WriteLock();
   int e = m.UnmapRangeLocked(addr, end, /*free_tables=*/true, nullptr);
-  m.mmap_lock.UnlockWrite();
+  m.WriteUnlock();
   CountOp(OpType::kMunmap, e);
   return e ? SysResult::Err(e) : SysResult::Ok();
 }
@@ -966,6 +1061,7 @@ SysResult AddressSpace::Munmap(uint64_t addr, uint64_t len) {
 SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
   RcuThread();
   Impl& m = *impl_;
+  StatsSlotScope slot_scope(m.slot);
   auto done = [](int e) {
     CountOp(OpType::kMprotect, e);
     return e ? SysResult::Err(e) : SysResult::Ok();
@@ -981,30 +1077,30 @@ SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
   if (len == 0 || end <= start) return done(ENOMEM);
   if (prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_SEM)) return done(EINVAL);
 
-  m.mmap_lock.LockWrite();
+  m.WriteLock();
   int error = ENOMEM;
   Vma* vma = m.FindIntersection(start, end);
   if (!vma) {
-    m.mmap_lock.UnlockWrite();
+    m.WriteUnlock();
     return done(ENOMEM);
   }
   if (grows & PROT_GROWSDOWN) {
     if (vma->vm_start >= end) {
-      m.mmap_lock.UnlockWrite();
+      m.WriteUnlock();
       return done(ENOMEM);
     }
     start = vma->vm_start;
     if (!(vma->vm_flags & VM_GROWSDOWN)) {
-      m.mmap_lock.UnlockWrite();
+      m.WriteUnlock();
       return done(EINVAL);
     }
   } else {
     if (vma->vm_start > start) {
-      m.mmap_lock.UnlockWrite();
+      m.WriteUnlock();
       return done(ENOMEM);
     }
     if (grows & PROT_GROWSUP) {  // no VM_GROWSUP on x86
-      m.mmap_lock.UnlockWrite();
+      m.WriteUnlock();
       return done(EINVAL);
     }
   }
@@ -1044,6 +1140,7 @@ SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
         error = e;
         break;
       }
+      m.VmaStartWrite(r);
       r->vm_flags = newflags;
       m.ChangeProtection(r, nstart, tmp);
       cur = r;
@@ -1053,17 +1150,19 @@ SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
     vma = m.Next(cur);
   }
   if (!error && tmp < end) error = ENOMEM;
-  m.mmap_lock.UnlockWrite();
+  m.WriteUnlock();
   return done(error);
 }
 
 FaultResult AddressSpace::Fault(uint64_t addr, AccessType access) {
   RcuThread();
+  StatsSlotScope slot_scope(impl_->slot);
   return impl_->AccessPage(addr, access, [](uint8_t*) {});
 }
 
 AccessResult AddressSpace::Access(uint64_t addr, uint64_t len, uint64_t stride, AccessType access) {
   RcuThread();
+  StatsSlotScope slot_scope(impl_->slot);
   AccessResult res;
   if (stride == 0) stride = 1;
   uint64_t i = 0;
@@ -1106,6 +1205,7 @@ AccessResult AddressSpace::Access(uint64_t addr, uint64_t len, uint64_t stride, 
 
 CopyResult AddressSpace::ReadMemory(uint64_t addr, void* dst, uint64_t len) {
   RcuThread();
+  StatsSlotScope slot_scope(impl_->slot);
   CopyResult res;
   auto* out = static_cast<uint8_t*>(dst);
   while (res.bytes < len) {
@@ -1127,6 +1227,7 @@ CopyResult AddressSpace::ReadMemory(uint64_t addr, void* dst, uint64_t len) {
 
 CopyResult AddressSpace::WriteMemory(uint64_t addr, const void* src, uint64_t len) {
   RcuThread();
+  StatsSlotScope slot_scope(impl_->slot);
   CopyResult res;
   auto* in = static_cast<const uint8_t*>(src);
   while (res.bytes < len) {
@@ -1149,6 +1250,7 @@ CopyResult AddressSpace::WriteMemory(uint64_t addr, const void* src, uint64_t le
 std::vector<VmaInfo> AddressSpace::Maps(uint64_t start, uint64_t end) {
   RcuThread();
   Impl& m = *impl_;
+  StatsSlotScope slot_scope(m.slot);
   std::vector<VmaInfo> out;
   m.mmap_lock.LockRead();
   for (Vma* v = m.FindVma(start); v && v->vm_start < end; v = m.Next(v)) out.push_back(m.InfoLocked(v));
@@ -1168,11 +1270,12 @@ std::string AddressSpace::RenderMaps(uint64_t start, uint64_t end) {
 SpaceCounters AddressSpace::Counters() {
   RcuThread();
   Impl& m = *impl_;
+  StatsSlotScope slot_scope(m.slot);
   SpaceCounters c;
   m.mmap_lock.LockRead();
   c.map_count = m.map_count;
   c.total_vm_pages = m.total_vm;
-  for (auto& [s, v] : m.vmas) c.rss_pages += m.RssLocked(v->vm_start, v->vm_end);
+  m.idx->ForEach([&](Vma* v) { c.rss_pages += m.RssLocked(v->vm_start, v->vm_end); });
   c.pgtable_bytes = m.pt.table_pages() * kPageSize;
   m.mmap_lock.UnlockRead();
   return c;
@@ -1181,33 +1284,40 @@ SpaceCounters AddressSpace::Counters() {
 std::string AddressSpace::Validate() {
   RcuThread();
   Impl& m = *impl_;
+  StatsSlotScope slot_scope(m.slot);
   char buf[256];
   std::string err;
-  m.mmap_lock.LockWrite();
+  m.WriteLock();
   uint64_t prev_end = 0, count = 0, total = 0;
-  for (auto& [key, v] : m.vmas) {
-    if (key != v->vm_start) {
-      snprintf(buf, sizeof buf, "key %#llx != vm_start %#llx", (unsigned long long)key,
-               (unsigned long long)v->vm_start);
-      err = buf;
-      break;
-    }
+  m.idx->ForEach([&](Vma* v) {
+    if (!err.empty()) return;
     if (!PageAligned(v->vm_start) || !PageAligned(v->vm_end) || v->vm_start >= v->vm_end ||
         v->vm_end > kTaskSize) {
       snprintf(buf, sizeof buf, "bad vma [%#llx, %#llx)", (unsigned long long)v->vm_start,
                (unsigned long long)v->vm_end);
       err = buf;
-      break;
+      return;
     }
     if (v->vm_start < prev_end) {
       snprintf(buf, sizeof buf, "overlap at %#llx", (unsigned long long)v->vm_start);
       err = buf;
-      break;
+      return;
+    }
+    if (m.FindVma(v->vm_start) != v) {
+      snprintf(buf, sizeof buf, "index lookup of %#llx misses its VMA", (unsigned long long)v->vm_start);
+      err = buf;
+      return;
+    }
+    if (v->vm_refcnt.load() != 1) {
+      snprintf(buf, sizeof buf, "vm_refcnt %u on an attached, unlocked VMA at %#llx",
+               v->vm_refcnt.load(), (unsigned long long)v->vm_start);
+      err = buf;
+      return;
     }
     prev_end = v->vm_end;
     count++;
     total += v->pages();
-  }
+  });
   if (err.empty() && count != m.map_count) err = "map_count " + std::to_string(m.map_count) + " != " + std::to_string(count);
   if (err.empty() && total != m.total_vm) err = "total_vm " + std::to_string(m.total_vm) + " != " + std::to_string(total);
   if (err.empty()) {
@@ -1221,7 +1331,7 @@ std::string AddressSpace::Validate() {
       }
     });
   }
-  m.mmap_lock.UnlockWrite();
+  m.WriteUnlock();
   return err;
 }
 

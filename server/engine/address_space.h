@@ -22,6 +22,29 @@
 
 namespace vmspace {
 
+/// A locking profile: the set of design switches that model one kernel era. Named
+/// profiles (see README "Locking profiles" for the commits each models):
+///   linux-6.0  index=rbtree vma_lock=off   every fault takes mmap_lock (read)
+///   linux-6.1  index=maple  vma_lock=off   maple tree (RCU-safe), still mmap_lock faults
+///   linux-6.4  index=maple  vma_lock=anon  per-VMA locks for anonymous faults
+///   linux-6.6  index=maple  vma_lock=all   per-VMA locks for all faults (the default)
+/// A per-VMA lock needs the RCU-readable index: vma_lock != off requires index=maple.
+struct LockingProfile {
+  std::string name = "linux-6.6";  // a named profile, or "custom" after overrides
+  VmaIndexKind index = VmaIndexKind::kMaple;
+  VmaLockMode vma_lock = VmaLockMode::kAll;
+
+  /// Parses "linux-6.4", "linux-6.4,vma_lock=off", "index=rbtree,vma_lock=off" (a base
+  /// name, then switch=value overrides; without a base name linux-6.6 is the base).
+  /// Returns false with *err set on unknown names/values or an invalid combination.
+  static bool Parse(const std::string& spec, LockingProfile* out, std::string* err);
+  /// "linux-6.6 (index=maple vma_lock=all)".
+  std::string Describe() const;
+  /// Small integer for per-profile statistics: 0..3 for the named profiles, 4 custom.
+  int stats_slot() const;
+  static const char* const kNames[4];
+};
+
 /// Per-space settings. Defaults are this machine's kernel settings for a root process
 /// started with `setarch -R` (ASLR off) and an 8 MiB stack rlimit.
 struct SpaceOptions {
@@ -45,6 +68,8 @@ struct SpaceOptions {
   /// anonymous request whose length is a multiple of 2 MiB, without a hint, is placed
   /// 2 MiB aligned.
   bool thp_align_anon = true;
+  /// Locking design (VMA index, per-VMA lock use in faults).
+  LockingProfile profile;
 };
 
 /// One VMA as reported by Maps(): the data behind a /proc/PID/maps line and the

@@ -194,32 +194,36 @@ void RecordHold(LockClass c, LockMode m, uint64_t hold_ns) {
   Bump(cell.hold_hist[BucketFor(hold_ns)]);
 }
 
-StatsSnapshot ReadStats() {
+StatsSnapshot ReadStats(int slot) {
   using namespace stats_internal;
   StatsSnapshot s;
   Registry& r = Reg();
   std::lock_guard<std::mutex> l(r.mu);
-  for (ThreadBlock* b : r.all) {
-    for (size_t i = 0; i < s.events.size(); i++)
-      s.events[i] += b->events[i].load(std::memory_order_relaxed);
-    for (size_t t = 0; t < s.ops.size(); t++)
-      for (size_t i = 0; i < s.ops[t].size(); i++)
-        s.ops[t][i] += b->ops[t][i].load(std::memory_order_relaxed);
-    for (size_t c = 0; c < s.locks.size(); c++)
-      for (size_t m = 0; m < s.locks[c].size(); m++) {
-        LockStatCell& x = s.locks[c][m];
-        const auto& y = b->locks[c][m];
-        x.acquisitions += y.acquisitions.load(std::memory_order_relaxed);
-        x.contentions += y.contentions.load(std::memory_order_relaxed);
-        x.wait_ns_total += y.wait_ns_total.load(std::memory_order_relaxed);
-        x.wait_ns_max = std::max(x.wait_ns_max, y.wait_ns_max.load(std::memory_order_relaxed));
-        x.hold_ns_total += y.hold_ns_total.load(std::memory_order_relaxed);
-        x.hold_ns_max = std::max(x.hold_ns_max, y.hold_ns_max.load(std::memory_order_relaxed));
-        for (size_t k = 0; k < x.wait_hist.size(); k++) {
-          x.wait_hist[k] += y.wait_hist[k].load(std::memory_order_relaxed);
-          x.hold_hist[k] += y.hold_hist[k].load(std::memory_order_relaxed);
+  for (ThreadBlock* tb : r.all) {
+    for (int k = 0; k < kStatSlots; k++) {
+      if (slot >= 0 && k != slot) continue;
+      const Slot* b = &tb->slots[k];
+      for (size_t i = 0; i < s.events.size(); i++)
+        s.events[i] += b->events[i].load(std::memory_order_relaxed);
+      for (size_t t = 0; t < s.ops.size(); t++)
+        for (size_t i = 0; i < s.ops[t].size(); i++)
+          s.ops[t][i] += b->ops[t][i].load(std::memory_order_relaxed);
+      for (size_t c = 0; c < s.locks.size(); c++)
+        for (size_t m = 0; m < s.locks[c].size(); m++) {
+          LockStatCell& x = s.locks[c][m];
+          const auto& y = b->locks[c][m];
+          x.acquisitions += y.acquisitions.load(std::memory_order_relaxed);
+          x.contentions += y.contentions.load(std::memory_order_relaxed);
+          x.wait_ns_total += y.wait_ns_total.load(std::memory_order_relaxed);
+          x.wait_ns_max = std::max(x.wait_ns_max, y.wait_ns_max.load(std::memory_order_relaxed));
+          x.hold_ns_total += y.hold_ns_total.load(std::memory_order_relaxed);
+          x.hold_ns_max = std::max(x.hold_ns_max, y.hold_ns_max.load(std::memory_order_relaxed));
+          for (size_t k2 = 0; k2 < x.wait_hist.size(); k2++) {
+            x.wait_hist[k2] += y.wait_hist[k2].load(std::memory_order_relaxed);
+            x.hold_hist[k2] += y.hold_hist[k2].load(std::memory_order_relaxed);
+          }
         }
-      }
+    }
   }
   return s;
 }

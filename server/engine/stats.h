@@ -89,27 +89,37 @@ struct StatsSnapshot {
   StatsSnapshot Minus(const StatsSnapshot& base) const;
 };
 
+/// Statistics are kept per locking-profile slot (LockingProfile::stats_slot()), so one
+/// daemon can compare profiles side by side. Slot of the calling thread: set by every
+/// AddressSpace entry point for the space's profile.
+inline constexpr int kStatSlots = 5;
+
 namespace stats_internal {
-struct alignas(64) ThreadBlock {
+struct LockCell {
+  std::atomic<uint64_t> acquisitions{0}, contentions{0}, wait_ns_total{0}, wait_ns_max{0},
+      hold_ns_total{0}, hold_ns_max{0};
+  std::array<std::atomic<uint64_t>, kDurationBuckets.size() + 1> wait_hist{}, hold_hist{};
+};
+struct Slot {
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Event::kCount)> events{};
   std::array<std::array<std::atomic<uint64_t>, kTrackedErrnos.size()>,
              static_cast<size_t>(OpType::kCount)>
       ops{};
-  struct LockCell {
-    std::atomic<uint64_t> acquisitions{0}, contentions{0}, wait_ns_total{0}, wait_ns_max{0},
-        hold_ns_total{0}, hold_ns_max{0};
-    std::array<std::atomic<uint64_t>, kDurationBuckets.size() + 1> wait_hist{}, hold_hist{};
-  };
   std::array<std::array<LockCell, static_cast<size_t>(LockMode::kCount)>,
              static_cast<size_t>(LockClass::kCount)>
       locks{};
 };
+struct alignas(64) ThreadBlock {
+  std::array<Slot, kStatSlots> slots;
+};
+inline thread_local constinit int tls_slot = 0;
 ThreadBlock* RegisterThread();
 inline thread_local constinit ThreadBlock* tls_block = nullptr;
-inline ThreadBlock& Block() {
+/// The calling thread's counters for its current profile slot.
+inline Slot& Block() {
   ThreadBlock* b = tls_block;
   if (__builtin_expect(b == nullptr, 0)) b = RegisterThread();
-  return *b;
+  return b->slots[tls_slot];
 }
 // Single-writer increment: only the owning thread writes its block.
 inline void Bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
@@ -134,8 +144,21 @@ void RecordLock(LockClass c, LockMode m, bool contended, uint64_t wait_ns, uint6
 /// Record only the hold time of an acquisition already counted by RecordLock.
 void RecordHold(LockClass c, LockMode m, uint64_t hold_ns);
 
-/// Sum of all threads' counters since process start. Safe from any thread.
-StatsSnapshot ReadStats();
+/// Sum of all threads' counters since process start, over all profile slots (slot < 0)
+/// or for one slot. Safe from any thread.
+StatsSnapshot ReadStats(int slot = -1);
+
+/// Attributes the calling thread's statistics to `slot` until the scope ends.
+class StatsSlotScope {
+ public:
+  explicit StatsSlotScope(int slot) : prev_(stats_internal::tls_slot) { stats_internal::tls_slot = slot; }
+  ~StatsSlotScope() { stats_internal::tls_slot = prev_; }
+  StatsSlotScope(const StatsSlotScope&) = delete;
+  StatsSlotScope& operator=(const StatsSlotScope&) = delete;
+
+ private:
+  int prev_;
+};
 
 /// Whether lock timing is recorded (--lock-stats=on|off). Acquisition counts are kept
 /// either way; with it off no clock is read on lock paths.

@@ -107,6 +107,17 @@ struct FaultResult {
   bool failed() const { return signal() || outcome == FaultOutcome::kOom; }
 };
 
+/// Which VMA index a space uses (see vma_index.h): "rbtree" (valid only under
+/// mmap_lock, Linux <= 6.0) or "maple" (RCU-readable B-tree, Linux >= 6.1).
+enum class VmaIndexKind : uint8_t { kRbtree, kMaple };
+const char* VmaIndexKindName(VmaIndexKind k);
+
+/// Which faults the per-VMA lock path handles (lock_vma_under_rcu): none (every fault
+/// takes mmap_lock, Linux < 6.4), anonymous VMAs that already have an anon_vma (6.4),
+/// or all VMA types including shared/file ones and fault-around (6.6).
+enum class VmaLockMode : uint8_t { kOff, kAnon, kAll };
+const char* VmaLockModeName(VmaLockMode m);
+
 /// Name of an errno value ("EINVAL"), or "errno<N>" for values the engine never returns.
 const char* ErrnoName(int err);
 const char* FaultOutcomeName(FaultOutcome o);

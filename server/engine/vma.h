@@ -45,9 +45,11 @@ struct ShmemObject {
 };
 
 /// A VMA. Field protection (LOCKING.md): vm_start, vm_end, vm_pgoff, vm_flags,
-/// anon_vma (set to non-null), shmem are written only with mmap_lock held for write,
-/// except anon_vma, which a fault may set from null under mmap_lock read plus the
-/// space's anon_vma_lock. Readers hold mmap_lock (read or write).
+/// anon_vma (set to non-null), shmem are written only with mmap_lock held for write
+/// AND the VMA write-locked (vma_start_write), except anon_vma, which a fault may set
+/// from null under mmap_lock read plus the space's anon_vma_lock. Readers hold
+/// mmap_lock (read or write) or the VMA's read lock. Freed only after an RCU grace
+/// period once detached (lockless lookups may still hold a pointer).
 struct Vma {
   uint64_t vm_start = 0;  // bytes, page aligned
   uint64_t vm_end = 0;    // bytes, exclusive
@@ -57,8 +59,17 @@ struct Vma {
   std::atomic<AnonVma*> anon_vma{nullptr};
   std::shared_ptr<ShmemObject> shmem;  // shared anonymous: the backing object
 
+  // ---- per-VMA lock (Linux 6.15 form: include/linux/mmap_lock.h, mm/mmap_lock.c) ----
+  /// 0: detached (not in the index); 1: attached, unlocked; 1 + n: n readers. A writer
+  /// adds kVmaLockOffset while it waits for readers to drain. Atomic.
+  std::atomic<uint32_t> vm_refcnt{0};
+  /// The space's mm_lock_seq when this VMA was last write-locked; the VMA is
+  /// write-locked while it equals the current mm_lock_seq. Written under mmap_lock write.
+  std::atomic<uint64_t> vm_lock_seq{~0ull};
+  static constexpr uint32_t kVmaLockOffset = 0x40000000;
+
   Vma() = default;
-  Vma(const Vma& o)  // vm_area_dup(): takes a new anon_vma reference
+  Vma(const Vma& o)  // vm_area_dup(): takes a new anon_vma reference; detached, unlocked
       : vm_start(o.vm_start), vm_end(o.vm_end), vm_flags(o.vm_flags), vm_pgoff(o.vm_pgoff),
         anon_vma(GetAnonVma(o.anon())), shmem(o.shmem) {}
   ~Vma() { PutAnonVma(anon_vma.load(std::memory_order_relaxed)); }

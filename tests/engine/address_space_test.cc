@@ -17,12 +17,16 @@ constexpr int PA = MAP_PRIVATE | MAP_ANONYMOUS;
 constexpr uint64_t W = 0x200000000000ull;  // a window far from everything
 constexpr uint64_t P = 4096;
 
-struct Fixture : ::testing::Test {
+// Every semantic test runs under every locking profile: the profiles change how
+// things are locked, never what the answers are.
+struct Fixture : ::testing::TestWithParam<const char*> {
   FrameAllocator frames{1ull << 30};
   SpaceOptions opts;
   std::unique_ptr<AddressSpace> as;
   void SetUp() override {
     opts.cap_sys_rawio = true;
+    std::string err;
+    ASSERT_TRUE(LockingProfile::Parse(GetParam(), &opts.profile, &err)) << err;
     as = std::make_unique<AddressSpace>(frames, opts);
   }
   uint64_t MapFixed(uint64_t page, uint64_t pages, int prot, int extra = 0) {
@@ -46,7 +50,7 @@ struct Fixture : ::testing::Test {
   void TearDown() override { EXPECT_EQ(as->Validate(), ""); }
 };
 
-TEST_F(Fixture, TopDownSequenceMatchesKernel) {
+TEST_P(Fixture, TopDownSequenceMatchesKernel) {
   // exp02 (static binary, setarch -R) minus its [vvar]/[vdso]: place a stand-in for
   // them so the first mapping lands below 0x7ffff7ff7000.
   ASSERT_TRUE(as->Mmap(0x7ffff7ff7000, 0x8000, PROT_READ, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED).ok());
@@ -77,7 +81,7 @@ TEST_F(Fixture, TopDownSequenceMatchesKernel) {
   EXPECT_EQ(mm(P, RW, PA | MAP_FIXED_NOREPLACE, 0x7ffff7fea000 - P), 0x7ffff7fe9000u);  // o
 }
 
-TEST_F(Fixture, MmapErrnos) {
+TEST_P(Fixture, MmapErrnos) {
   EXPECT_EQ(as->Mmap(0, 0, RW, PA).error, EINVAL);
   EXPECT_EQ(as->Mmap(0, ~0ull, RW, PA).error, ENOMEM);
   EXPECT_EQ(as->Mmap(0, P, RW, MAP_ANONYMOUS).error, EINVAL);
@@ -96,14 +100,15 @@ TEST_F(Fixture, MmapErrnos) {
   EXPECT_TRUE(as->Mmap(0, 32ull << 30, RW, PA | MAP_NORESERVE).ok());
 }
 
-TEST_F(Fixture, NonRootFixedBelowDacMinIsEperm) {
+TEST_P(Fixture, NonRootFixedBelowDacMinIsEperm) {
   SpaceOptions o;
+  o.profile = opts.profile;
   AddressSpace user(frames, o);
   EXPECT_EQ(user.Mmap(0, P, RW, PA | MAP_FIXED).error, EPERM);
   EXPECT_TRUE(user.Mmap(0x1000, P, RW, PA | MAP_FIXED).ok());
 }
 
-TEST_F(Fixture, MunmapMprotectErrnos) {
+TEST_P(Fixture, MunmapMprotectErrnos) {
   EXPECT_EQ(as->Munmap(W, 0).error, EINVAL);
   EXPECT_EQ(as->Munmap(W + 1, P).error, EINVAL);
   EXPECT_TRUE(as->Munmap(W, P).ok());  // nothing there
@@ -122,7 +127,7 @@ TEST_F(Fixture, MunmapMprotectErrnos) {
   EXPECT_EQ(Lines(), "[0,1) ---p\n[2,3) rw-p\n");
 }
 
-TEST_F(Fixture, MergeSplitSequences) {
+TEST_P(Fixture, MergeSplitSequences) {
   // S3
   MapFixed(0, 3, RW);
   ASSERT_TRUE(as->Mprotect(W + P, P, PROT_READ).ok());
@@ -145,7 +150,7 @@ TEST_F(Fixture, MergeSplitSequences) {
   EXPECT_EQ(Lines(), "[1,7) rw-p\n");
 }
 
-TEST_F(Fixture, AccountingFlagsBlockMerges) {
+TEST_P(Fixture, AccountingFlagsBlockMerges) {
   // S10: VM_ACCOUNT vs VM_NORESERVE
   MapFixed(0, 1, RW);
   MapFixed(1, 1, RW, MAP_NORESERVE);
@@ -160,7 +165,7 @@ TEST_F(Fixture, AccountingFlagsBlockMerges) {
   EXPECT_EQ(Lines(), "[0,1) rw-p\n[1,2) rw-p\n[3,5) rw-p\n");
 }
 
-TEST_F(Fixture, S20AccountDroppedOnlyIfUntouched) {
+TEST_P(Fixture, S20AccountDroppedOnlyIfUntouched) {
   MapFixed(0, 1, PROT_READ);
   MapFixed(1, 1, RW);
   ASSERT_TRUE(as->Mprotect(W + P, P, PROT_READ).ok());
@@ -172,7 +177,7 @@ TEST_F(Fixture, S20AccountDroppedOnlyIfUntouched) {
   EXPECT_EQ(Lines(), "[0,2) r--p\n[3,4) r--p\n[4,5) r--p\n");
 }
 
-TEST_F(Fixture, S12FixedOverMiddleMergesWithPrevOnly) {
+TEST_P(Fixture, S12FixedOverMiddleMergesWithPrevOnly) {
   MapFixed(0, 3, RW);
   MapFixed(1, 1, RW);
   EXPECT_EQ(Lines(), "[0,3) rw-p\n");
@@ -184,7 +189,7 @@ TEST_F(Fixture, S12FixedOverMiddleMergesWithPrevOnly) {
   EXPECT_EQ(Lines(), "[0,2) rw-p\n[2,3) rw-p\n");
 }
 
-TEST_F(Fixture, S21BoundaryMoves) {
+TEST_P(Fixture, S21BoundaryMoves) {
   MapFixed(0, 1, RW);
   MapFixed(1, 3, PROT_READ);
   MapFixed(4, 1, RW);
@@ -194,7 +199,7 @@ TEST_F(Fixture, S21BoundaryMoves) {
   EXPECT_EQ(Lines(), "[0,2) rw-p\n[2,3) r--p\n[3,5) rw-p\n");
 }
 
-TEST_F(Fixture, FaultOutcomes) {
+TEST_P(Fixture, FaultOutcomes) {
   StatsSnapshot s0 = ReadStats();
   MapFixed(0, 4, RW);
   EXPECT_EQ(as->Fault(W, AccessType::kRead).outcome, FaultOutcome::kMinor);   // zero page
@@ -223,7 +228,7 @@ TEST_F(Fixture, FaultOutcomes) {
   EXPECT_EQ(d.event(Event::kPgfault), 4u);
 }
 
-TEST_F(Fixture, DataSurvivesAndIsFreed) {
+TEST_P(Fixture, DataSurvivesAndIsFreed) {
   MapFixed(0, 4, RW);
   const char msg[] = "hello, vmspace";
   CopyResult w = as->WriteMemory(W + P - 5, msg, sizeof msg);
@@ -246,14 +251,15 @@ TEST_F(Fixture, DataSurvivesAndIsFreed) {
   EXPECT_EQ(bad.stop.outcome, FaultOutcome::kSigsegv);
 }
 
-TEST_F(Fixture, GrowsDownExpands) {
+TEST_P(Fixture, GrowsDownExpands) {
   MapFixed(100, 4, RW, MAP_GROWSDOWN);
   EXPECT_EQ(as->Fault(W + 99 * P, AccessType::kWrite).outcome, FaultOutcome::kMinor);
   EXPECT_EQ(Lines(), "[99,104) rw-p\n");
 }
 
-TEST_F(Fixture, MaxMapCount) {
+TEST_P(Fixture, MaxMapCount) {
   SpaceOptions o;
+  o.profile = opts.profile;
   o.max_map_count = 5;
   AddressSpace s(frames, o);
   for (int i = 0; i < 6; i++)  // reachable: max + 1
@@ -265,6 +271,15 @@ TEST_F(Fixture, MaxMapCount) {
   EXPECT_EQ(s.Munmap(W + 41 * P, P).error, ENOMEM);
   EXPECT_TRUE(s.Munmap(W + 40 * P, P).ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(Profiles, Fixture,
+                         ::testing::Values("linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-' || c == '.') c = '_';
+                           return n;
+                         });
 
 TEST(MapsFormat, LinesMatchKernel) {
   VmaInfo anon;

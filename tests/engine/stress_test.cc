@@ -25,9 +25,18 @@ int Iterations(int dflt) {
   return e ? atoi(e) : dflt;
 }
 
-TEST(Stress, FaultsRaceMmapMunmapMprotect) {
+struct Stress : ::testing::TestWithParam<const char*> {
+  SpaceOptions Opts() {
+    SpaceOptions o;
+    std::string err;
+    EXPECT_TRUE(LockingProfile::Parse(GetParam(), &o.profile, &err)) << err;
+    return o;
+  }
+};
+
+TEST_P(Stress, FaultsRaceMmapMunmapMprotect) {
   FrameAllocator frames(1ull << 30);
-  AddressSpace as(frames);
+  AddressSpace as(frames, Opts());
   const uint64_t stable = as.Mmap(0x300000000000, 64 * P, RW, PA | MAP_FIXED).value;
   const uint64_t churn = 0x310000000000;  // 256 pages the writer keeps changing
   ASSERT_TRUE(as.Mmap(churn, 256 * P, RW, PA | MAP_FIXED).ok());
@@ -91,11 +100,11 @@ TEST(Stress, FaultsRaceMmapMunmapMprotect) {
   EXPECT_GT(faults.load() + signals.load(), 0u);
 }
 
-TEST(Stress, ConcurrentFaultsOnSamePagesAgree) {
+TEST_P(Stress, ConcurrentFaultsOnSamePagesAgree) {
   // Many threads fault the same fresh pages at once: exactly one frame per page,
   // every write lands, and RSS is exact afterwards.
   FrameAllocator frames(1ull << 30);
-  AddressSpace as(frames);
+  AddressSpace as(frames, Opts());
   const int rounds = Iterations(3000) / 30;
   for (int r = 0; r < rounds; r++) {
     uint64_t base = as.Mmap(0, 32 * P, RW, PA).value;
@@ -119,6 +128,15 @@ TEST(Stress, ConcurrentFaultsOnSamePagesAgree) {
   }
   EXPECT_EQ(as.Validate(), "");
 }
+
+INSTANTIATE_TEST_SUITE_P(Profiles, Stress,
+                         ::testing::Values("linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-' || c == '.') c = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace vmspace

@@ -1,0 +1,403 @@
+#include "engine/vma_index.h"
+
+#include <atomic>
+#include <cstddef>
+#include <map>
+
+#include "engine/rcu.h"
+
+namespace vmspace {
+
+const char* VmaIndexKindName(VmaIndexKind k) {
+  return k == VmaIndexKind::kRbtree ? "rbtree" : "maple";
+}
+
+namespace {
+
+// ===================================================================== rbtree
+class RbtreeIndex final : public VmaIndex {
+ public:
+  VmaIndexKind kind() const override { return VmaIndexKind::kRbtree; }
+
+  Vma* FindVma(uint64_t addr) const override {
+    auto it = map_.upper_bound(addr);
+    if (it != map_.begin()) {
+      auto p = std::prev(it);
+      if (p->second->vm_end > addr) return p->second;
+    }
+    return it == map_.end() ? nullptr : it->second;
+  }
+  Vma* NextFrom(uint64_t addr) const override {
+    auto it = map_.lower_bound(addr);
+    return it == map_.end() ? nullptr : it->second;
+  }
+  Vma* PrevOf(uint64_t addr) const override {
+    auto it = map_.lower_bound(addr);
+    return it == map_.begin() ? nullptr : std::prev(it)->second;
+  }
+  void ForEach(const std::function<void(Vma*)>& fn) const override {
+    for (auto& [k, v] : map_) fn(v);
+  }
+  void Insert(Vma* v) override { map_.emplace(v->vm_start, v); }
+  void Erase(Vma* v, uint64_t start, uint64_t end) override { map_.erase(start); }
+  void Update(Vma* v, uint64_t old_start, uint64_t old_end) override {
+    if (old_start == v->vm_start) return;  // keyed by start only
+    auto node = map_.extract(old_start);
+    node.key() = v->vm_start;
+    map_.insert(std::move(node));
+  }
+  uint64_t HighestGapEnd(uint64_t length, uint64_t low, uint64_t high) const override {
+    // Walk gaps from the top: the gap below `upper` and above `lower`.
+    auto it = map_.lower_bound(high);
+    Vma* upper = it == map_.end() ? nullptr : it->second;
+    for (;;) {
+      Vma* lower = it == map_.begin() ? nullptr : std::prev(it)->second;
+      uint64_t gs = lower ? lower->vm_end : 0;
+      uint64_t ge = upper ? upper->vm_start : ~0ull;
+      if (gs < low) gs = low;
+      if (ge > high) ge = high;
+      if (ge > gs && ge - gs >= length) return ge;
+      if (!lower || lower->vm_end <= low) return ~0ull;
+      --it;
+      upper = lower;
+    }
+  }
+  uint64_t bytes() const override {
+    return map_.size() * (sizeof(std::map<uint64_t, Vma*>::value_type) + 32);  // rb node overhead
+  }
+
+ private:
+  std::map<uint64_t, Vma*> map_;  // keyed by vm_start
+};
+
+// ===================================================================== maple
+// Copy-on-write B+tree. Node layout (one struct for both kinds, 416 bytes): up to
+// kFanout entries. A leaf entry is a VMA's range and pointer; an interior entry is a
+// child with its subtree's lowest start (lo), highest end (hi) and largest gap between
+// two consecutive ranges inside it (gap). Fan-out 16 like the maple tree's range64
+// leaves; interior nodes carry the gap array that maple_arange_64 nodes carry.
+// Nodes are immutable once published: a write copies the path from the root to the
+// leaf it changes and publishes the new root; the old path is retired.
+constexpr int kFanout = 16;
+
+struct MNode {
+  bool leaf = true;
+  uint8_t n = 0;
+  uint64_t lo[kFanout];   // leaf: vm_start; interior: subtree lowest start
+  uint64_t hi[kFanout];   // leaf: vm_end; interior: subtree highest end
+  uint64_t gap[kFanout];  // interior only: largest inner gap of the child
+  void* p[kFanout];       // leaf: Vma*; interior: MNode*
+
+  uint64_t Lo() const { return lo[0]; }
+  uint64_t Hi() const { return hi[n - 1]; }
+  /// Largest gap between consecutive ranges inside this node's subtree.
+  uint64_t InnerGap() const {
+    uint64_t g = 0;
+    for (int i = 0; i < n; i++) {
+      if (!leaf && gap[i] > g) g = gap[i];
+      if (i + 1 < n && lo[i + 1] - hi[i] > g) g = lo[i + 1] - hi[i];
+    }
+    return g;
+  }
+  MNode* child(int i) const { return static_cast<MNode*>(p[i]); }
+  void SetChild(int i, MNode* c) {
+    p[i] = c;
+    lo[i] = c->Lo();
+    hi[i] = c->Hi();
+    gap[i] = c->InnerGap();
+  }
+};
+
+class MapleIndex final : public VmaIndex {
+ public:
+  ~MapleIndex() override {
+    // No readers remain when a space is destroyed; queued batches do not refer to us.
+    FlushRetired();
+    Destroy(root_.load(std::memory_order_relaxed));
+  }
+  VmaIndexKind kind() const override { return VmaIndexKind::kMaple; }
+
+  Vma* LookupRcu(uint64_t addr) const override {
+    const MNode* n = root_.load(std::memory_order_acquire);
+    if (!n) return nullptr;
+    while (!n->leaf) {
+      int i = 0;
+      while (i + 1 < n->n && n->hi[i] <= addr) i++;
+      n = n->child(i);
+    }
+    for (int i = 0; i < n->n; i++)
+      if (n->lo[i] <= addr && addr < n->hi[i]) return static_cast<Vma*>(n->p[i]);
+    return nullptr;
+  }
+
+  Vma* FindVma(uint64_t addr) const override {
+    return FirstEndAbove(root_.load(std::memory_order_relaxed), addr);
+  }
+  Vma* NextFrom(uint64_t addr) const override {
+    return FirstStartAtLeast(root_.load(std::memory_order_relaxed), addr);
+  }
+  Vma* PrevOf(uint64_t addr) const override {
+    return LastStartBelow(root_.load(std::memory_order_relaxed), addr);
+  }
+  void ForEach(const std::function<void(Vma*)>& fn) const override {
+    Walk(root_.load(std::memory_order_relaxed), fn);
+  }
+
+  void Insert(Vma* v) override {
+    MNode* root = root_.load(std::memory_order_relaxed);
+    if (!root) {
+      MNode* leaf = NewNode(true);
+      leaf->n = 1;
+      leaf->lo[0] = v->vm_start;
+      leaf->hi[0] = v->vm_end;
+      leaf->p[0] = v;
+      Publish(leaf);
+      return;
+    }
+    MNode* split = nullptr;
+    MNode* nroot = InsertRec(root, v, &split);
+    if (split) {
+      MNode* top = NewNode(false);
+      top->n = 2;
+      top->SetChild(0, nroot);
+      top->SetChild(1, split);
+      nroot = top;
+    }
+    Publish(nroot);
+  }
+
+  void Erase(Vma* v, uint64_t start, uint64_t end) override {
+    MNode* root = root_.load(std::memory_order_relaxed);
+    if (!root) return;
+    MNode* nroot = EraseRec(root, start);
+    // Collapse interior roots with a single child (the tree only shrinks at the top).
+    while (nroot && !nroot->leaf && nroot->n == 1) {
+      MNode* c = nroot->child(0);
+      Retire(nroot);  // a fresh copy nobody has seen: retiring it is still safe
+      nroot = c;
+    }
+    Publish(nroot);
+  }
+
+  uint64_t HighestGapEnd(uint64_t length, uint64_t low, uint64_t high) const override {
+    const MNode* root = root_.load(std::memory_order_relaxed);
+    if (!root) {
+      return (high > low && high - low >= length) ? high : ~0ull;
+    }
+    // The gap above everything, then inside, then below everything.
+    uint64_t r = Clip(root->Hi(), ~0ull, length, low, high);
+    if (r != ~0ull) return r;
+    r = GapRec(root, length, low, high);
+    if (r != ~0ull) return r;
+    return Clip(0, root->Lo(), length, low, high);
+  }
+
+  void FlushRetired() override {
+    if (retired_.empty()) return;
+    auto* batch = new Retired;
+    batch->nodes.swap(retired_);
+    CallRcu(&batch->head, &Retired::Free);
+  }
+
+  uint64_t bytes() const override { return nodes_ * sizeof(MNode); }
+
+ private:
+  struct Retired {
+    struct rcu_head head;
+    std::vector<MNode*> nodes;
+    static void Free(struct rcu_head* h) {
+      RcuCallbackBegin(h);
+      Retired* r = reinterpret_cast<Retired*>(reinterpret_cast<char*>(h) - offsetof(Retired, head));
+      for (MNode* n : r->nodes) delete n;
+      delete r;
+#if defined(__SANITIZE_THREAD__)
+      __tsan_release(&rcu_internal::gp_token);
+#endif
+    }
+  };
+
+  MNode* NewNode(bool leaf) {
+    MNode* n = new MNode;
+    n->leaf = leaf;
+    nodes_++;
+    return n;
+  }
+  MNode* Copy(const MNode* o) {
+    MNode* n = new MNode(*o);
+    nodes_++;
+    return n;
+  }
+  void Retire(MNode* n) {
+    retired_.push_back(n);
+    nodes_--;
+  }
+  void Publish(MNode* root) {
+    MNode* old = root_.load(std::memory_order_relaxed);
+    (void)old;
+    root_.store(root, std::memory_order_release);  // rcu_assign_pointer
+  }
+  void Destroy(MNode* n) {
+    if (!n) return;
+    if (!n->leaf)
+      for (int i = 0; i < n->n; i++) Destroy(n->child(i));
+    delete n;
+  }
+
+  // Insert v under n; returns the copy of n; *split receives a new right sibling if the
+  // copy overflowed.
+  MNode* InsertRec(MNode* n, Vma* v, MNode** split) {
+    *split = nullptr;
+    MNode* c = Copy(n);
+    Retire(n);
+    if (c->leaf) {
+      int pos = 0;
+      while (pos < c->n && c->lo[pos] < v->vm_start) pos++;
+      InsertAt(c, pos, v->vm_start, v->vm_end, 0, v);
+    } else {
+      int i = 0;
+      while (i + 1 < c->n && c->lo[i + 1] <= v->vm_start) i++;
+      MNode* sib = nullptr;
+      MNode* nc = InsertRec(c->child(i), v, &sib);
+      c->SetChild(i, nc);
+      if (sib) InsertAt(c, i + 1, sib->Lo(), sib->Hi(), sib->InnerGap(), sib);
+    }
+    if (c->n > kFanout - 1) {  // keep one slot free: split at fan-out
+      MNode* r = NewNode(c->leaf);
+      int half = c->n / 2;
+      r->n = static_cast<uint8_t>(c->n - half);
+      for (int k = 0; k < r->n; k++) {
+        r->lo[k] = c->lo[half + k];
+        r->hi[k] = c->hi[half + k];
+        r->gap[k] = c->gap[half + k];
+        r->p[k] = c->p[half + k];
+      }
+      c->n = static_cast<uint8_t>(half);
+      *split = r;
+    }
+    return c;
+  }
+
+  static void InsertAt(MNode* c, int pos, uint64_t lo, uint64_t hi, uint64_t gap, void* p) {
+    for (int k = c->n; k > pos; k--) {
+      c->lo[k] = c->lo[k - 1];
+      c->hi[k] = c->hi[k - 1];
+      c->gap[k] = c->gap[k - 1];
+      c->p[k] = c->p[k - 1];
+    }
+    c->lo[pos] = lo;
+    c->hi[pos] = hi;
+    c->gap[pos] = gap;
+    c->p[pos] = p;
+    c->n++;
+  }
+  static void RemoveAt(MNode* c, int pos) {
+    for (int k = pos; k + 1 < c->n; k++) {
+      c->lo[k] = c->lo[k + 1];
+      c->hi[k] = c->hi[k + 1];
+      c->gap[k] = c->gap[k + 1];
+      c->p[k] = c->p[k + 1];
+    }
+    c->n--;
+  }
+
+  // Removes the entry starting at `start`; returns the copy of n, or null if it
+  // became empty.
+  MNode* EraseRec(MNode* n, uint64_t start) {
+    MNode* c = Copy(n);
+    Retire(n);
+    if (c->leaf) {
+      for (int k = 0; k < c->n; k++)
+        if (c->lo[k] == start) {
+          RemoveAt(c, k);
+          break;
+        }
+    } else {
+      int i = 0;
+      while (i + 1 < c->n && c->lo[i + 1] <= start) i++;
+      MNode* nc = EraseRec(c->child(i), start);
+      if (nc) c->SetChild(i, nc);
+      else RemoveAt(c, i);
+    }
+    if (c->n == 0) {
+      Retire(c);
+      return nullptr;
+    }
+    return c;
+  }
+
+  static Vma* FirstEndAbove(const MNode* n, uint64_t addr) {
+    if (!n) return nullptr;
+    for (int i = 0; i < n->n; i++) {
+      if (n->hi[i] <= addr) continue;
+      if (n->leaf) return static_cast<Vma*>(n->p[i]);
+      if (Vma* v = FirstEndAbove(n->child(i), addr)) return v;
+    }
+    return nullptr;
+  }
+  static Vma* FirstStartAtLeast(const MNode* n, uint64_t addr) {
+    if (!n) return nullptr;
+    for (int i = 0; i < n->n; i++) {
+      if (n->hi[i] <= addr) continue;  // everything in it starts below addr
+      if (n->leaf) {
+        if (n->lo[i] >= addr) return static_cast<Vma*>(n->p[i]);
+        continue;
+      }
+      if (Vma* v = FirstStartAtLeast(n->child(i), addr)) return v;
+    }
+    return nullptr;
+  }
+  static Vma* LastStartBelow(const MNode* n, uint64_t addr) {
+    if (!n) return nullptr;
+    for (int i = n->n - 1; i >= 0; i--) {
+      if (n->lo[i] >= addr) continue;
+      if (n->leaf) return static_cast<Vma*>(n->p[i]);
+      if (Vma* v = LastStartBelow(n->child(i), addr)) return v;
+    }
+    return nullptr;
+  }
+  static void Walk(const MNode* n, const std::function<void(Vma*)>& fn) {
+    if (!n) return;
+    for (int i = 0; i < n->n; i++) {
+      if (n->leaf) fn(static_cast<Vma*>(n->p[i]));
+      else Walk(n->child(i), fn);
+    }
+  }
+
+  // The end of gap [gs, ge) clipped to [low, high) if it holds length, else ~0.
+  static uint64_t Clip(uint64_t gs, uint64_t ge, uint64_t length, uint64_t low, uint64_t high) {
+    if (gs < low) gs = low;
+    if (ge > high) ge = high;
+    return (ge > gs && ge - gs >= length) ? ge : ~0ull;
+  }
+
+  // Highest gap strictly inside n's subtree (between two of its ranges).
+  static uint64_t GapRec(const MNode* n, uint64_t length, uint64_t low, uint64_t high) {
+    for (int i = n->n - 1; i >= 0; i--) {
+      if (n->lo[i] >= high) continue;  // the entry and every gap above it lie above high
+      // gap between entry i-1 and entry i
+      if (i + 1 < n->n) {
+        uint64_t r = Clip(n->hi[i], n->lo[i + 1], length, low, high);
+        if (r != ~0ull) return r;
+      }
+      if (!n->leaf && n->gap[i] >= length && n->lo[i] < high && n->hi[i] > low) {
+        uint64_t r = GapRec(n->child(i), length, low, high);
+        if (r != ~0ull) return r;
+      }
+      if (n->hi[i] <= low) return ~0ull;  // everything further left is below low
+    }
+    return ~0ull;
+  }
+
+  std::atomic<MNode*> root_{nullptr};
+  std::vector<MNode*> retired_;  // guarded by mmap_lock write
+  uint64_t nodes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<VmaIndex> VmaIndex::Create(VmaIndexKind kind) {
+  if (kind == VmaIndexKind::kRbtree) return std::make_unique<RbtreeIndex>();
+  return std::make_unique<MapleIndex>();
+}
+
+}  // namespace vmspace
