@@ -17,10 +17,14 @@
 namespace vmspace::oracle {
 namespace {
 
+// VMSPACE_ORACLE_CASES=DIR runs the case files of another directory (e.g. a
+// reproducer printed by the random test).
 std::vector<std::string> CaseFiles() {
   std::vector<std::string> out;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(VMSPACE_ORACLE_CASES_DIR, ec))
+  const char* dir = getenv("VMSPACE_ORACLE_CASES");
+  if (!dir || !*dir) dir = VMSPACE_ORACLE_CASES_DIR;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
     if (e.path().extension() == ".case") out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
   return out;

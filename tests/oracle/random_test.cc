@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -65,8 +66,11 @@ class PageModel {
       uint64_t a = Num(w[1]);
       pages_.erase(pages_.lower_bound(a), pages_.lower_bound(a + Round(Num(w[2]))));
     } else if ((w[0] == "write" || w[0] == "fill") && w.size() >= 3) {
+      // Written: the pages of the bytes stored before the access stopped (a signal
+      // at si_addr leaves si_addr's page untouched unless written before).
       uint64_t a = Num(w[1]);
       uint64_t end = r.kernel_ok ? a + (w[0] == "fill" ? Num(w[2]) : 1) : r.kernel_si_addr;
+      if (!r.kernel_ok) end &= kPageMask;
       for (uint64_t p = a & kPageMask; p < end; p += kPageSize) {
         auto it = pages_.find(p);
         if (it == pages_.end() || it->second == kUntouched) pages_[p] = kWritten;
@@ -316,8 +320,10 @@ bool ValidateDue(size_t i, size_t n) { return (i + 1) % kValidateEvery == 0 || i
 /// With `model_rules`, a list containing an op the PageModel keeps away from counts
 /// as agreeing (returns -1), so that the shrinker does not drift into that
 /// difference.
+/// With `maps_each_op` false the address space is compared only after the last op
+/// (the shrinker's fast mode); op results are always compared.
 int FirstDisagreement(const std::vector<std::string>& ops, std::string* why,
-                      bool model_rules = true) {
+                      bool model_rules = true, bool maps_each_op = true) {
   OracleSession s(kRegionSize);
   if (!s.setup_error().empty()) {
     if (why) *why = "setup: " + s.setup_error();
@@ -328,8 +334,9 @@ int FirstDisagreement(const std::vector<std::string>& ops, std::string* why,
     if (!model.Allowed(ops[i])) return -1;
     StepResult r = s.Run(ops[i]);
     model.Observe(ops[i], r);
-    StepResult m = s.Run("maps all");
-    std::string v = ValidateDue(i, ops.size()) ? s.Validate() : "";
+    bool last = i + 1 == ops.size();
+    StepResult m = maps_each_op || last ? s.Run("maps all") : StepResult{};
+    std::string v = (maps_each_op && ValidateDue(i, ops.size())) || last ? s.Validate() : "";
     if (!r.match || !m.match || !v.empty()) {
       if (why) {
         *why = "op: " + ops[i] + "\n";
@@ -344,8 +351,80 @@ int FirstDisagreement(const std::vector<std::string>& ops, std::string* why,
   return -1;
 }
 
-/// Greedy delta debugging: removes chunks of ops as long as the same op (the last
-/// one, which is always kept) still is the first to disagree. Bounded in time.
+// ---- shrinking ---------------------------------------------------------------
+
+/// Parses an address as printed by OracleSession::Addr ("base+0x..", "base-0x..",
+/// "0x..").
+uint64_t ParseShownAddr(const std::string& t, uint64_t base) {
+  if (t.rfind("base+", 0) == 0) return base + strtoull(t.c_str() + 5, nullptr, 0);
+  if (t.rfind("base-", 0) == 0) return base - strtoull(t.c_str() + 5, nullptr, 0);
+  return strtoull(t.c_str(), nullptr, 0);
+}
+
+/// The address range an op acts on ([0, 0) for non-fixed placements without hint).
+std::pair<uint64_t, uint64_t> OpRange(const std::string& op, uint64_t base) {
+  std::vector<std::string> w;
+  for (size_t i = 0; i < op.size();) {
+    size_t j = op.find(' ', i);
+    if (j == std::string::npos) j = op.size();
+    if (j > i) w.push_back(op.substr(i, j - i));
+    i = j + 1;
+  }
+  if (w.size() < 2 || w[1] == "NULL" || w[1] == "all") return {0, 0};
+  uint64_t a = ParseShownAddr(w[1], base);
+  uint64_t len = 1;
+  if ((w[0] == "mmap" || w[0] == "munmap" || w[0] == "mprotect" || w[0] == "fill") &&
+      w.size() > 2)
+    len = strtoull(w[2].c_str(), nullptr, 0);
+  return {a & kPageMask, ((a + len + kPageSize - 1) & kPageMask)};
+}
+
+/// The address window where the last op's answers differ: the differing maps lines
+/// (or the op's own range), widened by a page on each side.
+std::pair<uint64_t, uint64_t> DisagreementWindow(const std::vector<std::string>& ops) {
+  OracleSession s(kRegionSize);
+  StepResult r, m;
+  for (const auto& op : ops) r = s.Run(op);
+  m = s.Run("maps all");
+  uint64_t lo = ~0ull, hi = 0;
+  auto widen = [&](uint64_t a, uint64_t b) {
+    lo = std::min(lo, a > kPageSize ? a - kPageSize : 0);
+    hi = std::max(hi, b + kPageSize);
+  };
+  if (!r.match) {
+    auto [a, b] = OpRange(ops.back(), s.base());
+    if (b > a) widen(a, b);
+  }
+  if (!m.match) {
+    auto lines = [](const std::string& t) {
+      std::set<std::string> out;
+      size_t i = 0;
+      while (i < t.size()) {
+        size_t j = t.find('\n', i);
+        if (j == std::string::npos) j = t.size();
+        out.insert(t.substr(i, j - i));
+        i = j + 1;
+      }
+      return out;
+    };
+    auto kl = lines(m.kernel), el = lines(m.engine);
+    for (const auto* side : {&kl, &el}) {
+      const auto& other = side == &kl ? el : kl;
+      for (const auto& l : *side) {
+        if (other.count(l) || l.rfind("map_count", 0) == 0) continue;
+        size_t dash = l.find('-', 5), sp = l.find(' ');
+        if (dash == std::string::npos || sp == std::string::npos || dash > sp) continue;
+        widen(ParseShownAddr(l.substr(0, dash), s.base()),
+              ParseShownAddr(l.substr(dash + 1, sp - dash - 1), s.base()));
+      }
+    }
+  }
+  return {lo, hi};
+}
+
+/// Shrinks a disagreeing op list (the last op disagrees first): first keeps only the
+/// ops acting on the address window of the disagreement, then removes chunks of ops
+/// greedily as long as the last op still is the first to disagree. Bounded in time.
 std::vector<std::string> Shrink(std::vector<std::string> ops) {
   auto t0 = std::chrono::steady_clock::now();
   auto out_of_time = [&] {
@@ -354,10 +433,18 @@ std::vector<std::string> Shrink(std::vector<std::string> ops) {
   int f = FirstDisagreement(ops, nullptr);
   if (f < 0) return ops;
   ops.resize(static_cast<size_t>(f) + 1);
-  const std::string target = ops.back();
   auto still_fails = [&](const std::vector<std::string>& cand) {
-    return FirstDisagreement(cand, nullptr) == static_cast<int>(cand.size()) - 1;
+    return FirstDisagreement(cand, nullptr, true, false) == static_cast<int>(cand.size()) - 1;
   };
+  auto [lo, hi] = DisagreementWindow(ops);
+  if (hi > lo) {
+    std::vector<std::string> sliced;
+    for (size_t i = 0; i < ops.size(); i++) {
+      auto [a, b] = OpRange(ops[i], kRegionBase);
+      if (i + 1 == ops.size() || (b > a && a < hi && b > lo)) sliced.push_back(ops[i]);
+    }
+    if (sliced.size() < ops.size() && still_fails(sliced)) ops = std::move(sliced);
+  }
   for (size_t chunk = ops.size() / 2; chunk >= 1 && !out_of_time(); chunk /= 2) {
     for (size_t i = 0; i + 1 < ops.size() && !out_of_time();) {
       size_t n = std::min(chunk, ops.size() - 1 - i);
@@ -369,6 +456,19 @@ std::vector<std::string> Shrink(std::vector<std::string> ops) {
     if (chunk == 1) break;
   }
   return ops;
+}
+
+/// Shrinks `ops` and formats the reproducer (case-file format) and its disagreement.
+std::string Reproducer(const std::vector<std::string>& ops, const std::string& origin) {
+  std::vector<std::string> small = Shrink(ops);
+  std::string why;
+  FirstDisagreement(small, &why);
+  std::string repro = "# reproducer from " + origin + " (shrunk from " +
+                      std::to_string(ops.size()) + " ops)\nregion " + Hx(kRegionSize) + "\n";
+  for (const auto& o : small) repro += o + "\n";
+  repro += "maps all\n";
+  return "\nMinimal reproducer (tests/oracle/cases/ format):\n" + repro +
+         "\nIts disagreement:\n" + why;
 }
 
 uint64_t EnvU64(const char* name, uint64_t def) {
@@ -408,18 +508,8 @@ void RunSeed(uint64_t seed, uint64_t nops) {
         fclose(f);
       }
     }
-    std::vector<std::string> small = Shrink(ops);
-    std::string why;
-    FirstDisagreement(small, &why);
-    std::string repro = "# reproducer from OracleRandom seed " + std::to_string(seed) +
-                        " (shrunk from " + std::to_string(ops.size()) + " ops)\nregion " +
-                        Hx(kRegionSize) + "\n";
-    for (const auto& o : small) repro += o + "\n";
-    repro += "maps all\n";
     FAIL() << "engine and kernel disagree.\nFirst disagreement: " << first
-           << "\nMinimal reproducer (tests/oracle/cases/ format):\n"
-           << repro << "\nIts disagreement:\n"
-           << why;
+           << Reproducer(ops, "OracleRandom seed " + std::to_string(seed));
   }
   std::printf("seed %" PRIu64 ": %" PRIu64 " ops, kernel and engine agreed on all\n", seed, nops);
 }
@@ -438,6 +528,31 @@ INSTANTIATE_TEST_SUITE_P(Seed, OracleRandom, testing::ValuesIn(Seeds()),
                          [](const testing::TestParamInfo<uint64_t>& i) {
                            return std::to_string(i.param);
                          });
+
+}  // namespace
+}  // namespace vmspace::oracle
+
+namespace vmspace::oracle {
+namespace {
+
+// VMSPACE_ORACLE_REPLAY=FILE: replays an op list written by VMSPACE_ORACLE_DUMP (or
+// any case file of the random test's region size) and shrinks it if it disagrees.
+TEST(OracleRandom, Replay) {
+  const char* path = getenv("VMSPACE_ORACLE_REPLAY");
+  if (!path || !*path) GTEST_SKIP() << "set VMSPACE_ORACLE_REPLAY=FILE to replay an op list";
+  CaseFile cf;
+  std::string err;
+  ASSERT_TRUE(LoadCase(path, &cf, &err)) << err;
+  ASSERT_EQ(cf.region_size, kRegionSize) << "the random test's region size is required";
+  std::vector<std::string> ops;
+  for (const auto& [line, op] : cf.ops)
+    if (op != "maps all") ops.push_back(op);
+  std::string why;
+  int f = FirstDisagreement(ops, &why);
+  if (f < 0) return;
+  ops.resize(static_cast<size_t>(f) + 1);
+  FAIL() << "disagreement at op " << f + 1 << ": " << why << Reproducer(ops, path);
+}
 
 }  // namespace
 }  // namespace vmspace::oracle

@@ -440,6 +440,44 @@ void WarmUp() {
   }
 }
 
+// Puts one-page PROT_NONE MAP_SHARED|MAP_ANONYMOUS guards directly below and above
+// every private anonymous VMA of the child (.bss, heap, scratch; not the stack), so
+// that no mapping made by a test can merge with them: the driver replicates the
+// pre-existing VMAs in the engine as shared placeholders, which never merge.
+void FenceAnonymousVmas() {
+  static uint64_t ranges[128][2];
+  size_t n = 0;
+  ForEachLine("/proc/self/maps", [&](const char* l) {
+    if (!IsHeader(l) || n == 128) return;
+    const char* p = l;
+    uint64_t s = Hex(&p);
+    if (*p == '-') p++;
+    uint64_t e = Hex(&p);
+    // perms, offset, dev, inode, name
+    p = SkipSpaces(p);
+    bool priv = p[3] == 'p';
+    while (*p && *p != ' ') p++;
+    Hex(&p);  // offset
+    p = SkipSpaces(p);
+    bool dev0 = strncmp(p, "00:00", 5) == 0;
+    while (*p && *p != ' ') p++;
+    uint64_t ino = Hex(&p);
+    p = SkipSpaces(p);
+    bool anon_name = *p == 0 || strncmp(p, "[heap]", 6) == 0;
+    if (priv && dev0 && ino == 0 && anon_name && e <= 0x7ffffffff000ull) {
+      ranges[n][0] = s;
+      ranges[n][1] = e;
+      n++;
+    }
+  });
+  for (size_t i = 0; i < n; i++) {
+    const uint64_t guards[2] = {ranges[i][0] - 4096, ranges[i][1]};
+    for (uint64_t g : guards)
+      syscall(SYS_mmap, g, 4096, PROT_NONE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+              -1, 0);  // EEXIST: a neighbour is there already
+  }
+}
+
 // 1 if this kernel maps the zero page for anonymous read faults (see the protocol).
 uint64_t ZeroPageProbe() {
   const uint64_t a = kScratchBase + 0x1000000;
@@ -493,6 +531,7 @@ int main() {
   Puts("Z ");
   PutHex(ZeroPageProbe());
   Puts("\n");
+  FenceAnonymousVmas();
   DoMaps(0, ~0ull, false);
   End();
 
