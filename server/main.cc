@@ -5,8 +5,11 @@
 //   vmspaced: listening grpc=127.0.0.1:50051 metrics=127.0.0.1:9464
 // (metrics=off when disabled); with port 0 the chosen ports appear there. A port in use
 // is a start-up error (exit status 1). SIGTERM/SIGINT drain: health turns NOT_SERVING,
-// new calls are refused, in-flight calls get --shutdown-grace-ms, then the rest are
-// cancelled and the process exits 0.
+// new calls are refused, in-flight calls (open Batch streams included) get up to
+// --shutdown-grace-ms, then the rest are cancelled, idle connections are closed and the
+// process exits 0.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -14,12 +17,12 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include <algorithm>
 
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
 #include <absl/flags/usage.h>
 #include <absl/synchronization/mutex.h>
+#include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -28,6 +31,7 @@
 #include "engine/frame_allocator.h"
 #include "engine/stats.h"
 #include "metrics/collector.h"
+#include "metrics/rpc_stats.h"
 #include "rpc/log.h"
 #include "rpc/service.h"
 #include "rpc/space_registry.h"
@@ -196,17 +200,43 @@ int main(int argc, char** argv) {
        static_cast<unsigned long long>(limits.max_batch),
        static_cast<unsigned long long>(limits.max_message_bytes), lock_stats.c_str());
 
+  std::chrono::steady_clock::time_point stop_t0;
   std::thread stopper([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
+    stop_t0 = std::chrono::steady_clock::now();
     Logf(LogLevel::kInfo, "%s: draining (grace %lld ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
          static_cast<long long>(grace_ms));
     if (health) health->Shutdown();  // every service reports NOT_SERVING from now on
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
+    const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms);
+    std::atomic<bool> shut{false};
+    std::thread shutdown([&] {
+      server->Shutdown(deadline);  // refuses new calls, waits for calls and connections
+      shut.store(true);
+    });
+    // Shutdown() also waits for every client connection to close, so one idle client
+    // would hold the daemon for the whole grace period. Once no vmspace RPC has been in
+    // flight for two polls in a row, cut the remaining connections instead.
+    int idle_polls = 0;
+    while (!shut.load() && std::chrono::system_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      idle_polls = vmspace::metrics::RpcsInFlight() == 0 ? idle_polls + 1 : 0;
+      if (idle_polls >= 2 && !shut.load()) {
+        grpc_server_cancel_all_calls(server->c_server());
+        break;
+      }
+    }
+    shutdown.join();
   });
   server->Wait();
   stopper.join();
+  const auto drained = std::chrono::steady_clock::now();
   exposer.reset();  // civetweb's stop takes up to ~1 s
-  Logf(LogLevel::kInfo, "stopped (%llu spaces)", static_cast<unsigned long long>(registry.size()));
+  auto ms = [](auto d) {
+    return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+  };
+  Logf(LogLevel::kInfo, "stopped: gRPC drained in %lld ms, metrics closed in %lld ms (%llu spaces)",
+       ms(drained - stop_t0), ms(std::chrono::steady_clock::now() - drained),
+       static_cast<unsigned long long>(registry.size()));
   return 0;
 }

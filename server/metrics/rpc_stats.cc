@@ -114,4 +114,14 @@ RpcSnapshot ReadRpcStats() {
   return s;
 }
 
+uint64_t RpcsInFlight() {
+  const RpcSnapshot s = ReadRpcStats();
+  uint64_t started = 0, handled = 0;
+  for (const auto& m : s.methods) {
+    started += m.started;
+    for (uint64_t h : m.handled) handled += h;
+  }
+  return started > handled ? started - handled : 0;
+}
+
 }  // namespace vmspace::metrics

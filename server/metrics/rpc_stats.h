@@ -69,6 +69,10 @@ struct RpcSnapshot {
 /// taken on the request path except once per new thread).
 RpcSnapshot ReadRpcStats();
 
+/// RPCs of this service whose handler has started and not yet finished (started minus
+/// handled, summed over methods). Costs one ReadRpcStats(); for the shutdown drain.
+uint64_t RpcsInFlight();
+
 namespace rpc_stats_internal {
 struct alignas(64) ThreadBlock {
   struct Method {

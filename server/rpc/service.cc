@@ -21,6 +21,7 @@ constexpr size_t kMaxLabelBytes = 64;
 // Access() is run in chunks of this many touches so a long walk notices cancellation.
 // A multiple of 256, so a write's byte pattern (uint8)i is the same as in one walk.
 constexpr uint64_t kAccessChunkTouches = 1u << 16;
+constexpr uint64_t kAccessChunkMinBytes = 16u << 20;
 // Ops of a batch between two ctx->IsCancelled() checks.
 constexpr int kCancelCheckOps = 256;
 
@@ -129,11 +130,14 @@ OpStatus DoAccess(Space& sp, const v1::AccessRequest& r, v1::AccessResponse* out
     return ErrnoErrorDetail(EINVAL, "Access", "unknown access type");
   const uint64_t stride = r.stride() == 0 ? 1 : r.stride();
   const uint64_t len = r.len();
-  // Chunks of kAccessChunkTouches touches; each chunk starts at a multiple of
-  // stride * 65536 (hence of 256), so touches and written bytes equal one whole walk.
-  const bool one_walk = stride >= (~0ull / kAccessChunkTouches) ||
-                        len <= stride * kAccessChunkTouches;
-  const uint64_t chunk = one_walk ? len : stride * kAccessChunkTouches;
+  // Chunks of `touches` touches covering at least kAccessChunkMinBytes. Each chunk starts
+  // at a multiple of stride * touches, a multiple of 256 (touches is), so the touched
+  // bytes and a write's values (uint8)i are those of one whole walk.
+  uint64_t touches = kAccessChunkTouches;
+  if (stride < kAccessChunkMinBytes / kAccessChunkTouches)
+    touches = (kAccessChunkMinBytes / stride + 255) & ~uint64_t{255};
+  const bool one_walk = stride >= (~0ull / touches) || len <= stride * touches;
+  const uint64_t chunk = one_walk ? len : stride * touches;
   uint64_t faults = 0, major = 0, accesses = 0;
   FaultResult stop;
   for (uint64_t off = 0;;) {
@@ -148,6 +152,7 @@ OpStatus DoAccess(Space& sp, const v1::AccessRequest& r, v1::AccessResponse* out
     }
     if (one_walk || n == len - off) break;
     off += n;
+    if (r.addr() + off < r.addr()) break;  // the walk wrapped past 2^64: it ends, as in one walk
     if (ctx != nullptr && ctx->IsCancelled()) return Cancelled();
   }
   if (stop.outcome == FaultOutcome::kOom) return FrameLimitError("Access");

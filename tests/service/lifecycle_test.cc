@@ -1,0 +1,150 @@
+// Daemon lifecycle: port conflicts are start-up errors, health reports SERVING, and
+// SIGTERM/SIGINT drain and exit 0 even with clients connected and a stream open.
+#include "daemon.h"  // first (see there)
+
+#include <sys/socket.h>
+
+#include "health.grpc.pb.h"
+
+namespace vmspace::service_test {
+namespace {
+
+// Binds 127.0.0.1:0 and listens; returns the fd and the port (kept busy until closed).
+int BusyPort(int* port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd, 1) != 0) return -1;
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+TEST(LifecycleTest, GrpcPortInUseIsStartupError) {
+  Daemon first;
+  ASSERT_TRUE(first.Start({})) << first.stderr_text();
+  Daemon second;
+  EXPECT_FALSE(second.Start({"--listen=127.0.0.1:" + std::to_string(first.grpc_port())}));
+  const int rc = second.WaitExit(10000);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(rc, -1) << "must exit by itself";
+  EXPECT_NE(second.stderr_text().find("cannot listen"), std::string::npos)
+      << second.stderr_text();
+  EXPECT_EQ(first.Stop(), 0);
+}
+
+TEST(LifecycleTest, PortHeldByAnotherProgramIsStartupError) {
+  int port = 0;
+  const int fd = BusyPort(&port);
+  ASSERT_GE(fd, 0);
+  Daemon d;
+  EXPECT_FALSE(d.Start({"--listen=127.0.0.1:" + std::to_string(port)}));
+  const int rc = d.WaitExit(10000);
+  EXPECT_GT(rc, 0);
+  close(fd);
+}
+
+TEST(LifecycleTest, MetricsPortInUseIsStartupError) {
+  int port = 0;
+  const int fd = BusyPort(&port);
+  ASSERT_GE(fd, 0);
+  Daemon d;
+  EXPECT_FALSE(d.Start({"--metrics-listen=127.0.0.1:" + std::to_string(port)}));
+  const int rc = d.WaitExit(10000);
+  EXPECT_GT(rc, 0);
+  EXPECT_NE(d.stderr_text().find("metrics"), std::string::npos) << d.stderr_text();
+  close(fd);
+}
+
+TEST(LifecycleTest, BadFlagIsStartupError) {
+  Daemon d;
+  EXPECT_FALSE(d.Start({"--lock-stats=maybe"}));
+  EXPECT_GT(d.WaitExit(10000), 0);
+}
+
+TEST(LifecycleTest, HealthServesTheService) {
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--lock-stats=off", "--log-level=warn"})) << d.stderr_text();
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(d.grpc_addr(), grpc::InsecureChannelCredentials()));
+  for (const char* name : {"", "vmspace.v1.VmSpace"}) {
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(name);
+    grpc::health::v1::HealthCheckResponse resp;
+    grpc::Status s = health->Check(Ctx().get(), req, &resp);
+    ASSERT_TRUE(s.ok()) << name << ": " << s.error_message();
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING) << name;
+  }
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service("no.such.Service");
+  grpc::health::v1::HealthCheckResponse resp;
+  EXPECT_EQ(health->Check(Ctx().get(), req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+TEST(LifecycleTest, SigtermWithClientsConnectedExitsZero) {
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--shutdown-grace-ms=1000"})) << d.stderr_text();
+  auto stub = d.NewStub();
+  auto idle = d.NewStub();
+  v1::PingResponse pong;
+  ASSERT_TRUE(idle->Ping(Ctx().get(), {}, &pong).ok());  // connected, then idle
+  v1::CreateSpaceResponse cs;
+  ASSERT_TRUE(stub->CreateSpace(Ctx().get(), {}, &cs).ok());
+
+  // A Batch stream left open across the signal.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = stub->Batch(&ctx);
+  v1::BatchRequest req;
+  req.set_tag(1);
+  req.add_ops()->mutable_fault()->set_space_id(cs.space_id());
+  ASSERT_TRUE(stream->Write(req));
+  v1::BatchResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  EXPECT_EQ(resp.tag(), 1u);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(d.pid(), SIGTERM);
+  // The open stream is cancelled after the grace period.
+  EXPECT_FALSE(stream->Read(&resp));
+  grpc::Status s = stream->Finish();
+  EXPECT_FALSE(s.ok());
+  const int rc = d.WaitExit(8000);
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(rc, 0) << d.stderr_text();
+  EXPECT_LT(secs, 5.0);
+  EXPECT_NE(d.stderr_text().find("SIGTERM"), std::string::npos);
+  // Nothing answers any more.
+  EXPECT_FALSE(idle->Ping(Ctx(1000).get(), {}, &pong).ok());
+}
+
+TEST(LifecycleTest, IdleConnectedClientDoesNotHoldShutdown) {
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--shutdown-grace-ms=20000"})) << d.stderr_text();
+  auto stub = d.NewStub();
+  v1::PingResponse pong;
+  ASSERT_TRUE(stub->Ping(Ctx().get(), {}, &pong).ok());  // connected, now idle
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(d.Stop(SIGTERM, 15000), 0) << d.stderr_text();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0)
+      << "no call in flight: the daemon must not wait for the 20 s grace period";
+}
+
+TEST(LifecycleTest, SigintIdleExitsZeroQuickly) {
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--metrics-listen=127.0.0.1:0"})) << d.stderr_text();
+  EXPECT_GT(d.metrics_port(), 0);
+  auto stub = d.NewStub();
+  v1::PingResponse pong;
+  ASSERT_TRUE(stub->Ping(Ctx().get(), {}, &pong).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(d.Stop(SIGINT, 8000), 0) << d.stderr_text();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 4.0);
+}
+
+}  // namespace
+}  // namespace vmspace::service_test

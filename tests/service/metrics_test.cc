@@ -1,0 +1,241 @@
+// /metrics of a live daemon: valid exposition format (promtool check metrics), the
+// documented families present, and counts that match the work done between scrapes.
+#include "daemon.h"  // first (see there)
+
+#include <sys/mman.h>
+
+#include <fstream>
+
+
+namespace vmspace::service_test {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+using L = std::vector<std::pair<std::string, std::string>>;
+
+std::string Rpc(const std::string& metric, const std::string& method, const std::string& type,
+                const std::string& code = "") {
+  L l = {{"grpc_service", "vmspace.v1.VmSpace"}, {"grpc_method", method}, {"grpc_type", type}};
+  if (!code.empty()) l.emplace_back("grpc_code", code);
+  return SeriesKey(metric, l);
+}
+
+class MetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(d_.Start({"--metrics-listen=127.0.0.1:0", "--max-frame-bytes=268435456"}))
+        << d_.stderr_text();
+    ASSERT_GT(d_.metrics_port(), 0);
+    stub_ = d_.NewStub();
+  }
+  void TearDown() override { EXPECT_EQ(d_.Stop(), 0); }
+
+  std::string Scrape() {
+    int status = 0;
+    std::string body = HttpGet(d_.metrics_port(), "/metrics", &status);
+    EXPECT_EQ(status, 200);
+    return body;
+  }
+
+  Daemon d_;
+  std::unique_ptr<v1::VmSpace::Stub> stub_;
+};
+
+TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
+  // Do a little of everything first so no family is trivially empty.
+  v1::CreateSpaceResponse cs;
+  ASSERT_TRUE(stub_->CreateSpace(Ctx().get(), {}, &cs).ok());
+  v1::MmapRequest m;
+  m.set_space_id(cs.space_id());
+  m.set_len(16 * kPage);
+  m.set_prot(PROT_READ | PROT_WRITE);
+  m.set_flags(MAP_PRIVATE | MAP_ANONYMOUS);
+  v1::MmapResponse mr;
+  ASSERT_TRUE(stub_->Mmap(Ctx().get(), m, &mr).ok());
+  v1::AccessRequest a;
+  a.set_space_id(cs.space_id());
+  a.set_addr(mr.addr());
+  a.set_len(16 * kPage);
+  a.set_stride(kPage);
+  a.set_access(v1::ACCESS_WRITE);
+  v1::AccessResponse ar;
+  ASSERT_TRUE(stub_->Access(Ctx().get(), a, &ar).ok());
+
+  const std::string body = Scrape();
+  ASSERT_FALSE(body.empty());
+  for (const char* family :
+       {"vmspace_build_info", "vmspace_spaces", "vmspace_vmas", "vmspace_resident_bytes",
+        "vmspace_pagetable_bytes", "vmspace_frame_bytes", "vmspace_frame_limit_bytes",
+        "vmspace_lock_acquisitions_total", "vmspace_lock_contentions_total",
+        "vmspace_lock_wait_seconds", "vmspace_lock_hold_seconds", "vmspace_faults_total",
+        "vmspace_pgfault_total", "vmspace_pgmajfault_total", "vmspace_vma_lock_total",
+        "vmspace_ops_total", "grpc_server_started_total", "grpc_server_handled_total",
+        "grpc_server_handling_seconds", "grpc_server_msg_received_total",
+        "grpc_server_msg_sent_total"}) {
+    EXPECT_NE(body.find(std::string("# TYPE ") + family + " "), std::string::npos) << family;
+  }
+  const Samples s = ParseMetrics(body);
+  EXPECT_EQ(Get(s, SeriesKey("vmspace_build_info", {{"version", "0.1.0"}})), 1);
+  EXPECT_GE(Get(s, SeriesKey("vmspace_lock_acquisitions_total",
+                             {{"lock", "mmap_lock"}, {"mode", "write"}})),
+            1);
+  EXPECT_GE(Get(s, SeriesKey("vmspace_lock_hold_seconds_count",
+                             {{"lock", "mmap_lock"}, {"mode", "write"}})),
+            1);
+  EXPECT_EQ(Get(s, "vmspace_frame_limit_bytes"), 268435456.0);
+
+  const std::string promtool = FindOnPath("promtool");
+  if (promtool.empty()) GTEST_SKIP() << "promtool not installed (Debian package prometheus)";
+  const std::string file = ::testing::TempDir() + "vmspaced_metrics_" +
+                           std::to_string(getpid()) + ".txt";
+  {
+    std::ofstream out(file);
+    out << body;
+  }
+  const std::string cmd = promtool + " check metrics < " + file + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string output;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) output += buf;
+  const int rc = pclose(p);
+  unlink(file.c_str());
+  EXPECT_EQ(rc, 0) << "promtool check metrics:\n" << output;
+}
+
+TEST_F(MetricsTest, CountsMatchTheWorkDone) {
+  const Samples before = ParseMetrics(Scrape());
+  const std::string mmap_ok = SeriesKey("vmspace_ops_total", {{"op", "mmap"}, {"errno", "OK"}});
+  const std::string mmap_einval =
+      SeriesKey("vmspace_ops_total", {{"op", "mmap"}, {"errno", "EINVAL"}});
+  const std::string munmap_ok =
+      SeriesKey("vmspace_ops_total", {{"op", "munmap"}, {"errno", "OK"}});
+  ASSERT_EQ(Get(before, mmap_ok), 0);
+  ASSERT_EQ(Get(before, SeriesKey("vmspace_spaces")), 0);
+
+  v1::CreateSpaceResponse cs;
+  ASSERT_TRUE(stub_->CreateSpace(Ctx().get(), {}, &cs).ok());
+  const uint64_t id = cs.space_id();
+  constexpr int kMmaps = 7, kBad = 2, kTouched = 5;
+  std::vector<uint64_t> addrs;
+  for (int i = 0; i < kMmaps; i++) {
+    v1::MmapRequest m;
+    m.set_space_id(id);
+    m.set_addr(0x10000000 + static_cast<uint64_t>(i) * 16 * kPage);  // separate VMAs
+    m.set_len(4 * kPage);
+    m.set_prot(PROT_READ | PROT_WRITE);
+    m.set_flags(MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED);
+    v1::MmapResponse mr;
+    ASSERT_TRUE(stub_->Mmap(Ctx().get(), m, &mr).ok());
+    addrs.push_back(mr.addr());
+  }
+  for (int i = 0; i < kBad; i++) {
+    v1::MmapRequest m;
+    m.set_space_id(id);
+    m.set_prot(PROT_READ);
+    m.set_flags(MAP_PRIVATE | MAP_ANONYMOUS);  // len 0: EINVAL
+    v1::MmapResponse mr;
+    ASSERT_EQ(stub_->Mmap(Ctx().get(), m, &mr).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // Write faults on kTouched pages of the first mapping, then one SIGSEGV.
+  for (int i = 0; i < kTouched; i++) {
+    v1::FaultRequest f;
+    f.set_space_id(id);
+    f.set_addr(addrs[0] + static_cast<uint64_t>(i % 4) * kPage + (i >= 4 ? kPage * 16 : 0));
+    f.set_access(v1::ACCESS_WRITE);
+    v1::FaultResponse fr;
+    ASSERT_TRUE(stub_->Fault(Ctx().get(), f, &fr).ok());
+    ASSERT_EQ(fr.fault().outcome(), v1::FAULT_OUTCOME_MINOR);
+  }
+  v1::FaultRequest f;
+  f.set_space_id(id);
+  f.set_addr(0x90000000);
+  v1::FaultResponse fr;
+  ASSERT_TRUE(stub_->Fault(Ctx().get(), f, &fr).ok());
+  ASSERT_EQ(fr.fault().outcome(), v1::FAULT_OUTCOME_SIGSEGV);
+  // One munmap of a whole mapping, one unknown-space call.
+  v1::MunmapRequest u;
+  u.set_space_id(id);
+  u.set_addr(addrs.back());
+  u.set_len(4 * kPage);
+  v1::MunmapResponse ur;
+  ASSERT_TRUE(stub_->Munmap(Ctx().get(), u, &ur).ok());
+  v1::MmapRequest nf;
+  nf.set_space_id(id + 999);
+  v1::MmapResponse nfr;
+  ASSERT_EQ(stub_->Mmap(Ctx().get(), nf, &nfr).error_code(), grpc::StatusCode::NOT_FOUND);
+  // A Batch stream with two messages.
+  {
+    grpc::ClientContext ctx;
+    auto stream = stub_->Batch(&ctx);
+    for (uint64_t t = 0; t < 2; t++) {
+      v1::BatchRequest b;
+      b.set_tag(t);
+      auto* m = b.add_ops()->mutable_mmap();
+      m->set_space_id(id);
+      m->set_addr(0x30000000 + t * 16 * kPage);
+      m->set_len(kPage);
+      m->set_prot(PROT_READ);
+      m->set_flags(MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED);
+      ASSERT_TRUE(stream->Write(b));
+      v1::BatchResponse r;
+      ASSERT_TRUE(stream->Read(&r));
+      ASSERT_EQ(r.results(0).code(), 0);
+    }
+    stream->WritesDone();
+    ASSERT_TRUE(stream->Finish().ok());
+  }
+
+  const Samples after = ParseMetrics(Scrape());
+  auto delta = [&](const std::string& k) { return Get(after, k) - Get(before, k); };
+  // Engine ops (unary + batch).
+  EXPECT_EQ(delta(mmap_ok), kMmaps + 2);
+  EXPECT_EQ(delta(mmap_einval), kBad);
+  EXPECT_EQ(delta(munmap_ok), 1);
+  // Faults.
+  EXPECT_EQ(delta(SeriesKey("vmspace_faults_total",
+                            {{"type", "anon_write"}, {"outcome", "minor"}})),
+            kTouched);
+  EXPECT_EQ(delta(SeriesKey("vmspace_faults_total",
+                            {{"type", "segv_maperr"}, {"outcome", "sigsegv"}})),
+            1);
+  EXPECT_GE(delta("vmspace_pgfault_total"), kTouched);
+  EXPECT_EQ(delta("vmspace_pgmajfault_total"), 0);
+  // RPCs, go-grpc-prometheus style.
+  EXPECT_EQ(delta(Rpc("grpc_server_handled_total", "Mmap", "unary", "OK")), kMmaps);
+  EXPECT_EQ(delta(Rpc("grpc_server_handled_total", "Mmap", "unary", "InvalidArgument")), kBad);
+  EXPECT_EQ(delta(Rpc("grpc_server_handled_total", "Mmap", "unary", "NotFound")), 1);
+  EXPECT_EQ(delta(Rpc("grpc_server_handled_total", "Fault", "unary", "OK")), kTouched + 1);
+  EXPECT_EQ(delta(Rpc("grpc_server_started_total", "Mmap", "unary")), kMmaps + kBad + 1);
+  EXPECT_EQ(delta(Rpc("grpc_server_handling_seconds_count", "Mmap", "unary")),
+            kMmaps + kBad + 1);
+  EXPECT_GT(delta(Rpc("grpc_server_handling_seconds_sum", "Mmap", "unary")), 0);
+  EXPECT_EQ(delta(Rpc("grpc_server_handled_total", "Batch", "bidi_stream", "OK")), 1);
+  EXPECT_EQ(delta(Rpc("grpc_server_msg_received_total", "Batch", "bidi_stream")), 2);
+  EXPECT_EQ(delta(Rpc("grpc_server_msg_sent_total", "Batch", "bidi_stream")), 2);
+  // Gauges.
+  EXPECT_EQ(Get(after, "vmspace_spaces"), 1);
+  EXPECT_EQ(Get(after, "vmspace_vmas"), kMmaps - 1 + 2);
+  EXPECT_EQ(Get(after, "vmspace_resident_bytes"), kTouched * kPage);
+  EXPECT_GE(Get(after, "vmspace_frame_bytes"), kTouched * kPage);
+  EXPECT_GT(Get(after, "vmspace_pagetable_bytes"), 0);
+
+  v1::DestroySpaceRequest dr;
+  dr.set_space_id(id);
+  v1::DestroySpaceResponse dresp;
+  ASSERT_TRUE(stub_->DestroySpace(Ctx().get(), dr, &dresp).ok());
+  const Samples gone = ParseMetrics(Scrape());
+  EXPECT_EQ(Get(gone, "vmspace_spaces"), 0);
+  EXPECT_EQ(Get(gone, "vmspace_vmas"), 0);
+  EXPECT_EQ(Get(gone, "vmspace_resident_bytes"), 0);
+}
+
+TEST_F(MetricsTest, UnknownPathIsNotFound) {
+  int status = 0;
+  HttpGet(d_.metrics_port(), "/nope", &status);
+  EXPECT_EQ(status, 404);
+}
+
+}  // namespace
+}  // namespace vmspace::service_test

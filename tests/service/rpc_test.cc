@@ -1,0 +1,679 @@
+// Every RPC of vmspace.v1.VmSpace against the real daemon: success paths, errno ->
+// status mapping (errno name first in the message, SyscallError in the details),
+// NOT_FOUND for unknown spaces, daemon limits, faults as OK answers, Batch ordering.
+#include "daemon.h"  // first (see there)
+
+#include <sys/mman.h>
+
+#include <cstring>
+#include <random>
+
+
+namespace vmspace::service_test {
+namespace {
+
+using grpc::StatusCode;
+
+constexpr int kRW = PROT_READ | PROT_WRITE;
+constexpr int kPrivAnon = MAP_PRIVATE | MAP_ANONYMOUS;
+constexpr uint64_t kPage = 4096;
+
+class RpcTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    daemon_ = new Daemon;
+    ASSERT_TRUE(daemon_->Start({"--max-batch=64", "--max-spaces=64"}))
+        << daemon_->stderr_text();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(daemon_->Stop(), 0);
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(daemon_, nullptr);
+    stub_ = daemon_->NewStub();
+  }
+
+  uint64_t NewSpace(const v1::SpaceSettings& settings = {}, const std::string& label = "") {
+    v1::CreateSpaceRequest req;
+    *req.mutable_settings() = settings;
+    req.set_label(label);
+    v1::CreateSpaceResponse resp;
+    grpc::Status s = stub_->CreateSpace(Ctx().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_NE(resp.space_id(), 0u);
+    return resp.space_id();
+  }
+  grpc::Status Mmap(uint64_t id, uint64_t addr, uint64_t len, int prot, int flags,
+                    uint64_t* out = nullptr, uint64_t offset = 0) {
+    v1::MmapRequest req;
+    req.set_space_id(id);
+    req.set_addr(addr);
+    req.set_len(len);
+    req.set_prot(prot);
+    req.set_flags(flags);
+    req.set_offset(offset);
+    v1::MmapResponse resp;
+    grpc::Status s = stub_->Mmap(Ctx().get(), req, &resp);
+    if (out) *out = resp.addr();
+    return s;
+  }
+  grpc::Status Munmap(uint64_t id, uint64_t addr, uint64_t len) {
+    v1::MunmapRequest req;
+    req.set_space_id(id);
+    req.set_addr(addr);
+    req.set_len(len);
+    v1::MunmapResponse resp;
+    return stub_->Munmap(Ctx().get(), req, &resp);
+  }
+  grpc::Status Mprotect(uint64_t id, uint64_t addr, uint64_t len, int prot) {
+    v1::MprotectRequest req;
+    req.set_space_id(id);
+    req.set_addr(addr);
+    req.set_len(len);
+    req.set_prot(prot);
+    v1::MprotectResponse resp;
+    return stub_->Mprotect(Ctx().get(), req, &resp);
+  }
+  grpc::Status Fault(uint64_t id, uint64_t addr, v1::AccessType access, v1::FaultInfo* out) {
+    v1::FaultRequest req;
+    req.set_space_id(id);
+    req.set_addr(addr);
+    req.set_access(access);
+    v1::FaultResponse resp;
+    grpc::Status s = stub_->Fault(Ctx().get(), req, &resp);
+    *out = resp.fault();
+    return s;
+  }
+  grpc::Status Write(uint64_t id, uint64_t addr, const std::string& data,
+                     v1::WriteMemoryResponse* resp) {
+    v1::WriteMemoryRequest req;
+    req.set_space_id(id);
+    req.set_addr(addr);
+    req.set_data(data);
+    return stub_->WriteMemory(Ctx().get(), req, resp);
+  }
+  grpc::Status Read(uint64_t id, uint64_t addr, uint64_t len, v1::ReadMemoryResponse* resp) {
+    v1::ReadMemoryRequest req;
+    req.set_space_id(id);
+    req.set_addr(addr);
+    req.set_len(len);
+    return stub_->ReadMemory(Ctx().get(), req, resp);
+  }
+  v1::GetMapsResponse Maps(uint64_t id, uint64_t start = 0, uint64_t end = 0) {
+    v1::GetMapsRequest req;
+    req.set_space_id(id);
+    req.set_start(start);
+    req.set_end(end);
+    v1::GetMapsResponse resp;
+    grpc::Status s = stub_->GetMaps(Ctx().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  }
+  void Destroy(uint64_t id) {
+    v1::DestroySpaceRequest req;
+    req.set_space_id(id);
+    v1::DestroySpaceResponse resp;
+    EXPECT_TRUE(stub_->DestroySpace(Ctx().get(), req, &resp).ok());
+  }
+
+  static Daemon* daemon_;
+  std::unique_ptr<v1::VmSpace::Stub> stub_;
+};
+Daemon* RpcTest::daemon_ = nullptr;
+
+TEST_F(RpcTest, Ping) {
+  v1::PingResponse resp;
+  EXPECT_TRUE(stub_->Ping(Ctx().get(), v1::PingRequest(), &resp).ok());
+}
+
+TEST_F(RpcTest, CreateListDestroy) {
+  const uint64_t a = NewSpace({}, "alpha");
+  const uint64_t b = NewSpace({}, "beta");
+  EXPECT_NE(a, b);
+  uint64_t addr = 0;
+  ASSERT_TRUE(Mmap(b, 0, 3 * kPage, kRW, kPrivAnon, &addr).ok());
+
+  v1::ListSpacesResponse list;
+  ASSERT_TRUE(stub_->ListSpaces(Ctx().get(), v1::ListSpacesRequest(), &list).ok());
+  const v1::SpaceInfo* ia = nullptr;
+  const v1::SpaceInfo* ib = nullptr;
+  uint64_t prev = 0;
+  for (const auto& s : list.spaces()) {
+    EXPECT_GT(s.space_id(), prev) << "ListSpaces is ordered by id";
+    prev = s.space_id();
+    if (s.space_id() == a) ia = &s;
+    if (s.space_id() == b) ib = &s;
+  }
+  ASSERT_NE(ia, nullptr);
+  ASSERT_NE(ib, nullptr);
+  EXPECT_EQ(ia->label(), "alpha");
+  EXPECT_EQ(ia->map_count(), 0u);
+  EXPECT_EQ(ia->locking_profile(), "default");
+  EXPECT_EQ(ib->label(), "beta");
+  EXPECT_EQ(ib->map_count(), 1u);
+  EXPECT_EQ(ib->total_vm_bytes(), 3 * kPage);
+  EXPECT_EQ(ib->rss_bytes(), 0u);
+
+  Destroy(a);
+  v1::DestroySpaceRequest dreq;
+  dreq.set_space_id(a);
+  v1::DestroySpaceResponse dresp;
+  grpc::Status s = stub_->DestroySpace(Ctx().get(), dreq, &dresp);
+  EXPECT_EQ(s.error_code(), StatusCode::NOT_FOUND) << s.error_message();
+  list.Clear();
+  ASSERT_TRUE(stub_->ListSpaces(Ctx().get(), v1::ListSpacesRequest(), &list).ok());
+  for (const auto& sp : list.spaces()) EXPECT_NE(sp.space_id(), a);
+  Destroy(b);
+}
+
+TEST_F(RpcTest, CreateSpaceRejectsBadArguments) {
+  v1::CreateSpaceResponse resp;
+  v1::CreateSpaceRequest req;
+  req.set_label(std::string(65, 'x'));
+  EXPECT_TRUE(HasErrno(stub_->CreateSpace(Ctx().get(), req, &resp), StatusCode::INVALID_ARGUMENT,
+                       "EINVAL", EINVAL));
+  req.Clear();
+  req.mutable_settings()->set_mmap_base(0x7ffff7fff001);  // unaligned
+  EXPECT_TRUE(HasErrno(stub_->CreateSpace(Ctx().get(), req, &resp), StatusCode::INVALID_ARGUMENT,
+                       "EINVAL", EINVAL));
+  req.Clear();
+  req.mutable_settings()->set_locking_profile("no-such-profile");
+  EXPECT_TRUE(HasErrno(stub_->CreateSpace(Ctx().get(), req, &resp), StatusCode::INVALID_ARGUMENT,
+                       "EINVAL", EINVAL));
+}
+
+TEST_F(RpcTest, MaxSpacesIsResourceExhausted) {
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--max-spaces=2"})) << d.stderr_text();
+  auto stub = d.NewStub();
+  v1::CreateSpaceResponse r1, r2, r3;
+  ASSERT_TRUE(stub->CreateSpace(Ctx().get(), {}, &r1).ok());
+  ASSERT_TRUE(stub->CreateSpace(Ctx().get(), {}, &r2).ok());
+  grpc::Status s = stub->CreateSpace(Ctx().get(), {}, &r3);
+  EXPECT_TRUE(HasErrno(s, StatusCode::RESOURCE_EXHAUSTED, "ENOMEM", ENOMEM));
+  v1::DestroySpaceRequest dreq;
+  dreq.set_space_id(r1.space_id());
+  v1::DestroySpaceResponse dresp;
+  ASSERT_TRUE(stub->DestroySpace(Ctx().get(), dreq, &dresp).ok());
+  EXPECT_TRUE(stub->CreateSpace(Ctx().get(), {}, &r3).ok());
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+TEST_F(RpcTest, UnknownSpaceIsNotFound) {
+  const uint64_t bogus = 0xdead0000beefull;
+  auto nf = [](const grpc::Status& s) {
+    return s.error_code() == StatusCode::NOT_FOUND &&
+           s.error_message().find(std::to_string(0xdead0000beefull)) != std::string::npos;
+  };
+  EXPECT_TRUE(nf(Mmap(bogus, 0, kPage, kRW, kPrivAnon)));
+  EXPECT_TRUE(nf(Munmap(bogus, 0, kPage)));
+  EXPECT_TRUE(nf(Mprotect(bogus, 0, kPage, PROT_READ)));
+  v1::FaultInfo fi;
+  EXPECT_TRUE(nf(Fault(bogus, 0x10000, v1::ACCESS_READ, &fi)));
+  v1::AccessRequest areq;
+  areq.set_space_id(bogus);
+  v1::AccessResponse aresp;
+  EXPECT_TRUE(nf(stub_->Access(Ctx().get(), areq, &aresp)));
+  v1::ReadMemoryResponse rresp;
+  EXPECT_TRUE(nf(Read(bogus, 0x10000, 1, &rresp)));
+  v1::WriteMemoryResponse wresp;
+  EXPECT_TRUE(nf(Write(bogus, 0x10000, "x", &wresp)));
+  v1::GetMapsRequest greq;
+  greq.set_space_id(bogus);
+  v1::GetMapsResponse gresp;
+  EXPECT_TRUE(nf(stub_->GetMaps(Ctx().get(), greq, &gresp)));
+}
+
+TEST_F(RpcTest, MmapPlacesTopDownAndErrnosMapToCodes) {
+  const uint64_t id = NewSpace();
+  uint64_t a1 = 0, a2 = 0;
+  ASSERT_TRUE(Mmap(id, 0, kPage, kRW, kPrivAnon, &a1).ok());
+  ASSERT_TRUE(Mmap(id, 0, kPage, PROT_READ, kPrivAnon, &a2).ok());
+  EXPECT_EQ(a1, 0x7ffff7fff000ull - kPage) << "top-down from mmap_base";
+  EXPECT_EQ(a2, a1 - kPage);
+
+  // len 0
+  EXPECT_TRUE(HasErrno(Mmap(id, 0, 0, kRW, kPrivAnon), StatusCode::INVALID_ARGUMENT, "EINVAL",
+                       EINVAL));
+  // MAP_FIXED at an unaligned address
+  EXPECT_TRUE(HasErrno(Mmap(id, 0x10000123, kPage, kRW, kPrivAnon | MAP_FIXED),
+                       StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  // unaligned offset
+  EXPECT_TRUE(HasErrno(Mmap(id, 0, kPage, kRW, kPrivAnon, nullptr, 100),
+                       StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  // length that overflows when rounded up to pages
+  EXPECT_TRUE(HasErrno(Mmap(id, 0, ~0ull - 100, kRW, kPrivAnon), StatusCode::RESOURCE_EXHAUSTED,
+                       "ENOMEM", ENOMEM));
+  // anonymous MAP_SHARED_VALIDATE
+  EXPECT_TRUE(HasErrno(Mmap(id, 0, kPage, kRW, MAP_SHARED_VALIDATE | MAP_ANONYMOUS),
+                       StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  // no MAP_ANONYMOUS: file mappings are EBADF (no fd)
+  EXPECT_TRUE(
+      HasErrno(Mmap(id, 0, kPage, kRW, MAP_PRIVATE), StatusCode::INVALID_ARGUMENT, "EBADF", EBADF));
+  // MAP_FIXED_NOREPLACE over an existing mapping
+  grpc::Status s = Mmap(id, a1, kPage, kRW, kPrivAnon | MAP_FIXED_NOREPLACE);
+  EXPECT_TRUE(HasErrno(s, StatusCode::ALREADY_EXISTS, "EEXIST", EEXIST));
+  // MAP_FIXED below mmap_min_addr without CAP_SYS_RAWIO
+  EXPECT_TRUE(HasErrno(Mmap(id, 0, kPage, kRW, kPrivAnon | MAP_FIXED),
+                       StatusCode::PERMISSION_DENIED, "EPERM", EPERM));
+  // MAP_FIXED_NOREPLACE in a free spot succeeds at exactly that address.
+  uint64_t fixed = 0;
+  ASSERT_TRUE(Mmap(id, 0x20000000, 2 * kPage, kRW, kPrivAnon | MAP_FIXED_NOREPLACE, &fixed).ok());
+  EXPECT_EQ(fixed, 0x20000000u);
+  Destroy(id);
+}
+
+TEST_F(RpcTest, MaxMapCountIsEnomem) {
+  v1::SpaceSettings settings;
+  settings.set_max_map_count(3);
+  const uint64_t id = NewSpace(settings);
+  // Separate (non-adjacent) fixed mappings never merge. Linux refuses a new mapping
+  // when map_count > max_map_count, so max + 1 mappings succeed.
+  int ok = 0;
+  grpc::Status last;
+  for (int i = 0; i < 10; i++) {
+    last = Mmap(id, 0x10000000 + static_cast<uint64_t>(i) * 16 * kPage, kPage, kRW,
+                kPrivAnon | MAP_FIXED);
+    if (!last.ok()) break;
+    ok++;
+  }
+  EXPECT_EQ(ok, 4);
+  EXPECT_TRUE(HasErrno(last, StatusCode::RESOURCE_EXHAUSTED, "ENOMEM", ENOMEM));
+  EXPECT_EQ(Maps(id).map_count(), 4u);
+  Destroy(id);
+}
+
+TEST_F(RpcTest, MunmapAndMprotectErrors) {
+  const uint64_t id = NewSpace();
+  uint64_t a = 0;
+  ASSERT_TRUE(Mmap(id, 0, 4 * kPage, kRW, kPrivAnon, &a).ok());
+  EXPECT_TRUE(HasErrno(Munmap(id, a, 0), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(Munmap(id, a + 1, kPage), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(Munmap(id, 0x30000000, kPage).ok()) << "a range without mappings succeeds";
+
+  EXPECT_TRUE(HasErrno(Mprotect(id, a, kPage, 0x10), StatusCode::INVALID_ARGUMENT, "EINVAL",
+                       EINVAL))
+      << "unknown prot bit";
+  EXPECT_TRUE(HasErrno(Mprotect(id, a + 8, kPage, PROT_READ), StatusCode::INVALID_ARGUMENT,
+                       "EINVAL", EINVAL));
+  EXPECT_TRUE(Mprotect(id, a, 0, PROT_READ).ok()) << "len 0 succeeds";
+  EXPECT_TRUE(HasErrno(Mprotect(id, 0x30000000, kPage, PROT_READ),
+                       StatusCode::RESOURCE_EXHAUSTED, "ENOMEM", ENOMEM))
+      << "unmapped range";
+
+  // mprotect of the middle page splits the VMA in three; munmap of it leaves two.
+  ASSERT_TRUE(Mprotect(id, a + kPage, kPage, PROT_READ).ok());
+  v1::GetMapsResponse m = Maps(id);
+  ASSERT_EQ(m.vmas_size(), 3);
+  EXPECT_EQ(m.vmas(1).perms(), "r--p");
+  EXPECT_EQ(m.vmas(0).perms(), "rw-p");
+  ASSERT_TRUE(Munmap(id, a + kPage, kPage).ok());
+  EXPECT_EQ(Maps(id).map_count(), 2u);
+  Destroy(id);
+}
+
+TEST_F(RpcTest, FaultOutcomesAreOkAnswers) {
+  const uint64_t id = NewSpace();
+  uint64_t a = 0, ro = 0;
+  ASSERT_TRUE(Mmap(id, 0, 2 * kPage, kRW, kPrivAnon, &a).ok());
+  ASSERT_TRUE(Mmap(id, 0x40000000, kPage, PROT_READ, kPrivAnon | MAP_FIXED, &ro).ok());
+  v1::FaultInfo f;
+
+  // No VMA: SIGSEGV with SEGV_MAPERR, as an OK answer.
+  ASSERT_TRUE(Fault(id, 0x50000123, v1::ACCESS_READ, &f).ok());
+  EXPECT_EQ(f.outcome(), v1::FAULT_OUTCOME_SIGSEGV);
+  EXPECT_EQ(f.si_code(), v1::SEGV_MAPERR);
+  EXPECT_EQ(f.si_addr(), 0x50000123u);
+
+  // Write to a read-only VMA: SEGV_ACCERR.
+  ASSERT_TRUE(Fault(id, ro + 5, v1::ACCESS_WRITE, &f).ok());
+  EXPECT_EQ(f.outcome(), v1::FAULT_OUTCOME_SIGSEGV);
+  EXPECT_EQ(f.si_code(), v1::SEGV_ACCERR);
+  EXPECT_EQ(f.si_addr(), ro + 5);
+
+  // First touch is a minor fault, the second finds the PTE.
+  ASSERT_TRUE(Fault(id, a, v1::ACCESS_WRITE, &f).ok());
+  EXPECT_EQ(f.outcome(), v1::FAULT_OUTCOME_MINOR);
+  EXPECT_NE(f.lock_path(), v1::LOCK_PATH_NONE);
+  ASSERT_TRUE(Fault(id, a + 1, v1::ACCESS_WRITE, &f).ok());
+  EXPECT_EQ(f.outcome(), v1::FAULT_OUTCOME_NONE);
+
+  v1::FaultRequest req;
+  req.set_space_id(id);
+  req.set_addr(a);
+  req.set_access(static_cast<v1::AccessType>(7));
+  v1::FaultResponse resp;
+  EXPECT_TRUE(HasErrno(stub_->Fault(Ctx().get(), req, &resp), StatusCode::INVALID_ARGUMENT,
+                       "EINVAL", EINVAL));
+  Destroy(id);
+}
+
+TEST_F(RpcTest, WriteThenReadBack) {
+  const uint64_t id = NewSpace();
+  uint64_t a = 0;
+  ASSERT_TRUE(Mmap(id, 0, 64 * kPage, kRW, kPrivAnon, &a).ok());
+  std::string data(100000, '\0');
+  std::mt19937 rng(42);
+  for (char& c : data) c = static_cast<char>(rng());
+  v1::WriteMemoryResponse w;
+  ASSERT_TRUE(Write(id, a + 123, data, &w).ok());
+  EXPECT_EQ(w.bytes_written(), data.size());
+  EXPECT_EQ(w.faults(), (123 + data.size() + kPage - 1) / kPage);
+  EXPECT_FALSE(w.has_stop());
+  v1::ReadMemoryResponse r;
+  ASSERT_TRUE(Read(id, a + 123, data.size(), &r).ok());
+  EXPECT_EQ(r.data(), data);
+  EXPECT_EQ(r.faults(), 0u);
+
+  // Untouched pages read as zeros.
+  ASSERT_TRUE(Read(id, a + 40 * kPage, 10, &r).ok());
+  EXPECT_EQ(r.data(), std::string(10, '\0'));
+
+  // A read running off the end of the mapping stops with SIGSEGV and returns the prefix.
+  const uint64_t end = a + 64 * kPage;
+  ASSERT_TRUE(Read(id, end - 10, 100, &r).ok());
+  EXPECT_EQ(r.data().size(), 10u);
+  EXPECT_EQ(r.stop().outcome(), v1::FAULT_OUTCOME_SIGSEGV);
+  EXPECT_EQ(r.stop().si_code(), v1::SEGV_MAPERR);
+  EXPECT_EQ(r.stop().si_addr(), end);
+
+  // A write to a read-only mapping writes nothing: SEGV_ACCERR.
+  uint64_t ro = 0;
+  ASSERT_TRUE(Mmap(id, 0, kPage, PROT_READ, kPrivAnon, &ro).ok());
+  ASSERT_TRUE(Write(id, ro, "hello", &w).ok());
+  EXPECT_EQ(w.bytes_written(), 0u);
+  EXPECT_EQ(w.stop().outcome(), v1::FAULT_OUTCOME_SIGSEGV);
+  EXPECT_EQ(w.stop().si_code(), v1::SEGV_ACCERR);
+  Destroy(id);
+}
+
+TEST_F(RpcTest, IoLimitIsEinval) {
+  const uint64_t id = NewSpace();
+  uint64_t a = 0;
+  ASSERT_TRUE(Mmap(id, 0, 512 * kPage, kRW, kPrivAnon, &a).ok());
+  v1::ReadMemoryResponse r;
+  EXPECT_TRUE(HasErrno(Read(id, a, (1 << 20) + 1, &r), StatusCode::INVALID_ARGUMENT, "EINVAL",
+                       EINVAL));
+  v1::WriteMemoryResponse w;
+  EXPECT_TRUE(HasErrno(Write(id, a, std::string((1 << 20) + 1, 'x'), &w),
+                       StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  // Exactly the limit is fine.
+  ASSERT_TRUE(Write(id, a, std::string(1 << 20, 'y'), &w).ok());
+  EXPECT_EQ(w.bytes_written(), 1u << 20);
+  ASSERT_TRUE(Read(id, a, 1 << 20, &r).ok());
+  EXPECT_EQ(r.data(), std::string(1 << 20, 'y'));
+  Destroy(id);
+}
+
+TEST_F(RpcTest, AccessWritesPatternAcrossChunks) {
+  const uint64_t id = NewSpace();
+  uint64_t a = 0;
+  const uint64_t len = 5120 * kPage;  // 20 MiB with stride 1: the daemon walks it in chunks
+  ASSERT_TRUE(Mmap(id, 0, len + kPage, kRW, kPrivAnon, &a).ok());
+  v1::AccessRequest req;
+  req.set_space_id(id);
+  req.set_addr(a);
+  req.set_len(len);
+  req.set_stride(1);
+  req.set_access(v1::ACCESS_WRITE);
+  v1::AccessResponse resp;
+  ASSERT_TRUE(stub_->Access(Ctx().get(), req, &resp).ok());
+  EXPECT_EQ(resp.accesses(), len);
+  EXPECT_EQ(resp.faults(), len / kPage);
+  EXPECT_FALSE(resp.has_stop());
+  for (uint64_t off : {uint64_t{0}, uint64_t{300000}, uint64_t{(16 << 20) - 300}, len - 1000}) {
+    v1::ReadMemoryResponse r;
+    ASSERT_TRUE(Read(id, a + off, 1000, &r).ok());
+    ASSERT_EQ(r.data().size(), 1000u);
+    for (uint64_t i = 0; i < 1000; i++)
+      ASSERT_EQ(static_cast<uint8_t>(r.data()[i]), static_cast<uint8_t>(off + i)) << off + i;
+  }
+
+  // Read access with a page stride: zero-page faults; the walk stops at the end of the
+  // mapping with SIGSEGV.
+  req.set_addr(a + len);
+  req.set_len(4 * kPage);
+  req.set_stride(kPage);
+  req.set_access(v1::ACCESS_READ);
+  ASSERT_TRUE(stub_->Access(Ctx().get(), req, &resp).ok());
+  EXPECT_EQ(resp.accesses(), 1u);
+  EXPECT_EQ(resp.faults(), 1u);
+  EXPECT_EQ(resp.stop().outcome(), v1::FAULT_OUTCOME_SIGSEGV);
+  EXPECT_EQ(resp.stop().si_addr(), a + len + kPage);
+  Destroy(id);
+}
+
+TEST_F(RpcTest, GetMapsListsVmasAndText) {
+  const uint64_t id = NewSpace();
+  uint64_t a = 0, b = 0;
+  ASSERT_TRUE(Mmap(id, 0x10000000, 2 * kPage, kRW, kPrivAnon | MAP_FIXED, &a).ok());
+  ASSERT_TRUE(Mmap(id, 0x20000000, kPage, PROT_READ, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, &b)
+                  .ok());
+  v1::FaultInfo f;
+  ASSERT_TRUE(Fault(id, a, v1::ACCESS_WRITE, &f).ok());
+  v1::GetMapsResponse m = Maps(id);
+  ASSERT_EQ(m.vmas_size(), 2);
+  EXPECT_EQ(m.map_count(), 2u);
+  EXPECT_EQ(m.vmas(0).start(), 0x10000000u);
+  EXPECT_EQ(m.vmas(0).end(), 0x10002000u);
+  EXPECT_EQ(m.vmas(0).perms(), "rw-p");
+  EXPECT_EQ(m.vmas(0).dev(), "00:00");
+  EXPECT_EQ(m.vmas(0).rss_bytes(), kPage);
+  EXPECT_EQ(m.vmas(0).name(), "");
+  EXPECT_EQ(m.vmas(0).smaps_vmflags().rfind("rd wr", 0), 0u) << m.vmas(0).smaps_vmflags();
+  EXPECT_EQ(m.vmas(1).perms(), "r--s");
+  EXPECT_EQ(m.vmas(1).name(), "/dev/zero (deleted)");
+  // maps_text: one line per VMA, starting with the range.
+  const std::string& t = m.maps_text();
+  EXPECT_EQ(std::count(t.begin(), t.end(), '\n'), 2);
+  EXPECT_EQ(t.rfind("10000000-10002000 rw-p 00000000 00:00 0", 0), 0u) << t;
+  EXPECT_NE(t.find("20000000-20001000 r--s 00000000 "), std::string::npos) << t;
+  EXPECT_NE(t.find("/dev/zero (deleted)\n"), std::string::npos) << t;
+
+  // A range filter returns the overlapping VMAs only; map_count is still the whole space.
+  v1::GetMapsResponse part = Maps(id, 0x1fff0000, 0x30000000);
+  ASSERT_EQ(part.vmas_size(), 1);
+  EXPECT_EQ(part.vmas(0).start(), 0x20000000u);
+  EXPECT_EQ(part.map_count(), 2u);
+
+  v1::GetMapsRequest req;
+  req.set_space_id(id);
+  req.set_start(0x3000);
+  req.set_end(0x2000);
+  v1::GetMapsResponse resp;
+  EXPECT_TRUE(HasErrno(stub_->GetMaps(Ctx().get(), req, &resp), StatusCode::INVALID_ARGUMENT,
+                       "EINVAL", EINVAL));
+  Destroy(id);
+}
+
+TEST_F(RpcTest, FrameLimitIsResourceExhausted) {
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--max-frame-bytes=4194304"})) << d.stderr_text();
+  auto stub = d.NewStub();
+  v1::CreateSpaceResponse cs;
+  ASSERT_TRUE(stub->CreateSpace(Ctx().get(), {}, &cs).ok());
+  v1::MmapRequest mreq;
+  mreq.set_space_id(cs.space_id());
+  mreq.set_len(64ull << 20);
+  mreq.set_prot(kRW);
+  mreq.set_flags(kPrivAnon);
+  v1::MmapResponse mresp;
+  ASSERT_TRUE(stub->Mmap(Ctx().get(), mreq, &mresp).ok());
+  v1::AccessRequest areq;
+  areq.set_space_id(cs.space_id());
+  areq.set_addr(mresp.addr());
+  areq.set_len(64ull << 20);
+  areq.set_stride(kPage);
+  areq.set_access(v1::ACCESS_WRITE);
+  v1::AccessResponse aresp;
+  grpc::Status s = stub->Access(Ctx().get(), areq, &aresp);
+  EXPECT_TRUE(HasErrno(s, StatusCode::RESOURCE_EXHAUSTED, "ENOMEM", ENOMEM));
+  EXPECT_NE(s.error_message().find("frame memory limit"), std::string::npos) << s.error_message();
+  // The space still works for reads of what fit, and destroying it frees the frames.
+  v1::DestroySpaceRequest dreq;
+  dreq.set_space_id(cs.space_id());
+  v1::DestroySpaceResponse dresp;
+  EXPECT_TRUE(stub->DestroySpace(Ctx().get(), dreq, &dresp).ok());
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+TEST_F(RpcTest, BatchAnswersInOrderWithPerOpResults) {
+  const uint64_t id = NewSpace();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = stub_->Batch(&ctx);
+
+  // Message 1 (tag 7): mmap ok, mmap len 0 (EINVAL), fault on nothing (SIGSEGV, OK),
+  // op on an unknown space (NOT_FOUND), empty op (EINVAL), write.
+  v1::BatchRequest m1;
+  m1.set_tag(7);
+  auto* mm = m1.add_ops()->mutable_mmap();
+  mm->set_space_id(id);
+  mm->set_addr(0x10000000);
+  mm->set_len(2 * kPage);
+  mm->set_prot(kRW);
+  mm->set_flags(kPrivAnon | MAP_FIXED);
+  auto* bad = m1.add_ops()->mutable_mmap();
+  bad->set_space_id(id);
+  bad->set_prot(kRW);
+  bad->set_flags(kPrivAnon);
+  auto* fl = m1.add_ops()->mutable_fault();
+  fl->set_space_id(id);
+  fl->set_addr(0x90000000);
+  auto* nf = m1.add_ops()->mutable_read();
+  nf->set_space_id(id + 1000000);
+  nf->set_len(1);
+  m1.add_ops();
+  auto* wr = m1.add_ops()->mutable_write();
+  wr->set_space_id(id);
+  wr->set_addr(0x10000ffe);
+  wr->set_data("abcd");
+
+  // Message 2 (tag 8): read back, access, munmap, mprotect on the hole (ENOMEM).
+  v1::BatchRequest m2;
+  m2.set_tag(8);
+  auto* rd = m2.add_ops()->mutable_read();
+  rd->set_space_id(id);
+  rd->set_addr(0x10000ffe);
+  rd->set_len(4);
+  auto* ac = m2.add_ops()->mutable_access();
+  ac->set_space_id(id);
+  ac->set_addr(0x10000000);
+  ac->set_len(2 * kPage);
+  ac->set_stride(kPage);
+  auto* un = m2.add_ops()->mutable_munmap();
+  un->set_space_id(id);
+  un->set_addr(0x10000000);
+  un->set_len(kPage);
+  auto* mp = m2.add_ops()->mutable_mprotect();
+  mp->set_space_id(id);
+  mp->set_addr(0x10000000);
+  mp->set_len(2 * kPage);
+  mp->set_prot(PROT_READ);
+
+  // Message 3 (tag 9): empty batch.
+  v1::BatchRequest m3;
+  m3.set_tag(9);
+
+  // Pipelined: all three are written before any response is read.
+  ASSERT_TRUE(stream->Write(m1));
+  ASSERT_TRUE(stream->Write(m2));
+  ASSERT_TRUE(stream->Write(m3));
+
+  v1::BatchResponse r;
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.tag(), 7u);
+  ASSERT_EQ(r.results_size(), 6);
+  EXPECT_EQ(r.results(0).code(), 0);
+  EXPECT_EQ(r.results(0).mmap().addr(), 0x10000000u);
+  EXPECT_EQ(r.results(1).code(), static_cast<int>(StatusCode::INVALID_ARGUMENT));
+  EXPECT_EQ(r.results(1).errno_(), EINVAL);
+  EXPECT_EQ(r.results(1).errno_name(), "EINVAL");
+  EXPECT_EQ(r.results(1).message().rfind("EINVAL: ", 0), 0u) << r.results(1).message();
+  EXPECT_EQ(r.results(2).code(), 0);
+  EXPECT_EQ(r.results(2).fault().fault().outcome(), v1::FAULT_OUTCOME_SIGSEGV);
+  EXPECT_EQ(r.results(2).fault().fault().si_code(), v1::SEGV_MAPERR);
+  EXPECT_EQ(r.results(3).code(), static_cast<int>(StatusCode::NOT_FOUND));
+  EXPECT_EQ(r.results(3).errno_(), 0);
+  EXPECT_EQ(r.results(4).code(), static_cast<int>(StatusCode::INVALID_ARGUMENT));
+  EXPECT_EQ(r.results(5).code(), 0);
+  EXPECT_EQ(r.results(5).write().bytes_written(), 4u);
+  EXPECT_EQ(r.results(5).write().faults(), 2u);
+
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.tag(), 8u);
+  ASSERT_EQ(r.results_size(), 4);
+  EXPECT_EQ(r.results(0).read().data(), "abcd");
+  EXPECT_EQ(r.results(1).access().accesses(), 2u);
+  EXPECT_EQ(r.results(1).access().faults(), 0u);
+  EXPECT_EQ(r.results(2).code(), 0);
+  EXPECT_TRUE(r.results(2).has_munmap());
+  EXPECT_EQ(r.results(3).code(), static_cast<int>(StatusCode::RESOURCE_EXHAUSTED));
+  EXPECT_EQ(r.results(3).errno_name(), "ENOMEM");
+
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.tag(), 9u);
+  EXPECT_EQ(r.results_size(), 0);
+
+  // Many messages: tags come back in order.
+  for (uint64_t t = 100; t < 150; t++) {
+    v1::BatchRequest m;
+    m.set_tag(t);
+    for (int i = 0; i < 10; i++) {
+      auto* f = m.add_ops()->mutable_fault();
+      f->set_space_id(id);
+      f->set_addr(0x10001000 + static_cast<uint64_t>(i));
+    }
+    ASSERT_TRUE(stream->Write(m));
+  }
+  for (uint64_t t = 100; t < 150; t++) {
+    ASSERT_TRUE(stream->Read(&r));
+    ASSERT_EQ(r.tag(), t);
+    ASSERT_EQ(r.results_size(), 10);
+  }
+
+  stream->WritesDone();
+  EXPECT_FALSE(stream->Read(&r));
+  grpc::Status s = stream->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  Destroy(id);
+}
+
+TEST_F(RpcTest, BatchOverMaxBatchEndsStream) {
+  const uint64_t id = NewSpace();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = stub_->Batch(&ctx);
+  v1::BatchRequest ok_msg;
+  ok_msg.set_tag(1);
+  for (int i = 0; i < 64; i++) ok_msg.add_ops()->mutable_fault()->set_space_id(id);
+  v1::BatchRequest big = ok_msg;
+  big.set_tag(2);
+  big.add_ops()->mutable_fault()->set_space_id(id);  // 65 > --max-batch=64
+  ASSERT_TRUE(stream->Write(ok_msg));
+  v1::BatchResponse r;
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.tag(), 1u);
+  EXPECT_EQ(r.results_size(), 64);
+  stream->Write(big);
+  EXPECT_FALSE(stream->Read(&r));
+  grpc::Status s = stream->Finish();
+  EXPECT_TRUE(HasErrno(s, StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  Destroy(id);
+}
+
+TEST_F(RpcTest, DestroyedSpaceIsNotFoundAfterwards) {
+  const uint64_t id = NewSpace();
+  uint64_t a = 0;
+  ASSERT_TRUE(Mmap(id, 0, kPage, kRW, kPrivAnon, &a).ok());
+  Destroy(id);
+  EXPECT_EQ(Mmap(id, 0, kPage, kRW, kPrivAnon).error_code(), StatusCode::NOT_FOUND);
+  const uint64_t id2 = NewSpace();
+  EXPECT_GT(id2, id) << "ids are not reused";
+  Destroy(id2);
+}
+
+}  // namespace
+}  // namespace vmspace::service_test
