@@ -6,7 +6,10 @@
 //
 // Environment: VMSPACE_ORACLE_OPS (ops per seed, default 1500),
 // VMSPACE_ORACLE_SEED (run only this seed; default: seeds 1..3),
-// VMSPACE_ORACLE_DUMP=FILE (write the whole op list up to a disagreement to FILE).
+// VMSPACE_ORACLE_DUMP=FILE (write the whole op list up to a disagreement to FILE),
+// VMSPACE_ORACLE_FAULT_COUNTS=1 (accesses also compare page-fault counts; off by
+// default because exec probes then run into 51-exec-fetch-not-present.case; 2: only
+// reads and writes compare counts).
 #include "oracle_session.h"
 
 #include <gtest/gtest.h>
@@ -65,6 +68,8 @@ class PageModel {
     } else if (w[0] == "munmap" && w.size() >= 3 && r.kernel_ok) {
       uint64_t a = Num(w[1]);
       pages_.erase(pages_.lower_bound(a), pages_.lower_bound(a + Round(Num(w[2]))));
+    } else if (w[0] == "fault" && w.size() >= 4 && w[2] == "w") {
+      Observe("write " + w[1] + " " + w[3], r);
     } else if ((w[0] == "write" || w[0] == "fill") && w.size() >= 3) {
       // Written: the pages of the bytes stored before the access stopped (a signal
       // at si_addr leaves si_addr's page untouched unless written before).
@@ -94,6 +99,7 @@ class PageModel {
     if (!active_) return true;
     auto w = Words(op);
     if (w.size() >= 2 && (w[0] == "read" || w[0] == "exec")) return SafeToRead(Num(w[1]));
+    if (w.size() >= 3 && w[0] == "fault" && w[2] != "w") return SafeToRead(Num(w[1]));
     if (w.size() >= 5 && w[0] == "mmap" && w[4].find("populate") != std::string::npos)
       return w[4].find("shared") != std::string::npos || w[3].find('w') != std::string::npos;
     return true;
@@ -131,8 +137,10 @@ class PageModel {
 /// help of the PageModel and the non-fixed placements the kernel returned.
 class Generator {
  public:
-  Generator(uint64_t seed, uint64_t base, const PageModel& model)
-      : rng_(seed), base_(base), model_(model) {}
+  /// `fault_counts` 1: emit `fault ADDR r|w|x` (also comparing page-fault counts)
+  /// instead of read/write/exec; 2: the same for reads and writes only.
+  Generator(uint64_t seed, uint64_t base, const PageModel& model, int fault_counts)
+      : rng_(seed), base_(base), model_(model), counts_(fault_counts) {}
 
   /// The next op line.
   std::string Next() {
@@ -292,11 +300,16 @@ class Generator {
   std::string Access(const char* kind, bool exec) {
     for (int i = 0; i < 10; i++) {
       uint64_t a = AccessAddr(exec);
-      if (model_.SafeToRead(a)) return std::string(kind) + " " + A(a);
+      if (!model_.SafeToRead(a)) continue;
+      if (counts_ == 1 || (counts_ == 2 && !exec)) return "fault " + A(a) + (exec ? " x" : " r");
+      return std::string(kind) + " " + A(a);
     }
     return Write();
   }
-  std::string Write() { return "write " + A(AccessAddr(false)) + " " + Hx(SafeByte()); }
+  std::string Write() {
+    if (counts_) return "fault " + A(AccessAddr(false)) + " w " + Hx(SafeByte());
+    return "write " + A(AccessAddr(false)) + " " + Hx(SafeByte());
+  }
   std::string Fill() {
     uint64_t first = R(kRegionPages), pages = 1 + R(4);
     if (first + pages > kRegionPages) pages = kRegionPages - first;
@@ -307,6 +320,7 @@ class Generator {
   std::mt19937_64 rng_;
   uint64_t base_;
   const PageModel& model_;
+  int counts_;
   std::vector<std::pair<uint64_t, uint64_t>> placed_;  // non-fixed placements
 };
 
@@ -480,7 +494,7 @@ void RunSeed(uint64_t seed, uint64_t nops) {
   OracleSession s(kRegionSize);
   ASSERT_EQ(s.setup_error(), "");
   PageModel model(s.base(), !s.kernel_zero_page());
-  Generator gen(seed, s.base(), model);
+  Generator gen(seed, s.base(), model, static_cast<int>(EnvU64("VMSPACE_ORACLE_FAULT_COUNTS", 0)));
   if (!s.kernel_zero_page())
     std::printf("note: this kernel does not map the zero page on anonymous read faults; "
                 "reads/execs of never-written private pages are not generated\n");
