@@ -285,7 +285,8 @@ struct AddressSpace::Impl {
   // ------------------------------------------------------------------ page tables
 
   /// Clears the PTEs of [start, end) inside `v`; private anon frames go to `g`
-  /// (or are freed at once when g is null: teardown). Caller holds mmap_lock write.
+  /// (or are freed at once when g is null: teardown). Caller holds mmap_lock (write
+  /// for munmap; read for MADV_DONTNEED).
   void ZapLocked(Vma* v, uint64_t start, uint64_t end, Gather* g) {
     bool owns_frames = v->is_anonymous();
     void* zero = FrameAllocator::ZeroPage();
@@ -1154,6 +1155,43 @@ SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
   return done(error);
 }
 
+SysResult AddressSpace::Madvise(uint64_t start, uint64_t len_in, int advice) {
+  RcuThread();
+  Impl& m = *impl_;
+  StatsSlotScope slot_scope(m.slot);
+  // do_madvise (mm/madvise.c)
+  if (start & (kPageSize - 1)) return SysResult::Err(EINVAL);
+  if (advice != MADV_DONTNEED) return SysResult::Err(EINVAL);
+  uint64_t len = PageAlign(len_in);
+  if (len_in && !len) return SysResult::Err(EINVAL);
+  uint64_t end = start + len;
+  if (end < start) return SysResult::Err(EINVAL);
+  if (end == start) return SysResult::Ok();
+  m.mmap_lock.LockRead();
+  int err = 0;
+  auto* g = new Gather;
+  uint64_t pos = start;
+  for (Vma* v = m.FindVma(start); v && v->vm_start < end; v = m.Next(v)) {
+    if (v->vm_start > pos) err = ENOMEM;  // a hole: remember, go on
+    if (v->vm_flags & (VM_LOCKED | VM_PFNMAP)) {
+      err = EINVAL;
+      break;
+    }
+    uint64_t s = std::max(v->vm_start, start), e = std::min(v->vm_end, end);
+    m.ZapLocked(v, s, e, g);
+    pos = v->vm_end;
+  }
+  if (!err && pos < end) err = ENOMEM;
+  m.mmap_lock.UnlockRead();
+  if (g->empty()) {
+    delete g;
+  } else {
+    g->frames = &m.frames;
+    CallRcu(&g->head, &Gather::Free);
+  }
+  return err ? SysResult::Err(err) : SysResult::Ok();
+}
+
 FaultResult AddressSpace::Fault(uint64_t addr, AccessType access) {
   RcuThread();
   StatsSlotScope slot_scope(impl_->slot);
@@ -1308,8 +1346,11 @@ std::string AddressSpace::Validate() {
       err = buf;
       return;
     }
-    if (v->vm_refcnt.load() != 1) {
-      snprintf(buf, sizeof buf, "vm_refcnt %u on an attached, unlocked VMA at %#llx",
+    // Attached (non-zero), no writer waiting; readers under the VMA lock may hold it
+    // (they do not exclude mmap_lock writers of other VMAs).
+    uint32_t rc = v->vm_refcnt.load();
+    if (rc == 0 || rc >= Vma::kVmaLockOffset) {
+      snprintf(buf, sizeof buf, "vm_refcnt %u on an attached VMA at %#llx",
                v->vm_refcnt.load(), (unsigned long long)v->vm_start);
       err = buf;
       return;

@@ -147,6 +147,13 @@ class AddressSpace {
   /// Takes mmap_lock for write.
   SysResult Mprotect(uint64_t addr, uint64_t len, int prot);
 
+  /// madvise(2), MADV_DONTNEED only (mm/madvise.c): zaps the PTEs of the range so the
+  /// next access faults again (private anonymous pages are freed; shared ones stay in
+  /// their shmem object). EINVAL: addr unaligned, other advice, VM_LOCKED VMA; ENOMEM:
+  /// the range has unmapped holes (the mapped parts are still zapped). Takes mmap_lock
+  /// for read (Linux 6.16+ may use the per-VMA lock instead; not modelled).
+  SysResult Madvise(uint64_t addr, uint64_t len, int advice);
+
   /// Simulates one CPU access of one byte at `addr`: if the PTE allows it nothing
   /// happens (kNone); otherwise runs the page-fault handler (arch/x86/mm/fault.c
   /// do_user_addr_fault -> handle_mm_fault). Outcomes: kMinor (zero page mapped, frame

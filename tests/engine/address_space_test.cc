@@ -251,6 +251,24 @@ TEST_P(Fixture, DataSurvivesAndIsFreed) {
   EXPECT_EQ(bad.stop.outcome, FaultOutcome::kSigsegv);
 }
 
+TEST_P(Fixture, MadviseDontneedRefaults) {
+  MapFixed(0, 4, RW);
+  ASSERT_TRUE(as->Access(W, 4 * P, P, AccessType::kWrite).ok());
+  EXPECT_EQ(as->Counters().rss_pages, 4u);
+  EXPECT_TRUE(as->Madvise(W, 4 * P, MADV_DONTNEED).ok());
+  EXPECT_EQ(as->Counters().rss_pages, 0u);
+  uint8_t b = 1;
+  ASSERT_TRUE(as->ReadMemory(W, &b, 1).ok());
+  EXPECT_EQ(b, 0);  // private anonymous: zero-filled again
+  AccessResult r = as->Access(W, 4 * P, P, AccessType::kWrite);
+  EXPECT_EQ(r.faults, 4u);  // page 0 is the zero page now: a COW fault like the others
+  EXPECT_EQ(as->Madvise(W, 8 * P, MADV_DONTNEED).error, ENOMEM);  // hole after the VMA
+  EXPECT_EQ(as->Counters().rss_pages, 0u);  // but the mapped part was zapped
+  EXPECT_EQ(as->Madvise(W + 1, P, MADV_DONTNEED).error, EINVAL);
+  EXPECT_TRUE(as->Madvise(W, 0, MADV_DONTNEED).ok());
+  EXPECT_EQ(Lines(), "[0,4) rw-p\n");  // no split, no flag change
+}
+
 TEST_P(Fixture, GrowsDownExpands) {
   MapFixed(100, 4, RW, MAP_GROWSDOWN);
   EXPECT_EQ(as->Fault(W + 99 * P, AccessType::kWrite).outcome, FaultOutcome::kMinor);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <random>
 #include <thread>
 #include <vector>
@@ -41,7 +42,7 @@ TEST_P(Stress, FaultsRaceMmapMunmapMprotect) {
   const uint64_t churn = 0x310000000000;  // 256 pages the writer keeps changing
   ASSERT_TRUE(as.Mmap(churn, 256 * P, RW, PA | MAP_FIXED).ok());
   std::atomic<bool> stop{false};
-  std::atomic<uint64_t> faults{0}, signals{0};
+  std::atomic<uint64_t> faults{0}, signals{0}, reader_iters{0};
 
   auto reader = [&](int id) {
     std::mt19937_64 rng(id);
@@ -69,6 +70,7 @@ TEST_P(Stress, FaultsRaceMmapMunmapMprotect) {
         if (r.outcome != FaultOutcome::kNone) faults++;
       }
       as.ReadMemory(a, &v, 1);
+      reader_iters++;
     }
   };
   std::vector<std::thread> ts;
@@ -78,7 +80,11 @@ TEST_P(Stress, FaultsRaceMmapMunmapMprotect) {
   auto writer = [&] {
     std::mt19937_64 rng(42);
     const int steps = Iterations(3000);
-    for (int i = 0; i < steps; i++) {
+    // Run at least `steps` writer steps and until the readers have raced it for a while
+    // (threads may start late on a loaded machine); at most 20 s.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (int i = 0; i < steps || (reader_iters.load() < 3000 &&
+                                  std::chrono::steady_clock::now() < deadline); i++) {
       uint64_t page = rng() % 256, n = 1 + rng() % 16;
       if (page + n > 256) n = 256 - page;
       uint64_t a = churn + page * P;
