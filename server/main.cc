@@ -60,6 +60,9 @@ ABSL_FLAG(std::string, lock_stats, "on", "Lock wait/hold timing: on|off");
 ABSL_FLAG(std::string, log_level, "info", "error|warn|info|debug");
 ABSL_FLAG(int64_t, shutdown_grace_ms, 5000,
           "On SIGTERM/SIGINT, how long in-flight calls may run before being cancelled");
+ABSL_FLAG(std::string, locking_profile, "linux-6.6",
+          "Locking profile of spaces created without one: linux-6.0|linux-6.1|linux-6.4|"
+          "linux-6.6, optionally with overrides such as \"linux-6.4,vma_lock=off\"");
 ABSL_FLAG(bool, reflection, true, "Serve gRPC server reflection (v1alpha)");
 
 namespace {
@@ -119,7 +122,7 @@ int main(int argc, char** argv) {
   if (lock_stats != "on" && lock_stats != "off") return Fail("--lock-stats must be on or off");
   vmspace::SetLockStatsEnabled(lock_stats == "on");
 
-  vmspace::rpc::ServiceLimits limits;
+  vmspace::rpc::ServiceOptions limits;
   limits.max_io_bytes = absl::GetFlag(FLAGS_max_io_bytes);
   limits.max_batch = absl::GetFlag(FLAGS_max_batch);
   limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
@@ -127,6 +130,12 @@ int main(int argc, char** argv) {
     return Fail("--max-message-bytes must be in [4096, 2^31)");
   if (limits.max_io_bytes + 4096 > limits.max_message_bytes)
     return Fail("--max-io-bytes must be at least 4 KiB below --max-message-bytes");
+  {
+    std::string err;
+    if (!vmspace::LockingProfile::Parse(absl::GetFlag(FLAGS_locking_profile),
+                                        &limits.default_profile, &err))
+      return Fail("--locking-profile: " + err);
+  }
   const uint64_t max_spaces = absl::GetFlag(FLAGS_max_spaces);
   const int64_t grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
   if (grace_ms < 0) return Fail("--shutdown-grace-ms must be >= 0");
@@ -193,12 +202,13 @@ int main(int argc, char** argv) {
   fflush(stderr);
   Logf(LogLevel::kInfo,
        "version %s, max-spaces=%llu max-frame-bytes=%llu max-io-bytes=%llu max-batch=%llu "
-       "max-message-bytes=%llu lock-stats=%s",
+       "max-message-bytes=%llu lock-stats=%s locking-profile=%s",
        VMSPACE_VERSION, static_cast<unsigned long long>(max_spaces),
        static_cast<unsigned long long>(frames.limit_bytes()),
        static_cast<unsigned long long>(limits.max_io_bytes),
        static_cast<unsigned long long>(limits.max_batch),
-       static_cast<unsigned long long>(limits.max_message_bytes), lock_stats.c_str());
+       static_cast<unsigned long long>(limits.max_message_bytes), lock_stats.c_str(),
+       limits.default_profile.Describe().c_str());
 
   std::chrono::steady_clock::time_point stop_t0;
   std::thread stopper([&] {

@@ -231,8 +231,10 @@ OpStatus DoGetMaps(Space& sp, const v1::GetMapsRequest& r, v1::GetMapsResponse* 
   return {};
 }
 
-// Validates CreateSpace settings and converts them to engine options.
-OpStatus ToSpaceOptions(const v1::SpaceSettings& s, SpaceOptions* o) {
+// Validates CreateSpace settings and converts them to engine options; an empty or
+// "default" locking_profile takes `default_profile`.
+OpStatus ToSpaceOptions(const v1::SpaceSettings& s, const LockingProfile& default_profile,
+                        SpaceOptions* o) {
   if (s.has_max_map_count()) o->max_map_count = s.max_map_count();
   if (s.has_mmap_base()) o->mmap_base = s.mmap_base();
   if (s.has_mmap_min_addr()) o->mmap_min_addr = s.mmap_min_addr();
@@ -245,10 +247,13 @@ OpStatus ToSpaceOptions(const v1::SpaceSettings& s, SpaceOptions* o) {
     return ErrnoErrorDetail(EINVAL, "CreateSpace", "mmap_min_addr must be below mmap_base");
   if (o->dac_mmap_min_addr > kTaskSize)
     return ErrnoErrorDetail(EINVAL, "CreateSpace", "dac_mmap_min_addr beyond TASK_SIZE");
-  if (!s.locking_profile().empty() && s.locking_profile() != "default")
-    return ErrnoErrorDetail(EINVAL, "CreateSpace",
-                            "unknown locking_profile \"" + s.locking_profile() +
-                                "\" (supported: \"\", \"default\")");
+  if (s.locking_profile().empty() || s.locking_profile() == "default") {
+    o->profile = default_profile;
+  } else {
+    std::string err;
+    if (!LockingProfile::Parse(s.locking_profile(), &o->profile, &err))
+      return ErrnoErrorDetail(EINVAL, "CreateSpace", "locking_profile: " + err);
+  }
   return {};
 }
 
@@ -302,8 +307,8 @@ uint64_t OpSpaceId(const v1::Op& op) {
 
 }  // namespace
 
-VmSpaceService::VmSpaceService(SpaceRegistry& registry, const ServiceLimits& limits)
-    : registry_(registry), limits_(limits) {}
+VmSpaceService::VmSpaceService(SpaceRegistry& registry, const ServiceOptions& options)
+    : registry_(registry), opts_(options) {}
 
 grpc::Status VmSpaceService::CreateSpace(grpc::ServerContext*,
                                          const v1::CreateSpaceRequest* req,
@@ -314,12 +319,16 @@ grpc::Status VmSpaceService::CreateSpace(grpc::ServerContext*,
   if (req->label().size() > kMaxLabelBytes) {
     s = ErrnoErrorDetail(EINVAL, "CreateSpace", "label longer than 64 bytes");
   } else {
-    s = ToSpaceOptions(req->settings(), &opts);
+    s = ToSpaceOptions(req->settings(), opts_.default_profile, &opts);
   }
   if (s.ok()) {
-    const std::string& profile = req->settings().locking_profile();
-    const uint64_t id =
-        registry_.Create(opts, req->label(), profile.empty() ? "default" : profile);
+    // Every valid profile is one of the named ones; "custom" cannot occur today.
+    const std::string profile = opts.profile.name != "custom"
+                                    ? opts.profile.name
+                                    : std::string("index=") +
+                                          VmaIndexKindName(opts.profile.index) +
+                                          ",vma_lock=" + VmaLockModeName(opts.profile.vma_lock);
+    const uint64_t id = registry_.Create(opts, req->label(), profile);
     if (id == 0) {
       s = ErrnoErrorDetail(ENOMEM, "CreateSpace",
                            "space limit reached (--max-spaces=" +
@@ -362,7 +371,7 @@ grpc::Status VmSpaceService::ListSpaces(grpc::ServerContext*, const v1::ListSpac
     info->set_pgtable_bytes(c.pgtable_bytes);
     info->set_locking_profile(sp->locking_profile);
   }
-  if (resp->ByteSizeLong() > limits_.max_message_bytes) {
+  if (resp->ByteSizeLong() > opts_.max_message_bytes) {
     resp->Clear();
     s = ErrnoErrorDetail(ENOMEM, "ListSpaces", "response exceeds --max-message-bytes");
   }
@@ -403,20 +412,20 @@ grpc::Status VmSpaceService::Access(grpc::ServerContext* ctx, const v1::AccessRe
 grpc::Status VmSpaceService::ReadMemory(grpc::ServerContext*, const v1::ReadMemoryRequest* req,
                                         v1::ReadMemoryResponse* resp) {
   return OnSpace(registry_, RpcMethod::kReadMemory, req->space_id(),
-                 [&](Space& sp) { return DoRead(sp, *req, resp, limits_.max_io_bytes); });
+                 [&](Space& sp) { return DoRead(sp, *req, resp, opts_.max_io_bytes); });
 }
 
 grpc::Status VmSpaceService::WriteMemory(grpc::ServerContext*,
                                          const v1::WriteMemoryRequest* req,
                                          v1::WriteMemoryResponse* resp) {
   return OnSpace(registry_, RpcMethod::kWriteMemory, req->space_id(),
-                 [&](Space& sp) { return DoWrite(sp, *req, resp, limits_.max_io_bytes); });
+                 [&](Space& sp) { return DoWrite(sp, *req, resp, opts_.max_io_bytes); });
 }
 
 grpc::Status VmSpaceService::GetMaps(grpc::ServerContext*, const v1::GetMapsRequest* req,
                                      v1::GetMapsResponse* resp) {
   return OnSpace(registry_, RpcMethod::kGetMaps, req->space_id(), [&](Space& sp) {
-    return DoGetMaps(sp, *req, resp, limits_.max_message_bytes);
+    return DoGetMaps(sp, *req, resp, opts_.max_message_bytes);
   });
 }
 
@@ -435,11 +444,11 @@ grpc::Status VmSpaceService::Batch(
   while (stream->Read(&req)) {
     metrics::CountMsgReceived(RpcMethod::kBatch);
     if (ctx->IsCancelled()) return finish(Cancelled());
-    if (static_cast<uint64_t>(req.ops_size()) > limits_.max_batch)
+    if (static_cast<uint64_t>(req.ops_size()) > opts_.max_batch)
       return finish(ErrnoErrorDetail(EINVAL, "Batch",
                                      std::to_string(req.ops_size()) +
                                          " ops in one message exceed --max-batch=" +
-                                         std::to_string(limits_.max_batch)));
+                                         std::to_string(opts_.max_batch)));
     resp.Clear();
     resp.set_tag(req.tag());
     SpaceCache cache(registry_);
@@ -467,17 +476,17 @@ grpc::Status VmSpaceService::Batch(
             s = DoAccess(*sp, op.access(), res->mutable_access(), ctx);
             break;
           case v1::Op::kRead:
-            if (op.read().len() <= limits_.max_io_bytes &&
-                resp_bytes + op.read().len() > limits_.max_message_bytes) {
+            if (op.read().len() <= opts_.max_io_bytes &&
+                resp_bytes + op.read().len() > opts_.max_message_bytes) {
               s = ErrnoErrorDetail(EINVAL, "ReadMemory",
                                    "the reads of this batch message would exceed "
                                    "--max-message-bytes");
             } else {
-              s = DoRead(*sp, op.read(), res->mutable_read(), limits_.max_io_bytes);
+              s = DoRead(*sp, op.read(), res->mutable_read(), opts_.max_io_bytes);
             }
             break;
           case v1::Op::kWrite:
-            s = DoWrite(*sp, op.write(), res->mutable_write(), limits_.max_io_bytes);
+            s = DoWrite(*sp, op.write(), res->mutable_write(), opts_.max_io_bytes);
             break;
           case v1::Op::OP_NOT_SET: break;
         }

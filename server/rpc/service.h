@@ -14,8 +14,9 @@
 
 namespace vmspace::rpc {
 
-/// Input limits enforced by the service (daemon flags of the same names).
-struct ServiceLimits {
+/// Configuration of the service: input limits (daemon flags of the same names) and
+/// defaults for new spaces.
+struct ServiceOptions {
   /// Most bytes one ReadMemory/WriteMemory may move (--max-io-bytes); more is EINVAL.
   uint64_t max_io_bytes = 1ull << 20;
   /// Most ops in one BatchRequest (--max-batch); more ends the stream INVALID_ARGUMENT.
@@ -24,12 +25,14 @@ struct ServiceLimits {
   /// would be larger are refused: RESOURCE_EXHAUSTED (ENOMEM) for GetMaps and ListSpaces,
   /// EINVAL for the read op of a batch whose response would grow past it.
   uint64_t max_message_bytes = 16ull << 20;
+  /// Locking profile of spaces created without one (--locking-profile).
+  LockingProfile default_profile;
 };
 
 class VmSpaceService final : public v1::VmSpace::Service {
  public:
   /// `registry` must outlive the service.
-  VmSpaceService(SpaceRegistry& registry, const ServiceLimits& limits);
+  VmSpaceService(SpaceRegistry& registry, const ServiceOptions& options);
 
   grpc::Status CreateSpace(grpc::ServerContext* ctx, const v1::CreateSpaceRequest* req,
                            v1::CreateSpaceResponse* resp) override;
@@ -65,7 +68,7 @@ class VmSpaceService final : public v1::VmSpace::Service {
 
  private:
   SpaceRegistry& registry_;
-  const ServiceLimits limits_;
+  const ServiceOptions opts_;
 };
 
 }  // namespace vmspace::rpc

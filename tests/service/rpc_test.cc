@@ -150,7 +150,7 @@ TEST_F(RpcTest, CreateListDestroy) {
   ASSERT_NE(ib, nullptr);
   EXPECT_EQ(ia->label(), "alpha");
   EXPECT_EQ(ia->map_count(), 0u);
-  EXPECT_EQ(ia->locking_profile(), "default");
+  EXPECT_EQ(ia->locking_profile(), "linux-6.6") << "the daemon's default profile";
   EXPECT_EQ(ib->label(), "beta");
   EXPECT_EQ(ib->map_count(), 1u);
   EXPECT_EQ(ib->total_vm_bytes(), 3 * kPage);
@@ -182,6 +182,32 @@ TEST_F(RpcTest, CreateSpaceRejectsBadArguments) {
   req.mutable_settings()->set_locking_profile("no-such-profile");
   EXPECT_TRUE(HasErrno(stub_->CreateSpace(Ctx().get(), req, &resp), StatusCode::INVALID_ARGUMENT,
                        "EINVAL", EINVAL));
+}
+
+TEST_F(RpcTest, LockingProfilesChooseTheFaultPath) {
+  // Second fault in a VMA (its anon_vma exists by then): per-VMA lock on linux-6.6,
+  // mmap_lock on linux-6.0.
+  for (const auto& [profile, path] :
+       {std::pair{std::string("linux-6.6"), v1::LOCK_PATH_VMA_LOCK},
+        std::pair{std::string("linux-6.0"), v1::LOCK_PATH_MMAP_LOCK}}) {
+    SCOPED_TRACE(profile);
+    v1::SpaceSettings settings;
+    settings.set_locking_profile(profile);
+    const uint64_t id = NewSpace(settings, profile);
+    uint64_t a = 0;
+    ASSERT_TRUE(Mmap(id, 0, 4 * kPage, kRW, kPrivAnon, &a).ok());
+    v1::FaultInfo f;
+    ASSERT_TRUE(Fault(id, a, v1::ACCESS_WRITE, &f).ok());
+    ASSERT_TRUE(Fault(id, a + kPage, v1::ACCESS_WRITE, &f).ok());
+    EXPECT_EQ(f.outcome(), v1::FAULT_OUTCOME_MINOR);
+    EXPECT_EQ(f.lock_path(), path);
+    v1::ListSpacesResponse list;
+    ASSERT_TRUE(stub_->ListSpaces(Ctx().get(), {}, &list).ok());
+    for (const auto& sp : list.spaces()) {
+      if (sp.space_id() == id) EXPECT_EQ(sp.locking_profile(), profile);
+    }
+    Destroy(id);
+  }
 }
 
 TEST_F(RpcTest, MaxSpacesIsResourceExhausted) {
