@@ -106,6 +106,8 @@ class PageModel {
   }
 
   bool active() const { return active_; }
+  /// Start addresses of the GROWSDOWN mappings made so far.
+  const std::vector<uint64_t>& growsdown() const { return growsdown_; }
 
  private:
   enum State { kUntouched, kWritten, kShared };
@@ -139,13 +141,17 @@ class Generator {
  public:
   /// `fault_counts` 1: emit `fault ADDR r|w|x` (also comparing page-fault counts)
   /// instead of read/write/exec; 2: the same for reads and writes only.
-  Generator(uint64_t seed, uint64_t base, const PageModel& model, int fault_counts)
-      : rng_(seed), base_(base), model_(model), counts_(fault_counts) {}
+  /// `keep_out`: ranges no MAP_FIXED may touch (the child's own VMAs).
+  Generator(uint64_t seed, uint64_t base, const PageModel& model, int fault_counts,
+            std::set<std::pair<uint64_t, uint64_t>> keep_out)
+      : rng_(seed), base_(base), model_(model), counts_(fault_counts),
+        keep_out_(std::move(keep_out)) {}
 
   /// The next op line.
   std::string Next() {
-    int k = Pick({22, 8, 12, 6, 14, 3, 12, 10, 5, 4});
+    int k = Pick({22, 8, 12, 6, 14, 3, 12, 10, 5, 4, 6});
     switch (k) {
+      case 10: return Special();
       case 0: return MmapRegion();
       case 1: return MmapNull();
       case 2: return MunmapRegion();
@@ -310,6 +316,31 @@ class Generator {
     if (counts_) return "fault " + A(AccessAddr(false)) + " w " + Hx(SafeByte());
     return "write " + A(AccessAddr(false)) + " " + Hx(SafeByte());
   }
+  // Ops aimed at the less common paths: accesses just below a GROWSDOWN mapping
+  // (stack expansion and its guard rule), hints and MAP_FIXED mappings among the
+  // top-down placements.
+  std::string Special() {
+    int k = static_cast<int>(R(3));
+    const auto& gd = model_.growsdown();
+    if (k == 0 && !gd.empty()) {
+      uint64_t a = gd[R(gd.size())] - (1 + R(4)) * kPageSize - (R(2) ? R(kPageSize) : 0);
+      if (R(2)) return "write " + A(a) + " " + Hx(SafeByte());
+      if (model_.SafeToRead(a)) return "read " + A(a);
+      return "write " + A(a) + " " + Hx(SafeByte());
+    }
+    if (placed_.empty()) return MmapNull();
+    auto [pa, pl] = placed_[R(placed_.size())];
+    uint64_t pages = 1 + R(8);
+    uint64_t a = pa + (R(2) ? R(pl / kPageSize) * kPageSize : pl) - (R(2) ? pages * kPageSize : 0);
+    std::string flags = R(100) < 85 ? "private,anonymous" : "shared,anonymous";
+    if (R(100) < 20 && flags[0] == 'p') flags += ",growsdown";
+    if (k == 1) return "mmap " + Hx(a) + " " + Hx(pages * kPageSize) + " " + Prot(false) + " " + flags;
+    flags += R(2) ? ",fixed" : ",fixed_noreplace";
+    for (const auto& [s, e] : keep_out_)  // (with a page of margin)
+      if (a < e + kPageSize && a + pages * kPageSize + kPageSize > s) return MmapNull();
+    std::string op = "mmap " + Hx(a) + " " + Hx(pages * kPageSize) + " " + Prot(false) + " " + flags;
+    return model_.Allowed(op) ? op : MmapNull();
+  }
   std::string Fill() {
     uint64_t first = R(kRegionPages), pages = 1 + R(4);
     if (first + pages > kRegionPages) pages = kRegionPages - first;
@@ -321,6 +352,7 @@ class Generator {
   uint64_t base_;
   const PageModel& model_;
   int counts_;
+  std::set<std::pair<uint64_t, uint64_t>> keep_out_;
   std::vector<std::pair<uint64_t, uint64_t>> placed_;  // non-fixed placements
 };
 
@@ -494,7 +526,7 @@ void RunSeed(uint64_t seed, uint64_t nops) {
   OracleSession s(kRegionSize);
   ASSERT_EQ(s.setup_error(), "");
   PageModel model(s.base(), !s.kernel_zero_page());
-  Generator gen(seed, s.base(), model, static_cast<int>(EnvU64("VMSPACE_ORACLE_FAULT_COUNTS", 0)));
+  Generator gen(seed, s.base(), model, static_cast<int>(EnvU64("VMSPACE_ORACLE_FAULT_COUNTS", 0)), s.initial());
   if (!s.kernel_zero_page())
     std::printf("note: this kernel does not map the zero page on anonymous read faults; "
                 "reads/execs of never-written private pages are not generated\n");
