@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include "health.grpc.pb.h"
+#include "reflection.grpc.pb.h"
 
 namespace vmspace::service_test {
 namespace {
@@ -81,6 +82,33 @@ TEST(LifecycleTest, HealthServesTheService) {
   req.set_service("no.such.Service");
   grpc::health::v1::HealthCheckResponse resp;
   EXPECT_EQ(health->Check(Ctx().get(), req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+TEST(LifecycleTest, ReflectionListsTheService) {
+  Daemon d;
+  ASSERT_TRUE(d.Start({})) << d.stderr_text();
+  auto refl = grpc::reflection::v1alpha::ServerReflection::NewStub(
+      grpc::CreateChannel(d.grpc_addr(), grpc::InsecureChannelCredentials()));
+  auto ctx = Ctx();
+  auto stream = refl->ServerReflectionInfo(ctx.get());
+  grpc::reflection::v1alpha::ServerReflectionRequest req;
+  req.set_list_services("*");
+  ASSERT_TRUE(stream->Write(req));
+  grpc::reflection::v1alpha::ServerReflectionResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  bool found = false;
+  for (const auto& s : resp.list_services_response().service())
+    found = found || s.name() == "vmspace.v1.VmSpace";
+  EXPECT_TRUE(found) << resp.DebugString();
+  // The file defining the service is served too (what grpcurl/buf curl need).
+  req.set_file_containing_symbol("vmspace.v1.VmSpace");
+  ASSERT_TRUE(stream->Write(req));
+  ASSERT_TRUE(stream->Read(&resp));
+  EXPECT_GE(resp.file_descriptor_response().file_descriptor_proto_size(), 1)
+      << resp.DebugString();
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
   EXPECT_EQ(d.Stop(), 0);
 }
 

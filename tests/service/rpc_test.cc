@@ -204,7 +204,9 @@ TEST_F(RpcTest, LockingProfilesChooseTheFaultPath) {
     v1::ListSpacesResponse list;
     ASSERT_TRUE(stub_->ListSpaces(Ctx().get(), {}, &list).ok());
     for (const auto& sp : list.spaces()) {
-      if (sp.space_id() == id) EXPECT_EQ(sp.locking_profile(), profile);
+      if (sp.space_id() == id) {
+        EXPECT_EQ(sp.locking_profile(), profile);
+      }
     }
     Destroy(id);
   }
