@@ -168,7 +168,7 @@ Json StopJson(const v1::FaultInfo& stop) {
 void HexDump(std::ostream& out, uint64_t addr, const std::string& data) {
   char line[128];
   for (size_t off = 0; off < data.size(); off += 16) {
-    int n = snprintf(line, sizeof line, "%016llx: ", static_cast<unsigned long long>(addr + off));
+    snprintf(line, sizeof line, "%016llx: ", static_cast<unsigned long long>(addr + off));
     std::string text = line;
     std::string ascii;
     for (size_t i = 0; i < 16; ++i) {
@@ -182,7 +182,6 @@ void HexDump(std::ostream& out, uint64_t addr, const std::string& data) {
       }
       if (i % 2 == 1) text += ' ';
     }
-    (void)n;
     out << text << ' ' << ascii << "\n";
   }
 }
@@ -294,6 +293,7 @@ int CmdMprotect(Ctx& c) {
   uint64_t space = c.Space();
   uint64_t addr = c.U64("addr");
   uint64_t len = c.U64("len");
+  if (!c.args.Has("prot")) throw UsageError{"--prot is required"};
   int prot = c.Prot("prot", "");
   Client cl(c.client);
   auto r = cl.Mprotect(space, addr, len, prot);

@@ -30,7 +30,7 @@ class Daemon {
       int devnull = open("/dev/null", O_RDWR);
       dup2(devnull, 0);
       dup2(devnull, 1);
-      execl(VMSPACED_PATH, VMSPACED_PATH, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+      execl(VMSPACED_PATH, VMSPACED_PATH, "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
             static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -260,19 +260,26 @@ TEST_F(DaemonTest, BenchStressStream) {
 TEST_F(DaemonTest, BenchStressStreamTinyBatches) {
   // batch 1 with one message in flight: a round's ops span messages; still exact.
   json j = CliJson({"bench", "stress", "--transport", "stream", "--batch", "1", "--inflight", "1", "--rounds", "200",
-                    "--quiet", "--skip-native"});
-  ExpectSameRun(j, Inprocess({"--rounds", "200"}), 200);
-  EXPECT_EQ(j["messages"], 400);
+                    "--page-fault", "--quiet", "--skip-native"});
+  ExpectSameRun(j, Inprocess({"--rounds", "200", "--page-fault"}), 200);
+  EXPECT_EQ(j["messages"], 600);  // access, munmap, mmap: one message each
+  // batch 2: a round's three ops straddle messages.
+  j = CliJson({"bench", "stress", "--transport", "stream", "--batch", "2", "--rounds", "300", "--page-fault", "--quiet",
+               "--skip-native"});
+  ExpectSameRun(j, Inprocess({"--rounds", "300", "--page-fault"}), 300);
 }
 
 TEST_F(DaemonTest, BenchStressClients) {
   json j = CliJson({"bench", "stress", "--transport", "stream", "--clients", "2", "--rounds", "500", "--quiet",
                     "--skip-native", "--seed", "7"});
   ExpectSameRun(j, Inprocess({"--rounds", "500", "--clients", "2", "--seed", "7"}), 1000);
-  j = CliJson({"bench", "stress", "--transport", "unary", "--clients", "2", "--shared-space", "--rounds", "200",
-               "--quiet", "--skip-native"});
-  EXPECT_EQ(j["rounds"], 400);
-  EXPECT_EQ(j["ops"]["total"], 800);
+  for (const char* transport : {"unary", "stream"}) {
+    j = CliJson({"bench", "stress", "--transport", transport, "--clients", "2", "--shared-space", "--rounds", "200",
+                 "--page-fault", "--quiet", "--skip-native"});
+    EXPECT_EQ(j["rounds"], 400) << transport;
+    EXPECT_EQ(j["ops"]["total"], 1200) << transport;
+    EXPECT_TRUE(j["error"].is_null()) << j["error"];
+  }
   // The spaces are gone afterwards.
   for (const json& s : CliJson({"list"})["spaces"]) {
     EXPECT_EQ(s["label"].get<std::string>().rfind("bench-stress", 0), std::string::npos) << s.dump();
