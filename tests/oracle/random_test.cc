@@ -484,10 +484,30 @@ std::vector<std::string> Shrink(std::vector<std::string> ops) {
   };
   auto [lo, hi] = DisagreementWindow(ops);
   if (hi > lo) {
+    // The window grows to the whole range of every mapping op that overlaps it;
+    // accesses up to 16 MiB below it are kept (they may grow a GROWSDOWN VMA).
+    auto is_access = [](const std::string& op) {
+      return op.rfind("read", 0) == 0 || op.rfind("write", 0) == 0 ||
+             op.rfind("exec", 0) == 0 || op.rfind("fault", 0) == 0;
+    };
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (const auto& op : ops) {
+        auto [a, b] = OpRange(op, kRegionBase);
+        if (b <= a || is_access(op) || a >= hi || b <= lo) continue;
+        if (a < lo || b > hi) {
+          lo = std::min(lo, a);
+          hi = std::max(hi, b);
+          grew = true;
+        }
+      }
+    }
+    uint64_t access_lo = lo > (16ull << 20) ? lo - (16ull << 20) : 0;
     std::vector<std::string> sliced;
     for (size_t i = 0; i < ops.size(); i++) {
       auto [a, b] = OpRange(ops[i], kRegionBase);
-      if (i + 1 == ops.size() || (b > a && a < hi && b > lo)) sliced.push_back(ops[i]);
+      uint64_t from = is_access(ops[i]) ? access_lo : lo;
+      if (i + 1 == ops.size() || (b > a && a < hi && b > from)) sliced.push_back(ops[i]);
     }
     if (sliced.size() < ops.size() && still_fails(sliced)) ops = std::move(sliced);
   }
