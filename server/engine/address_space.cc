@@ -86,7 +86,7 @@ ShmemObject::~ShmemObject() {
 }
 
 void* ShmemObject::GetPage(uint64_t pgoff) {
-  std::lock_guard<std::mutex> l(mu);
+  RankedGuard<std::mutex> l(mu, LockRank::kShmem);
   auto it = pages.find(pgoff);
   if (it != pages.end()) return it->second;
   void* f = frames.Alloc();
@@ -496,7 +496,7 @@ struct AddressSpace::Impl {
   /// Makes sure v has an anon_vma (anon_vma_prepare). Caller holds mmap_lock read.
   void AnonVmaPrepare(Vma* v) {
     if (v->anon()) return;
-    std::lock_guard<std::mutex> l(anon_vma_lock);
+    RankedGuard<std::mutex> l(anon_vma_lock, LockRank::kAnonVmaLock);
     if (v->anon()) return;
     AnonVma* a = FindMergeableAnonVma(v);
     if (a) {
@@ -831,9 +831,11 @@ struct AddressSpace::Impl {
   FaultResult SlowAccess(uint64_t addr, AccessType acc, Touch&& touch) {
     if (opts.profile.vma_lock != VmaLockMode::kOff) {
       if (Vma* v = LockVmaUnderRcu(addr)) {
+        LockdepAcquire(LockRank::kVmaLock);
         uint64_t t0 = LockStatsEnabled() ? NowNs() : 0;
         FaultResult r = FaultInVma(v, addr, acc, touch, LockPath::kVmaLock);
         VmaEndRead(v);
+        LockdepRelease(LockRank::kVmaLock);
         RecordLock(LockClass::kVmaLock, LockMode::kRead, false, 0, t0 ? NowNs() - t0 : 0);
         CountEvent(Event::kVmaLockSuccess);
         return r;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/lock.h"
 #include "engine/rcu.h"
 #include "engine/stats.h"
 
@@ -33,7 +34,7 @@ FrameAllocator::Shard& FrameAllocator::MyShard() {
 }
 
 void* FrameAllocator::CarveFrame() {
-  std::lock_guard<std::mutex> l(chunk_mu_);
+  RankedGuard<std::mutex> l(chunk_mu_, LockRank::kFrameChunk);
   if (carve_ == carve_end_) {
     void* c = mmap(nullptr, kChunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (c == MAP_FAILED) return nullptr;
@@ -47,7 +48,7 @@ void* FrameAllocator::CarveFrame() {
 }
 
 void* FrameAllocator::TakeFromGlobal(Shard& s) {
-  std::lock_guard<std::mutex> l(chunk_mu_);
+  RankedGuard<std::mutex> l(chunk_mu_, LockRank::kFrameChunk);
   if (global_free_.empty()) return nullptr;
   size_t n = std::min<size_t>(kBatch, global_free_.size());
   s.free.insert(s.free.end(), global_free_.end() - n, global_free_.end());
@@ -62,7 +63,7 @@ void* FrameAllocator::Alloc() {
   void* f = nullptr;
   bool fresh = false;
   {
-    std::lock_guard<std::mutex> l(s.mu);
+    RankedGuard<std::mutex> l(s.mu, LockRank::kFrameShard);
     if (s.budget == 0 && limit_frames_ != 0) {
       // Reserve up to kBatch frames from the global limit.
       uint64_t cur = reserved_frames_.load(std::memory_order_relaxed);
@@ -86,7 +87,7 @@ void* FrameAllocator::Alloc() {
     f = CarveFrame();
     fresh = true;
     if (!f) {
-      std::lock_guard<std::mutex> l(s.mu);
+      RankedGuard<std::mutex> l(s.mu, LockRank::kFrameShard);
       if (limit_frames_ != 0) s.budget++;
       s.in_use.store(s.in_use.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
       return nullptr;
@@ -99,10 +100,10 @@ void* FrameAllocator::Alloc() {
 
 void FrameAllocator::Free(void* frame) {
   Shard& s = MyShard();
-  std::lock_guard<std::mutex> l(s.mu);
+  RankedGuard<std::mutex> l(s.mu, LockRank::kFrameShard);
   s.free.push_back(frame);
   if (s.free.size() > 2 * kBatch) {
-    std::lock_guard<std::mutex> g(chunk_mu_);
+    RankedGuard<std::mutex> g(chunk_mu_, LockRank::kFrameChunk);
     global_free_.insert(global_free_.end(), s.free.end() - kBatch, s.free.end());
     s.free.resize(s.free.size() - kBatch);
   }

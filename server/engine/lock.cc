@@ -15,6 +15,55 @@ thread_local uint64_t tls_read_acquired[static_cast<size_t>(LockClass::kCount)];
 inline void Pause() { __builtin_ia32_pause(); }
 }  // namespace
 
+LockRank RankOf(LockClass c) {
+  switch (c) {
+    case LockClass::kMmapLock: return LockRank::kMmapLock;
+    case LockClass::kVmaLock: return LockRank::kVmaLock;
+    case LockClass::kPtl: return LockRank::kPtl;
+    case LockClass::kPageTableLock: return LockRank::kPageTableLock;
+    case LockClass::kCount: break;
+  }
+  return LockRank::kPtl;
+}
+
+#if defined(VMSPACE_LOCKDEP)
+namespace {
+thread_local LockRank tls_held[16];
+thread_local int tls_depth = 0;
+}  // namespace
+
+void LockdepAcquire(LockRank rank) {
+  for (int i = 0; i < tls_depth; i++) {
+    if (static_cast<int>(tls_held[i]) >= static_cast<int>(rank)) {
+      fprintf(stderr,
+              "vmspace lockdep: lock order violation: acquiring rank %d while holding rank %d "
+              "(see server/engine/LOCKING.md)\n",
+              static_cast<int>(rank), static_cast<int>(tls_held[i]));
+      abort();
+    }
+  }
+  if (tls_depth == 16) {
+    fprintf(stderr, "vmspace lockdep: more than 16 locks held\n");
+    abort();
+  }
+  tls_held[tls_depth++] = rank;
+}
+
+void LockdepRelease(LockRank rank) {
+  for (int i = tls_depth - 1; i >= 0; i--) {
+    if (tls_held[i] == rank) {
+      for (int k = i; k + 1 < tls_depth; k++) tls_held[k] = tls_held[k + 1];
+      tls_depth--;
+      return;
+    }
+  }
+  fprintf(stderr, "vmspace lockdep: releasing rank %d that is not held\n", static_cast<int>(rank));
+  abort();
+}
+
+int LockdepDepth() { return tls_depth; }
+#endif
+
 RwSem::RwSem(LockClass cls) : cls_(cls) {
   pthread_rwlockattr_t a;
   pthread_rwlockattr_init(&a);
@@ -26,6 +75,7 @@ RwSem::RwSem(LockClass cls) : cls_(cls) {
 RwSem::~RwSem() { pthread_rwlock_destroy(&rw_); }
 
 void RwSem::LockRead() {
+  LockdepAcquire(RankOf(cls_));
   bool timing = LockStatsEnabled();
   if (pthread_rwlock_tryrdlock(&rw_) == 0) {
     if (timing) tls_read_acquired[static_cast<size_t>(cls_)] = NowNs();
@@ -48,6 +98,7 @@ void RwSem::LockRead() {
 
 bool RwSem::TryLockRead() {
   if (pthread_rwlock_tryrdlock(&rw_) != 0) return false;
+  LockdepAcquire(RankOf(cls_));
   if (LockStatsEnabled()) tls_read_acquired[static_cast<size_t>(cls_)] = NowNs();
   else RecordLock(cls_, LockMode::kRead, false, 0, 0);
   return true;
@@ -64,9 +115,11 @@ void RwSem::UnlockRead() {
     else RecordLock(cls_, LockMode::kRead, false, 0, hold);
   }
   pthread_rwlock_unlock(&rw_);
+  LockdepRelease(RankOf(cls_));
 }
 
 void RwSem::LockWrite() {
+  LockdepAcquire(RankOf(cls_));
   bool timing = LockStatsEnabled();
   bool contended = false;
   uint64_t wait = 0;
@@ -91,6 +144,7 @@ void RwSem::LockWrite() {
 
 bool RwSem::TryLockWrite() {
   if (pthread_rwlock_trywrlock(&rw_) != 0) return false;
+  LockdepAcquire(RankOf(cls_));
   if (LockStatsEnabled()) write_acquired_ns_ = NowNs();
   else RecordLock(cls_, LockMode::kWrite, false, 0, 0);
   return true;
@@ -107,9 +161,11 @@ void RwSem::UnlockWrite() {
     else RecordLock(cls_, LockMode::kWrite, false, 0, hold);
   }
   pthread_rwlock_unlock(&rw_);
+  LockdepRelease(RankOf(cls_));
 }
 
 void SpinLock::Lock() {
+  LockdepAcquire(RankOf(cls_));
   if (!locked_.exchange(true, std::memory_order_acquire)) {
     if (LockStatsEnabled()) acquired_ns_ = NowNs();
     else RecordLock(cls_, LockMode::kWrite, false, 0, 0);
@@ -145,6 +201,7 @@ void SpinLock::Unlock() {
     else RecordLock(cls_, LockMode::kWrite, false, 0, hold);
   }
   locked_.store(false, std::memory_order_release);
+  LockdepRelease(RankOf(cls_));
 }
 
 }  // namespace vmspace

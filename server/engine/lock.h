@@ -16,6 +16,55 @@
 
 namespace vmspace {
 
+/// Lock ranks for the debug lock-order checker, in the order of LOCKING.md: a thread may
+/// only acquire a lock whose rank is higher than every rank it already holds.
+enum class LockRank : uint8_t {
+  kMmapLock = 1,
+  kVmaLock = 2,
+  kAnonVmaLock = 3,
+  kShmem = 4,
+  kPageTableLock = 5,
+  kPtl = 6,
+  kFrameShard = 7,
+  kFrameChunk = 8,
+};
+LockRank RankOf(LockClass c);
+
+#if defined(VMSPACE_LOCKDEP)
+/// Records that the calling thread takes/releases a lock of `rank`; aborts with a
+/// message on an order violation (a rank not above every rank held).
+void LockdepAcquire(LockRank rank);
+void LockdepRelease(LockRank rank);
+/// The ranks the calling thread holds, innermost last (for tests).
+int LockdepDepth();
+inline constexpr bool kLockdep = true;
+#else
+inline void LockdepAcquire(LockRank) {}
+inline void LockdepRelease(LockRank) {}
+inline int LockdepDepth() { return 0; }
+inline constexpr bool kLockdep = false;
+#endif
+
+/// RAII lock_guard for a std::mutex-like lock that also feeds the lockdep checker.
+template <typename M>
+class RankedGuard {
+ public:
+  RankedGuard(M& m, LockRank r) : m_(m), r_(r) {
+    LockdepAcquire(r_);
+    m_.lock();
+  }
+  ~RankedGuard() {
+    m_.unlock();
+    LockdepRelease(r_);
+  }
+  RankedGuard(const RankedGuard&) = delete;
+  RankedGuard& operator=(const RankedGuard&) = delete;
+
+ private:
+  M& m_;
+  LockRank r_;
+};
+
 /// Reader-writer semaphore like Linux's rw_semaphore: writers are preferred once
 /// waiting (glibc PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP), so a stream of readers
 /// cannot starve mmap/munmap. Not recursive.

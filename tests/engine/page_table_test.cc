@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/frame_allocator.h"
+#include "engine/lock.h"
 #include "engine/page_table.h"
 #include "engine/rcu.h"
 
@@ -74,6 +75,46 @@ TEST(FrameAllocator, LimitAndReuse) {
 TEST(FrameAllocator, ZeroPageIsZero) {
   auto* z = static_cast<uint8_t*>(FrameAllocator::ZeroPage());
   for (int i = 0; i < 4096; i++) ASSERT_EQ(z[i], 0);
+}
+
+}  // namespace
+}  // namespace vmspace
+
+namespace vmspace {
+namespace {
+
+// The debug lock-order checker (VMSPACE_LOCKDEP=ON builds; deploy/test.sh builds the
+// sanitizer run that way) must abort on an inversion and accept the documented order.
+TEST(Lockdep, DocumentedOrderIsAccepted) {
+  if (!kLockdep) GTEST_SKIP() << "built without VMSPACE_LOCKDEP";
+  RwSem mm(LockClass::kMmapLock);
+  SpinLock ptl(LockClass::kPtl);
+  mm.LockRead();
+  ptl.Lock();
+  EXPECT_EQ(LockdepDepth(), 2);
+  ptl.Unlock();
+  mm.UnlockRead();
+  EXPECT_EQ(LockdepDepth(), 0);
+}
+
+TEST(LockdepDeathTest, InversionAborts) {
+  if (!kLockdep) GTEST_SKIP() << "built without VMSPACE_LOCKDEP";
+  EXPECT_DEATH(
+      {
+        SpinLock ptl(LockClass::kPtl);
+        RwSem mm(LockClass::kMmapLock);
+        ptl.Lock();
+        mm.LockRead();  // mmap_lock under a PTE lock: never allowed
+      },
+      "lock order violation");
+  EXPECT_DEATH(
+      {
+        SpinLock a(LockClass::kPtl);
+        SpinLock b(LockClass::kPtl);
+        a.Lock();
+        b.Lock();  // two PTE locks at once
+      },
+      "lock order violation");
 }
 
 }  // namespace
