@@ -466,7 +466,7 @@ uint64_t OracleSession::Eval(const std::string& expr, std::string* err) const {
   return total;
 }
 
-std::string OracleSession::FormatMapLine(const MapLine& m, bool all) const {
+std::string OracleSession::FormatMapLine(const MapLine& m) const {
   if (initial_.count({m.start, m.end}))
     return Addr(m.start) + "-" + Addr(m.end) + " (pre-existing VMA of the child)";
   std::string ino = IsShmemName(m.name) || m.dev == "00:01" ? "*" : std::to_string(m.inode);
@@ -477,7 +477,7 @@ std::string OracleSession::FormatMapLine(const MapLine& m, bool all) const {
   return s;
 }
 
-std::string OracleSession::KernelMaps(uint64_t lo, uint64_t hi, bool all) {
+std::string OracleSession::KernelMaps(uint64_t lo, uint64_t hi) {
   auto resp = child_->Call("maps " + Hex(lo).substr(2) + " " + Hex(hi).substr(2) + " 1");
   std::string out;
   std::vector<MapLine> lines;
@@ -492,7 +492,7 @@ std::string OracleSession::KernelMaps(uint64_t lo, uint64_t hi, bool all) {
       lines.back().vmflags = l.substr(2);
       lines.back().has_flags = true;
     } else if (l.rfind("C ", 0) == 0) {
-      for (const auto& m : lines) out += FormatMapLine(m, all) + "\n";
+      for (const auto& m : lines) out += FormatMapLine(m) + "\n";
       out += "map_count=" + std::to_string(HexFields(l)[0]);
     } else {
       out += l + "\n";
@@ -501,7 +501,7 @@ std::string OracleSession::KernelMaps(uint64_t lo, uint64_t hi, bool all) {
   return out;
 }
 
-std::string OracleSession::EngineMaps(uint64_t lo, uint64_t hi, bool all) {
+std::string OracleSession::EngineMaps(uint64_t lo, uint64_t hi) {
   std::string text = engine_->RenderMaps(lo, hi);
   std::map<uint64_t, uint64_t> flags;
   for (const auto& v : engine_->Maps(lo, hi)) flags[v.start] = v.flags;
@@ -520,7 +520,7 @@ std::string OracleSession::EngineMaps(uint64_t lo, uint64_t hi, bool all) {
       m.vmflags = AddressSpace::VmFlagsString(it->second);
       m.has_flags = true;
     }
-    out += FormatMapLine(m, all) + "\n";
+    out += FormatMapLine(m) + "\n";
   }
   out += "map_count=" + std::to_string(engine_->Counters().map_count);
   return out;
@@ -773,11 +773,9 @@ StepResult OracleSession::Run(const std::string& raw_line) {
     res.engine = "done=" + std::to_string(done) + (e ? " err=" + ErrName(e) : "");
   } else if (op == "maps") {
     uint64_t lo = base_ - kPageSize, hi = base_ + size_ + kPageSize;
-    bool all = false;
     if (w.size() == 2 && w[1] == "all") {
       lo = 0;
       hi = ~0ull;
-      all = true;
     } else if (w.size() == 3) {
       lo = num(1);
       hi = num(2);
@@ -786,8 +784,8 @@ StepResult OracleSession::Run(const std::string& raw_line) {
     }
     if (!err.empty()) return fail(err);
     if (!size_ && w.size() == 1) return fail("maps without a region");
-    res.kernel = KernelMaps(lo, hi, all);
-    res.engine = EngineMaps(lo, hi, all);
+    res.kernel = KernelMaps(lo, hi);
+    res.engine = EngineMaps(lo, hi);
     res.kernel_ok = true;
   } else if (op == "count") {
     auto resp = child_->Call("count");

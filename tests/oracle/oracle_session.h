@@ -109,9 +109,10 @@ class OracleSession {
 
  private:
   struct MapLine;
-  std::string KernelMaps(uint64_t lo, uint64_t hi, bool all);
-  std::string EngineMaps(uint64_t lo, uint64_t hi, bool all);
-  std::string FormatMapLine(const MapLine& m, bool all) const;
+  std::string KernelMaps(uint64_t lo, uint64_t hi);
+  std::string EngineMaps(uint64_t lo, uint64_t hi);
+  /// Canonical text of one maps line; pre-existing VMAs of the child by range only.
+  std::string FormatMapLine(const MapLine& m) const;
   uint64_t Eval(const std::string& expr, std::string* err) const;
 
   std::unique_ptr<KernelChild> child_;

@@ -316,6 +316,13 @@ class Generator {
     if (counts_) return "fault " + A(AccessAddr(false)) + " w " + Hx(SafeByte());
     return "write " + A(AccessAddr(false)) + " " + Hx(SafeByte());
   }
+  // True if [a, a+len) comes within a page of one of the child's own VMAs.
+  bool KeepOut(uint64_t a, uint64_t len) const {
+    for (const auto& [s, e] : keep_out_)
+      if (a < e + kPageSize && a + len + kPageSize > s) return true;
+    return false;
+  }
+
   // Ops aimed at the less common paths: accesses just below a GROWSDOWN mapping
   // (stack expansion and its guard rule), hints and MAP_FIXED mappings among the
   // top-down placements.
@@ -324,6 +331,7 @@ class Generator {
     const auto& gd = model_.growsdown();
     if (k == 0 && !gd.empty()) {
       uint64_t a = gd[R(gd.size())] - (1 + R(4)) * kPageSize - (R(2) ? R(kPageSize) : 0);
+      if (KeepOut(a, 1)) return Write();
       if (R(2)) return "write " + A(a) + " " + Hx(SafeByte());
       if (model_.SafeToRead(a)) return "read " + A(a);
       return "write " + A(a) + " " + Hx(SafeByte());
@@ -336,8 +344,7 @@ class Generator {
     if (R(100) < 20 && flags[0] == 'p') flags += ",growsdown";
     if (k == 1) return "mmap " + Hx(a) + " " + Hx(pages * kPageSize) + " " + Prot(false) + " " + flags;
     flags += R(2) ? ",fixed" : ",fixed_noreplace";
-    for (const auto& [s, e] : keep_out_)  // (with a page of margin)
-      if (a < e + kPageSize && a + pages * kPageSize + kPageSize > s) return MmapNull();
+    if (KeepOut(a, pages * kPageSize)) return MmapNull();
     std::string op = "mmap " + Hx(a) + " " + Hx(pages * kPageSize) + " " + Prot(false) + " " + flags;
     return model_.Allowed(op) ? op : MmapNull();
   }
