@@ -65,13 +65,16 @@ struct Gather {
   std::vector<void*> pages;
   PageTable::TableGather tables;
   std::vector<Vma*> vmas;  // detached VMAs (lockless lookups may still see them)
-  bool empty() const { return pages.empty() && tables.empty() && vmas.empty(); }
+  std::vector<void*> nodes;  // retired VMA-index nodes
+  bool empty() const { return pages.empty() && tables.empty() && vmas.empty() && nodes.empty(); }
+  size_t size() const { return pages.size() + tables.dirs.size() + tables.ptes.size() + vmas.size() + nodes.size(); }
   static void Free(struct rcu_head* h) {
     RcuCallbackBegin(h);
     Gather* g = reinterpret_cast<Gather*>(reinterpret_cast<char*>(h) - offsetof(Gather, head));
     for (void* p : g->pages) g->frames->Free(p);
     PageTable::DeleteTables(g->tables);
     for (Vma* v : g->vmas) delete v;
+    VmaIndex::DeleteRetired(g->nodes);
     delete g;
 #if defined(__SANITIZE_THREAD__)
     __tsan_release(&rcu_internal::gp_token);  // rcu_barrier() waits for this callback
@@ -120,6 +123,11 @@ struct AddressSpace::Impl {
     if (gather) Flush();
   }
 
+  /// Deferred frees are handed to call_rcu in batches of at least this many objects
+  /// (a call_rcu per mmap/munmap costs more than the operation: it may wake the
+  /// callback thread). Frames wait at most one batch longer to be reused.
+  static constexpr size_t kDeferBatch = 256;
+
   FrameAllocator& frames;
   const SpaceOptions opts;
   uint64_t commit_limit_pages;
@@ -144,8 +152,9 @@ struct AddressSpace::Impl {
   /// mmap_write_unlock(): publish retired tree nodes and queued frees for after a grace
   /// period, then vma_end_write_all() (advance mm_lock_seq), then release.
   void WriteUnlock() {
-    idx->FlushRetired();
-    if (gather) Flush();
+    idx->Commit();
+    idx->TakeRetired(G().nodes);
+    if (gather->size() >= kDeferBatch) Flush();
     mm_lock_seq.fetch_add(1, std::memory_order_seq_cst);
     mmap_lock.UnlockWrite();
   }

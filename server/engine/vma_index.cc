@@ -2,7 +2,8 @@
 
 #include <atomic>
 #include <cstddef>
-#include <map>
+#include <mutex>
+#include <new>
 
 #include "engine/rcu.h"
 
@@ -13,62 +14,6 @@ const char* VmaIndexKindName(VmaIndexKind k) {
 }
 
 namespace {
-
-// ===================================================================== rbtree
-class RbtreeIndex final : public VmaIndex {
- public:
-  VmaIndexKind kind() const override { return VmaIndexKind::kRbtree; }
-
-  Vma* FindVma(uint64_t addr) const override {
-    auto it = map_.upper_bound(addr);
-    if (it != map_.begin()) {
-      auto p = std::prev(it);
-      if (p->second->vm_end > addr) return p->second;
-    }
-    return it == map_.end() ? nullptr : it->second;
-  }
-  Vma* NextFrom(uint64_t addr) const override {
-    auto it = map_.lower_bound(addr);
-    return it == map_.end() ? nullptr : it->second;
-  }
-  Vma* PrevOf(uint64_t addr) const override {
-    auto it = map_.lower_bound(addr);
-    return it == map_.begin() ? nullptr : std::prev(it)->second;
-  }
-  void ForEach(const std::function<void(Vma*)>& fn) const override {
-    for (auto& [k, v] : map_) fn(v);
-  }
-  void Insert(Vma* v) override { map_.emplace(v->vm_start, v); }
-  void Erase(Vma* v, uint64_t start, uint64_t end) override { map_.erase(start); }
-  void Update(Vma* v, uint64_t old_start, uint64_t old_end) override {
-    if (old_start == v->vm_start) return;  // keyed by start only
-    auto node = map_.extract(old_start);
-    node.key() = v->vm_start;
-    map_.insert(std::move(node));
-  }
-  uint64_t HighestGapEnd(uint64_t length, uint64_t low, uint64_t high) const override {
-    // Walk gaps from the top: the gap below `upper` and above `lower`.
-    auto it = map_.lower_bound(high);
-    Vma* upper = it == map_.end() ? nullptr : it->second;
-    for (;;) {
-      Vma* lower = it == map_.begin() ? nullptr : std::prev(it)->second;
-      uint64_t gs = lower ? lower->vm_end : 0;
-      uint64_t ge = upper ? upper->vm_start : ~0ull;
-      if (gs < low) gs = low;
-      if (ge > high) ge = high;
-      if (ge > gs && ge - gs >= length) return ge;
-      if (!lower || lower->vm_end <= low) return ~0ull;
-      --it;
-      upper = lower;
-    }
-  }
-  uint64_t bytes() const override {
-    return map_.size() * (sizeof(std::map<uint64_t, Vma*>::value_type) + 32);  // rb node overhead
-  }
-
- private:
-  std::map<uint64_t, Vma*> map_;  // keyed by vm_start
-};
 
 // ===================================================================== maple
 // Copy-on-write B+tree. Node layout (one struct for both kinds, 416 bytes): up to
@@ -83,6 +28,7 @@ constexpr int kFanout = 16;
 struct MNode {
   bool leaf = true;
   uint8_t n = 0;
+  uint64_t gen = 0;       // write section that created it: mutable in place while current
   uint64_t lo[kFanout];   // leaf: vm_start; interior: subtree lowest start
   uint64_t hi[kFanout];   // leaf: vm_end; interior: subtree highest end
   uint64_t gap[kFanout];  // interior only: largest inner gap of the child
@@ -108,16 +54,55 @@ struct MNode {
   }
 };
 
-class MapleIndex final : public VmaIndex {
+// Free nodes, shared by all indexes of the process. Writers take nodes in batches into
+// a small per-index cache; nodes freed after a grace period come back here a batch at a
+// time. Keeps malloc (and cross-thread free) off the mmap/munmap path.
+class NodePool {
  public:
-  ~MapleIndex() override {
-    // No readers remain when a space is destroyed; queued batches do not refer to us.
-    FlushRetired();
-    Destroy(root_.load(std::memory_order_relaxed));
+  static NodePool& Get() {
+    static NodePool* p = new NodePool;  // never destroyed: RCU callbacks may run late
+    return *p;
   }
-  VmaIndexKind kind() const override { return VmaIndexKind::kMaple; }
+  void TakeBatch(std::vector<MNode*>& out, size_t n) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      while (n && !free_.empty()) {
+        out.push_back(free_.back());
+        free_.pop_back();
+        n--;
+      }
+    }
+    while (n--) out.push_back(static_cast<MNode*>(::operator new(sizeof(MNode))));
+  }
+  void PutBatch(std::vector<void*>& nodes) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (void* n : nodes) free_.push_back(static_cast<MNode*>(n));
+    nodes.clear();
+  }
+  void PutBatch(std::vector<MNode*>& nodes) {
+    std::lock_guard<std::mutex> l(mu_);
+    free_.insert(free_.end(), nodes.begin(), nodes.end());
+    nodes.clear();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<MNode*> free_;
+};
+
+class BTreeIndex final : public VmaIndex {
+ public:
+  explicit BTreeIndex(bool rcu) : rcu_(rcu) {}
+  ~BTreeIndex() override {
+    // No readers remain when a space is destroyed.
+    Destroy(wroot_);
+    cache_.insert(cache_.end(), retired_.begin(), retired_.end());
+    NodePool::Get().PutBatch(cache_);
+  }
+  VmaIndexKind kind() const override { return rcu_ ? VmaIndexKind::kMaple : VmaIndexKind::kRbtree; }
 
   Vma* LookupRcu(uint64_t addr) const override {
+    if (!rcu_) return nullptr;
     const MNode* n = root_.load(std::memory_order_acquire);
     if (!n) return nullptr;
     while (!n->leaf) {
@@ -130,21 +115,13 @@ class MapleIndex final : public VmaIndex {
     return nullptr;
   }
 
-  Vma* FindVma(uint64_t addr) const override {
-    return FirstEndAbove(root_.load(std::memory_order_relaxed), addr);
-  }
-  Vma* NextFrom(uint64_t addr) const override {
-    return FirstStartAtLeast(root_.load(std::memory_order_relaxed), addr);
-  }
-  Vma* PrevOf(uint64_t addr) const override {
-    return LastStartBelow(root_.load(std::memory_order_relaxed), addr);
-  }
-  void ForEach(const std::function<void(Vma*)>& fn) const override {
-    Walk(root_.load(std::memory_order_relaxed), fn);
-  }
+  Vma* FindVma(uint64_t addr) const override { return FirstEndAbove(wroot_, addr); }
+  Vma* NextFrom(uint64_t addr) const override { return FirstStartAtLeast(wroot_, addr); }
+  Vma* PrevOf(uint64_t addr) const override { return LastStartBelow(wroot_, addr); }
+  void ForEach(const std::function<void(Vma*)>& fn) const override { Walk(wroot_, fn); }
 
   void Insert(Vma* v) override {
-    MNode* root = root_.load(std::memory_order_relaxed);
+    MNode* root = wroot_;
     if (!root) {
       MNode* leaf = NewNode(true);
       leaf->n = 1;
@@ -166,21 +143,28 @@ class MapleIndex final : public VmaIndex {
     Publish(nroot);
   }
 
+  /// A range update never changes the order of the (non-overlapping) entries, so the
+  /// entry is rewritten where it is, and the path above it re-summarised.
+  void Update(Vma* v, uint64_t old_start, uint64_t old_end) override {
+    if (!wroot_) return;
+    Publish(UpdateRec(wroot_, old_start, v));
+  }
+
   void Erase(Vma* v, uint64_t start, uint64_t end) override {
-    MNode* root = root_.load(std::memory_order_relaxed);
+    MNode* root = wroot_;
     if (!root) return;
     MNode* nroot = EraseRec(root, start);
     // Collapse interior roots with a single child (the tree only shrinks at the top).
     while (nroot && !nroot->leaf && nroot->n == 1) {
       MNode* c = nroot->child(0);
-      Retire(nroot);  // a fresh copy nobody has seen: retiring it is still safe
+      Retire(nroot);
       nroot = c;
     }
     Publish(nroot);
   }
 
   uint64_t HighestGapEnd(uint64_t length, uint64_t low, uint64_t high) const override {
-    const MNode* root = root_.load(std::memory_order_relaxed);
+    const MNode* root = wroot_;
     if (!root) {
       return (high > low && high - low >= length) ? high : ~0ull;
     }
@@ -192,63 +176,70 @@ class MapleIndex final : public VmaIndex {
     return Clip(0, root->Lo(), length, low, high);
   }
 
-  void FlushRetired() override {
-    if (retired_.empty()) return;
-    auto* batch = new Retired;
-    batch->nodes.swap(retired_);
-    CallRcu(&batch->head, &Retired::Free);
+  /// Publishes the writer's tree to lockless readers (rcu_assign_pointer) and starts a
+  /// new write section: nodes created from now on are copies again.
+  void Commit() override {
+    if (rcu_) root_.store(wroot_, std::memory_order_release);
+    gen_++;
+  }
+
+  void TakeRetired(std::vector<void*>& out) override {
+    out.insert(out.end(), retired_.begin(), retired_.end());
+    retired_.clear();
   }
 
   uint64_t bytes() const override { return nodes_ * sizeof(MNode); }
 
  private:
-  struct Retired {
-    struct rcu_head head;
-    std::vector<MNode*> nodes;
-    static void Free(struct rcu_head* h) {
-      RcuCallbackBegin(h);
-      Retired* r = reinterpret_cast<Retired*>(reinterpret_cast<char*>(h) - offsetof(Retired, head));
-      for (MNode* n : r->nodes) delete n;
-      delete r;
-#if defined(__SANITIZE_THREAD__)
-      __tsan_release(&rcu_internal::gp_token);
-#endif
-    }
-  };
-
-  MNode* NewNode(bool leaf) {
-    MNode* n = new MNode;
-    n->leaf = leaf;
+  MNode* Alloc() {
+    if (cache_.empty()) NodePool::Get().TakeBatch(cache_, 32);
+    MNode* n = cache_.back();
+    cache_.pop_back();
     nodes_++;
     return n;
   }
-  MNode* Copy(const MNode* o) {
-    MNode* n = new MNode(*o);
-    nodes_++;
+  void Free(MNode* n) {
+    cache_.push_back(n);
+    if (cache_.size() > 128) {
+      std::vector<MNode*> give(cache_.end() - 64, cache_.end());
+      cache_.resize(cache_.size() - 64);
+      NodePool::Get().PutBatch(give);
+    }
+  }
+  MNode* NewNode(bool leaf) {
+    MNode* n = new (Alloc()) MNode;
+    n->leaf = leaf;
+    n->gen = gen_;
     return n;
+  }
+  /// The node to modify: n itself if this write section created it (readers cannot
+  /// see it yet) or the index is not RCU-readable; else a copy, and n is retired.
+  MNode* Mutable(MNode* n) {
+    if (!rcu_ || n->gen == gen_) return n;
+    MNode* c = new (Alloc()) MNode(*n);
+    c->gen = gen_;
+    Retire(n);
+    return c;
   }
   void Retire(MNode* n) {
-    retired_.push_back(n);
     nodes_--;
+    if (rcu_) retired_.push_back(n);
+    else Free(n);
   }
-  void Publish(MNode* root) {
-    MNode* old = root_.load(std::memory_order_relaxed);
-    (void)old;
-    root_.store(root, std::memory_order_release);  // rcu_assign_pointer
-  }
+  /// The writer's new root; readers see it at Commit().
+  void Publish(MNode* root) { wroot_ = root; }
   void Destroy(MNode* n) {
     if (!n) return;
     if (!n->leaf)
       for (int i = 0; i < n->n; i++) Destroy(n->child(i));
-    delete n;
+    cache_.push_back(n);
   }
 
   // Insert v under n; returns the copy of n; *split receives a new right sibling if the
   // copy overflowed.
   MNode* InsertRec(MNode* n, Vma* v, MNode** split) {
     *split = nullptr;
-    MNode* c = Copy(n);
-    Retire(n);
+    MNode* c = Mutable(n);
     if (c->leaf) {
       int pos = 0;
       while (pos < c->n && c->lo[pos] < v->vm_start) pos++;
@@ -303,8 +294,7 @@ class MapleIndex final : public VmaIndex {
   // Removes the entry starting at `start`; returns the copy of n, or null if it
   // became empty.
   MNode* EraseRec(MNode* n, uint64_t start) {
-    MNode* c = Copy(n);
-    Retire(n);
+    MNode* c = Mutable(n);
     if (c->leaf) {
       for (int k = 0; k < c->n; k++)
         if (c->lo[k] == start) {
@@ -321,6 +311,23 @@ class MapleIndex final : public VmaIndex {
     if (c->n == 0) {
       Retire(c);
       return nullptr;
+    }
+    return c;
+  }
+
+  MNode* UpdateRec(MNode* n, uint64_t old_start, Vma* v) {
+    MNode* c = Mutable(n);
+    if (c->leaf) {
+      for (int k = 0; k < c->n; k++)
+        if (c->lo[k] == old_start) {
+          c->lo[k] = v->vm_start;
+          c->hi[k] = v->vm_end;
+          break;
+        }
+    } else {
+      int i = 0;
+      while (i + 1 < c->n && c->lo[i + 1] <= old_start) i++;
+      c->SetChild(i, UpdateRec(c->child(i), old_start, v));
     }
     return c;
   }
@@ -388,16 +395,23 @@ class MapleIndex final : public VmaIndex {
     return ~0ull;
   }
 
-  std::atomic<MNode*> root_{nullptr};
-  std::vector<MNode*> retired_;  // guarded by mmap_lock write
+  const bool rcu_;                   // "maple": copy-on-write + RCU publication
+  std::atomic<MNode*> root_{nullptr};  // published root: what LookupRcu readers see
+  MNode* wroot_ = nullptr;           // guarded by mmap_lock: the writer's current tree
+  uint64_t gen_ = 1;                 // guarded by mmap_lock write: current write section
+  std::vector<MNode*> retired_;      // guarded by mmap_lock write
+  std::vector<MNode*> cache_;        // guarded by mmap_lock write: free nodes
   uint64_t nodes_ = 0;
 };
 
 }  // namespace
 
+void VmaIndex::DeleteRetired(std::vector<void*>& nodes) {
+  if (!nodes.empty()) NodePool::Get().PutBatch(nodes);
+}
+
 std::unique_ptr<VmaIndex> VmaIndex::Create(VmaIndexKind kind) {
-  if (kind == VmaIndexKind::kRbtree) return std::make_unique<RbtreeIndex>();
-  return std::make_unique<MapleIndex>();
+  return std::make_unique<BTreeIndex>(kind == VmaIndexKind::kMaple);
 }
 
 }  // namespace vmspace

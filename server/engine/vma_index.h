@@ -1,15 +1,23 @@
 // VmaIndex: the ordered set of an address space's VMAs, behind one interface with two
 // implementations chosen per space:
 //
-//  * RbtreeIndex ("rbtree", Linux <= 6.0): a balanced tree (std::map keyed by vm_start)
-//    that is only valid under mmap_lock. Gap search walks VMAs from the top (Linux 6.0's
-//    rbtree kept per-subtree gaps; this one does not, see README "Locking profiles").
-//  * MapleIndex ("maple", Linux >= 6.1): a copy-on-write B+tree of ranges. Writers hold
-//    mmap_lock for write and publish a new root with a release store, so a reader under
-//    RCU (LookupRcu) sees either the old or the new tree, never a torn one. Replaced nodes
-//    are retired and freed after an RCU grace period. Interior entries keep each child's
-//    lowest start, highest end and largest inner gap, so get_unmapped_area descends only
-//    into subtrees that can hold the request.
+//  * "rbtree" (Linux <= 6.0): an augmented search tree updated in place, only valid
+//    under mmap_lock, with per-subtree gap information (Linux 6.0's rbtree kept
+//    rb_subtree_gap for get_unmapped_area). Implemented by the same B+tree code as
+//    "maple" with copy-on-write and RCU publication switched off: O(log n) lookups and
+//    gap search, in-place updates, nothing freed after a grace period.
+//  * "maple" (Linux >= 6.1): the same B+tree of ranges, copy-on-write and RCU-readable.
+//    Writers hold mmap_lock for write; the first change of a node in a write section
+//    copies it (later changes in the same section modify the copy), and Commit() (at
+//    mmap_write_unlock) publishes the new root with a release store, so a reader under
+//    RCU (LookupRcu) sees the tree as of the last commit, never a torn one. Replaced
+//    nodes are retired and freed after an RCU grace period.
+//  Node layout: fan-out 16 (the maple tree's leaf fan-out); a node is 424 bytes: per
+//  entry the range (leaf) or the child's lowest start and highest end, the child's
+//  largest inner gap (interior; like maple_arange_64's gap array), and a pointer.
+//  Interior gaps let get_unmapped_area descend only into subtrees that can hold the
+//  request. Nodes never merge when they underflow (only an emptied node is removed, and
+//  a one-child root collapses), so height is bounded by the log of the peak VMA count.
 //
 // Ranges are [vm_start, vm_end) in bytes, non-overlapping. All calls except LookupRcu
 // require the owning space's mmap_lock (read for queries, write for changes).
@@ -57,8 +65,13 @@ class VmaIndex {
   /// supports it (returns null otherwise).
   virtual Vma* LookupRcu(uint64_t addr) const { return nullptr; }
 
-  /// Frees retired nodes after a grace period (call at mmap_write_unlock). No-op for rbtree.
-  virtual void FlushRetired() {}
+  /// Ends a write section: publishes the tree to RCU readers. Call at mmap_write_unlock,
+  /// before the VMA write locks are released (mm_lock_seq advanced).
+  virtual void Commit() {}
+  /// Moves the nodes retired by changes so far into `out`; the caller frees them with
+  /// DeleteRetired after an RCU grace period. Nothing for rbtree.
+  virtual void TakeRetired(std::vector<void*>& out) {}
+  static void DeleteRetired(std::vector<void*>& nodes);
 
   /// Bytes of memory used by the index itself (nodes), for the memory benchmarks.
   virtual uint64_t bytes() const = 0;
