@@ -363,7 +363,7 @@ class Generator {
   std::vector<std::pair<uint64_t, uint64_t>> placed_;  // non-fixed placements
 };
 
-/// The engine's Validate() is slow (it walks every page of every VMA), so it runs
+/// The engine's Validate() is slow (it scans the whole page table), so it runs
 /// every kValidateEvery ops and after the last one.
 constexpr size_t kValidateEvery = 100;
 bool ValidateDue(size_t i, size_t n) { return (i + 1) % kValidateEvery == 0 || i + 1 == n; }
