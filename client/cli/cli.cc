@@ -538,6 +538,7 @@ int CmdBenchStress(Ctx& c) {
   uint64_t inflight = c.U64("inflight", 4);
   if (batch < 1 || batch > 1000000) throw UsageError{"--batch must be 1..1000000"};
   if (inflight < 1 || inflight > 4096) throw UsageError{"--inflight must be 1..4096"};
+  cfg.locking_profile = c.args.Get("locking-profile");
   bool progress_on = !c.args.Flag("quiet");
   bool native_on = !c.args.Flag("skip-native");
   uint64_t total = cfg.rounds * static_cast<uint64_t>(cfg.clients);
@@ -573,6 +574,7 @@ int CmdBenchStress(Ctx& c) {
     j["page_fault"] = cfg.page_fault;
     j["seed"] = cfg.seed;
     j["stride"] = cfg.stride;
+    j["locking_profile"] = cfg.locking_profile.empty() ? Json(nullptr) : Json(cfg.locking_profile);
     if (transport == "stream") {
       j["batch"] = batch;
       j["inflight"] = inflight;
@@ -597,7 +599,9 @@ int CmdBenchStress(Ctx& c) {
     if (transport != "inprocess") o << " to " << c.client.target;
     o << "; " << cfg.clients << " client" << (cfg.clients > 1 ? "s" : "") << " ("
       << (cfg.shared_space ? "one shared space" : "own space each") << "), " << cfg.rounds
-      << " rounds each, page faults " << (cfg.page_fault ? "on" : "off") << ", seed " << cfg.seed << "\n";
+      << " rounds each, page faults " << (cfg.page_fault ? "on" : "off") << ", seed " << cfg.seed;
+    if (!cfg.locking_profile.empty()) o << ", locking profile " << cfg.locking_profile;
+    o << "\n";
     char line[256];
     snprintf(line, sizeof line, "%-20s %9s %12s %12s %12s %12s %12s %10s\n", "", "time(s)", "rounds/s",
              "mmap/s", "munmap/s", "access/s", "ops/s", "faults");
@@ -705,6 +709,7 @@ const std::vector<Command>& Commands() {
         {"transport", "T", "inprocess (engine linked in, default), unary or stream"},
         {"batch", "N", "stream: ops per Batch message (default 64)"},
         {"inflight", "N", "stream: messages in flight per client (default 4)"},
+        {"locking-profile", "P", "engine locking profile of the spaces: linux-6.0|6.1|6.4|6.6[,switch=v] (default: the engine's/daemon's)"},
         {"skip-native", "", "do not run the native comparison"},
         {"quiet", "", "no progress lines on stderr"}},
        CmdBenchStress},

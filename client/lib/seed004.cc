@@ -290,10 +290,18 @@ bool ReadAll(int fd, void* buf, size_t n) {
 
 StressStats RunEngineStress(const StressConfig& cfg, Progress* progress) {
   StressStats stats;
+  vmspace::SpaceOptions opts;
+  if (!cfg.locking_profile.empty()) {
+    std::string err;
+    if (!vmspace::LockingProfile::Parse(cfg.locking_profile, &opts.profile, &err)) {
+      stats.error = "locking profile: " + err;
+      return stats;
+    }
+  }
   vmspace::FrameAllocator frames(0);
   int nspaces = cfg.shared_space ? 1 : cfg.clients;
   std::vector<std::unique_ptr<vmspace::AddressSpace>> spaces;
-  for (int i = 0; i < nspaces; ++i) spaces.push_back(std::make_unique<vmspace::AddressSpace>(frames));
+  for (int i = 0; i < nspaces; ++i) spaces.push_back(std::make_unique<vmspace::AddressSpace>(frames, opts));
   std::vector<ClientFigures> figs(static_cast<size_t>(cfg.clients));
   std::barrier<> start(cfg.clients);
   std::function<void()> wait_start = [&] { start.arrive_and_wait(); };

@@ -62,6 +62,9 @@ struct StressConfig {
   bool page_fault = false;    // write every `stride`-th byte before each munmap
   uint32_t seed = 1;          // client c uses seed + c
   uint64_t stride = 128;
+  /// Engine locking profile for the spaces ("linux-6.0", "linux-6.6,vma_lock=off", ...;
+  /// "" = the engine's or daemon's default). Ignored by the kernel runner.
+  std::string locking_profile;
 };
 
 /// Figures of one run. Counts cover the timed rounds only unless named setup_/teardown_.

@@ -38,9 +38,11 @@ StressStats RunClients(const StressConfig& cfg, const ClientOptions& opts,
   ClientOptions own = opts;
   own.own_connection = true;
   uint64_t shared_id = 0;
+  v1::SpaceSettings settings;
+  settings.set_locking_profile(cfg.locking_profile);
   Client admin(opts);
   if (cfg.shared_space) {
-    auto r = admin.CreateSpace({}, "bench-stress-shared");
+    auto r = admin.CreateSpace(settings, "bench-stress-shared");
     if (!r.ok()) {
       stats.error = OpError("create space", r.error());
       return stats;
@@ -58,7 +60,7 @@ StressStats RunClients(const StressConfig& cfg, const ClientOptions& opts,
       uint64_t space = shared_id;
       bool own_space = !cfg.shared_space;
       if (own_space) {
-        auto r = cl.CreateSpace({}, "bench-stress-c" + std::to_string(c));
+        auto r = cl.CreateSpace(settings, "bench-stress-c" + std::to_string(c));
         if (!r.ok()) {
           f.SetError(OpError("create space", r.error()));
           wait_start();  // keep the others' barrier count right

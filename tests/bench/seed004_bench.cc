@@ -1,7 +1,9 @@
 // seed-004 replay (shared/seeds/004): the engine against the real kernel, same binary,
 // same deterministic sequence (client/lib/seed004.h), plus engine memory costs.
 //
-//   BM_Seed004_Engine/page_fault:{0,1}   rounds on one vmspace::AddressSpace
+//   BM_Seed004_Engine/page_fault:{0,1}/profile:{0..3}
+//                                        rounds on one vmspace::AddressSpace with the
+//                                        locking profile linux-6.0/6.1/6.4/6.6
 //   BM_Seed004_Native/page_fault:{0,1}   the same rounds with this process's own
 //                                        mmap/munmap (and real writes)
 //   BM_Seed004_Ratio/...                 one run of each (the kernel in a forked
@@ -14,12 +16,16 @@
 // Each round: pick slot k = rand() % 1024; with page_fault write every 128th byte of
 // it; munmap it; mmap 1024 * (rand() % 32 + 1) bytes into it. Rates are per second of
 // wall time; "rounds_per_s" is the figure to compare with `vmspace bench stress`.
+// The engine's first rounds with page faults are slower: a fresh FrameAllocator carves
+// frames from new host chunks, so every first use of a frame is also a host page fault
+// (run long enough, e.g. --benchmark_min_time=2, to reach the recycled steady state).
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 #include <sys/mman.h>
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/address_space.h"
@@ -39,10 +45,20 @@ struct Slot {
   uint64_t len = 0;
 };
 
+// range(1): index into LockingProfile::kNames (linux-6.0, 6.1, 6.4, 6.6).
+vmspace::SpaceOptions ProfileOptions(benchmark::State& state, int64_t index) {
+  vmspace::SpaceOptions opts;
+  std::string err;
+  const char* name = vmspace::LockingProfile::kNames[index];
+  if (!vmspace::LockingProfile::Parse(name, &opts.profile, &err)) state.SkipWithError(err.c_str());
+  state.SetLabel(name);
+  return opts;
+}
+
 void BM_Seed004_Engine(benchmark::State& state) {
   const bool page_fault = state.range(0) != 0;
   vmspace::FrameAllocator frames;
-  vmspace::AddressSpace as(frames);
+  vmspace::AddressSpace as(frames, ProfileOptions(state, state.range(1)));
   Seed004Sequence seq(1);
   std::vector<Slot> slots(Seed004Sequence::kSlots);
   for (Slot& s : slots) {
@@ -67,7 +83,7 @@ void BM_Seed004_Engine(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(faults) / static_cast<double>(std::max<int64_t>(1, state.iterations())));
   state.counters["map_count"] = static_cast<double>(as.Counters().map_count);
 }
-BENCHMARK(BM_Seed004_Engine)->ArgName("page_fault")->Arg(0)->Arg(1);
+BENCHMARK(BM_Seed004_Engine)->ArgNames({"page_fault", "profile"})->ArgsProduct({{0, 1}, {0, 1, 2, 3}});
 
 void BM_Seed004_Native(benchmark::State& state) {
   const bool page_fault = state.range(0) != 0;
@@ -103,6 +119,8 @@ void BM_Seed004_Ratio(benchmark::State& state) {
   vmspace::stress::StressConfig cfg;
   cfg.page_fault = state.range(0) != 0;
   cfg.rounds = static_cast<uint64_t>(state.range(1));
+  cfg.locking_profile = vmspace::LockingProfile::kNames[state.range(2)];
+  state.SetLabel(cfg.locking_profile);
   double engine_rps = 0, native_rps = 0;
   for (auto _ : state) {
     vmspace::stress::StressStats e = vmspace::stress::RunEngineStress(cfg);
@@ -121,10 +139,12 @@ void BM_Seed004_Ratio(benchmark::State& state) {
   state.counters["ratio_engine_vs_native"] = native_rps > 0 ? engine_rps / native_rps : 0;
 }
 BENCHMARK(BM_Seed004_Ratio)
-    ->ArgNames({"page_fault", "rounds"})
-    ->Args({0, 2000})
-    ->Args({0, 200000})
-    ->Args({1, 20000})
+    ->ArgNames({"page_fault", "rounds", "profile"})
+    ->Args({0, 2000, 3})
+    ->Args({0, 200000, 0})
+    ->Args({0, 200000, 3})
+    ->Args({1, 20000, 0})
+    ->Args({1, 20000, 3})
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
