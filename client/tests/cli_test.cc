@@ -152,6 +152,24 @@ TEST(Cli, BenchStressClientsSkipNative) {
   EXPECT_TRUE(j["addr_hash"].is_null());
 }
 
+TEST(Cli, BenchStressLockingProfiles) {
+  std::string hash;
+  for (const char* profile : {"linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6"}) {
+    CliRun r = Cli({"bench", "stress", "--rounds", "500", "--page-fault", "--skip-native", "--json", "--quiet",
+                    "--locking-profile", profile});
+    ASSERT_EQ(r.code, kExitOk) << profile << ": " << r.err;
+    json j = json::parse(r.out);
+    EXPECT_EQ(j["locking_profile"], profile);
+    EXPECT_EQ(j["rounds"], 500);
+    // Locking does not change placement.
+    if (hash.empty()) hash = j["addr_hash"];
+    EXPECT_EQ(j["addr_hash"], hash) << profile;
+  }
+  CliRun bad = Cli({"bench", "stress", "--rounds", "10", "--skip-native", "--locking-profile", "linux-9.9"});
+  EXPECT_EQ(bad.code, kExitFailed);
+  EXPECT_NE(bad.err.find("unknown locking profile"), std::string::npos) << bad.err;
+}
+
 TEST(Cli, BenchStressHumanTable) {
   CliRun r = Cli({"bench", "stress", "--rounds", "1000", "--quiet"});
   ASSERT_EQ(r.code, kExitOk) << r.err;

@@ -257,6 +257,16 @@ TEST_F(DaemonTest, BenchStressStream) {
   EXPECT_LE(j["ops_per_message"].get<double>(), 64.0);
 }
 
+TEST_F(DaemonTest, BenchStressLockingProfile) {
+  json j = CliJson({"bench", "stress", "--transport", "stream", "--rounds", "500", "--page-fault", "--quiet",
+                    "--skip-native", "--locking-profile", "linux-6.0"});
+  ExpectSameRun(j, Inprocess({"--rounds", "500", "--page-fault"}), 500);
+  ProcResult r = Cli({"bench", "stress", "--transport", "unary", "--rounds", "10", "--quiet", "--skip-native",
+                      "--locking-profile", "linux-9.9"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("EINVAL"), std::string::npos) << r.err;
+}
+
 TEST_F(DaemonTest, BenchStressStreamTinyBatches) {
   // batch 1 with one message in flight: a round's ops span messages; still exact.
   json j = CliJson({"bench", "stress", "--transport", "stream", "--batch", "1", "--inflight", "1", "--rounds", "200",
