@@ -179,8 +179,13 @@ class StreamPipeline {
       f_.t1 = MonoNs();
     }
     grpc::Status st = stream_->Finish();
-    if (!st.ok() && !Failed() && ok) f_.SetError("batch stream: " + client::DecodeStatus(st).ToString());
     std::lock_guard lk(mu_);
+    if (ok && !st.ok() && st.error_code() != grpc::StatusCode::CANCELLED) {
+      // The stream's own status explains a broken stream best.
+      std::string why = "batch stream: " + client::DecodeStatus(st).ToString();
+      if (error_.empty()) error_ = why;
+      else if (error_.rfind("batch stream", 0) == 0) error_ += " (" + why + ")";
+    }
     if (!error_.empty()) f_.SetError(error_);
     f_.rounds = rounds_done_;
   }
@@ -377,6 +382,11 @@ class StreamPipeline {
     }
     std::lock_guard lk(mu_);
     if (progress_) progress_->rounds.fetch_add(rounds_done_ - reported, std::memory_order_relaxed);
+    // A stream that ends with messages unanswered (daemon gone, deadline) must wake a
+    // writer waiting for a reply or for room in the window.
+    if (!inflight_.empty()) {
+      Fail("batch stream ended with " + std::to_string(inflight_.size()) + " messages unanswered");
+    }
     reader_done_ = true;
     cv_.notify_all();
   }
