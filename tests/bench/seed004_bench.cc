@@ -9,7 +9,8 @@
 //   BM_Seed004_Ratio/...                 one run of each (the kernel in a forked
 //                                        child), counters engine/native rounds/s and
 //                                        their ratio
-//   BM_EngineMemoryPerVma/vmas:N         heap bytes per VMA (mallinfo2 delta)
+//   BM_EngineMemoryPerVma/vmas:N/profile:P  heap bytes per VMA (mallinfo2 delta), rbtree
+//                                        (linux-6.0) and maple (linux-6.6) VMA index
 //   BM_EngineMemoryPerPage/pages:N       bytes per resident page: frames, host chunks,
 //                                        heap (page tables), pgtable_bytes
 //
@@ -30,6 +31,7 @@
 
 #include "engine/address_space.h"
 #include "engine/frame_allocator.h"
+#include "engine/rcu.h"
 #include "lib/seed004.h"
 
 namespace {
@@ -154,16 +156,19 @@ uint64_t HeapBytes() {
   return mi.uordblks + mi.hblkhd;
 }
 
-// Heap bytes per VMA: N single-page VMAs that cannot merge (protections alternate).
+// Heap bytes per VMA: N single-page VMAs that cannot merge (protections alternate),
+// measured after an RCU barrier so index nodes retired by copy-on-write updates are
+// freed (heap_bytes_per_vma_raw: before the barrier).
 void BM_EngineMemoryPerVma(benchmark::State& state) {
   const uint64_t n = static_cast<uint64_t>(state.range(0));
-  double per_vma = 0;
+  double per_vma = 0, per_vma_raw = 0;
   for (auto _ : state) {
     vmspace::FrameAllocator frames;
-    vmspace::SpaceOptions opts;
+    vmspace::SpaceOptions opts = ProfileOptions(state, state.range(1));
     opts.max_map_count = n + 16;
     auto as = std::make_unique<vmspace::AddressSpace>(frames, opts);
     uint64_t before_vmas = as->Counters().map_count;
+    vmspace::RcuBarrier();
     uint64_t before = HeapBytes();
     for (uint64_t i = 0; i < n; ++i) {
       if (!as->Mmap(0, 4096, (i & 1) ? PROT_READ : kProt, kFlags).ok()) {
@@ -171,17 +176,25 @@ void BM_EngineMemoryPerVma(benchmark::State& state) {
         return;
       }
     }
+    uint64_t raw = HeapBytes();
+    vmspace::RcuBarrier();
     uint64_t after = HeapBytes();
     uint64_t vmas = as->Counters().map_count - before_vmas;
     if (vmas != n) state.SkipWithError("VMAs merged unexpectedly");
-    per_vma = static_cast<double>(after - before) / static_cast<double>(vmas);
+    per_vma = (static_cast<double>(after) - static_cast<double>(before)) / static_cast<double>(vmas);
+    per_vma_raw = (static_cast<double>(raw) - static_cast<double>(before)) / static_cast<double>(vmas);
     state.PauseTiming();
     as.reset();
     state.ResumeTiming();
   }
   state.counters["heap_bytes_per_vma"] = per_vma;
+  state.counters["heap_bytes_per_vma_raw"] = per_vma_raw;
 }
-BENCHMARK(BM_EngineMemoryPerVma)->ArgName("vmas")->Arg(1000)->Arg(60000)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EngineMemoryPerVma)
+    ->ArgNames({"vmas", "profile"})
+    ->ArgsProduct({{1000, 60000}, {0, 3}})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 // Bytes per resident page: one large rw mapping written every 4 KiB.
 void BM_EngineMemoryPerPage(benchmark::State& state) {
