@@ -21,7 +21,6 @@ namespace vmspace {
 
 namespace {
 
-constexpr uint64_t VM_NOHUGEPAGE = 0x40000000;  // MAP_STACK sets it since Linux 6.7
 constexpr uint64_t kUserPgtablesCeiling = 1ull << 48;
 constexpr int kMapType = 0x0f;
 constexpr int kSiKernel = 0x80;  // SI_KERNEL: #GP on a non-canonical address
@@ -637,6 +636,7 @@ struct AddressSpace::Impl {
   /// holds mmap_lock for write. Returns false if refused.
   bool ExpandStack(Vma* v, uint64_t addr) {
     addr &= kPageMask;
+    AnonVmaPrepare(v);  // expand_downwards: "We must make sure the anon_vma is allocated"
     if (addr < opts.mmap_min_addr) return false;
     Vma* prev = PrevOf(v->vm_start);
     if (prev && prev->vm_end > addr) return false;
@@ -695,7 +695,7 @@ struct AddressSpace::Impl {
 
     // Private anonymous.
     if (!(cur & kPtePresent)) {
-      if (!write) {  // do_anonymous_page: map the zero page
+      if (!write && opts.zero_page) {  // do_anonymous_page: map the zero page
         SpinGuard l(t->ptl);
         if (!(t->pte[i].load(std::memory_order_relaxed) & kPtePresent))
           t->pte[i].store(MakePte(zero, PteBitsFor(*v, true)), std::memory_order_release);
@@ -789,6 +789,7 @@ struct AddressSpace::Impl {
       r.outcome = o;
       return r;
     }
+    r.faults = (o == FaultOutcome::kMinor || o == FaultOutcome::kMajor) ? 1 : 0;
     if (nx) return segv(kSegvAccerr);
     r.outcome = o;
     t = pt.Lookup(addr, false);
@@ -987,13 +988,20 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
   uint64_t vm_flags = CalcVmProtBits(prot) | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC;
   if (flags & MAP_GROWSDOWN) vm_flags |= VM_GROWSDOWN;
   if (flags & MAP_LOCKED) vm_flags |= VM_LOCKED;
-  if (flags & MAP_STACK) vm_flags |= VM_NOHUGEPAGE;
+  if (flags & MAP_STACK) vm_flags |= VM_NOHUGEPAGE;  // since Linux 6.7
+  if (flags & MAP_SYNC) vm_flags |= VM_SYNC;          // calc_vm_flag_bits, any mapping
   uint64_t pgoff;
   switch (flags & kMapType) {
     case MAP_SHARED:
       if (vm_flags & VM_GROWSDOWN) return fail_locked(EINVAL);
       pgoff = 0;
       vm_flags |= VM_SHARED | VM_MAYSHARE;
+      break;
+    case MAP_DROPPABLE:  // Linux 6.11+
+      if (flags & (MAP_LOCKED | MAP_HUGETLB)) return fail_locked(EINVAL);
+      if (vm_flags & VM_GROWSDOWN) return fail_locked(EINVAL);
+      vm_flags |= VM_DROPPABLE | VM_NORESERVE | VM_WIPEONFORK | VM_DONTDUMP;
+      pgoff = addr >> kPageShift;
       break;
     case MAP_PRIVATE:
       pgoff = addr >> kPageShift;
@@ -1237,11 +1245,8 @@ AccessResult AddressSpace::Access(uint64_t addr, uint64_t len, uint64_t stride, 
         asm volatile("" : : "r"(sink));
       }
     });
-    if (r.outcome == FaultOutcome::kMinor) res.faults++;
-    if (r.outcome == FaultOutcome::kMajor) {
-      res.faults++;
-      res.major_faults++;
-    }
+    res.faults += r.faults;
+    if (r.outcome == FaultOutcome::kMajor) res.major_faults++;
     if (r.failed()) {
       res.stop = r;
       break;
@@ -1264,7 +1269,7 @@ CopyResult AddressSpace::ReadMemory(uint64_t addr, void* dst, uint64_t len) {
     FaultResult r = impl_->AccessPage(a, AccessType::kRead, [&](uint8_t* frame) {
       memcpy(out + res.bytes, frame + off, n);
     });
-    if (r.outcome == FaultOutcome::kMinor || r.outcome == FaultOutcome::kMajor) res.faults++;
+    res.faults += r.faults;
     if (r.failed()) {
       res.stop = r;
       break;
@@ -1286,7 +1291,7 @@ CopyResult AddressSpace::WriteMemory(uint64_t addr, const void* src, uint64_t le
     FaultResult r = impl_->AccessPage(a, AccessType::kWrite, [&](uint8_t* frame) {
       memcpy(frame + off, in + res.bytes, n);
     });
-    if (r.outcome == FaultOutcome::kMinor || r.outcome == FaultOutcome::kMajor) res.faults++;
+    res.faults += r.faults;
     if (r.failed()) {
       res.stop = r;
       break;
@@ -1415,10 +1420,12 @@ std::string AddressSpace::VmFlagsString(uint64_t flags) {
       "ar", "wf", "dd", "sd", "mm", "hg", "nh", "mg",  // 24-31
   };
   std::string s;
-  for (int b = 0; b < 32; b++) {
-    if (!(flags & (1ull << b)) || !kNames[b] || !kNames[b][0]) continue;
+  for (int b = 0; b < 64; b++) {
+    if (!(flags & (1ull << b))) continue;
+    const char* name = b == 36 ? "dp" : kNames[b];  // VM_DROPPABLE
+    if (!name || !name[0]) continue;
     if (!s.empty()) s += ' ';
-    s += kNames[b];
+    s += name;
   }
   return s;
 }

@@ -68,6 +68,10 @@ struct SpaceOptions {
   /// anonymous request whose length is a multiple of 2 MiB, without a hint, is placed
   /// 2 MiB aligned.
   bool thp_align_anon = true;
+  /// Anonymous read faults map the shared zero page (upstream Linux). Some kernel
+  /// builds (seen: a paravirtualised 6.18 guest) allocate a page instead; set false to
+  /// model those (the oracle tests do so when the kernel they run on does).
+  bool zero_page = true;
   /// Locking design (VMA index, per-VMA lock use in faults).
   LockingProfile profile;
 };

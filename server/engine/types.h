@@ -19,6 +19,9 @@
 #ifndef PROT_SEM
 #define PROT_SEM 0x8
 #endif
+#ifndef MAP_SYNC
+#define MAP_SYNC 0x80000
+#endif
 #ifndef MAP_DROPPABLE
 #define MAP_DROPPABLE 0x08
 #endif
@@ -61,8 +64,12 @@ enum VmFlag : uint64_t {
   VM_DONTEXPAND = 0x40000,
   VM_ACCOUNT = 0x100000,
   VM_NORESERVE = 0x200000,
+  VM_SYNC = 0x800000,
+  VM_WIPEONFORK = 0x2000000,
   VM_DONTDUMP = 0x4000000,
   VM_MIXEDMAP = 0x10000000,
+  VM_NOHUGEPAGE = 0x40000000,
+  VM_DROPPABLE = 1ull << 36,  // VM_HIGH_ARCH_4 on x86-64 (Linux 6.11+)
 };
 inline constexpr uint64_t VM_ACCESS_FLAGS = VM_READ | VM_WRITE | VM_EXEC;
 inline constexpr uint64_t VM_SPECIAL = VM_IO | VM_DONTEXPAND | VM_PFNMAP | VM_MIXEDMAP;
@@ -101,6 +108,10 @@ struct FaultResult {
   uint64_t sig_addr = 0;   // faulting byte address for signals
   LockPath path = LockPath::kNone;
   bool vma_lock_retry = false;  // a VMA-lock attempt returned VM_FAULT_RETRY first
+  /// Page faults handled for this access (0 or 1), as getrusage's min_flt counts them:
+  /// 1 for kMinor/kMajor, and also for an instruction fetch from a readable,
+  /// non-executable page that was not present (faulted in as a read, then SEGV_ACCERR).
+  uint8_t faults = 0;
   bool signal() const {
     return outcome == FaultOutcome::kSigsegv || outcome == FaultOutcome::kSigbus;
   }

@@ -378,8 +378,13 @@ OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
     setup_error_ = "kernel child: " + child_->error();
     return;
   }
+  for (const auto& l : child_->hello())
+    if (l.rfind("Z ", 0) == 0) kernel_zero_page_ = HexFields(l)[0] == 1;
   SpaceOptions opts = extra;
   opts.cap_sys_rawio = true;  // the child runs as root
+  // Model the kernel we compare with: some builds allocate a page on anonymous read
+  // faults instead of mapping the zero page (the child detects which at start-up).
+  opts.zero_page = kernel_zero_page_;
   frames_ = std::make_unique<FrameAllocator>();
   engine_ = std::make_unique<AddressSpace>(*frames_, opts);
 
@@ -682,9 +687,7 @@ StepResult OracleSession::Run(const std::string& raw_line) {
       val = num(2);
     }
     if (!err.empty()) return fail(err);
-    auto faults_of = [](const FaultResult& f) -> uint64_t {
-      return f.outcome == FaultOutcome::kMinor || f.outcome == FaultOutcome::kMajor ? 1 : 0;
-    };
+    auto faults_of = [](const FaultResult& f) -> uint64_t { return f.faults; };
     if (kind == "read") {
       res.kernel = KernelAccessText(child_->Call("read " + H(a)), *this, with_faults,
                                     &res.kernel_ok, &res.kernel_si_addr);
