@@ -20,6 +20,8 @@ const char* RpcMethodName(RpcMethod m) {
     case RpcMethod::kGetMaps: return "GetMaps";
     case RpcMethod::kBatch: return "Batch";
     case RpcMethod::kPing: return "Ping";
+    case RpcMethod::kMadvise: return "Madvise";
+    case RpcMethod::kGetLockStats: return "GetLockStats";
     case RpcMethod::kCount: break;
   }
   return "?";
@@ -41,8 +43,6 @@ const char* GrpcCodeName(int code) {
 }
 
 namespace rpc_stats_internal {
-
-thread_local ThreadBlock* tls_block = nullptr;
 
 namespace {
 // Every block ever created. A block of an exited thread keeps its counts and is handed

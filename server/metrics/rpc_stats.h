@@ -30,6 +30,8 @@ enum class RpcMethod : uint8_t {
   kGetMaps,
   kBatch,
   kPing,
+  kMadvise,
+  kGetLockStats,
   kCount
 };
 inline constexpr size_t kRpcMethodCount = static_cast<size_t>(RpcMethod::kCount);
@@ -83,7 +85,8 @@ struct alignas(64) ThreadBlock {
   std::array<Method, kRpcMethodCount> methods{};
 };
 ThreadBlock* RegisterThread();
-extern thread_local ThreadBlock* tls_block;
+// constinit: no dynamic initialisation, so no TLS wrapper call on the request path.
+inline thread_local constinit ThreadBlock* tls_block = nullptr;
 inline ThreadBlock::Method& Block(RpcMethod m) {
   ThreadBlock* b = tls_block;
   if (__builtin_expect(b == nullptr, 0)) b = RegisterThread();

@@ -1,10 +1,11 @@
 #include "rpc/service.h"
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <string>
 
+#include "engine/stats.h"
 #include "engine/types.h"
 #include "metrics/rpc_stats.h"
 #include "rpc/errors.h"
@@ -18,8 +19,8 @@ using metrics::RpcMethod;
 using metrics::RpcScope;
 
 constexpr size_t kMaxLabelBytes = 64;
-// Access() is run in chunks of this many touches so a long walk notices cancellation.
-// A multiple of 256, so a write's byte pattern (uint8)i is the same as in one walk.
+// A long Access() walk is run in chunks (at least this many touches, covering at least
+// kAccessChunkMinBytes) so it notices cancellation; see DoAccess.
 constexpr uint64_t kAccessChunkTouches = 1u << 16;
 constexpr uint64_t kAccessChunkMinBytes = 16u << 20;
 // Ops of a batch between two ctx->IsCancelled() checks.
@@ -110,6 +111,12 @@ OpStatus DoMunmap(Space& sp, const v1::MunmapRequest& r, v1::MunmapResponse*) {
 OpStatus DoMprotect(Space& sp, const v1::MprotectRequest& r, v1::MprotectResponse*) {
   const SysResult res = sp.as.Mprotect(r.addr(), r.len(), r.prot());
   if (!res.ok()) return ErrnoError(res.error, "mprotect");
+  return {};
+}
+
+OpStatus DoMadvise(Space& sp, const v1::MadviseRequest& r, v1::MadviseResponse*) {
+  const SysResult res = sp.as.Madvise(r.addr(), r.len(), r.advice());
+  if (!res.ok()) return ErrnoError(res.error, "madvise");
   return {};
 }
 
@@ -300,6 +307,7 @@ uint64_t OpSpaceId(const v1::Op& op) {
     case v1::Op::kAccess: return op.access().space_id();
     case v1::Op::kRead: return op.read().space_id();
     case v1::Op::kWrite: return op.write().space_id();
+    case v1::Op::kMadvise: return op.madvise().space_id();
     case v1::Op::OP_NOT_SET: break;
   }
   return 0;
@@ -322,12 +330,9 @@ grpc::Status VmSpaceService::CreateSpace(grpc::ServerContext*,
     s = ToSpaceOptions(req->settings(), opts_.default_profile, &opts);
   }
   if (s.ok()) {
-    // Every valid profile is one of the named ones; "custom" cannot occur today.
-    const std::string profile = opts.profile.name != "custom"
-                                    ? opts.profile.name
-                                    : std::string("index=") +
-                                          VmaIndexKindName(opts.profile.index) +
-                                          ",vma_lock=" + VmaLockModeName(opts.profile.vma_lock);
+    // Every valid switch combination is a named profile; Describe() covers "custom".
+    const std::string profile =
+        opts.profile.name == "custom" ? opts.profile.Describe() : opts.profile.name;
     const uint64_t id = registry_.Create(opts, req->label(), profile);
     if (id == 0) {
       s = ErrnoErrorDetail(ENOMEM, "CreateSpace",
@@ -348,10 +353,12 @@ grpc::Status VmSpaceService::DestroySpace(grpc::ServerContext*,
                                           v1::DestroySpaceResponse*) {
   RpcScope scope(RpcMethod::kDestroySpace);
   OpStatus s;
-  if (!registry_.Destroy(req->space_id())) s = SpaceNotFound(req->space_id());
-  else
+  if (registry_.Destroy(req->space_id())) {
     Logf(LogLevel::kDebug, "destroyed space %llu",
          static_cast<unsigned long long>(req->space_id()));
+  } else {
+    s = SpaceNotFound(req->space_id());
+  }
   scope.Finish(static_cast<int>(s.code));
   return ToGrpcStatus(s);
 }
@@ -488,6 +495,9 @@ grpc::Status VmSpaceService::Batch(
           case v1::Op::kWrite:
             s = DoWrite(*sp, op.write(), res->mutable_write(), opts_.max_io_bytes);
             break;
+          case v1::Op::kMadvise:
+            s = DoMadvise(*sp, op.madvise(), res->mutable_madvise());
+            break;
           case v1::Op::OP_NOT_SET: break;
         }
       }
@@ -502,6 +512,59 @@ grpc::Status VmSpaceService::Batch(
     metrics::CountMsgSent(RpcMethod::kBatch);
   }
   return finish(OpStatus{});
+}
+
+grpc::Status VmSpaceService::Madvise(grpc::ServerContext*, const v1::MadviseRequest* req,
+                                     v1::MadviseResponse* resp) {
+  return OnSpace(registry_, RpcMethod::kMadvise, req->space_id(),
+                 [&](Space& sp) { return DoMadvise(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::GetLockStats(grpc::ServerContext*,
+                                          const v1::GetLockStatsRequest* req,
+                                          v1::GetLockStatsResponse* resp) {
+  RpcScope scope(RpcMethod::kGetLockStats);
+  OpStatus s;
+  int slot = -1;
+  const std::string& name = req->locking_profile();
+  if (name == "custom") {
+    LockingProfile custom;
+    custom.name = "custom";
+    slot = custom.stats_slot();
+  } else if (!name.empty()) {
+    LockingProfile p;
+    std::string err;
+    if (LockingProfile::Parse(name, &p, &err))
+      slot = p.stats_slot();
+    else
+      s = ErrnoErrorDetail(EINVAL, "GetLockStats", "locking_profile: " + err);
+  }
+  if (s.ok()) {
+    const StatsSnapshot snap = ReadStats(slot);
+    for (size_t c = 0; c < static_cast<size_t>(LockClass::kCount); c++) {
+      for (size_t m = 0; m < static_cast<size_t>(LockMode::kCount); m++) {
+        const auto cls = static_cast<LockClass>(c);
+        const auto mode = static_cast<LockMode>(m);
+        const LockStatCell& cell = snap.lock(cls, mode);
+        v1::LockStat* l = resp->add_locks();
+        l->set_lock(LockClassName(cls));
+        l->set_mode(LockModeName(mode));
+        l->set_acquisitions(cell.acquisitions);
+        l->set_contentions(cell.contentions);
+        l->set_wait_seconds_total(static_cast<double>(cell.wait_ns_total) * 1e-9);
+        l->set_wait_seconds_max(static_cast<double>(cell.wait_ns_max) * 1e-9);
+        l->set_hold_seconds_total(static_cast<double>(cell.hold_ns_total) * 1e-9);
+        l->set_hold_seconds_max(static_cast<double>(cell.hold_ns_max) * 1e-9);
+      }
+    }
+    auto* events = resp->mutable_events();
+    for (size_t e = 0; e < static_cast<size_t>(Event::kCount); e++)
+      (*events)[EventName(static_cast<Event>(e))] = snap.events[e];
+    resp->set_text(FormatLockStat(snap));
+    resp->set_lock_stats_enabled(LockStatsEnabled());
+  }
+  scope.Finish(static_cast<int>(s.code));
+  return ToGrpcStatus(s);
 }
 
 grpc::Status VmSpaceService::Ping(grpc::ServerContext*, const v1::PingRequest*,

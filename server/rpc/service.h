@@ -63,6 +63,12 @@ class VmSpaceService final : public v1::VmSpace::Service {
   grpc::Status Batch(
       grpc::ServerContext* ctx,
       grpc::ServerReaderWriter<v1::BatchResponse, v1::BatchRequest>* stream) override;
+  grpc::Status Madvise(grpc::ServerContext* ctx, const v1::MadviseRequest* req,
+                       v1::MadviseResponse* resp) override;
+  /// Lock statistics summed over all profiles ("") or for one locking profile (a name
+  /// or "custom"); an unknown profile is EINVAL. Reads the engine's per-thread stats.
+  grpc::Status GetLockStats(grpc::ServerContext* ctx, const v1::GetLockStatsRequest* req,
+                            v1::GetLockStatsResponse* resp) override;
   grpc::Status Ping(grpc::ServerContext* ctx, const v1::PingRequest* req,
                     v1::PingResponse* resp) override;
 

@@ -41,7 +41,7 @@ namespace vmspace::service_test {
 #error "VMSPACED_PATH must name the vmspaced binary"
 #endif
 
-/// One vmspaced child process. Start() waits for its "listening" line; the destructor
+/// One vmspaced child process ($VMSPACED, else the build's VMSPACED_PATH). Start() waits for its "listening" line; the destructor
 /// kills it if still running. Its stderr is collected (and echoed with a prefix).
 class Daemon {
  public:
@@ -61,7 +61,9 @@ class Daemon {
   /// both overridable). Returns true once the listening line was printed; false if the
   /// process exited first or nothing came within `timeout_ms`.
   bool Start(std::vector<std::string> args, int timeout_ms = 15000) {
-    std::vector<std::string> full = {VMSPACED_PATH, "--listen=127.0.0.1:0",
+    // $VMSPACED overrides the binary (e.g. a sanitizer build of the daemon).
+    const char* env = getenv("VMSPACED");
+    std::vector<std::string> full = {env && *env ? env : VMSPACED_PATH, "--listen=127.0.0.1:0",
                                      "--metrics-listen=off", "--shutdown-grace-ms=1000"};
     full.insert(full.end(), args.begin(), args.end());
     int p[2];

@@ -417,6 +417,71 @@ TEST_F(RpcTest, WriteThenReadBack) {
   Destroy(id);
 }
 
+TEST_F(RpcTest, MadviseDontneedZapsPages) {
+  const uint64_t id = NewSpace();
+  uint64_t a = 0;
+  ASSERT_TRUE(Mmap(id, 0, 4 * kPage, kRW, kPrivAnon, &a).ok());
+  v1::WriteMemoryResponse w;
+  ASSERT_TRUE(Write(id, a, std::string(4 * kPage, 'z'), &w).ok());
+  v1::MadviseRequest req;
+  req.set_space_id(id);
+  req.set_addr(a + kPage);
+  req.set_len(2 * kPage);
+  req.set_advice(MADV_DONTNEED);
+  v1::MadviseResponse resp;
+  ASSERT_TRUE(stub_->Madvise(Ctx().get(), req, &resp).ok());
+  v1::ReadMemoryResponse r;
+  ASSERT_TRUE(Read(id, a, 4 * kPage, &r).ok());
+  EXPECT_EQ(r.data(), std::string(kPage, 'z') + std::string(2 * kPage, '\0') +
+                          std::string(kPage, 'z'));
+  EXPECT_EQ(r.faults(), 2u) << "the zapped pages fault again";
+
+  req.set_advice(12345);
+  EXPECT_TRUE(HasErrno(stub_->Madvise(Ctx().get(), req, &resp), StatusCode::INVALID_ARGUMENT,
+                       "EINVAL", EINVAL));
+  req.set_advice(MADV_DONTNEED);
+  req.set_addr(a + 1);
+  EXPECT_TRUE(HasErrno(stub_->Madvise(Ctx().get(), req, &resp), StatusCode::INVALID_ARGUMENT,
+                       "EINVAL", EINVAL));
+  req.set_space_id(id + 1000000);
+  EXPECT_EQ(stub_->Madvise(Ctx().get(), req, &resp).error_code(), StatusCode::NOT_FOUND);
+  Destroy(id);
+}
+
+TEST_F(RpcTest, GetLockStatsReportsLocksAndEvents) {
+  v1::SpaceSettings settings;
+  settings.set_locking_profile("linux-6.1");
+  const uint64_t id = NewSpace(settings);
+  uint64_t a = 0;
+  ASSERT_TRUE(Mmap(id, 0, 8 * kPage, kRW, kPrivAnon, &a).ok());
+  v1::FaultInfo f;
+  for (uint64_t i = 0; i < 8; i++) ASSERT_TRUE(Fault(id, a + i * kPage, v1::ACCESS_WRITE, &f).ok());
+
+  v1::GetLockStatsRequest req;
+  req.set_locking_profile("linux-6.1");
+  v1::GetLockStatsResponse resp;
+  ASSERT_TRUE(stub_->GetLockStats(Ctx().get(), req, &resp).ok());
+  uint64_t mmap_read = 0, mmap_write = 0;
+  for (const auto& l : resp.locks()) {
+    if (l.lock() == "mmap_lock" && l.mode() == "read") mmap_read = l.acquisitions();
+    if (l.lock() == "mmap_lock" && l.mode() == "write") mmap_write = l.acquisitions();
+  }
+  EXPECT_GE(mmap_read, 8u) << "linux-6.1 handles every fault under mmap_lock";
+  EXPECT_GE(mmap_write, 1u);
+  EXPECT_GE(resp.events().at("pgfault"), 8u);
+  EXPECT_TRUE(resp.lock_stats_enabled());
+  EXPECT_NE(resp.text().find("mmap_lock"), std::string::npos) << resp.text();
+
+  v1::GetLockStatsResponse all;
+  ASSERT_TRUE(stub_->GetLockStats(Ctx().get(), {}, &all).ok());
+  EXPECT_GE(all.events().at("pgfault"), resp.events().at("pgfault"));
+
+  req.set_locking_profile("linux-9.9");
+  EXPECT_TRUE(HasErrno(stub_->GetLockStats(Ctx().get(), req, &resp),
+                       StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  Destroy(id);
+}
+
 TEST_F(RpcTest, IoLimitIsEinval) {
   const uint64_t id = NewSpace();
   uint64_t a = 0;
@@ -601,6 +666,12 @@ TEST_F(RpcTest, BatchAnswersInOrderWithPerOpResults) {
   mp->set_len(2 * kPage);
   mp->set_prot(PROT_READ);
 
+  auto* md = m2.add_ops()->mutable_madvise();
+  md->set_space_id(id);
+  md->set_addr(0x10001000);
+  md->set_len(kPage);
+  md->set_advice(MADV_DONTNEED);
+
   // Message 3 (tag 9): empty batch.
   v1::BatchRequest m3;
   m3.set_tag(9);
@@ -632,7 +703,7 @@ TEST_F(RpcTest, BatchAnswersInOrderWithPerOpResults) {
 
   ASSERT_TRUE(stream->Read(&r));
   EXPECT_EQ(r.tag(), 8u);
-  ASSERT_EQ(r.results_size(), 4);
+  ASSERT_EQ(r.results_size(), 5);
   EXPECT_EQ(r.results(0).read().data(), "abcd");
   EXPECT_EQ(r.results(1).access().accesses(), 2u);
   EXPECT_EQ(r.results(1).access().faults(), 0u);
@@ -640,6 +711,8 @@ TEST_F(RpcTest, BatchAnswersInOrderWithPerOpResults) {
   EXPECT_TRUE(r.results(2).has_munmap());
   EXPECT_EQ(r.results(3).code(), static_cast<int>(StatusCode::RESOURCE_EXHAUSTED));
   EXPECT_EQ(r.results(3).errno_name(), "ENOMEM");
+  EXPECT_EQ(r.results(4).code(), 0) << r.results(4).message();
+  EXPECT_TRUE(r.results(4).has_madvise());
 
   ASSERT_TRUE(stream->Read(&r));
   EXPECT_EQ(r.tag(), 9u);
