@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LISTEN=${VMSPACE_LISTEN:-127.0.0.1:50051}
 METRICS=${VMSPACE_METRICS:-127.0.0.1:9464}
-ROUNDS=${ROUNDS:-200000}
+ROUNDS=${ROUNDS:-20000}
 bash deploy/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target vmspaced vmspace
