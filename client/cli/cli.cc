@@ -20,8 +20,11 @@
 
 #include "lib/client.h"
 #include "lib/parse.h"
+#include "lib/plot.h"
 #include "lib/seed004.h"
 #include "lib/stress_grpc.h"
+#include "lib/willitscale.h"
+#include "lib/willitscale_grpc.h"
 
 namespace vmspace::cli {
 namespace {
@@ -517,6 +520,560 @@ Json StatsJson(const stress::StressStats& s) {
   return j;
 }
 
+// ---- bench: locking profiles, lock figures, tables, charts ----
+
+/// The --profile / --locking-profile value ("" if neither).
+std::string ProfileOption(const Ctx& c) {
+  bool p = c.args.Has("profile"), lp = c.args.Has("locking-profile");
+  if (p && lp && c.args.Get("profile") != c.args.Get("locking-profile")) {
+    throw UsageError{"--profile and --locking-profile are the same option; give one"};
+  }
+  return p ? c.args.Get("profile") : c.args.Get("locking-profile");
+}
+
+/// The profile specs to run: --compare expanded (a SWITCH=V1,V2 list varies `base`),
+/// else just `base` (which may be "").
+std::vector<std::string> ProfilesToRun(const Ctx& c, const std::string& base) {
+  if (!c.args.Has("compare")) return {base};
+  std::string list = c.args.Get("compare");
+  bool switch_form = list.find(';') == std::string::npos && list.find('=') != std::string::npos;
+  if (!switch_form && !base.empty()) {
+    throw UsageError{"--profile is the base of a '--compare SWITCH=V1,V2,...' list; with profile names "
+                     "in --compare, leave --profile out"};
+  }
+  std::vector<std::string> specs;
+  std::string e = bench::ExpandCompare(list, base, &specs);
+  if (!e.empty()) throw UsageError{e};
+  return specs;
+}
+
+/// Checks that --plot can work before anything runs. Returns "" or the error.
+std::string CheckPlot(const Ctx& c) {
+  if (!c.args.Has("plot")) return "";
+  if (c.args.Get("plot").empty()) throw UsageError{"--plot needs a file name (FILE.svg)"};
+  if (bench::FindGnuplot().empty()) return bench::GnuplotMissingMessage();
+  return "";
+}
+
+Json OptJson(std::optional<double> v) { return v ? Json(*v) : Json(nullptr); }
+
+Json LocksJson(const bench::LockFigures& f) {
+  Json j = Json::object();
+  for (size_t cl = 0; cl < bench::kLockClassNames.size(); ++cl) {
+    Json modes = Json::object();
+    for (size_t m = 0; m < bench::kLockModeNames.size(); ++m) {
+      const bench::LockCell& x = f.locks[cl][m];
+      modes[bench::kLockModeNames[m]] = {{"acquisitions", x.acquisitions},
+                                         {"contentions", x.contentions},
+                                         {"wait_seconds", x.wait_s},
+                                         {"hold_seconds", x.hold_s}};
+    }
+    j[bench::kLockClassNames[cl]] = modes;
+  }
+  return j;
+}
+
+/// The lock-derived fields every bench result carries (null without lock figures).
+void AddLockFields(Json& j, const std::optional<bench::LockFigures>& locks, std::optional<uint64_t> contentions,
+                   std::optional<double> per_1k_faults, std::optional<double> wait_per_op, const std::string& note) {
+  j["mmap_lock_contentions"] = contentions ? Json(*contentions) : Json(nullptr);
+  j["mmap_lock_contentions_per_1k_faults"] = OptJson(per_1k_faults);
+  j["mmap_lock_wait_s_per_op"] = OptJson(wait_per_op);
+  for (const char* e : {"vma_lock_success", "vma_lock_abort", "vma_lock_miss", "vma_lock_retry", "pgfault"})
+    j[e] = locks ? Json(locks->event(e)) : Json(nullptr);
+  j["lock_timing"] = locks ? Json(locks->timing) : Json(nullptr);
+  j["locks"] = locks ? LocksJson(*locks) : Json(nullptr);
+  j["events"] = locks ? Json(locks->events) : Json(nullptr);
+  j["locks_note"] = note.empty() ? Json(nullptr) : Json(note);
+}
+
+std::string Num(std::optional<double> v, const char* fmt) {
+  if (!v) return "-";
+  char b[64];
+  snprintf(b, sizeof b, fmt, *v);
+  return b;
+}
+
+std::string Count(const std::optional<bench::LockFigures>& l, const char* event) {
+  return l ? std::to_string(l->event(event)) : "-";
+}
+
+std::string Abbrev(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n - 1) + "~"; }
+
+/// Prints each distinct lock note once.
+void PrintNotes(std::ostream& o, const std::vector<std::string>& notes) {
+  std::vector<std::string> seen;
+  for (const std::string& n : notes) {
+    if (n.empty() || std::find(seen.begin(), seen.end(), n) != seen.end()) continue;
+    seen.push_back(n);
+    o << "note: " << n << "\n";
+  }
+}
+
+/// Runs one profile after another through `run`, with a progress line per profile.
+template <typename R, typename F>
+std::vector<R> RunProfiles(Ctx& c, const std::vector<std::string>& profiles, const std::string& what, bool progress,
+                           double seconds_each, F run) {
+  std::vector<R> out;
+  for (size_t i = 0; i < profiles.size(); ++i) {
+    if (progress) {
+      std::ostringstream p;
+      p << "vmspace bench: " << what << " [" << (i + 1) << "/" << profiles.size() << "] profile "
+        << (profiles[i].empty() ? "(default)" : profiles[i]);
+      if (seconds_each > 0) p << ", " << std::setprecision(3) << seconds_each << " s";
+      c.err << p.str() << "\n" << std::flush;
+    }
+    out.push_back(run(profiles[i]));
+  }
+  return out;
+}
+
+// ---- bench page_fault1 | mmap1 | mixed ----
+
+std::string WorkloadUnit(bench::Workload w) {
+  switch (w) {
+    case bench::Workload::kPageFault1: return "op = one 4 KiB page written (one write fault); 128 MiB per mmap";
+    case bench::Workload::kMmap1: return "op = one mmap+munmap pair of 128 MiB";
+    case bench::Workload::kMixed:
+      return "op = one page written by a faulter (32 MiB region each, MADV_DONTNEED after each pass); "
+             "churn = the churner's 16 KiB mmap+munmap pairs";
+  }
+  return "";
+}
+
+Json BenchResultJson(const bench::BenchResult& r, bool mixed) {
+  Json j;
+  j["profile"] = r.profile;
+  j["profile_name"] = r.profile_name;
+  j["profile_description"] = r.profile_desc;
+  j["seconds"] = r.seconds;
+  j["ops"] = r.ops;
+  j["ops_per_s"] = r.ops_per_s();
+  j["faults"] = r.faults;
+  j["faults_per_s"] = r.faults_per_s();
+  j["iterations"] = r.iterations;
+  if (mixed) {
+    j["churn_ops"] = r.churn_ops;
+    j["churn_ops_per_s"] = r.churn_ops_per_s();
+  }
+  AddLockFields(j, r.locks, r.mmap_lock_contentions(), r.contentions_per_1k_faults(), r.mmap_lock_wait_s_per_op(),
+                r.locks_note);
+  j["error"] = r.error.empty() ? Json(nullptr) : Json(r.error);
+  return j;
+}
+
+int CmdBenchFileWorkload(Ctx& c) {
+  std::string w = StripPrefix(c.command, "bench ");
+  c.err << "vmspace " << c.command << ": " << w
+        << " needs file mappings (will-it-scale maps a sparse 128 MiB file per task), which vmspace does not "
+           "model yet (mmap without MAP_ANONYMOUS is EBADF); run page_fault1, mmap1 or mixed\n";
+  if (c.json) {
+    c.out << Json{{"workload", w}, {"error", w + " needs file mappings, which vmspace does not model yet"}}.dump()
+          << "\n";
+  }
+  return kExitFailed;
+}
+
+int CmdBenchWorkload(Ctx& c) {
+  std::string wname = StripPrefix(c.command, "bench ");
+  auto workload = bench::ParseWorkload(wname);
+  if (!workload) throw UsageError{"unknown workload " + wname};
+  const bool mixed = *workload == bench::Workload::kMixed;
+  bench::BenchConfig cfg;
+  cfg.workload = *workload;
+  std::string mode = c.args.Get("mode", "threads");
+  if (mode == "threads") cfg.mode = bench::Mode::kThreads;
+  else if (mode == "processes") cfg.mode = bench::Mode::kProcesses;
+  else throw UsageError{"--mode must be threads or processes"};
+  if (mixed && cfg.mode != bench::Mode::kThreads) {
+    throw UsageError{"mixed runs all clients in ONE space (the faulters and the churner share it): --mode threads"};
+  }
+  uint64_t clients = c.U64("clients", mixed ? 2 : 1);
+  if (clients < 1 || clients > 1024) throw UsageError{"--clients must be 1..1024"};
+  if (mixed && clients < 2) throw UsageError{"mixed needs --clients >= 2 (C-1 faulters and 1 churner)"};
+  cfg.clients = static_cast<int>(clients);
+  std::string dur = c.args.Get("duration", "5s");
+  auto seconds = client::ParseDurationSeconds(dur);
+  if (!seconds) throw UsageError{"--duration: want e.g. 5s, 500ms, 1.5s, 2m; got '" + dur + "'"};
+  cfg.duration_s = *seconds;
+  std::string transport = c.args.Get("transport", "inprocess");
+  if (transport != "inprocess" && transport != "unary" && transport != "stream") {
+    throw UsageError{"--transport must be inprocess, unary or stream"};
+  }
+  std::string base = ProfileOption(c);
+  std::vector<std::string> profiles = ProfilesToRun(c, base);
+  if (!c.args.Has("compare")) {
+    if (profiles[0].empty()) profiles[0] = "linux-6.6";
+    std::string e = bench::CheckProfile(profiles[0]);
+    if (!e.empty()) throw UsageError{"--profile: " + e};
+  }
+  if (std::string e = CheckPlot(c); !e.empty()) {
+    c.err << "vmspace " << c.command << ": " << e << "\n";
+    return kExitFailed;
+  }
+  bool progress = !c.args.Flag("quiet");
+
+  std::vector<bench::BenchResult> results = RunProfiles<bench::BenchResult>(
+      c, profiles, wname, progress, cfg.duration_s, [&](const std::string& p) {
+        bench::BenchConfig one = cfg;
+        one.profile = p;
+        // Fresh spaces (and, in-process, a fresh frame allocator) per profile.
+        std::unique_ptr<bench::Backend> backend =
+            transport == "inprocess" ? bench::MakeInprocessBackend()
+                                     : bench::MakeDaemonBackend(c.client, transport == "stream");
+        return bench::RunBench(one, *backend);
+      });
+
+  std::string error;
+  for (const bench::BenchResult& r : results)
+    if (!r.ok() && error.empty()) error = r.profile + ": " + r.error;
+
+  std::string plot_error;
+  if (c.args.Has("plot")) {
+    bench::PlotSpec spec;
+    std::ostringstream t;
+    t << "vmspace bench " << wname << ": "
+      << (mixed ? std::to_string(cfg.clients - 1) + (cfg.clients > 2 ? " faulters" : " faulter") + " + 1 churner"
+                                                      : mode + ", " + std::to_string(cfg.clients) +
+                                                            (cfg.clients > 1 ? " clients" : " client"))
+      << ", " << std::setprecision(3) << cfg.duration_s << " s, " << transport;
+    spec.title = t.str();
+    bench::PlotPanel ops{mixed ? "faulter ops/s (pages written)" : wname == "mmap1" ? "ops/s (mmap+munmap pairs)"
+                                                                                   : "ops/s (pages written)", {}};
+    bench::PlotPanel cont{"mmap_lock contentions per 1000 faults", {}};
+    bench::PlotPanel churn{"churner mmap+munmap/s", {}};
+    bool faults = false;
+    for (const bench::BenchResult& r : results) faults |= r.faults > 0;
+    if (!faults) cont.title = "mmap_lock contentions per 1000 ops";
+    for (const bench::BenchResult& r : results) {
+      spec.labels.push_back(r.profile);
+      ops.values.push_back(r.ok() ? std::optional<double>(r.ops_per_s()) : std::nullopt);
+      std::optional<double> cv = r.contentions_per_1k_faults();
+      if (!faults && r.mmap_lock_contentions() && r.ops > 0)
+        cv = 1000.0 * static_cast<double>(*r.mmap_lock_contentions()) / static_cast<double>(r.ops);
+      cont.values.push_back(cv);
+      churn.values.push_back(r.ok() ? std::optional<double>(r.churn_ops_per_s()) : std::nullopt);
+    }
+    spec.panels = {ops, cont};
+    if (mixed) spec.panels.push_back(churn);
+    plot_error = bench::WriteSvgBarChart(spec, c.args.Get("plot"));
+    if (!plot_error.empty() && error.empty()) error = "plot: " + plot_error;
+  }
+
+  if (c.json) {
+    Json j;
+    j["workload"] = wname;
+    j["mode"] = mode;
+    j["clients"] = cfg.clients;
+    if (mixed) {
+      j["faulters"] = cfg.clients - 1;
+      j["churners"] = 1;
+    }
+    j["duration_s"] = cfg.duration_s;
+    j["transport"] = transport;
+    if (transport != "inprocess") j["target"] = c.client.target;
+    j["unit"] = WorkloadUnit(*workload);
+    j["compare"] = c.args.Has("compare");
+    Json arr = Json::array();
+    for (const bench::BenchResult& r : results) arr.push_back(BenchResultJson(r, mixed));
+    j["results"] = arr;
+    j["plot"] = c.args.Has("plot") && plot_error.empty() ? Json(c.args.Get("plot")) : Json(nullptr);
+    j["error"] = error.empty() ? Json(nullptr) : Json(error);
+    c.out << j.dump() << "\n";
+  } else {
+    std::ostringstream o;
+    o << "bench " << wname << ": ";
+    if (mixed) o << cfg.clients - 1 << " faulter" << (cfg.clients > 2 ? "s" : "") << " + 1 churner in one space";
+    else o << mode << ", " << cfg.clients << " client" << (cfg.clients > 1 ? "s" : "") << " ("
+           << (cfg.mode == bench::Mode::kThreads ? "one shared space" : "one space each") << ")";
+    o << ", " << std::setprecision(3) << cfg.duration_s << " s per profile, transport " << transport;
+    if (transport != "inprocess") o << " to " << c.client.target;
+    o << "\n";
+    char line[512];
+    std::string hdr_churn = mixed ? "     churn/s" : "";
+    snprintf(line, sizeof line, "%-26s %13s %8s %13s%s %11s %10s %10s %8s %8s %8s\n", "profile", "ops/s", "x first",
+             "faults/s", hdr_churn.c_str(), "cont/1kflt", "wait-s/op", "vl-success", "vl-abort", "vl-miss",
+             "vl-retry");
+    o << line;
+    double first = results.empty() ? 0 : results[0].ops_per_s();
+    std::vector<std::string> notes;
+    for (const bench::BenchResult& r : results) {
+      if (!r.ok() && r.seconds == 0) {
+        o << std::left << std::setw(26) << Abbrev(r.profile, 26) << std::right << " error: " << r.error << "\n";
+        continue;
+      }
+      std::string churn = mixed ? " " + Num(r.churn_ops_per_s(), "%12.0f") : "";
+      snprintf(line, sizeof line, "%-26s %13.0f %8s %13.0f%s %11s %10s %10s %8s %8s %8s\n",
+               Abbrev(r.profile, 26).c_str(), r.ops_per_s(),
+               first > 0 ? Num(r.ops_per_s() / first, "%.2fx").c_str() : "-", r.faults_per_s(), churn.c_str(),
+               Num(r.contentions_per_1k_faults(), "%.3g").c_str(), Num(r.mmap_lock_wait_s_per_op(), "%.3g").c_str(),
+               Count(r.locks, "vma_lock_success").c_str(), Count(r.locks, "vma_lock_abort").c_str(),
+               Count(r.locks, "vma_lock_miss").c_str(), Count(r.locks, "vma_lock_retry").c_str());
+      o << line;
+      if (!r.ok()) o << "  error: " << r.error << "\n";
+      notes.push_back(r.locks_note);
+    }
+    o << WorkloadUnit(*workload) << "\n"
+      << "x first = ops/s relative to the first row; cont/1kflt = mmap_lock contentions (read+write) per 1000 "
+         "faults; wait-s/op = mmap_lock wait seconds per op; vl-* = VMA_LOCK_SUCCESS/ABORT/MISS/RETRY\n";
+    PrintNotes(o, notes);
+    if (c.args.Has("plot") && plot_error.empty()) o << "chart: " << c.args.Get("plot") << "\n";
+    c.out << o.str();
+  }
+  if (!error.empty()) {
+    c.err << "vmspace " << c.command << ": " << error << "\n";
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+// ---- lockstat ----
+
+int CmdLockstat(Ctx& c) {
+  std::string p = ProfileOption(c);
+  std::string name;  // "" = all profiles
+  if (p == "custom") name = p;
+  else if (!p.empty() && p != "all") {
+    std::string e = bench::CheckProfile(p, &name);
+    if (!e.empty()) throw UsageError{"--profile: " + e};
+  }
+  Client cl(c.client);
+  auto r = cl.GetLockStats(name);
+  if (!r.ok()) return Fail(c, r.error());
+  const v1::GetLockStatsResponse& s = r.value();
+  std::map<std::string, uint64_t> events(s.events().begin(), s.events().end());
+  if (c.json) {
+    Json locks = Json::array();
+    for (const v1::LockStat& l : s.locks()) {
+      locks.push_back({{"lock", l.lock()},
+                       {"mode", l.mode()},
+                       {"acquisitions", l.acquisitions()},
+                       {"contentions", l.contentions()},
+                       {"wait_seconds_total", l.wait_seconds_total()},
+                       {"wait_seconds_max", l.wait_seconds_max()},
+                       {"hold_seconds_total", l.hold_seconds_total()},
+                       {"hold_seconds_max", l.hold_seconds_max()}});
+    }
+    c.out << Json{{"profile", name.empty() ? "all" : name},
+                  {"lock_stats_enabled", s.lock_stats_enabled()},
+                  {"locks", locks},
+                  {"events", events},
+                  {"text", s.text()}}
+                 .dump()
+          << "\n";
+    return kExitOk;
+  }
+  std::ostringstream o;
+  char line[512];
+  o << "lock_stat version 0.4 (vmspace; times in us) profile " << (name.empty() ? "all" : name)
+    << (s.lock_stats_enabled() ? "" : "; timing off (vmspaced --lock-stats=off): counts only") << "\n";
+  snprintf(line, sizeof line, "%-24s %12s %14s %14s %14s %14s %14s %14s %14s\n", "class name", "contentions",
+           "waittime-max", "waittime-total", "waittime-avg", "acquisitions", "holdtime-max", "holdtime-total",
+           "holdtime-avg");
+  o << line << std::string(24 + 13 * 1 + 15 * 7, '-') << "\n";
+  for (const v1::LockStat& l : s.locks()) {
+    if (l.acquisitions() == 0 && l.contentions() == 0) continue;
+    std::string cls = l.lock() + (l.mode() == "write" ? "-W:" : "-R:");
+    double wavg = l.contentions() ? l.wait_seconds_total() * 1e6 / static_cast<double>(l.contentions()) : 0;
+    double havg = l.acquisitions() ? l.hold_seconds_total() * 1e6 / static_cast<double>(l.acquisitions()) : 0;
+    snprintf(line, sizeof line, "%-24s %12llu %14.2f %14.2f %14.2f %14llu %14.2f %14.2f %14.2f\n", cls.c_str(),
+             static_cast<unsigned long long>(l.contentions()), l.wait_seconds_max() * 1e6,
+             l.wait_seconds_total() * 1e6, wavg, static_cast<unsigned long long>(l.acquisitions()),
+             l.hold_seconds_max() * 1e6, l.hold_seconds_total() * 1e6, havg);
+    o << line;
+  }
+  if (!events.empty()) {
+    o << "\nevents:\n";
+    for (const auto& [k, v] : events) {
+      snprintf(line, sizeof line, "  %-22s %14llu\n", k.c_str(), static_cast<unsigned long long>(v));
+      o << line;
+    }
+  }
+  c.out << o.str();
+  return kExitOk;
+}
+
+// ---- bench stress --compare ----
+
+/// One profile's stress run and its lock deltas.
+struct StressRow {
+  std::string profile;
+  stress::StressStats run;
+  std::optional<bench::LockFigures> locks;
+  std::string note;
+  std::optional<uint64_t> contentions() const {
+    if (!locks) return std::nullopt;
+    return locks->lock("mmap_lock", "read").contentions + locks->lock("mmap_lock", "write").contentions;
+  }
+  std::optional<double> per_1k_faults() const {
+    auto cn = contentions();
+    if (!cn || run.faults == 0) return std::nullopt;
+    return 1000.0 * static_cast<double>(*cn) / static_cast<double>(run.faults);
+  }
+  std::optional<double> per_1k_rounds() const {
+    auto cn = contentions();
+    if (!cn || run.rounds == 0) return std::nullopt;
+    return 1000.0 * static_cast<double>(*cn) / static_cast<double>(run.rounds);
+  }
+  std::optional<double> wait_per_round() const {
+    if (!locks || run.rounds == 0) return std::nullopt;
+    return (locks->lock("mmap_lock", "read").wait_s + locks->lock("mmap_lock", "write").wait_s) /
+           static_cast<double>(run.rounds);
+  }
+};
+
+int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::string& transport, int batch,
+                       int inflight, bool progress, bool native_on) {
+  std::vector<std::string> profiles = ProfilesToRun(c, base_cfg.locking_profile);
+  if (std::string e = CheckPlot(c); !e.empty()) {
+    c.err << "vmspace " << c.command << ": " << e << "\n";
+    return kExitFailed;
+  }
+  std::unique_ptr<bench::Backend> stats_src = transport == "inprocess"
+                                                  ? bench::MakeInprocessBackend()
+                                                  : bench::MakeDaemonBackend(c.client, transport == "stream");
+  std::vector<StressRow> rows = RunProfiles<StressRow>(c, profiles, "seed-004 stress", progress, 0,
+                                                       [&](const std::string& p) {
+    StressRow row;
+    row.profile = p;
+    stress::StressConfig cfg = base_cfg;
+    cfg.locking_profile = p;
+    std::string pname;
+    bench::CheckProfile(p, &pname);
+    bench::LockFigures before, after;
+    std::string why;
+    bool have = stats_src->ReadLocks(pname, &before, &why);
+    if (transport == "inprocess") row.run = stress::RunEngineStress(cfg);
+    else if (transport == "unary") row.run = stress::RunUnaryStress(cfg, c.client);
+    else row.run = stress::RunStreamStress(cfg, c.client, batch, inflight);
+    if (have && stats_src->ReadLocks(pname, &after, &why)) {
+      row.locks = after.Minus(before);
+      row.note = stats_src->LocksCaveat();
+    } else {
+      row.note = why;
+    }
+    return row;
+  });
+  bool any_ok = std::any_of(rows.begin(), rows.end(), [](const StressRow& r) { return r.run.ok(); });
+  std::optional<stress::StressStats> native;
+  if (native_on && any_ok) {
+    if (progress) c.err << "vmspace bench: seed-004 stress on the kernel (native, once)\n" << std::flush;
+    native = stress::RunNativeStress(base_cfg);
+  }
+  auto ratio = [&](const StressRow& r) -> std::optional<double> {
+    if (!native || !native->ok() || native->rounds_per_sec() <= 0 || !r.run.ok()) return std::nullopt;
+    return r.run.rounds_per_sec() / native->rounds_per_sec();
+  };
+  std::string error;
+  for (const StressRow& r : rows)
+    if (!r.run.ok() && error.empty()) error = r.profile + ": " + r.run.error;
+  if (native && !native->ok() && error.empty()) error = "native: " + native->error;
+
+  std::string plot_error;
+  if (c.args.Has("plot")) {
+    bench::PlotSpec spec;
+    spec.title = "vmspace bench stress (seed-004): " + std::to_string(base_cfg.clients) + " client(s), " +
+                 std::to_string(base_cfg.rounds) + " rounds each, " + transport;
+    bench::PlotPanel rps{"rounds/s", {}}, cont{"mmap_lock contentions per 1000 rounds", {}}, rat{"ratio vs native", {}};
+    for (const StressRow& r : rows) {
+      spec.labels.push_back(r.profile);
+      rps.values.push_back(r.run.ok() ? std::optional<double>(r.run.rounds_per_sec()) : std::nullopt);
+      cont.values.push_back(r.per_1k_rounds());
+      rat.values.push_back(ratio(r));
+    }
+    spec.panels = {rps, cont};
+    if (native && native->ok()) spec.panels.push_back(rat);
+    plot_error = bench::WriteSvgBarChart(spec, c.args.Get("plot"));
+    if (!plot_error.empty() && error.empty()) error = "plot: " + plot_error;
+  }
+
+  if (c.json) {
+    Json j;
+    j["workload"] = "seed-004";
+    j["transport"] = transport;
+    if (transport != "inprocess") j["target"] = c.client.target;
+    j["rounds_per_client"] = base_cfg.rounds;
+    j["clients"] = base_cfg.clients;
+    j["shared_space"] = base_cfg.shared_space;
+    j["page_fault"] = base_cfg.page_fault;
+    j["seed"] = base_cfg.seed;
+    j["stride"] = base_cfg.stride;
+    j["compare"] = true;
+    if (transport == "stream") {
+      j["batch"] = batch;
+      j["inflight"] = inflight;
+    }
+    j["native"] = native ? StatsJson(*native) : Json(nullptr);
+    Json arr = Json::array();
+    for (const StressRow& r : rows) {
+      Json rj;
+      rj["profile"] = r.profile;
+      std::string pname, pdesc;
+      bench::CheckProfile(r.profile, &pname, &pdesc);
+      rj["profile_name"] = pname;
+      rj["profile_description"] = pdesc;
+      Json stats = StatsJson(r.run);
+      for (auto& [k, v] : stats.items()) rj[k] = v;
+      rj["ops_per_s"] = stats["ops_per_sec"]["total"];
+      rj["faults_per_s"] = Rate(r.run.faults, r.run.seconds);
+      rj["addr_hash"] = base_cfg.shared_space ? Json(nullptr) : Json(Hex(r.run.addr_hash));
+      rj["ratio_vs_native"] = OptJson(ratio(r));
+      rj["mmap_lock_contentions_per_1k_rounds"] = OptJson(r.per_1k_rounds());
+      AddLockFields(rj, r.locks, r.contentions(), r.per_1k_faults(), r.wait_per_round(), r.note);
+      rj["error"] = r.run.ok() ? Json(nullptr) : Json(r.run.error);
+      arr.push_back(rj);
+    }
+    j["results"] = arr;
+    j["plot"] = c.args.Has("plot") && plot_error.empty() ? Json(c.args.Get("plot")) : Json(nullptr);
+    j["error"] = error.empty() ? Json(nullptr) : Json(error);
+    c.out << j.dump() << "\n";
+  } else {
+    std::ostringstream o;
+    o << "seed-004 stress: transport " << transport;
+    if (transport != "inprocess") o << " to " << c.client.target;
+    o << "; " << base_cfg.clients << " client" << (base_cfg.clients > 1 ? "s" : "") << " ("
+      << (base_cfg.shared_space ? "one shared space" : "own space each") << "), " << base_cfg.rounds
+      << " rounds each, page faults " << (base_cfg.page_fault ? "on" : "off") << ", seed " << base_cfg.seed << "\n";
+    char line[512];
+    snprintf(line, sizeof line, "%-26s %9s %12s %10s %12s %11s %11s %11s %10s %8s %8s %8s\n", "profile", "time(s)",
+             "rounds/s", "x native", "faults/s", "cont/1krnd", "cont/1kflt", "wait-s/rnd", "vl-success", "vl-abort",
+             "vl-miss", "vl-retry");
+    o << line;
+    std::vector<std::string> notes;
+    for (const StressRow& r : rows) {
+      if (!r.run.ok() && r.run.rounds == 0) {
+        o << std::left << std::setw(26) << Abbrev(r.profile, 26) << std::right << " error: " << r.run.error << "\n";
+        continue;
+      }
+      snprintf(line, sizeof line, "%-26s %9.3f %12.0f %10s %12.0f %11s %11s %11s %10s %8s %8s %8s\n",
+               Abbrev(r.profile, 26).c_str(), r.run.seconds, r.run.rounds_per_sec(), Num(ratio(r), "%.4f").c_str(),
+               Rate(r.run.faults, r.run.seconds), Num(r.per_1k_rounds(), "%.3g").c_str(),
+               Num(r.per_1k_faults(), "%.3g").c_str(), Num(r.wait_per_round(), "%.3g").c_str(),
+               Count(r.locks, "vma_lock_success").c_str(), Count(r.locks, "vma_lock_abort").c_str(),
+               Count(r.locks, "vma_lock_miss").c_str(), Count(r.locks, "vma_lock_retry").c_str());
+      o << line;
+      if (!r.run.ok()) o << "  error: " << r.run.error << "\n";
+      notes.push_back(r.note);
+    }
+    if (native) {
+      snprintf(line, sizeof line, "%-26s %9.3f %12.0f %10s %12.0f\n", "native (kernel, once)", native->seconds,
+               native->rounds_per_sec(), "1", Rate(native->faults, native->seconds));
+      o << line;
+    }
+    o << "x native = rounds/s / the kernel's rounds/s (same sequence, measured once in this invocation); "
+         "cont/1krnd, cont/1kflt = mmap_lock contentions (read+write) per 1000 rounds / faults; wait-s/rnd = "
+         "mmap_lock wait seconds per round; vl-* = VMA_LOCK_SUCCESS/ABORT/MISS/RETRY\n";
+    PrintNotes(o, notes);
+    if (c.args.Has("plot") && plot_error.empty()) o << "chart: " << c.args.Get("plot") << "\n";
+    c.out << o.str();
+  }
+  if (!error.empty()) {
+    c.err << "vmspace bench stress: " << error << "\n";
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
 int CmdBenchStress(Ctx& c) {
   stress::StressConfig cfg;
   cfg.rounds = c.U64("rounds", 100000);
@@ -538,9 +1095,14 @@ int CmdBenchStress(Ctx& c) {
   uint64_t inflight = c.U64("inflight", 4);
   if (batch < 1 || batch > 1000000) throw UsageError{"--batch must be 1..1000000"};
   if (inflight < 1 || inflight > 4096) throw UsageError{"--inflight must be 1..4096"};
-  cfg.locking_profile = c.args.Get("locking-profile");
+  cfg.locking_profile = ProfileOption(c);
   bool progress_on = !c.args.Flag("quiet");
   bool native_on = !c.args.Flag("skip-native");
+  if (c.args.Has("compare")) {
+    return BenchStressCompare(c, cfg, transport, static_cast<int>(batch), static_cast<int>(inflight), progress_on,
+                              native_on);
+  }
+  if (c.args.Has("plot")) throw UsageError{"--plot needs --compare (a chart of the profiles)"};
   uint64_t total = cfg.rounds * static_cast<uint64_t>(cfg.clients);
 
   stress::StressStats run;
@@ -646,6 +1208,22 @@ int CmdBenchStress(Ctx& c) {
 
 // ---- table of commands ----
 
+/// Options of `bench page_fault1 | mmap1 | mixed` (and the file workloads, which only
+/// print why they cannot run).
+std::vector<OptionSpec> BenchOptions() {
+  return {
+      {"mode", "M", "threads: all clients in one space (default); processes: one space each"},
+      {"clients", "C", "concurrent clients (default 1; mixed: default 2 = 1 faulter + 1 churner)"},
+      {"duration", "D", "timed phase per profile, e.g. 5s, 500ms, 1.5s (default 5s)"},
+      {"profile", "P", "locking profile linux-6.0|6.1|6.4|6.6[,switch=v] (default linux-6.6); the base of --compare SWITCH=.."},
+      {"locking-profile", "P", "same as --profile"},
+      {"compare", "LIST", "run each profile in turn: linux-6.0,linux-6.6 | vma_lock=off,anon,all | SPEC;SPEC"},
+      {"transport", "T", "inprocess (engine threads in this process, default), unary or stream (vmspaced)"},
+      {"plot", "FILE.svg", "write an SVG bar chart per profile with gnuplot (ops/s, contentions per 1000 faults)"},
+      {"quiet", "", "no progress lines on stderr"},
+  };
+}
+
 const std::vector<Command>& Commands() {
   static const std::vector<Command> cmds = {
       {"create", "[options]", "create an empty address space; prints its id",
@@ -710,9 +1288,26 @@ const std::vector<Command>& Commands() {
         {"batch", "N", "stream: ops per Batch message (default 64)"},
         {"inflight", "N", "stream: messages in flight per client (default 4)"},
         {"locking-profile", "P", "engine locking profile of the spaces: linux-6.0|6.1|6.4|6.6[,switch=v] (default: the engine's/daemon's)"},
+        {"profile", "P", "same as --locking-profile (the base of --compare SWITCH=..)"},
+        {"compare", "LIST", "run once per profile: linux-6.0,linux-6.6 | vma_lock=off,anon,all | SPEC;SPEC (table; native once)"},
+        {"plot", "FILE.svg", "with --compare: SVG bar chart (rounds/s, contentions) drawn by gnuplot"},
         {"skip-native", "", "do not run the native comparison"},
         {"quiet", "", "no progress lines on stderr"}},
        CmdBenchStress},
+      {"bench page_fault1", "[options]",
+       "will-it-scale page_fault1: mmap 128 MiB, write each page, munmap; ops = pages/s", BenchOptions(),
+       CmdBenchWorkload},
+      {"bench mmap1", "[options]", "will-it-scale mmap1: mmap+munmap 128 MiB; ops = pairs/s", BenchOptions(),
+       CmdBenchWorkload},
+      {"bench mixed", "[options]",
+       "C-1 clients fault their own regions of ONE space while one client mmaps/munmaps in it",
+       BenchOptions(), CmdBenchWorkload},
+      {"bench page_fault2", "", "(needs file mappings: not modelled yet)", BenchOptions(), CmdBenchFileWorkload},
+      {"bench page_fault3", "", "(needs file mappings: not modelled yet)", BenchOptions(), CmdBenchFileWorkload},
+      {"bench mmap2", "", "(needs file mappings: not modelled yet)", BenchOptions(), CmdBenchFileWorkload},
+      {"lockstat", "[--profile P]", "the daemon's lock statistics, like /proc/lock_stat (GetLockStats)",
+       {{"profile", "P", "one locking profile's spaces (linux-6.0..linux-6.6, custom); default all"}},
+       CmdLockstat},
   };
   return cmds;
 }
@@ -720,7 +1315,7 @@ const std::vector<Command>& Commands() {
 std::string Usage() {
   std::ostringstream o;
   o << "usage: vmspace [--target HOST:PORT] [--timeout S] [--json] COMMAND [options]\n\ncommands:\n";
-  for (const Command& c : Commands()) o << "  " << std::left << std::setw(14) << c.name << c.summary << "\n";
+  for (const Command& c : Commands()) o << "  " << std::left << std::setw(19) << c.name << c.summary << "\n";
   o << "\nglobal options (anywhere on the line):\n";
   for (const OptionSpec& s : GlobalOptions()) {
     std::string lhs = "--" + s.name + (s.arg.empty() ? "" : " " + s.arg);

@@ -266,6 +266,25 @@ Result<v1::GetMapsResponse> Client::GetMaps(uint64_t space_id, uint64_t start, u
   return resp;
 }
 
+Result<Unit> Client::Madvise(uint64_t space_id, uint64_t addr, uint64_t len, int advice) {
+  v1::MadviseRequest req;
+  req.set_space_id(space_id);
+  req.set_addr(addr);
+  req.set_len(len);
+  req.set_advice(advice);
+  v1::MadviseResponse resp;
+  VMSPACE_CALL(Madvise, req, resp);
+  return Unit{};
+}
+
+Result<v1::GetLockStatsResponse> Client::GetLockStats(const std::string& locking_profile) {
+  v1::GetLockStatsRequest req;
+  req.set_locking_profile(locking_profile);
+  v1::GetLockStatsResponse resp;
+  VMSPACE_CALL(GetLockStats, req, resp);
+  return resp;
+}
+
 Result<Unit> Client::Ping() {
   v1::PingRequest req;
   v1::PingResponse resp;

@@ -129,6 +129,11 @@ class Client {
                                               const std::string& data);
   /// VMAs overlapping [start, end) (end 0 = no limit) and their maps text.
   Result<v1::GetMapsResponse> GetMaps(uint64_t space_id, uint64_t start = 0, uint64_t end = 0);
+  /// madvise(2); the daemon accepts only MADV_DONTNEED (4).
+  Result<Unit> Madvise(uint64_t space_id, uint64_t addr, uint64_t len, int advice);
+  /// lock_stat figures of one locking profile's spaces ("linux-6.0".."linux-6.6",
+  /// "custom"), or of all profiles summed ("").
+  Result<v1::GetLockStatsResponse> GetLockStats(const std::string& locking_profile = "");
   Result<Unit> Ping();
   /// Opens a Batch stream with the stream deadline.
   std::unique_ptr<BatchStream> OpenBatch();

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cstdlib>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -291,6 +293,27 @@ std::optional<std::string> ParseHexBytes(std::string_view hex) {
   }
   if (hi >= 0) return std::nullopt;
   return out;
+}
+
+std::optional<double> ParseDurationSeconds(std::string_view s) {
+  s = Trim(s);
+  size_t i = 0;
+  bool digits = false, dot = false;
+  for (; i < s.size(); ++i) {
+    if (std::isdigit(static_cast<unsigned char>(s[i]))) digits = true;
+    else if (s[i] == '.' && !dot) dot = true;
+    else break;
+  }
+  if (!digits) return std::nullopt;
+  double v = std::strtod(std::string(s.substr(0, i)).c_str(), nullptr);
+  std::string unit = Lower(s.substr(i));
+  static const std::array<std::pair<const char*, double>, 7> kUnits = {
+      {{"", 1}, {"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}, {"m", 60}, {"h", 3600}}};
+  auto it = std::find_if(kUnits.begin(), kUnits.end(), [&](const auto& u) { return unit == u.first; });
+  if (it == kUnits.end()) return std::nullopt;
+  v *= it->second;
+  if (!(v > 0) || v > 86400) return std::nullopt;
+  return v;
 }
 
 }  // namespace vmspace::client

@@ -26,6 +26,11 @@ std::optional<int> ParseMapFlags(std::string_view s);
 /// vmspace.v1.AccessType number (0, 1, 2).
 std::optional<int> ParseAccessType(std::string_view s);
 
+/// Parses a duration in seconds: a decimal number with an optional unit "ns", "us",
+/// "ms", "s", "m" or "h" ("5s", "500ms", "1.5s", "2m"); a bare number is seconds.
+/// Rejects empty input, signs, junk, zero and durations over 24 h.
+std::optional<double> ParseDurationSeconds(std::string_view s);
+
 /// "rwx" letters for PROT_* bits, "---" for none; unknown bits appended as "+0x..".
 std::string FormatProt(int prot);
 /// "private|anonymous|fixed"-style names of MAP_* bits, unknown bits as "0x..".
