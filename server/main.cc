@@ -122,18 +122,18 @@ int main(int argc, char** argv) {
   if (lock_stats != "on" && lock_stats != "off") return Fail("--lock-stats must be on or off");
   vmspace::SetLockStatsEnabled(lock_stats == "on");
 
-  vmspace::rpc::ServiceOptions limits;
-  limits.max_io_bytes = absl::GetFlag(FLAGS_max_io_bytes);
-  limits.max_batch = absl::GetFlag(FLAGS_max_batch);
-  limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  if (limits.max_message_bytes < 4096 || limits.max_message_bytes > INT32_MAX)
+  vmspace::rpc::ServiceOptions options;
+  options.max_io_bytes = absl::GetFlag(FLAGS_max_io_bytes);
+  options.max_batch = absl::GetFlag(FLAGS_max_batch);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (options.max_message_bytes < 4096 || options.max_message_bytes > INT32_MAX)
     return Fail("--max-message-bytes must be in [4096, 2^31)");
-  if (limits.max_io_bytes + 4096 > limits.max_message_bytes)
+  if (options.max_io_bytes > options.max_message_bytes - 4096)
     return Fail("--max-io-bytes must be at least 4 KiB below --max-message-bytes");
   {
     std::string err;
     if (!vmspace::LockingProfile::Parse(absl::GetFlag(FLAGS_locking_profile),
-                                        &limits.default_profile, &err))
+                                        &options.default_profile, &err))
       return Fail("--locking-profile: " + err);
   }
   const uint64_t max_spaces = absl::GetFlag(FLAGS_max_spaces);
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
 
   vmspace::FrameAllocator frames(absl::GetFlag(FLAGS_max_frame_bytes));
   vmspace::rpc::SpaceRegistry registry(frames, max_spaces);
-  vmspace::rpc::VmSpaceService service(registry, limits);
+  vmspace::rpc::VmSpaceService service(registry, options);
 
   // Metrics first: a busy metrics port then fails before gRPC accepts anything.
   std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
@@ -187,8 +187,8 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &grpc_port);
   // gRPC sets SO_REUSEPORT by default: a second daemon would silently share the port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(limits.max_message_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(limits.max_message_bytes));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || grpc_port == 0)
@@ -205,10 +205,10 @@ int main(int argc, char** argv) {
        "max-message-bytes=%llu lock-stats=%s locking-profile=%s",
        VMSPACE_VERSION, static_cast<unsigned long long>(max_spaces),
        static_cast<unsigned long long>(frames.limit_bytes()),
-       static_cast<unsigned long long>(limits.max_io_bytes),
-       static_cast<unsigned long long>(limits.max_batch),
-       static_cast<unsigned long long>(limits.max_message_bytes), lock_stats.c_str(),
-       limits.default_profile.Describe().c_str());
+       static_cast<unsigned long long>(options.max_io_bytes),
+       static_cast<unsigned long long>(options.max_batch),
+       static_cast<unsigned long long>(options.max_message_bytes), lock_stats.c_str(),
+       options.default_profile.Describe().c_str());
 
   std::chrono::steady_clock::time_point stop_t0;
   std::thread stopper([&] {
