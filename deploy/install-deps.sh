@@ -8,6 +8,7 @@ PKGS=(
   libabsl-dev prometheus-cpp-dev liburcu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev   # JSON output of the CLI
+  gnuplot-nox          # SVG charts of `vmspace bench ... --plot` (run as a subprocess)
   prometheus           # promtool, used by the metrics test
   curl
 )

@@ -1,0 +1,357 @@
+// Tests of the timed workloads (`vmspace bench page_fault1 | mmap1 | mixed`), `bench
+// stress --compare`, --plot and `lockstat` usage: option parsing, --compare expansion,
+// and short in-process runs whose figures must be real (ops, faults, lock counts).
+#include <gtest/gtest.h>
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/cli.h"
+#include "lib/parse.h"
+#include "lib/plot.h"
+#include "lib/willitscale.h"
+
+namespace vmspace::cli {
+namespace {
+
+using nlohmann::json;
+
+struct CliRun {
+  int code;
+  std::string out, err;
+};
+
+CliRun Cli(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  int code = RunCli(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+/// Runs the CLI with --json --quiet, expects exit 0, returns the object.
+json CliJson(std::vector<std::string> args) {
+  args.push_back("--json");
+  args.push_back("--quiet");
+  CliRun r = Cli(args);
+  EXPECT_EQ(r.code, kExitOk) << ::testing::PrintToString(args) << "\n" << r.err;
+  if (r.out.empty()) return json::object();
+  return json::parse(r.out);
+}
+
+bool Contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+TEST(Duration, Parse) {
+  using client::ParseDurationSeconds;
+  EXPECT_DOUBLE_EQ(*ParseDurationSeconds("5s"), 5);
+  EXPECT_DOUBLE_EQ(*ParseDurationSeconds("500ms"), 0.5);
+  EXPECT_DOUBLE_EQ(*ParseDurationSeconds("1.5s"), 1.5);
+  EXPECT_DOUBLE_EQ(*ParseDurationSeconds("2m"), 120);
+  EXPECT_DOUBLE_EQ(*ParseDurationSeconds("5"), 5);
+  EXPECT_DOUBLE_EQ(*ParseDurationSeconds("250us"), 250e-6);
+  EXPECT_DOUBLE_EQ(*ParseDurationSeconds("1h"), 3600);
+  EXPECT_DOUBLE_EQ(*ParseDurationSeconds(" 200MS "), 0.2);
+  for (const char* bad : {"", "s", "-1s", "0", "0ms", "5x", "1.2.3s", "25h", "5 s", "+5s", "ms5"}) {
+    EXPECT_FALSE(ParseDurationSeconds(bad).has_value()) << bad;
+  }
+}
+
+TEST(Compare, Expand) {
+  std::vector<std::string> v;
+  EXPECT_EQ(bench::ExpandCompare("linux-6.0,linux-6.1,linux-6.4,linux-6.6", "", &v), "");
+  EXPECT_EQ(v, (std::vector<std::string>{"linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6"}));
+  // One switch and its values, applied to the base (linux-6.6 by default).
+  EXPECT_EQ(bench::ExpandCompare("vma_lock=off,anon,all", "", &v), "");
+  EXPECT_EQ(v, (std::vector<std::string>{"linux-6.6,vma_lock=off", "linux-6.6,vma_lock=anon", "linux-6.6,vma_lock=all"}));
+  EXPECT_EQ(bench::ExpandCompare("vma_lock=off,vma_lock=all", "linux-6.4", &v), "");
+  EXPECT_EQ(v, (std::vector<std::string>{"linux-6.4,vma_lock=off", "linux-6.4,vma_lock=all"}));
+  // Full specs separated by ';'.
+  EXPECT_EQ(bench::ExpandCompare("linux-6.0;linux-6.6,vma_lock=off", "", &v), "");
+  EXPECT_EQ(v, (std::vector<std::string>{"linux-6.0", "linux-6.6,vma_lock=off"}));
+  // index=rbtree needs vma_lock=off: a clear error with the way out, and the way out works.
+  std::string e = bench::ExpandCompare("index=rbtree,maple", "", &v);
+  EXPECT_TRUE(Contains(e, "needs index=maple")) << e;
+  EXPECT_TRUE(Contains(e, "index=rbtree only works with vma_lock=off")) << e;
+  EXPECT_EQ(bench::ExpandCompare("index=rbtree,maple", "linux-6.6,vma_lock=off", &v), "");
+  EXPECT_EQ(v, (std::vector<std::string>{"linux-6.6,vma_lock=off,index=rbtree", "linux-6.6,vma_lock=off,index=maple"}));
+  // Mistakes.
+  EXPECT_TRUE(Contains(bench::ExpandCompare("linux-6.0,vma_lock=off", "", &v), "mixes profile names"));
+  EXPECT_TRUE(Contains(bench::ExpandCompare("vma_lock=off,index=maple", "", &v), "more than one switch"));
+  EXPECT_TRUE(Contains(bench::ExpandCompare("linux-6.0,linux-9.9", "", &v), "unknown locking profile 'linux-9.9'"));
+  EXPECT_TRUE(Contains(bench::ExpandCompare("vma_lock=off,sometimes", "", &v), "unknown switch"));
+  EXPECT_TRUE(Contains(bench::ExpandCompare("linux-6.0,,linux-6.6", "", &v), "empty item"));
+  EXPECT_TRUE(Contains(bench::ExpandCompare("", "", &v), "empty"));
+}
+
+TEST(BenchCli, UsageErrors) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"bench", "page_fault1", "--mode", "fibers"},
+      {"bench", "page_fault1", "--duration", "0"},
+      {"bench", "page_fault1", "--duration", "5parsecs"},
+      {"bench", "page_fault1", "--clients", "0"},
+      {"bench", "page_fault1", "--transport", "pigeon"},
+      {"bench", "page_fault1", "--profile", "linux-9.9"},
+      {"bench", "page_fault1", "--compare", "index=rbtree,maple"},
+      {"bench", "page_fault1", "--compare", "linux-6.0,vma_lock=off"},
+      {"bench", "page_fault1", "--profile", "linux-6.0", "--compare", "linux-6.0,linux-6.6"},
+      {"bench", "page_fault1", "--profile", "linux-6.0", "--locking-profile", "linux-6.6"},
+      {"bench", "page_fault1", "--plot"},
+      {"bench", "mixed", "--clients", "1"},
+      {"bench", "mixed", "--mode", "processes"},
+      {"bench", "mmap1", "--bogus"},
+      {"bench", "stress", "--compare", "linux-6.0,linux-9.9"},
+      {"bench", "stress", "--plot", "x.svg"},  // a chart needs --compare
+      {"lockstat", "--profile", "linux-9.9"},
+  };
+  for (const auto& args : bad) {
+    auto t0 = std::chrono::steady_clock::now();
+    CliRun r = Cli(args);
+    EXPECT_EQ(r.code, kExitUsage) << ::testing::PrintToString(args) << "\n" << r.err;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "ran before checking";
+  }
+  CliRun r = Cli({"bench", "page_fault1", "--compare", "index=rbtree,maple"});
+  EXPECT_TRUE(Contains(r.err, "index=rbtree only works with vma_lock=off")) << r.err;
+  r = Cli({"bench", "mixed", "--clients", "1"});
+  EXPECT_TRUE(Contains(r.err, "--clients >= 2")) << r.err;
+}
+
+TEST(BenchCli, FileWorkloadsNeedFileMappings) {
+  for (const char* w : {"page_fault2", "page_fault3", "mmap2"}) {
+    CliRun r = Cli({"bench", w, "--duration", "1s"});
+    EXPECT_EQ(r.code, kExitFailed) << w;
+    EXPECT_TRUE(Contains(r.err, "needs file mappings")) << r.err;
+    EXPECT_TRUE(r.out.empty());
+  }
+  json j = json::parse(Cli({"bench", "mmap2", "--json"}).out);
+  EXPECT_TRUE(Contains(j["error"].get<std::string>(), "file mappings"));
+  CliRun help = Cli({"--help"});
+  for (const char* cmd : {"bench page_fault1", "bench mmap1", "bench mixed", "bench page_fault2", "lockstat"})
+    EXPECT_TRUE(Contains(help.out, cmd)) << cmd;
+}
+
+const json& ByProfile(const json& j, const std::string& profile) {
+  for (const json& r : j["results"])
+    if (r["profile"] == profile) return r;
+  static const json kNone = json::object();
+  ADD_FAILURE() << "no result for " << profile << " in " << j.dump();
+  return kNone;
+}
+
+void ExpectRates(const json& r) {
+  ASSERT_TRUE(r.contains("profile"));
+  ASSERT_TRUE(r.contains("ops_per_s"));
+  ASSERT_TRUE(r.contains("faults_per_s"));
+  double s = r["seconds"].get<double>();
+  EXPECT_GT(s, 0.1);
+  EXPECT_LT(s, 5.0);
+  EXPECT_NEAR(r["ops_per_s"].get<double>(), r["ops"].get<double>() / s, 1e-6 * r["ops_per_s"].get<double>() + 1e-9);
+  EXPECT_NEAR(r["faults_per_s"].get<double>(), r["faults"].get<double>() / s,
+              1e-6 * r["faults_per_s"].get<double>() + 1e-9);
+  EXPECT_TRUE(r["error"].is_null()) << r["error"];
+}
+
+TEST(BenchInprocess, PageFault1ThreadsCompare) {
+  json j = CliJson({"bench", "page_fault1", "--mode", "threads", "--clients", "2", "--duration", "200ms", "--compare",
+                    "linux-6.0,linux-6.6"});
+  EXPECT_EQ(j["workload"], "page_fault1");
+  EXPECT_EQ(j["mode"], "threads");
+  EXPECT_EQ(j["clients"], 2);
+  EXPECT_EQ(j["transport"], "inprocess");
+  EXPECT_DOUBLE_EQ(j["duration_s"].get<double>(), 0.2);
+  ASSERT_EQ(j["results"].size(), 2u);
+  EXPECT_TRUE(j["error"].is_null());
+  for (const json& r : j["results"]) {
+    SCOPED_TRACE(r["profile"].get<std::string>());
+    ExpectRates(r);
+    uint64_t ops = r["ops"], faults = r["faults"];
+    EXPECT_GT(ops, 1000u);
+    // One write fault per page written.
+    EXPECT_NEAR(static_cast<double>(faults), static_cast<double>(ops), 0.01 * static_cast<double>(ops));
+    // The engine's own pgfault count agrees (it also sees the faults of the last pass).
+    EXPECT_GE(r["pgfault"].get<uint64_t>(), ops);
+    EXPECT_LE(r["pgfault"].get<uint64_t>(), ops + 2 * 512);
+    EXPECT_TRUE(r["locks"].is_object());
+  }
+  const json& v60 = ByProfile(j, "linux-6.0");
+  const json& v66 = ByProfile(j, "linux-6.6");
+  EXPECT_EQ(v60["profile_name"], "linux-6.0");
+  EXPECT_EQ(v60["vma_lock_success"], 0);
+  // Every 6.0 fault takes mmap_lock for read.
+  EXPECT_GE(v60["locks"]["mmap_lock"]["read"]["acquisitions"].get<uint64_t>(), v60["ops"].get<uint64_t>());
+  EXPECT_GT(v66["vma_lock_success"].get<uint64_t>(), 0u);
+  // 6.6: nearly all faults under the VMA lock; the first fault of each new VMA aborts
+  // (no anon_vma yet) and takes mmap_lock.
+  EXPECT_GE(v66["vma_lock_success"].get<double>(), 0.95 * v66["ops"].get<double>());
+  EXPECT_GT(v66["vma_lock_abort"].get<uint64_t>(), 0u);
+  EXPECT_LT(v66["locks"]["mmap_lock"]["read"]["acquisitions"].get<double>(), 0.05 * v66["ops"].get<double>());
+  EXPECT_TRUE(v60["mmap_lock_contentions_per_1k_faults"].is_number());
+  EXPECT_TRUE(v60["mmap_lock_wait_s_per_op"].is_number());
+}
+
+TEST(BenchInprocess, Mmap1Processes) {
+  json j = CliJson({"bench", "mmap1", "--mode", "processes", "--clients", "2", "--duration", "200ms", "--profile",
+                    "linux-6.1"});
+  ASSERT_EQ(j["results"].size(), 1u);
+  const json& r = j["results"][0];
+  ExpectRates(r);
+  EXPECT_EQ(r["profile"], "linux-6.1");
+  EXPECT_GT(r["ops"].get<uint64_t>(), 100u);
+  EXPECT_EQ(r["faults"], 0);
+  EXPECT_TRUE(r["mmap_lock_contentions_per_1k_faults"].is_null());  // no faults
+  // mmap and munmap each take mmap_lock for write.
+  EXPECT_GE(r["locks"]["mmap_lock"]["write"]["acquisitions"].get<uint64_t>(), 2 * r["ops"].get<uint64_t>());
+  // Separate spaces: nobody to contend with.
+  EXPECT_EQ(r["mmap_lock_contentions"], 0);
+}
+
+TEST(BenchInprocess, MixedCompare) {
+  json j = CliJson({"bench", "mixed", "--clients", "2", "--duration", "200ms", "--compare", "linux-6.0,linux-6.6"});
+  EXPECT_EQ(j["faulters"], 1);
+  EXPECT_EQ(j["churners"], 1);
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const json& r : j["results"]) {
+    SCOPED_TRACE(r["profile"].get<std::string>());
+    ExpectRates(r);
+    EXPECT_GT(r["ops"].get<uint64_t>(), 0u);
+    EXPECT_GT(r["churn_ops"].get<uint64_t>(), 0u);
+    EXPECT_NEAR(r["churn_ops_per_s"].get<double>(), r["churn_ops"].get<double>() / r["seconds"].get<double>(), 1.0);
+    EXPECT_NEAR(r["faults"].get<double>(), r["ops"].get<double>(), 0.01 * r["ops"].get<double>());
+    // The churner's mmap and munmap take mmap_lock for write.
+    EXPECT_GE(r["locks"]["mmap_lock"]["write"]["acquisitions"].get<uint64_t>(), 2 * r["churn_ops"].get<uint64_t>());
+  }
+  EXPECT_EQ(ByProfile(j, "linux-6.0")["vma_lock_success"], 0);
+  EXPECT_GT(ByProfile(j, "linux-6.6")["vma_lock_success"].get<uint64_t>(), 0u);
+}
+
+TEST(BenchInprocess, CompareOneSwitch) {
+  // One switch varied from the base profile; each spec gets its own run and slot.
+  json j = CliJson({"bench", "page_fault1", "--duration", "200ms", "--profile", "linux-6.4", "--compare",
+                    "vma_lock=off,anon"});
+  ASSERT_EQ(j["results"].size(), 2u);
+  EXPECT_EQ(j["results"][0]["profile"], "linux-6.4,vma_lock=off");
+  EXPECT_EQ(j["results"][0]["profile_name"], "linux-6.1");  // the engine names the combination
+  EXPECT_EQ(j["results"][0]["vma_lock_success"], 0);
+  EXPECT_EQ(j["results"][1]["profile"], "linux-6.4,vma_lock=anon");
+  EXPECT_GT(j["results"][1]["vma_lock_success"].get<uint64_t>(), 0u);
+}
+
+TEST(BenchInprocess, RunBenchLibrary) {
+  auto backend = bench::MakeInprocessBackend();
+  bench::BenchConfig cfg;
+  cfg.workload = bench::Workload::kPageFault1;
+  cfg.duration_s = 0.1;
+  cfg.profile = "linux-6.0";
+  bench::BenchResult r = bench::RunBench(cfg, *backend);
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_GT(r.ops, 0u);
+  EXPECT_EQ(r.ops, r.faults);
+  ASSERT_TRUE(r.locks.has_value());
+  EXPECT_GE(r.locks->lock("mmap_lock", "read").acquisitions, r.ops);
+  EXPECT_EQ(r.locks->event("vma_lock_success"), 0u);
+  // Bad configurations fail without running.
+  cfg.profile = "index=rbtree,vma_lock=all";
+  EXPECT_TRUE(Contains(bench::RunBench(cfg, *backend).error, "needs index=maple"));
+  cfg.profile = "linux-6.6";
+  cfg.workload = bench::Workload::kMixed;
+  cfg.clients = 1;
+  EXPECT_FALSE(bench::RunBench(cfg, *backend).ok());
+}
+
+TEST(BenchCli, HumanTable) {
+  CliRun r = Cli({"bench", "mixed", "--duration", "150ms", "--compare", "linux-6.0,linux-6.6"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  for (const char* s : {"bench mixed: 1 faulter + 1 churner", "profile", "ops/s", "faults/s", "churn/s", "cont/1kflt",
+                        "wait-s/op", "vl-success", "linux-6.0", "linux-6.6"}) {
+    EXPECT_TRUE(Contains(r.out, s)) << s << "\n" << r.out;
+  }
+  EXPECT_TRUE(Contains(r.err, "[1/2] profile linux-6.0")) << r.err;  // progress on stderr
+}
+
+std::string TempPath(const char* name) {
+  const char* dir = getenv("TMPDIR");
+  return std::string(dir && *dir ? dir : "/tmp") + "/vmspace-test-" + std::to_string(getpid()) + "-" + name;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+TEST(BenchPlot, WritesSvg) {
+  if (bench::FindGnuplot().empty()) GTEST_SKIP() << "gnuplot not installed (apt-get install -y gnuplot-nox)";
+  std::string svg = TempPath("pf1.svg");
+  json j = CliJson({"bench", "page_fault1", "--duration", "150ms", "--compare", "linux-6.0,linux-6.6", "--plot", svg});
+  EXPECT_EQ(j["plot"], svg);
+  std::string text = ReadAll(svg);
+  EXPECT_TRUE(Contains(text, "<svg")) << text.substr(0, 200);
+  EXPECT_TRUE(Contains(text, "linux-6.6"));
+  unlink(svg.c_str());
+
+  // bench stress --compare draws one too.
+  svg = TempPath("stress.svg");
+  j = CliJson({"bench", "stress", "--rounds", "300", "--skip-native", "--compare", "linux-6.0,linux-6.6", "--plot", svg});
+  EXPECT_TRUE(Contains(ReadAll(svg), "<svg"));
+  unlink(svg.c_str());
+}
+
+TEST(BenchPlot, MissingGnuplotFailsFirst) {
+  setenv("VMSPACE_GNUPLOT", "/nonexistent/gnuplot", 1);
+  auto t0 = std::chrono::steady_clock::now();
+  CliRun r = Cli({"bench", "page_fault1", "--duration", "5s", "--plot", TempPath("none.svg")});
+  unsetenv("VMSPACE_GNUPLOT");
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_TRUE(Contains(r.err, "gnuplot-nox")) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "should fail before running";
+}
+
+TEST(BenchStressCompare, InprocessJson) {
+  json j = CliJson({"bench", "stress", "--rounds", "2000", "--page-fault", "--compare",
+                    "linux-6.0,linux-6.1,linux-6.4,linux-6.6"});
+  EXPECT_EQ(j["workload"], "seed-004");
+  EXPECT_EQ(j["compare"], true);
+  ASSERT_TRUE(j["native"].is_object());
+  EXPECT_EQ(j["native"]["rounds"], 2000);
+  ASSERT_EQ(j["results"].size(), 4u);
+  std::string hash = j["results"][0]["addr_hash"];
+  for (const json& r : j["results"]) {
+    SCOPED_TRACE(r["profile"].get<std::string>());
+    EXPECT_EQ(r["rounds"], 2000);
+    EXPECT_GT(r["rounds_per_sec"].get<double>(), 0);
+    EXPECT_TRUE(r.contains("ops_per_s"));
+    EXPECT_TRUE(r.contains("faults_per_s"));
+    ASSERT_TRUE(r["ratio_vs_native"].is_number());
+    EXPECT_NEAR(r["ratio_vs_native"].get<double>(),
+                r["rounds_per_sec"].get<double>() / j["native"]["rounds_per_sec"].get<double>(), 1e-9);
+    EXPECT_EQ(r["addr_hash"], hash);  // locking never changes placement
+    EXPECT_GE(r["pgfault"].get<uint64_t>(), r["faults"].get<uint64_t>());
+    EXPECT_TRUE(r["error"].is_null());
+  }
+  EXPECT_EQ(ByProfile(j, "linux-6.0")["vma_lock_success"], 0);
+  EXPECT_EQ(ByProfile(j, "linux-6.1")["vma_lock_success"], 0);
+  EXPECT_GT(ByProfile(j, "linux-6.4")["vma_lock_success"].get<uint64_t>(), 0u);
+  EXPECT_GT(ByProfile(j, "linux-6.6")["vma_lock_success"].get<uint64_t>(), 0u);
+  EXPECT_GT(ByProfile(j, "linux-6.0")["locks"]["mmap_lock"]["read"]["acquisitions"].get<uint64_t>(), 0u);
+}
+
+TEST(BenchStressCompare, HumanTable) {
+  CliRun r = Cli({"bench", "stress", "--rounds", "500", "--quiet", "--compare", "vma_lock=off,all"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  for (const char* s : {"rounds/s", "x native", "linux-6.6,vma_lock=off", "linux-6.6,vma_lock=all",
+                        "native (kernel, once)"}) {
+    EXPECT_TRUE(Contains(r.out, s)) << s << "\n" << r.out;
+  }
+}
+
+TEST(Lockstat, UnreachableDaemon) {
+  CliRun r = Cli({"lockstat", "--target", "127.0.0.1:1", "--timeout", "2"});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_TRUE(Contains(r.err, "UNAVAILABLE")) << r.err;
+}
+
+}  // namespace
+}  // namespace vmspace::cli
