@@ -1179,13 +1179,17 @@ SysResult AddressSpace::Madvise(uint64_t start, uint64_t len_in, int advice) {
   Impl& m = *impl_;
   StatsSlotScope slot_scope(m.slot);
   // do_madvise (mm/madvise.c)
-  if (start & (kPageSize - 1)) return SysResult::Err(EINVAL);
-  if (advice != MADV_DONTNEED) return SysResult::Err(EINVAL);
+  auto done = [](int e) {
+    CountOp(OpType::kMadvise, e);
+    return e ? SysResult::Err(e) : SysResult::Ok();
+  };
+  if (start & (kPageSize - 1)) return done(EINVAL);
+  if (advice != MADV_DONTNEED) return done(EINVAL);
   uint64_t len = PageAlign(len_in);
-  if (len_in && !len) return SysResult::Err(EINVAL);
+  if (len_in && !len) return done(EINVAL);
   uint64_t end = start + len;
-  if (end < start) return SysResult::Err(EINVAL);
-  if (end == start) return SysResult::Ok();
+  if (end < start) return done(EINVAL);
+  if (end == start) return done(0);
   m.mmap_lock.LockRead();
   int err = 0;
   auto* g = new Gather;
@@ -1208,7 +1212,7 @@ SysResult AddressSpace::Madvise(uint64_t start, uint64_t len_in, int advice) {
     g->frames = &m.frames;
     CallRcu(&g->head, &Gather::Free);
   }
-  return err ? SysResult::Err(err) : SysResult::Ok();
+  return done(err);
 }
 
 FaultResult AddressSpace::Fault(uint64_t addr, AccessType access) {

@@ -42,6 +42,7 @@ const char* OpTypeName(OpType t) {
     case OpType::kMmap: return "mmap";
     case OpType::kMunmap: return "munmap";
     case OpType::kMprotect: return "mprotect";
+    case OpType::kMadvise: return "madvise";
     case OpType::kCount: break;
   }
   return "?";

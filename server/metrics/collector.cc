@@ -6,6 +6,7 @@
 #include <prometheus/client_metric.h>
 #include <prometheus/metric_type.h>
 
+#include "engine/address_space.h"
 #include "engine/frame_allocator.h"
 #include "engine/stats.h"
 #include "engine/types.h"
@@ -91,19 +92,33 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
   auto hold = Family("vmspace_lock_hold_seconds",
                      "Time locks were held (recorded only with --lock-stats=on).",
                      MetricType::Histogram);
-  for (size_t c = 0; c < static_cast<size_t>(LockClass::kCount); c++) {
-    for (size_t m = 0; m < static_cast<size_t>(LockMode::kCount); m++) {
-      const auto cls = static_cast<LockClass>(c);
-      const auto mode = static_cast<LockMode>(m);
-      const LockStatCell& cell = s.lock(cls, mode);
-      std::vector<ClientMetric::Label> labels = {{"lock", LockClassName(cls)},
-                                                 {"mode", LockModeName(mode)}};
-      AddValue(acq, labels, static_cast<double>(cell.acquisitions));
-      AddValue(con, labels, static_cast<double>(cell.contentions));
-      AddHistogram(wait, labels, kDurationBuckets, cell.wait_hist,
-                   static_cast<double>(cell.wait_ns_total) * 1e-9);
-      AddHistogram(hold, labels, kDurationBuckets, cell.hold_hist,
-                   static_cast<double>(cell.hold_ns_total) * 1e-9);
+  // Per locking profile (one statistics slot each), so profiles can be compared side
+  // by side on one daemon. The named profiles are always exported (from 0); "custom"
+  // once a space with overridden switches has done anything.
+  std::vector<std::pair<std::string, StatsSnapshot>> slots;
+  for (int slot = 0; slot < kStatSlots; slot++) {
+    StatsSnapshot ps = ReadStats(slot);
+    bool active = slot < 4 || ps.event(Event::kPgfault) > 0;
+    for (size_t t = 0; t < ps.ops.size() && !active; t++)
+      for (uint64_t n : ps.ops[t]) active = active || n > 0;
+    if (!active) continue;
+    slots.emplace_back(slot < 4 ? LockingProfile::kNames[slot] : "custom", std::move(ps));
+  }
+  for (const auto& [profile, ps] : slots) {
+    for (size_t c = 0; c < static_cast<size_t>(LockClass::kCount); c++) {
+      for (size_t m = 0; m < static_cast<size_t>(LockMode::kCount); m++) {
+        const auto cls = static_cast<LockClass>(c);
+        const auto mode = static_cast<LockMode>(m);
+        const LockStatCell& cell = ps.lock(cls, mode);
+        std::vector<ClientMetric::Label> labels = {
+            {"lock", LockClassName(cls)}, {"mode", LockModeName(mode)}, {"profile", profile}};
+        AddValue(acq, labels, static_cast<double>(cell.acquisitions));
+        AddValue(con, labels, static_cast<double>(cell.contentions));
+        AddHistogram(wait, labels, kDurationBuckets, cell.wait_hist,
+                     static_cast<double>(cell.wait_ns_total) * 1e-9);
+        AddHistogram(hold, labels, kDurationBuckets, cell.hold_hist,
+                     static_cast<double>(cell.hold_ns_total) * 1e-9);
+      }
     }
   }
   out.push_back(std::move(acq));
@@ -116,9 +131,10 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
                        "Simulated accesses by handler path (type) and outcome "
                        "(minor, sigsegv, sigbus, oom).",
                        MetricType::Counter);
-  for (const auto& fe : kFaultEvents)
-    AddValue(faults, {{"type", EventName(fe.event)}, {"outcome", fe.outcome}},
-             static_cast<double>(s.event(fe.event)));
+  for (const auto& [profile, ps] : slots)
+    for (const auto& fe : kFaultEvents)
+      AddValue(faults, {{"type", EventName(fe.event)}, {"outcome", fe.outcome}, {"profile", profile}},
+               static_cast<double>(ps.event(fe.event)));
   out.push_back(std::move(faults));
   auto single = [&](const char* name, const char* help, Event e) {
     auto f = Family(name, help, MetricType::Counter);
@@ -137,8 +153,9 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
                                                     {Event::kVmaLockAbort, "abort"},
                                                     {Event::kVmaLockRetry, "retry"},
                                                     {Event::kVmaLockMiss, "miss"}};
-  for (const auto& [e, result] : kVmaLock)
-    AddValue(vmalock, {{"result", result}}, static_cast<double>(s.event(e)));
+  for (const auto& [profile, ps] : slots)
+    for (const auto& [e, result] : kVmaLock)
+      AddValue(vmalock, {{"result", result}, {"profile", profile}}, static_cast<double>(ps.event(e)));
   out.push_back(std::move(vmalock));
   single("vmspace_frames_allocated_total", "Page frames allocated.",
          Event::kFramesAllocated);

@@ -78,10 +78,10 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
   const Samples s = ParseMetrics(body);
   EXPECT_EQ(Get(s, SeriesKey("vmspace_build_info", {{"version", "0.1.0"}})), 1);
   EXPECT_GE(Get(s, SeriesKey("vmspace_lock_acquisitions_total",
-                             {{"lock", "mmap_lock"}, {"mode", "write"}})),
+                             {{"lock", "mmap_lock"}, {"mode", "write"}, {"profile", "linux-6.6"}})),
             1);
   EXPECT_GE(Get(s, SeriesKey("vmspace_lock_hold_seconds_count",
-                             {{"lock", "mmap_lock"}, {"mode", "write"}})),
+                             {{"lock", "mmap_lock"}, {"mode", "write"}, {"profile", "linux-6.6"}})),
             1);
   EXPECT_EQ(Get(s, "vmspace_frame_limit_bytes"), 268435456.0);
 
@@ -195,10 +195,10 @@ TEST_F(MetricsTest, CountsMatchTheWorkDone) {
   EXPECT_EQ(delta(munmap_ok), 1);
   // Faults.
   EXPECT_EQ(delta(SeriesKey("vmspace_faults_total",
-                            {{"type", "anon_write"}, {"outcome", "minor"}})),
+                            {{"type", "anon_write"}, {"outcome", "minor"}, {"profile", "linux-6.6"}})),
             kTouched);
   EXPECT_EQ(delta(SeriesKey("vmspace_faults_total",
-                            {{"type", "segv_maperr"}, {"outcome", "sigsegv"}})),
+                            {{"type", "segv_maperr"}, {"outcome", "sigsegv"}, {"profile", "linux-6.6"}})),
             1);
   EXPECT_GE(delta("vmspace_pgfault_total"), kTouched);
   EXPECT_EQ(delta("vmspace_pgmajfault_total"), 0);
@@ -235,6 +235,62 @@ TEST_F(MetricsTest, UnknownPathIsNotFound) {
   int status = 0;
   HttpGet(d_.metrics_port(), "/nope", &status);
   EXPECT_EQ(status, 404);
+}
+
+// Lock and fault metrics are labelled by locking profile: the same work in a
+// linux-6.0 space and a linux-6.6 space lands in different series, and only the
+// linux-6.6 faults (after the first, which assigns the anon_vma under mmap_lock) are
+// handled under the per-VMA lock.
+TEST_F(MetricsTest, LockMetricsArePerProfile) {
+  const Samples before = ParseMetrics(Scrape());
+  auto delta_of = [&](const Samples& after, const std::string& k) {
+    auto g = [](const Samples& s, const std::string& key) {
+      auto it = s.find(key);
+      return it == s.end() ? 0.0 : it->second;
+    };
+    return g(after, k) - g(before, k);
+  };
+  constexpr int kPages = 16;
+  for (const char* profile : {"linux-6.0", "linux-6.6"}) {
+    v1::CreateSpaceRequest c;
+    c.mutable_settings()->set_locking_profile(profile);
+    v1::CreateSpaceResponse cs;
+    ASSERT_TRUE(stub_->CreateSpace(Ctx().get(), c, &cs).ok());
+    v1::MmapRequest m;
+    m.set_space_id(cs.space_id());
+    m.set_len(kPages * kPage);
+    m.set_prot(PROT_READ | PROT_WRITE);
+    m.set_flags(MAP_PRIVATE | MAP_ANONYMOUS);
+    v1::MmapResponse mr;
+    ASSERT_TRUE(stub_->Mmap(Ctx().get(), m, &mr).ok());
+    v1::AccessRequest a;
+    a.set_space_id(cs.space_id());
+    a.set_addr(mr.addr());
+    a.set_len(kPages * kPage);
+    a.set_stride(kPage);
+    a.set_access(v1::ACCESS_WRITE);
+    v1::AccessResponse ar;
+    ASSERT_TRUE(stub_->Access(Ctx().get(), a, &ar).ok());
+    ASSERT_EQ(ar.faults(), static_cast<uint64_t>(kPages));
+  }
+  const Samples after = ParseMetrics(Scrape());
+  auto mmap_read = [&](const char* p) {
+    return delta_of(after, SeriesKey("vmspace_lock_acquisitions_total",
+                                     {{"lock", "mmap_lock"}, {"mode", "read"}, {"profile", p}}));
+  };
+  auto vma_success = [&](const char* p) {
+    return delta_of(after, SeriesKey("vmspace_vma_lock_total", {{"result", "success"}, {"profile", p}}));
+  };
+  // The scrape itself reads each space's counters under its mmap_lock (read) once,
+  // before it reads the lock statistics: +1 per space.
+  // linux-6.0: every fault takes mmap_lock for read; no VMA locks.
+  EXPECT_EQ(mmap_read("linux-6.0"), kPages + 1);
+  EXPECT_EQ(vma_success("linux-6.0"), 0);
+  // linux-6.6: the first fault aborts (no anon_vma yet) and takes mmap_lock; the rest
+  // succeed under the VMA lock.
+  EXPECT_EQ(mmap_read("linux-6.6"), 1 + 1);
+  EXPECT_EQ(vma_success("linux-6.6"), kPages - 1);
+  EXPECT_EQ(delta_of(after, SeriesKey("vmspace_vma_lock_total", {{"result", "abort"}, {"profile", "linux-6.6"}})), 1);
 }
 
 }  // namespace
