@@ -712,6 +712,7 @@ int CmdBenchWorkload(Ctx& c) {
     return kExitFailed;
   }
   bool progress = !c.args.Flag("quiet");
+  cfg.pin = c.args.Has("pin") ? c.args.Flag("pin") : transport == "inprocess";
 
   std::vector<bench::BenchResult> results = RunProfiles<bench::BenchResult>(
       c, profiles, wname, progress, cfg.duration_s, [&](const std::string& p) {
@@ -772,6 +773,7 @@ int CmdBenchWorkload(Ctx& c) {
     j["duration_s"] = cfg.duration_s;
     j["transport"] = transport;
     if (transport != "inprocess") j["target"] = c.client.target;
+    j["pinned"] = cfg.pin;
     j["unit"] = WorkloadUnit(*workload);
     j["compare"] = c.args.Has("compare");
     Json arr = Json::array();
@@ -788,6 +790,7 @@ int CmdBenchWorkload(Ctx& c) {
            << (cfg.mode == bench::Mode::kThreads ? "one shared space" : "one space each") << ")";
     o << ", " << std::setprecision(3) << cfg.duration_s << " s per profile, transport " << transport;
     if (transport != "inprocess") o << " to " << c.client.target;
+    if (cfg.pin) o << ", clients pinned to CPUs";
     o << "\n";
     char line[512];
     std::string hdr_churn = mixed ? "     churn/s" : "";
@@ -1220,6 +1223,7 @@ std::vector<OptionSpec> BenchOptions() {
       {"compare", "LIST", "run each profile in turn: linux-6.0,linux-6.6 | vma_lock=off,anon,all | SPEC;SPEC"},
       {"transport", "T", "inprocess (engine threads in this process, default), unary or stream (vmspaced)"},
       {"plot", "FILE.svg", "write an SVG bar chart per profile with gnuplot (ops/s, contentions per 1000 faults)"},
+      {"pin", "", "pin client c to CPU c mod ncpus, as will-it-scale (default: on for inprocess; --pin=false)"},
       {"quiet", "", "no progress lines on stderr"},
   };
 }

@@ -7,6 +7,8 @@
 #include "engine/stats.h"
 #include "engine/types.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -361,6 +363,25 @@ void ChurnerClient(Session& s, RunState& st, ClientOut& o) {
   }
 }
 
+/// The CPUs this process may run on, in order.
+std::vector<int> AllowedCpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int i = 0; i < CPU_SETSIZE; ++i)
+      if (CPU_ISSET(i, &set)) cpus.push_back(i);
+  }
+  return cpus;
+}
+
+void PinTo(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
 }  // namespace
 
 std::unique_ptr<Backend> MakeInprocessBackend() { return std::make_unique<InprocessBackend>(); }
@@ -434,10 +455,12 @@ BenchResult RunBench(const BenchConfig& cfg, Backend& backend) {
   std::vector<ClientOut> outs(n);
   std::barrier<> start(static_cast<std::ptrdiff_t>(n + 1));
   std::vector<std::thread> threads;
+  std::vector<int> cpus = cfg.pin ? AllowedCpus() : std::vector<int>{};
   for (size_t c = 0; c < n; ++c) {
     threads.emplace_back([&, c] {
       ClientOut& o = outs[c];
       Session& s = *sessions[c];
+      if (!cpus.empty()) PinTo(cpus[c % cpus.size()]);
       start.arrive_and_wait();
       o.t0 = NowNs();
       switch (cfg.workload) {

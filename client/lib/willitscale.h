@@ -66,6 +66,9 @@ struct BenchConfig {
   /// Page writes are issued in chunks of this many bytes; the stop flag is checked
   /// between chunks (in-process and unary) or between messages (stream).
   uint64_t chunk_bytes = 2ull << 20;
+  /// Pin client c to the c-th CPU this process may run on (modulo their number), as
+  /// will-it-scale pins each task to a core.
+  bool pin = false;
 };
 
 /// lock_stat figures of one lock class and mode over a run.

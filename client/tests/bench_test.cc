@@ -160,6 +160,7 @@ TEST(BenchInprocess, PageFault1ThreadsCompare) {
   EXPECT_EQ(j["mode"], "threads");
   EXPECT_EQ(j["clients"], 2);
   EXPECT_EQ(j["transport"], "inprocess");
+  EXPECT_EQ(j["pinned"], true);  // in-process clients are pinned to CPUs by default
   EXPECT_DOUBLE_EQ(j["duration_s"].get<double>(), 0.2);
   ASSERT_EQ(j["results"].size(), 2u);
   EXPECT_TRUE(j["error"].is_null());
@@ -193,7 +194,8 @@ TEST(BenchInprocess, PageFault1ThreadsCompare) {
 
 TEST(BenchInprocess, Mmap1Processes) {
   json j = CliJson({"bench", "mmap1", "--mode", "processes", "--clients", "2", "--duration", "200ms", "--profile",
-                    "linux-6.1"});
+                    "linux-6.1", "--pin=false"});
+  EXPECT_EQ(j["pinned"], false);
   ASSERT_EQ(j["results"].size(), 1u);
   const json& r = j["results"][0];
   ExpectRates(r);
