@@ -76,6 +76,7 @@ class StreamSession : public Session {
  public:
   StreamSession(const ClientOptions& opts, uint64_t space) : cl_(opts), space_(space), bs_(cl_.OpenBatch()) {}
   ~StreamSession() override {
+    if (broken_) return;  // already cancelled and finished
     bs_->WritesDone();
     v1::BatchResponse resp;
     while (bs_->Read(&resp)) {
