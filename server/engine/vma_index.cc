@@ -75,15 +75,23 @@ class NodePool {
     while (n--) out.push_back(static_cast<MNode*>(::operator new(sizeof(MNode))));
   }
   void PutBatch(std::vector<void*>& nodes) {
-    std::lock_guard<std::mutex> l(mu_);
-    for (void* n : nodes) free_.push_back(static_cast<MNode*>(n));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      while (!nodes.empty() && free_.size() < kMaxFree) {
+        free_.push_back(static_cast<MNode*>(nodes.back()));
+        nodes.pop_back();
+      }
+    }
+    for (void* n : nodes) ::operator delete(n);  // beyond the bound: back to malloc
     nodes.clear();
   }
   void PutBatch(std::vector<MNode*>& nodes) {
-    std::lock_guard<std::mutex> l(mu_);
-    free_.insert(free_.end(), nodes.begin(), nodes.end());
+    std::vector<void*> v(nodes.begin(), nodes.end());
     nodes.clear();
+    PutBatch(v);
   }
+  /// Free nodes kept for reuse at most (about 1.7 MB); the rest go back to malloc.
+  static constexpr size_t kMaxFree = 4096;
 
  private:
   std::mutex mu_;
