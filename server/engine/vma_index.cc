@@ -1,5 +1,6 @@
 #include "engine/vma_index.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <mutex>
@@ -315,6 +316,22 @@ class BTreeIndex final : public VmaIndex {
       MNode* nc = EraseRec(c->child(i), start);
       if (nc) c->SetChild(i, nc);
       else RemoveAt(c, i);
+      // Merge an underfull child into a neighbour when both fit in one node, so long
+      // mmap/munmap churn does not leave a tree of near-empty nodes.
+      if (nc && nc->n < kFanout / 4 && c->n > 1) {
+        int j = i + 1 < c->n ? i + 1 : i - 1;  // sibling
+        int l = std::min(i, j), r = std::max(i, j);
+        MNode* left = c->child(l);
+        MNode* right = c->child(r);
+        if (left->n + right->n <= kFanout - 1) {
+          MNode* m = Mutable(left);
+          for (int k = 0; k < right->n; k++)
+            InsertAt(m, m->n, right->lo[k], right->hi[k], right->gap[k], right->p[k]);
+          Retire(right);
+          c->SetChild(l, m);
+          RemoveAt(c, r);
+        }
+      }
     }
     if (c->n == 0) {
       Retire(c);
