@@ -123,9 +123,11 @@ struct AddressSpace::Impl {
   }
 
   /// Deferred frees are handed to call_rcu in batches of at least this many objects
-  /// (a call_rcu per mmap/munmap costs more than the operation: it may wake the
-  /// callback thread). Frames wait at most one batch longer to be reused.
-  static constexpr size_t kDeferBatch = 256;
+  /// (a call_rcu per mmap/munmap costs more than the operation: it wakes the callback
+  /// thread, and every grace period is a membarrier IPI to our threads), or once this
+  /// many frames (1 MiB) wait, so the frame limit is not held up for long.
+  static constexpr size_t kDeferBatch = 4096;
+  static constexpr size_t kDeferFrames = 256;
 
   FrameAllocator& frames;
   const SpaceOptions opts;
@@ -153,7 +155,7 @@ struct AddressSpace::Impl {
   void WriteUnlock() {
     idx->Commit();
     idx->TakeRetired(G().nodes);
-    if (gather->size() >= kDeferBatch) Flush();
+    if (gather->size() >= kDeferBatch || gather->pages.size() >= kDeferFrames) Flush();
     mm_lock_seq.fetch_add(1, std::memory_order_seq_cst);
     mmap_lock.UnlockWrite();
   }
