@@ -93,46 +93,6 @@ namespace stats_internal {
 
 
 
-namespace {
-// All blocks ever registered. Blocks of exited threads are kept (they hold totals);
-// a new thread reuses a retired block, so the list is bounded by peak thread count.
-struct Registry {
-  std::mutex mu;
-  std::vector<ThreadBlock*> all;
-  std::vector<ThreadBlock*> retired;
-};
-Registry& Reg() {
-  static Registry* r = new Registry;  // never destroyed: threads may exit after main
-  return *r;
-}
-struct Retirer {
-  ~Retirer() {
-    if (tls_block) {
-      std::lock_guard<std::mutex> l(Reg().mu);
-      Reg().retired.push_back(tls_block);
-      tls_block = nullptr;
-    }
-  }
-};
-thread_local Retirer tls_retirer;
-}  // namespace
-
-ThreadBlock* RegisterThread() {
-  (void)&tls_retirer;  // instantiate the thread-exit hook
-  Registry& r = Reg();
-  std::lock_guard<std::mutex> l(r.mu);
-  ThreadBlock* b;
-  if (!r.retired.empty()) {
-    b = r.retired.back();  // counts continue accumulating: totals are preserved
-    r.retired.pop_back();
-  } else {
-    b = new ThreadBlock();
-    r.all.push_back(b);
-  }
-  tls_block = b;
-  return b;
-}
-
 size_t BucketFor(uint64_t ns) {
   double s = static_cast<double>(ns) * 1e-9;
   for (size_t i = 0; i < kDurationBuckets.size(); i++)
@@ -198,9 +158,8 @@ void RecordHold(LockClass c, LockMode m, uint64_t hold_ns) {
 StatsSnapshot ReadStats(int slot) {
   using namespace stats_internal;
   StatsSnapshot s;
-  Registry& r = Reg();
-  std::lock_guard<std::mutex> l(r.mu);
-  for (ThreadBlock* tb : r.all) {
+  PerThread<ThreadBlock>::ForEach([&](const ThreadBlock& blk) {
+    const ThreadBlock* tb = &blk;
     for (int k = 0; k < kStatSlots; k++) {
       if (slot >= 0 && k != slot) continue;
       const Slot* b = &tb->slots[k];
@@ -225,7 +184,7 @@ StatsSnapshot ReadStats(int slot) {
           }
         }
     }
-  }
+  });
   return s;
 }
 

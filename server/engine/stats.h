@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/per_thread.h"
+
 namespace vmspace {
 
 /// Engine events, counted like /proc/vmstat (names in EventName()).
@@ -113,14 +115,8 @@ struct alignas(64) ThreadBlock {
   std::array<Slot, kStatSlots> slots;
 };
 inline thread_local constinit int tls_slot = 0;
-ThreadBlock* RegisterThread();
-inline thread_local constinit ThreadBlock* tls_block = nullptr;
 /// The calling thread's counters for its current profile slot.
-inline Slot& Block() {
-  ThreadBlock* b = tls_block;
-  if (__builtin_expect(b == nullptr, 0)) b = RegisterThread();
-  return b->slots[tls_slot];
-}
+inline Slot& Block() { return PerThread<ThreadBlock>::Get().slots[tls_slot]; }
 // Single-writer increment: only the owning thread writes its block.
 inline void Bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
   c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);

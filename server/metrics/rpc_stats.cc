@@ -44,46 +44,6 @@ const char* GrpcCodeName(int code) {
 
 namespace rpc_stats_internal {
 
-namespace {
-// Every block ever created. A block of an exited thread keeps its counts and is handed
-// to the next new thread, so the list is bounded by the peak number of threads.
-struct Registry {
-  std::mutex mu;
-  std::vector<ThreadBlock*> all;
-  std::vector<ThreadBlock*> retired;
-};
-Registry& Reg() {
-  static Registry* r = new Registry;  // never destroyed: threads may exit after main
-  return *r;
-}
-struct Retirer {
-  ~Retirer() {
-    if (tls_block) {
-      std::lock_guard<std::mutex> l(Reg().mu);
-      Reg().retired.push_back(tls_block);
-      tls_block = nullptr;
-    }
-  }
-};
-thread_local Retirer tls_retirer;
-}  // namespace
-
-ThreadBlock* RegisterThread() {
-  (void)&tls_retirer;  // odr-use: instantiates the thread-exit hook
-  Registry& r = Reg();
-  std::lock_guard<std::mutex> l(r.mu);
-  ThreadBlock* b;
-  if (!r.retired.empty()) {
-    b = r.retired.back();
-    r.retired.pop_back();
-  } else {
-    b = new ThreadBlock();
-    r.all.push_back(b);
-  }
-  tls_block = b;
-  return b;
-}
-
 size_t LatencyBucket(uint64_t ns) {
   const double s = static_cast<double>(ns) * 1e-9;
   for (size_t i = 0; i < kRpcLatencyBuckets.size(); i++)
@@ -94,11 +54,10 @@ size_t LatencyBucket(uint64_t ns) {
 }  // namespace rpc_stats_internal
 
 RpcSnapshot ReadRpcStats() {
-  using rpc_stats_internal::Reg;
   RpcSnapshot s;
   auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  std::lock_guard<std::mutex> l(Reg().mu);
-  for (const rpc_stats_internal::ThreadBlock* b : Reg().all) {
+  PerThread<rpc_stats_internal::ThreadBlock>::ForEach([&](const rpc_stats_internal::ThreadBlock& blk) {
+    const rpc_stats_internal::ThreadBlock* b = &blk;
     for (size_t m = 0; m < kRpcMethodCount; m++) {
       const auto& src = b->methods[m];
       auto& dst = s.methods[m];
@@ -110,7 +69,7 @@ RpcSnapshot ReadRpcStats() {
       for (size_t k = 0; k < dst.latency_hist.size(); k++)
         dst.latency_hist[k] += ld(src.latency_hist[k]);
     }
-  }
+  });
   return s;
 }
 

@@ -8,6 +8,8 @@
 // exited threads are kept and reused by new threads, so totals never go backwards.
 #pragma once
 
+#include "engine/per_thread.h"
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -84,13 +86,8 @@ struct alignas(64) ThreadBlock {
   };
   std::array<Method, kRpcMethodCount> methods{};
 };
-ThreadBlock* RegisterThread();
-// constinit: no dynamic initialisation, so no TLS wrapper call on the request path.
-inline thread_local constinit ThreadBlock* tls_block = nullptr;
 inline ThreadBlock::Method& Block(RpcMethod m) {
-  ThreadBlock* b = tls_block;
-  if (__builtin_expect(b == nullptr, 0)) b = RegisterThread();
-  return b->methods[static_cast<size_t>(m)];
+  return PerThread<ThreadBlock>::Get().methods[static_cast<size_t>(m)];
 }
 /// Single-writer increment: only the owning thread writes its block.
 inline void Bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
