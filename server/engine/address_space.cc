@@ -147,6 +147,7 @@ struct AddressSpace::Impl {
   std::mutex anon_vma_lock;
   PageTable pt;
   const int slot;  // statistics slot of the profile
+  static inline thread_local uint32_t vma_hold_sample_ = 0;  // hold-time sampling (lock.h)
 
   // ------------------------------------------------------------------ mmap_lock
   void WriteLock() { mmap_lock.LockWrite(); }
@@ -192,14 +193,14 @@ struct AddressSpace::Impl {
     while (v->vm_refcnt.load(std::memory_order_seq_cst) != Vma::kVmaLockOffset + 1) {
       if (!contended) {
         contended = true;
-        t0 = LockStatsEnabled() ? NowNs() : 0;
+        t0 = LockStatsEnabled() ? NowTicks() : 0;
       }
       __builtin_ia32_pause();
     }
     v->vm_lock_seq.store(seq, std::memory_order_seq_cst);
     v->vm_refcnt.fetch_sub(Vma::kVmaLockOffset, std::memory_order_seq_cst);
     RecordLock(LockClass::kVmaLock, LockMode::kWrite, contended,
-               contended && t0 ? NowNs() - t0 : 0, 0);
+               contended && t0 ? NowTicks() - t0 : 0, 0);
   }
   /// A new VMA: write-locked (so lockless readers skip it until WriteUnlock) and attached.
   void VmaInitLocked(Vma* v) {
@@ -844,11 +845,13 @@ struct AddressSpace::Impl {
     if (opts.profile.vma_lock != VmaLockMode::kOff) {
       if (Vma* v = LockVmaUnderRcu(addr)) {
         LockdepAcquire(LockRank::kVmaLock);
-        uint64_t t0 = LockStatsEnabled() ? NowNs() : 0;
+        RecordLock(LockClass::kVmaLock, LockMode::kRead, false, 0, 0);
+        const bool sample = LockStatsEnabled() && (++vma_hold_sample_ & (kHoldSampleEvery - 1)) == 0;
+        const uint64_t t0 = sample ? NowTicks() : 0;
         FaultResult r = FaultInVma(v, addr, acc, touch, LockPath::kVmaLock);
         VmaEndRead(v);
         LockdepRelease(LockRank::kVmaLock);
-        RecordLock(LockClass::kVmaLock, LockMode::kRead, false, 0, t0 ? NowNs() - t0 : 0);
+        if (sample) RecordHold(LockClass::kVmaLock, LockMode::kRead, NowTicks() - t0, kHoldSampleEvery);
         CountEvent(Event::kVmaLockSuccess);
         return r;
       }

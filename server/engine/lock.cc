@@ -74,132 +74,102 @@ RwSem::RwSem(LockClass cls) : cls_(cls) {
 
 RwSem::~RwSem() { pthread_rwlock_destroy(&rw_); }
 
+// Scheme: every acquisition is counted when it is taken (with its wait time if it had
+// to wait, measured only with --lock-stats=on). Hold time is sampled: one acquisition in
+// kHoldSampleEvery per thread stores a timestamp, and its release records the hold time
+// with that weight (so totals and histograms stay unbiased estimates). A stamp of 0
+// means "not sampled".
+namespace {
+thread_local uint32_t tls_sample_ctr = 0;
+inline uint64_t HoldStamp() {
+  if (!LockStatsEnabled() || (++tls_sample_ctr & (kHoldSampleEvery - 1)) != 0) return 0;
+  return NowTicks() | 1;  // never 0
+}
+inline void EndHold(LockClass c, LockMode m, uint64_t stamp) {
+  if (!stamp) return;
+  uint64_t now = NowTicks();
+  RecordHold(c, m, now > stamp ? now - stamp : 1, kHoldSampleEvery);
+}
+// Waits for a contended lock: `acquire` blocks; returns the wait in ticks (0 if off).
+template <typename F>
+inline uint64_t TimedWait(F&& acquire) {
+  if (!LockStatsEnabled()) {
+    acquire();
+    return 0;
+  }
+  uint64_t t0 = NowTicks();
+  acquire();
+  uint64_t t1 = NowTicks();
+  return t1 > t0 ? t1 - t0 : 1;
+}
+}  // namespace
+
 void RwSem::LockRead() {
   LockdepAcquire(RankOf(cls_));
-  bool timing = LockStatsEnabled();
-  if (pthread_rwlock_tryrdlock(&rw_) == 0) {
-    if (timing) tls_read_acquired[static_cast<size_t>(cls_)] = NowNs();
-    else RecordLock(cls_, LockMode::kRead, false, 0, 0);
-    return;
-  }
-  uint64_t t0 = timing ? NowNs() : 0;
-  pthread_rwlock_rdlock(&rw_);
-  if (timing) {
-    uint64_t t1 = NowNs();
-    tls_read_acquired[static_cast<size_t>(cls_)] = t1;
-    // Contention is recorded now; the acquisition and hold time at unlock.
-    RecordLock(cls_, LockMode::kRead, true, t1 - t0, 0);
-    // RecordLock counted one acquisition already; UnlockRead must not count another.
-    tls_read_acquired[static_cast<size_t>(cls_)] |= 1ull << 63;
-  } else {
-    RecordLock(cls_, LockMode::kRead, true, 0, 0);
-  }
+  bool contended = pthread_rwlock_tryrdlock(&rw_) != 0;
+  uint64_t wait = contended ? TimedWait([&] { pthread_rwlock_rdlock(&rw_); }) : 0;
+  RecordLock(cls_, LockMode::kRead, contended, wait, 0);
+  tls_read_acquired[static_cast<size_t>(cls_)] = HoldStamp();
 }
 
 bool RwSem::TryLockRead() {
   if (pthread_rwlock_tryrdlock(&rw_) != 0) return false;
   LockdepAcquire(RankOf(cls_));
-  if (LockStatsEnabled()) tls_read_acquired[static_cast<size_t>(cls_)] = NowNs();
-  else RecordLock(cls_, LockMode::kRead, false, 0, 0);
+  RecordLock(cls_, LockMode::kRead, false, 0, 0);
+  tls_read_acquired[static_cast<size_t>(cls_)] = HoldStamp();
   return true;
 }
 
 void RwSem::UnlockRead() {
-  if (LockStatsEnabled()) {
-    uint64_t a = tls_read_acquired[static_cast<size_t>(cls_)];
-    bool counted = a >> 63;
-    a &= ~(1ull << 63);
-    uint64_t now = NowNs();
-    uint64_t hold = now > a ? now - a : 1;
-    if (counted) RecordHold(cls_, LockMode::kRead, hold);
-    else RecordLock(cls_, LockMode::kRead, false, 0, hold);
-  }
+  EndHold(cls_, LockMode::kRead, tls_read_acquired[static_cast<size_t>(cls_)]);
   pthread_rwlock_unlock(&rw_);
   LockdepRelease(RankOf(cls_));
 }
 
 void RwSem::LockWrite() {
   LockdepAcquire(RankOf(cls_));
-  bool timing = LockStatsEnabled();
-  bool contended = false;
-  uint64_t wait = 0;
-  if (pthread_rwlock_trywrlock(&rw_) != 0) {
-    contended = true;
-    uint64_t t0 = timing ? NowNs() : 0;
-    pthread_rwlock_wrlock(&rw_);
-    if (timing) {
-      write_acquired_ns_ = NowNs();
-      wait = write_acquired_ns_ - t0;
-    }
-  } else if (timing) {
-    write_acquired_ns_ = NowNs();
-  }
-  if (!timing) {
-    RecordLock(cls_, LockMode::kWrite, contended, 0, 0);
-  } else if (contended) {
-    RecordLock(cls_, LockMode::kWrite, true, wait, 0);
-    write_acquired_ns_ |= 1ull << 63;
-  }
+  bool contended = pthread_rwlock_trywrlock(&rw_) != 0;
+  uint64_t wait = contended ? TimedWait([&] { pthread_rwlock_wrlock(&rw_); }) : 0;
+  RecordLock(cls_, LockMode::kWrite, contended, wait, 0);
+  write_acquired_ticks_ = HoldStamp();
 }
 
 bool RwSem::TryLockWrite() {
   if (pthread_rwlock_trywrlock(&rw_) != 0) return false;
   LockdepAcquire(RankOf(cls_));
-  if (LockStatsEnabled()) write_acquired_ns_ = NowNs();
-  else RecordLock(cls_, LockMode::kWrite, false, 0, 0);
+  RecordLock(cls_, LockMode::kWrite, false, 0, 0);
+  write_acquired_ticks_ = HoldStamp();
   return true;
 }
 
 void RwSem::UnlockWrite() {
-  if (LockStatsEnabled()) {
-    uint64_t a = write_acquired_ns_;
-    bool counted = a >> 63;
-    a &= ~(1ull << 63);
-    uint64_t now = NowNs();
-    uint64_t hold = now > a ? now - a : 1;
-    if (counted) RecordHold(cls_, LockMode::kWrite, hold);
-    else RecordLock(cls_, LockMode::kWrite, false, 0, hold);
-  }
+  EndHold(cls_, LockMode::kWrite, write_acquired_ticks_);
   pthread_rwlock_unlock(&rw_);
   LockdepRelease(RankOf(cls_));
 }
 
 void SpinLock::Lock() {
   LockdepAcquire(RankOf(cls_));
-  if (!locked_.exchange(true, std::memory_order_acquire)) {
-    if (LockStatsEnabled()) acquired_ns_ = NowNs();
-    else RecordLock(cls_, LockMode::kWrite, false, 0, 0);
-    return;
+  bool contended = locked_.exchange(true, std::memory_order_acquire);
+  uint64_t wait = 0;
+  if (contended) {
+    wait = TimedWait([&] {
+      int spins = 0;
+      for (;;) {
+        while (locked_.load(std::memory_order_relaxed)) {
+          if (++spins < 1000) Pause();
+          else sched_yield();
+        }
+        if (!locked_.exchange(true, std::memory_order_acquire)) break;
+      }
+    });
   }
-  bool timing = LockStatsEnabled();
-  uint64_t t0 = timing ? NowNs() : 0;
-  int spins = 0;
-  for (;;) {
-    while (locked_.load(std::memory_order_relaxed)) {
-      if (++spins < 1000) Pause();
-      else sched_yield();
-    }
-    if (!locked_.exchange(true, std::memory_order_acquire)) break;
-  }
-  if (timing) {
-    uint64_t t1 = NowNs();
-    RecordLock(cls_, LockMode::kWrite, true, t1 - t0, 0);
-    acquired_ns_ = t1 | (1ull << 63);
-  } else {
-    RecordLock(cls_, LockMode::kWrite, true, 0, 0);
-  }
+  RecordLock(cls_, LockMode::kWrite, contended, wait, 0);
+  acquired_ticks_ = HoldStamp();
 }
 
 void SpinLock::Unlock() {
-  if (LockStatsEnabled()) {
-    uint64_t a = acquired_ns_;
-    bool counted = a >> 63;
-    a &= ~(1ull << 63);
-    uint64_t now = NowNs();
-    uint64_t hold = now > a ? now - a : 1;
-    if (counted) RecordHold(cls_, LockMode::kWrite, hold);
-    else RecordLock(cls_, LockMode::kWrite, false, 0, hold);
-  }
+  EndHold(cls_, LockMode::kWrite, acquired_ticks_);
   locked_.store(false, std::memory_order_release);
   LockdepRelease(RankOf(cls_));
 }

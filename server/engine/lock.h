@@ -65,6 +65,11 @@ class RankedGuard {
   LockRank r_;
 };
 
+/// One acquisition in this many (per thread) has its hold time measured; its hold time
+/// is recorded with this weight. Wait times of contended acquisitions are always
+/// measured (with --lock-stats=on). Keeps lock_stat's cost on the fault path small.
+inline constexpr uint32_t kHoldSampleEvery = 16;
+
 /// Reader-writer semaphore like Linux's rw_semaphore: writers are preferred once
 /// waiting (glibc PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP), so a stream of readers
 /// cannot starve mmap/munmap. Not recursive.
@@ -88,10 +93,9 @@ class RwSem {
  private:
   pthread_rwlock_t rw_;
   LockClass cls_;
-  // Acquisition timestamp of the current writer (hold time); readers keep theirs on
-  // the stack of the guard that took them, see ReadGuard.
-  uint64_t write_acquired_ns_ = 0;
-  friend class ReadTimer;
+  // Hold-time stamp of the current writer (0 = not sampled); readers keep theirs in a
+  // thread-local per lock class.
+  uint64_t write_acquired_ticks_ = 0;
 };
 
 /// Test-and-test-and-set spinlock with instrumentation, for page-table locks
@@ -106,7 +110,7 @@ class SpinLock {
  private:
   std::atomic<bool> locked_{false};
   LockClass cls_;
-  uint64_t acquired_ns_ = 0;
+  uint64_t acquired_ticks_ = 0;
 };
 
 /// RAII holders.

@@ -89,26 +89,14 @@ StatsSnapshot StatsSnapshot::Minus(const StatsSnapshot& b) const {
   return r;
 }
 
-namespace stats_internal {
-
-
-
-size_t BucketFor(uint64_t ns) {
-  double s = static_cast<double>(ns) * 1e-9;
-  for (size_t i = 0; i < kDurationBuckets.size(); i++)
-    if (s <= kDurationBuckets[i]) return i;
-  return kDurationBuckets.size();
-}
-
-}  // namespace stats_internal
-
 namespace {
 std::atomic<bool> g_lock_stats{true};
 
-// rdtsc calibration: ns = (tsc - tsc0) * ns_per_tick.
+// TSC calibration, done once at start-up (static initialisation), so the hot path
+// never checks a guard: ns = ticks * ns_per_tick.
 struct TscClock {
-  uint64_t tsc0;
   double ns_per_tick;
+  std::array<uint64_t, kDurationBuckets.size()> bucket_ticks;  // upper bounds in ticks
   TscClock() {
     auto t0 = std::chrono::steady_clock::now();
     uint64_t c0 = __rdtsc();
@@ -117,42 +105,49 @@ struct TscClock {
     uint64_t c1 = __rdtsc();
     double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
     ns_per_tick = c1 > c0 ? ns / static_cast<double>(c1 - c0) : 1.0;
-    tsc0 = c0;
+    for (size_t i = 0; i < kDurationBuckets.size(); i++)
+      bucket_ticks[i] = static_cast<uint64_t>(kDurationBuckets[i] * 1e9 / ns_per_tick);
   }
 };
-const TscClock& Clock() {
-  static TscClock c;
-  return c;
-}
+const TscClock g_clock;
 }  // namespace
 
-uint64_t NowNs() {
-  const TscClock& c = Clock();
-  return static_cast<uint64_t>(static_cast<double>(__rdtsc() - c.tsc0) * c.ns_per_tick);
+uint64_t TicksToNs(uint64_t ticks) {
+  return static_cast<uint64_t>(static_cast<double>(ticks) * g_clock.ns_per_tick);
 }
+
+namespace stats_internal {
+size_t BucketFor(uint64_t ticks) {
+  for (size_t i = 0; i < kDurationBuckets.size(); i++)
+    if (ticks <= g_clock.bucket_ticks[i]) return i;
+  return kDurationBuckets.size();
+}
+}  // namespace stats_internal
 
 void SetLockStatsEnabled(bool on) { g_lock_stats.store(on, std::memory_order_relaxed); }
 bool LockStatsEnabled() { return g_lock_stats.load(std::memory_order_relaxed); }
 
-void RecordLock(LockClass c, LockMode m, bool contended, uint64_t wait_ns, uint64_t hold_ns) {
+void RecordLock(LockClass c, LockMode m, bool contended, uint64_t wait_ticks, uint64_t hold_ticks) {
   using namespace stats_internal;
   auto& cell = Block().locks[static_cast<size_t>(c)][static_cast<size_t>(m)];
   Bump(cell.acquisitions);
   if (contended) {
     Bump(cell.contentions);
-    Bump(cell.wait_ns_total, wait_ns);
-    Max(cell.wait_ns_max, wait_ns);
-    Bump(cell.wait_hist[BucketFor(wait_ns)]);
+    if (wait_ticks) {
+      Bump(cell.wait_ticks_total, wait_ticks);
+      Max(cell.wait_ticks_max, wait_ticks);
+      Bump(cell.wait_hist[BucketFor(wait_ticks)]);
+    }
   }
-  if (hold_ns) RecordHold(c, m, hold_ns);
+  if (hold_ticks) RecordHold(c, m, hold_ticks);
 }
 
-void RecordHold(LockClass c, LockMode m, uint64_t hold_ns) {
+void RecordHold(LockClass c, LockMode m, uint64_t hold_ticks, uint64_t weight) {
   using namespace stats_internal;
   auto& cell = Block().locks[static_cast<size_t>(c)][static_cast<size_t>(m)];
-  Bump(cell.hold_ns_total, hold_ns);
-  Max(cell.hold_ns_max, hold_ns);
-  Bump(cell.hold_hist[BucketFor(hold_ns)]);
+  Bump(cell.hold_ticks_total, hold_ticks * weight);
+  Max(cell.hold_ticks_max, hold_ticks);
+  Bump(cell.hold_hist[BucketFor(hold_ticks)], weight);
 }
 
 StatsSnapshot ReadStats(int slot) {
@@ -174,10 +169,10 @@ StatsSnapshot ReadStats(int slot) {
           const auto& y = b->locks[c][m];
           x.acquisitions += y.acquisitions.load(std::memory_order_relaxed);
           x.contentions += y.contentions.load(std::memory_order_relaxed);
-          x.wait_ns_total += y.wait_ns_total.load(std::memory_order_relaxed);
-          x.wait_ns_max = std::max(x.wait_ns_max, y.wait_ns_max.load(std::memory_order_relaxed));
-          x.hold_ns_total += y.hold_ns_total.load(std::memory_order_relaxed);
-          x.hold_ns_max = std::max(x.hold_ns_max, y.hold_ns_max.load(std::memory_order_relaxed));
+          x.wait_ns_total += TicksToNs(y.wait_ticks_total.load(std::memory_order_relaxed));
+          x.wait_ns_max = std::max(x.wait_ns_max, TicksToNs(y.wait_ticks_max.load(std::memory_order_relaxed)));
+          x.hold_ns_total += TicksToNs(y.hold_ticks_total.load(std::memory_order_relaxed));
+          x.hold_ns_max = std::max(x.hold_ns_max, TicksToNs(y.hold_ticks_max.load(std::memory_order_relaxed)));
           for (size_t k2 = 0; k2 < x.wait_hist.size(); k2++) {
             x.wait_hist[k2] += y.wait_hist[k2].load(std::memory_order_relaxed);
             x.hold_hist[k2] += y.hold_hist[k2].load(std::memory_order_relaxed);

@@ -7,6 +7,8 @@
 // (include/linux/vmstat.h), with threads in place of CPUs.
 #pragma once
 
+#include <x86intrin.h>
+
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -97,9 +99,9 @@ struct StatsSnapshot {
 inline constexpr int kStatSlots = 5;
 
 namespace stats_internal {
-struct LockCell {
-  std::atomic<uint64_t> acquisitions{0}, contentions{0}, wait_ns_total{0}, wait_ns_max{0},
-      hold_ns_total{0}, hold_ns_max{0};
+struct LockCell {  // times in TSC ticks (converted to ns by ReadStats)
+  std::atomic<uint64_t> acquisitions{0}, contentions{0}, wait_ticks_total{0}, wait_ticks_max{0},
+      hold_ticks_total{0}, hold_ticks_max{0};
   std::array<std::atomic<uint64_t>, kDurationBuckets.size() + 1> wait_hist{}, hold_hist{};
 };
 struct Slot {
@@ -124,7 +126,8 @@ inline void Bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
 inline void Max(std::atomic<uint64_t>& c, uint64_t v) {
   if (v > c.load(std::memory_order_relaxed)) c.store(v, std::memory_order_relaxed);
 }
-size_t BucketFor(uint64_t ns);
+/// Histogram bucket of a duration in TSC ticks (thresholds precomputed in ticks).
+size_t BucketFor(uint64_t ticks);
 }  // namespace stats_internal
 
 /// Count one engine event on the calling thread's block (no shared writes).
@@ -135,10 +138,12 @@ inline void CountEvent(Event e, uint64_t n = 1) {
 inline void CountOp(OpType t, int err) {
   stats_internal::Bump(stats_internal::Block().ops[static_cast<size_t>(t)][ErrnoSlot(err)]);
 }
-/// Record one lock acquisition: contended or not, wait and hold time in ns.
-void RecordLock(LockClass c, LockMode m, bool contended, uint64_t wait_ns, uint64_t hold_ns);
-/// Record only the hold time of an acquisition already counted by RecordLock.
-void RecordHold(LockClass c, LockMode m, uint64_t hold_ns);
+/// Record one lock acquisition: contended or not, wait and hold time in TSC ticks
+/// (NowTicks() differences; 0 = not measured).
+void RecordLock(LockClass c, LockMode m, bool contended, uint64_t wait_ticks, uint64_t hold_ticks);
+/// Record only the hold time (ticks) of an acquisition already counted by RecordLock,
+/// standing for `weight` acquisitions (hold times are sampled, see lock.h).
+void RecordHold(LockClass c, LockMode m, uint64_t hold_ticks, uint64_t weight = 1);
 
 /// Sum of all threads' counters since process start, over all profile slots (slot < 0)
 /// or for one slot. Safe from any thread.
@@ -161,8 +166,11 @@ class StatsSlotScope {
 void SetLockStatsEnabled(bool on);
 bool LockStatsEnabled();
 
-/// Monotonic time in nanoseconds, cheap (rdtsc scaled, calibrated at start-up).
-uint64_t NowNs();
+/// Timestamp for lock timing: the TSC (one rdtsc, no scaling on the hot path). Lock
+/// statistics are kept in ticks and converted to ns when read (TicksToNs).
+inline uint64_t NowTicks() { return __rdtsc(); }
+/// TSC ticks to nanoseconds (calibrated against CLOCK_MONOTONIC at start-up).
+uint64_t TicksToNs(uint64_t ticks);
 
 /// Render a /proc/lock_stat-like table (times in microseconds) from a snapshot.
 std::string FormatLockStat(const StatsSnapshot& s);
