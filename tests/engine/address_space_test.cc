@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "profiles.h"
+
 #include <cerrno>
 
 #include "engine/stats.h"
@@ -291,13 +293,7 @@ TEST_P(Fixture, MaxMapCount) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, Fixture,
-                         ::testing::Values("linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-' || c == '.') c = '_';
-                           return n;
-                         });
+                         testing_profiles::AllProfiles(), testing_profiles::ProfileName());
 
 TEST(MapsFormat, LinesMatchKernel) {
   VmaInfo anon;

@@ -6,6 +6,8 @@
 // writer step.
 #include <gtest/gtest.h>
 
+#include "profiles.h"
+
 #include <atomic>
 #include <chrono>
 #include <random>
@@ -134,13 +136,7 @@ TEST_P(Stress, ConcurrentFaultsOnSamePagesAgree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, Stress,
-                         ::testing::Values("linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-' || c == '.') c = '_';
-                           return n;
-                         });
+                         testing_profiles::AllProfiles(), testing_profiles::ProfileName());
 
 }  // namespace
 }  // namespace vmspace

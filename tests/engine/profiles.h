@@ -1,0 +1,25 @@
+// The locking profiles every engine semantic and stress test runs under, and a gtest
+// name generator for them ("linux-6.6" -> "linux_6_6").
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace vmspace::testing_profiles {
+
+inline auto AllProfiles() {
+  return ::testing::Values("linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6");
+}
+
+struct ProfileName {
+  template <typename Info>
+  std::string operator()(const Info& info) const {
+    std::string n = info.param;
+    for (char& c : n)
+      if (c == '-' || c == '.') c = '_';
+    return n;
+  }
+};
+
+}  // namespace vmspace::testing_profiles
