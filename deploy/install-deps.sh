@@ -6,6 +6,8 @@ PKGS=(
   build-essential cmake pkg-config
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev liburcu-dev
+  libfmt-dev           # the engine's message formatting
+  clang                # the thread-safety analysis stage of deploy/test.sh (-Wthread-safety)
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev   # JSON output of the CLI
   gnuplot-nox          # SVG charts of `vmspace bench ... --plot` (run as a subprocess)

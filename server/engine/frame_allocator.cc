@@ -3,11 +3,17 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <unordered_set>
+#include <vector>
 
-#include "engine/lock.h"
-#include "engine/rcu.h"
 #include "engine/stats.h"
+#include "sync/mutex.h"
+#include "sync/rcu.h"
 
 namespace vmspace {
 
@@ -19,114 +25,168 @@ std::atomic<unsigned> g_next_shard{0};
 thread_local int tls_shard = -1;
 }  // namespace
 
-FrameAllocator::FrameAllocator(uint64_t limit_bytes) : limit_frames_(limit_bytes / kFrame) {}
+struct FrameAllocator::State {
+  struct alignas(64) Shard {
+    Mutex mu{LockRank::kFrameShard};
+    std::vector<void*> free ABSL_GUARDED_BY(mu);
+    uint64_t budget ABSL_GUARDED_BY(mu) = 0;  // frames reserved from the limit, not in use
+    std::atomic<int64_t> in_use{0};  // written under mu, read by in_use_frames()
+  };
+  explicit State(uint64_t limit) : limit_frames(limit) {}
+
+  Shard& MyShard() {
+    if (tls_shard < 0) tls_shard = static_cast<int>(g_next_shard.fetch_add(1) % kShards);
+    return shards[tls_shard];
+  }
+  void* CarveFrame();
+  void* TakeFromGlobal(Shard& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  void DebugAlloc(void* f);
+  void DebugFree(void* f);
+
+  const uint64_t limit_frames;  // 0 = unlimited
+  std::atomic<uint64_t> reserved_frames{0};  // sum of budgets + frames in use
+  std::array<Shard, kShards> shards;
+  Mutex chunk_mu{LockRank::kFrameChunk};
+  std::vector<void*> chunks ABSL_GUARDED_BY(chunk_mu);       // 2 MiB host mappings
+  std::vector<void*> global_free ABSL_GUARDED_BY(chunk_mu);  // frames shards gave back
+  char* carve ABSL_GUARDED_BY(chunk_mu) = nullptr;
+  char* carve_end ABSL_GUARDED_BY(chunk_mu) = nullptr;
+  Mutex debug_mu{LockRank::kFrameDebug};
+  std::unordered_set<void*> debug_in_use ABSL_GUARDED_BY(debug_mu);  // lockdep builds only
+};
+
+FrameAllocator::FrameAllocator(uint64_t limit_bytes) : s_(std::make_unique<State>(limit_bytes / kFrame)) {}
 
 FrameAllocator::~FrameAllocator() {
   RcuBarrier();  // frames freed after a grace period come back here first
-  for (void* c : chunks_) munmap(c, kChunk);
+  MutexLock l(s_->chunk_mu);
+  for (void* c : s_->chunks) munmap(c, kChunk);
 }
 
 void* FrameAllocator::ZeroPage() { return g_zero_page; }
 
-FrameAllocator::Shard& FrameAllocator::MyShard() {
-  if (tls_shard < 0) tls_shard = static_cast<int>(g_next_shard.fetch_add(1) % kShards);
-  return shards_[tls_shard];
-}
-
-void* FrameAllocator::CarveFrame() {
-  RankedGuard<std::mutex> l(chunk_mu_, LockRank::kFrameChunk);
-  if (carve_ == carve_end_) {
+void* FrameAllocator::State::CarveFrame() {
+  MutexLock l(chunk_mu);
+  if (carve == carve_end) {
     void* c = mmap(nullptr, kChunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (c == MAP_FAILED) return nullptr;
-    chunks_.push_back(c);
-    carve_ = static_cast<char*>(c);
-    carve_end_ = carve_ + kChunk;
+    chunks.push_back(c);
+    carve = static_cast<char*>(c);
+    carve_end = carve + kChunk;
   }
-  void* f = carve_;
-  carve_ += kFrame;
+  void* f = carve;
+  carve += kFrame;
   return f;  // fresh host memory is already zero
 }
 
-void* FrameAllocator::TakeFromGlobal(Shard& s) {
-  RankedGuard<std::mutex> l(chunk_mu_, LockRank::kFrameChunk);
-  if (global_free_.empty()) return nullptr;
-  size_t n = std::min<size_t>(kBatch, global_free_.size());
-  s.free.insert(s.free.end(), global_free_.end() - n, global_free_.end());
-  global_free_.resize(global_free_.size() - n);
+void* FrameAllocator::State::TakeFromGlobal(Shard& s) {
+  MutexLock l(chunk_mu);
+  if (global_free.empty()) return nullptr;
+  size_t n = std::min<size_t>(kBatch, global_free.size());
+  s.free.insert(s.free.end(), global_free.end() - n, global_free.end());
+  global_free.resize(global_free.size() - n);
   void* f = s.free.back();
   s.free.pop_back();
   return f;
 }
 
+void FrameAllocator::State::DebugAlloc(void* f) {
+  if (!kLockdep) return;
+  MutexLock l(debug_mu);
+  if (!debug_in_use.insert(f).second) {
+    fprintf(stderr, "vmspace: bad frame state: %p handed out while in use\n", f);
+    abort();
+  }
+}
+
+void FrameAllocator::State::DebugFree(void* f) {
+  if (!kLockdep) return;
+  MutexLock l(debug_mu);
+  if (debug_in_use.erase(f) != 1) {
+    fprintf(stderr, "vmspace: bad frame state: %p freed but not in use (double free?)\n", f);
+    abort();
+  }
+}
+
 void* FrameAllocator::Alloc() {
-  Shard& s = MyShard();
+  State::Shard& s = s_->MyShard();
   void* f = nullptr;
   bool fresh = false;
   {
-    RankedGuard<std::mutex> l(s.mu, LockRank::kFrameShard);
-    if (s.budget == 0 && limit_frames_ != 0) {
+    MutexLock l(s.mu);
+    if (s.budget == 0 && s_->limit_frames != 0) {
       // Reserve up to kBatch frames from the global limit.
-      uint64_t cur = reserved_frames_.load(std::memory_order_relaxed);
+      uint64_t cur = s_->reserved_frames.load(std::memory_order_relaxed);
       uint64_t take;
       do {
-        if (cur >= limit_frames_) return nullptr;
-        take = std::min<uint64_t>(kBatch, limit_frames_ - cur);
-      } while (!reserved_frames_.compare_exchange_weak(cur, cur + take,
-                                                       std::memory_order_relaxed));
+        if (cur >= s_->limit_frames) return nullptr;
+        take = std::min<uint64_t>(kBatch, s_->limit_frames - cur);
+      } while (!s_->reserved_frames.compare_exchange_weak(cur, cur + take,
+                                                          std::memory_order_relaxed));
       s.budget = take;
     }
-    if (limit_frames_ != 0) s.budget--;
+    if (s_->limit_frames != 0) s.budget--;
     s.in_use.store(s.in_use.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    if (s.free.empty()) f = TakeFromGlobal(s);
-    else {
+    if (s.free.empty()) {
+      f = s_->TakeFromGlobal(s);
+    } else {
       f = s.free.back();
       s.free.pop_back();
     }
   }
   if (!f) {
-    f = CarveFrame();
+    f = s_->CarveFrame();
     fresh = true;
     if (!f) {
-      RankedGuard<std::mutex> l(s.mu, LockRank::kFrameShard);
-      if (limit_frames_ != 0) s.budget++;
+      MutexLock l(s.mu);
+      if (s_->limit_frames != 0) s.budget++;
       s.in_use.store(s.in_use.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
       return nullptr;
     }
   }
   if (!fresh) memset(f, 0, kFrame);  // clear_page
+  s_->DebugAlloc(f);
   CountEvent(Event::kFramesAllocated);
   return f;
 }
 
 void FrameAllocator::Free(void* frame) {
-  Shard& s = MyShard();
-  RankedGuard<std::mutex> l(s.mu, LockRank::kFrameShard);
+  s_->DebugFree(frame);
+  State::Shard& s = s_->MyShard();
+  MutexLock l(s.mu);
   s.free.push_back(frame);
   if (s.free.size() > 2 * kBatch) {
-    RankedGuard<std::mutex> g(chunk_mu_, LockRank::kFrameChunk);
-    global_free_.insert(global_free_.end(), s.free.end() - kBatch, s.free.end());
+    MutexLock g(s_->chunk_mu);
+    s_->global_free.insert(s_->global_free.end(), s.free.end() - kBatch, s.free.end());
     s.free.resize(s.free.size() - kBatch);
   }
   s.in_use.store(s.in_use.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-  if (limit_frames_ != 0) {
+  if (s_->limit_frames != 0) {
     s.budget++;
     if (s.budget > 2 * kBatch) {
-      reserved_frames_.fetch_sub(kBatch, std::memory_order_relaxed);
+      s_->reserved_frames.fetch_sub(kBatch, std::memory_order_relaxed);
       s.budget -= kBatch;
     }
   }
   CountEvent(Event::kFramesFreed);
 }
 
-uint64_t FrameAllocator::in_use_bytes() const {
+int64_t FrameAllocator::in_use_frames() const {
   int64_t n = 0;
-  for (const Shard& s : shards_) n += static_cast<int64_t>(s.in_use.load(std::memory_order_relaxed));
+  for (const State::Shard& s : s_->shards) n += s.in_use.load(std::memory_order_relaxed);
+  return n;
+}
+
+uint64_t FrameAllocator::in_use_bytes() const {
+  int64_t n = in_use_frames();
   return n > 0 ? static_cast<uint64_t>(n) * kFrame : 0;
 }
 
 uint64_t FrameAllocator::host_bytes() const {
-  std::lock_guard<std::mutex> l(const_cast<std::mutex&>(chunk_mu_));
-  return chunks_.size() * kChunk;
+  MutexLock l(s_->chunk_mu);
+  return s_->chunks.size() * kChunk;
 }
+
+uint64_t FrameAllocator::limit_bytes() const { return s_->limit_frames * kFrame; }
 
 }  // namespace vmspace

@@ -1,4 +1,4 @@
-#include "engine/page_table.h"
+#include "page_table.h"
 
 #include "engine/stats.h"
 

@@ -14,7 +14,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/lock.h"
+#include "absl/base/thread_annotations.h"
+#include "sync/spinlock.h"
 
 namespace vmspace {
 
@@ -35,12 +36,25 @@ class PageTable {
   static constexpr int kEntries = 512;
   static constexpr uint64_t kPmdSpan = 1ull << 21;  // bytes mapped by one PTE table
 
-  /// A leaf table: 512 PTEs covering 2 MiB, with its split PTE lock.
+  /// A leaf table: 512 PTEs covering 2 MiB, with its split PTE lock. Entries are read
+  /// locklessly (acquire loads: the hardware walker, the TLB-hit path, pte_same
+  /// re-checks are done under ptl) and changed only under `ptl`, through Set/Clear.
   struct PteTable {
     std::atomic<uint64_t> pte[kEntries];
-    SpinLock ptl{LockClass::kPtl};
+    SpinLock ptl{LockClass::kPtl, LockRank::kPtl};
     PteTable() {
       for (auto& p : pte) p.store(0, std::memory_order_relaxed);
+    }
+    /// The entry at index i (lockless read; re-check under ptl before acting on it).
+    uint64_t Get(int i) const { return pte[i].load(std::memory_order_acquire); }
+    /// set_pte_at(): caller holds ptl.
+    void Set(int i, uint64_t v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ptl) {
+      pte[i].store(v, std::memory_order_release);
+    }
+    /// ptep_get_and_clear(): clears the entry and returns what it held; caller holds ptl,
+    /// so the value returned is the one the caller must account for (free its frame).
+    uint64_t Clear(int i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ptl) {
+      return pte[i].exchange(0, std::memory_order_acq_rel);
     }
   };
 
@@ -56,11 +70,16 @@ class PageTable {
 
   static int PteIndex(uint64_t addr) { return static_cast<int>((addr >> 12) & 511); }
 
-  /// Calls fn(addr, pte_value, PteTable&, index) for each present PTE in [start, end).
-  /// Caller holds mmap_lock (read suffices for reading; fn must take the table's ptl
-  /// to modify).
+  /// Calls fn(addr, pte_value) for each present PTE in [start, end), reading entries
+  /// without locks (reporting and validation only). Caller holds mmap_lock.
   template <typename Fn>
   void ForEachPresent(uint64_t start, uint64_t end, Fn&& fn);
+  /// Calls fn(PteTable&, first_index, end_index, addr_of_first) for each PTE table
+  /// present in [start, end), with the index range [first_index, end_index) of the
+  /// entries inside the range (zap_pte_range / change_pte_range take the table's ptl
+  /// once for the whole run). Caller holds mmap_lock.
+  template <typename Fn>
+  void ForEachTable(uint64_t start, uint64_t end, Fn&& fn);
 
   /// Frees page-table pages in [start, end) whose whole span lies within
   /// [floor, ceiling) (mm/memory.c free_pgd_range / free_pgtables). Every PTE in those
@@ -88,7 +107,7 @@ class PageTable {
   };
   // level shifts: PGD 39, PUD 30, PMD 21
   Dir pgd_;
-  SpinLock page_table_lock_{LockClass::kPageTableLock};
+  SpinLock page_table_lock_{LockClass::kPageTableLock, LockRank::kPageTableLock};
   std::atomic<uint64_t> table_pages_{1};
 
   void FreeLevel(Dir* dir, int level, uint64_t base, uint64_t start, uint64_t end,
@@ -99,9 +118,19 @@ class PageTable {
 };
 
 template <typename Fn>
-void PageTable::ForEachPresent(uint64_t start, uint64_t end, Fn&& fn) {
+void PageTable::ForEachTable(uint64_t start, uint64_t end, Fn&& fn) {
   start &= ~0xfffull;
   if (start < end) WalkLevel(&pgd_, 0, 0, start, end, fn);
+}
+
+template <typename Fn>
+void PageTable::ForEachPresent(uint64_t start, uint64_t end, Fn&& fn) {
+  ForEachTable(start, end, [&](PteTable& t, int i0, int i1, uint64_t a0) {
+    for (int i = i0; i < i1; i++) {
+      const uint64_t v = t.Get(i);
+      if (v & kPtePresent) fn(a0 + static_cast<uint64_t>(i - i0) * 4096, v);
+    }
+  });
 }
 
 template <typename Fn>
@@ -122,12 +151,7 @@ void PageTable::WalkLevel(Dir* dir, int level, uint64_t base, uint64_t start, ui
       WalkLevel(static_cast<Dir*>(child), level + 1, cstart, s, e, fn);
       continue;
     }
-    auto* t = static_cast<PteTable*>(child);
-    for (uint64_t a = s; a < e; a += 4096) {
-      const int k = PteIndex(a);
-      const uint64_t v = t->pte[k].load(std::memory_order_acquire);
-      if (v & kPtePresent) fn(a, v, *t, k);
-    }
+    fn(*static_cast<PteTable*>(child), PteIndex(s), PteIndex(e - 1) + 1, s);
   }
 }
 

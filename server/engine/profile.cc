@@ -1,7 +1,7 @@
 // Locking profiles: named sets of design switches, one per modelled kernel era.
 #include <sstream>
 
-#include "engine/address_space.h"
+#include "engine/profile.h"
 
 namespace vmspace {
 
@@ -65,6 +65,10 @@ bool LockingProfile::Parse(const std::string& spec, LockingProfile* out, std::st
       overridden = true;
     }
     first = false;
+  }
+  if (first && !spec.empty()) {  // nothing but separators ("" is the default)
+    *err = "empty locking profile '" + spec + "' (linux-6.0, linux-6.1, linux-6.4, linux-6.6)";
+    return false;
   }
   if (p.vma_lock != VmaLockMode::kOff && p.index != VmaIndexKind::kMaple) {
     *err = "vma_lock=" + std::string(VmaLockModeName(p.vma_lock)) +

@@ -14,7 +14,6 @@ namespace vmspace {
 const char* EventName(Event e) {
   switch (e) {
     case Event::kPgfault: return "pgfault";
-    case Event::kPgmajfault: return "pgmajfault";
     case Event::kFaultAnonZero: return "anon_zero_page";
     case Event::kFaultAnonWrite: return "anon_write";
     case Event::kFaultWpZero: return "wp_copy_zero";
@@ -26,7 +25,6 @@ const char* EventName(Event e) {
     case Event::kFaultOom: return "oom";
     case Event::kVmaLockSuccess: return "vma_lock_success";
     case Event::kVmaLockAbort: return "vma_lock_abort";
-    case Event::kVmaLockRetry: return "vma_lock_retry";
     case Event::kVmaLockMiss: return "vma_lock_miss";
     case Event::kFramesAllocated: return "frames_allocated";
     case Event::kFramesFreed: return "frames_freed";
@@ -114,6 +112,10 @@ const TscClock g_clock;
 
 uint64_t TicksToNs(uint64_t ticks) {
   return static_cast<uint64_t>(static_cast<double>(ticks) * g_clock.ns_per_tick);
+}
+
+uint64_t NsToTicks(uint64_t ns) {
+  return static_cast<uint64_t>(static_cast<double>(ns) / g_clock.ns_per_tick);
 }
 
 namespace stats_internal {

@@ -2,30 +2,16 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 namespace vmspace {
 
 const char* ErrnoName(int err) {
-  switch (err) {
-    case 0: return "OK";
-    case EINVAL: return "EINVAL";
-    case ENOMEM: return "ENOMEM";
-    case EEXIST: return "EEXIST";
-    case EPERM: return "EPERM";
-    case EACCES: return "EACCES";
-    case EBADF: return "EBADF";
-    case EOVERFLOW: return "EOVERFLOW";
-    case ENODEV: return "ENODEV";
-    case EOPNOTSUPP: return "EOPNOTSUPP";
-    case EAGAIN: return "EAGAIN";
-    case EFAULT: return "EFAULT";
-    case ETXTBSY: return "ETXTBSY";
-    default: {
-      static thread_local char buf[24];
-      snprintf(buf, sizeof buf, "errno%d", err);
-      return buf;
-    }
-  }
+  if (err == 0) return "OK";
+  if (const char* n = strerrorname_np(err)) return n;
+  static thread_local char buf[24];
+  snprintf(buf, sizeof buf, "errno%d", err);
+  return buf;
 }
 
 const char* FaultOutcomeName(FaultOutcome o) {
@@ -49,13 +35,5 @@ const char* LockPathName(LockPath p) {
   return "?";
 }
 
-const char* AccessTypeName(AccessType a) {
-  switch (a) {
-    case AccessType::kRead: return "read";
-    case AccessType::kWrite: return "write";
-    case AccessType::kExec: return "exec";
-  }
-  return "?";
-}
 
 }  // namespace vmspace

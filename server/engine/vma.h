@@ -5,11 +5,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <unordered_map>
 
-#include "engine/frame_allocator.h"
 #include "engine/types.h"
+#include "shmem.h"
 
 namespace vmspace {
 
@@ -28,28 +26,16 @@ inline void PutAnonVma(AnonVma* a) {
   if (a && a->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete a;
 }
 
-/// The shmem object behind a shared anonymous mapping (shmem_zero_setup): its pages
-/// indexed by page offset. Shared by every VMA split from the original mapping.
-struct ShmemObject {
-  ShmemObject(FrameAllocator& f, uint64_t ino, uint64_t pages) : frames(f), inode(ino), size_pages(pages) {}
-  ~ShmemObject();
-  /// The frame at `pgoff`, allocating a zeroed one if absent (shmem_get_folio);
-  /// nullptr if the frame limit is reached. Takes `mu` (never held with a PTE lock).
-  void* GetPage(uint64_t pgoff);
-
-  FrameAllocator& frames;
-  const uint64_t inode;       // immutable; shown in maps
-  const uint64_t size_pages;  // immutable
-  std::mutex mu;
-  std::unordered_map<uint64_t, void*> pages;  // guarded by mu
-};
-
-/// A VMA. Field protection (LOCKING.md): vm_start, vm_end, vm_pgoff, vm_flags,
-/// anon_vma (set to non-null), shmem are written only with mmap_lock held for write
-/// AND the VMA write-locked (vma_start_write), except anon_vma, which a fault may set
-/// from null under mmap_lock read plus the space's anon_vma_lock. Readers hold
-/// mmap_lock (read or write) or the VMA's read lock. Freed only after an RCU grace
-/// period once detached (lockless lookups may still hold a pointer).
+/// A VMA (struct vm_area_struct). Field protection (LOCKING.md): vm_start, vm_end,
+/// vm_pgoff, vm_flags, anon_vma (set to non-null), shmem are written only with
+/// mmap_lock held for write AND the VMA write-locked (vma_start_write; checked by
+/// MmStruct::VmaAssertWriteLocked), except anon_vma, which a fault may set from null
+/// under mmap_lock read plus the space's anon_vma_lock. Readers hold mmap_lock (read
+/// or write) or the VMA's read lock. Freed only after an RCU grace period once
+/// detached (lockless lookups may still hold a pointer). The compiler cannot check
+/// "mmap_lock or this VMA's read lock", so these fields carry no GUARDED_BY; the
+/// functions that change them require mmap_lock for write (checked) and assert the
+/// VMA write lock (at run time, in lockdep builds).
 struct Vma {
   uint64_t vm_start = 0;  // bytes, page aligned
   uint64_t vm_end = 0;    // bytes, exclusive
@@ -61,7 +47,8 @@ struct Vma {
 
   // ---- per-VMA lock (Linux 6.15 form: include/linux/mmap_lock.h, mm/mmap_lock.c) ----
   /// 0: detached (not in the index); 1: attached, unlocked; 1 + n: n readers. A writer
-  /// adds kVmaLockOffset while it waits for readers to drain. Atomic.
+  /// adds kVmaLockOffset while it waits for readers to drain (VMA_LOCK_OFFSET); the
+  /// reader that leaves it alone with them wakes it (vma_refcount_put). Atomic.
   std::atomic<uint32_t> vm_refcnt{0};
   /// The space's mm_lock_seq when this VMA was last write-locked; the VMA is
   /// write-locked while it equals the current mm_lock_seq. Written under mmap_lock write.

@@ -1,12 +1,12 @@
-#include "engine/vma_index.h"
+#include "vma_index.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
-#include <mutex>
 #include <new>
 
-#include "engine/rcu.h"
+#include "sync/mutex.h"
+#include "sync/rcu.h"
 
 namespace vmspace {
 
@@ -17,7 +17,7 @@ const char* VmaIndexKindName(VmaIndexKind k) {
 namespace {
 
 // ===================================================================== maple
-// Copy-on-write B+tree. Node layout (one struct for both kinds, 416 bytes): up to
+// Copy-on-write B+tree. Node layout (one struct for both kinds, 528 bytes): up to
 // kFanout entries. A leaf entry is a VMA's range and pointer; an interior entry is a
 // child with its subtree's lowest start (lo), highest end (hi) and largest gap between
 // two consecutive ranges inside it (gap). Fan-out 16 like the maple tree's range64
@@ -66,7 +66,7 @@ class NodePool {
   }
   void TakeBatch(std::vector<MNode*>& out, size_t n) {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       while (n && !free_.empty()) {
         out.push_back(free_.back());
         free_.pop_back();
@@ -77,7 +77,7 @@ class NodePool {
   }
   void PutBatch(std::vector<void*>& nodes) {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       while (!nodes.empty() && free_.size() < kMaxFree) {
         free_.push_back(static_cast<MNode*>(nodes.back()));
         nodes.pop_back();
@@ -95,8 +95,8 @@ class NodePool {
   static constexpr size_t kMaxFree = 4096;
 
  private:
-  std::mutex mu_;
-  std::vector<MNode*> free_;
+  Mutex mu_{LockRank::kNodePool};
+  std::vector<MNode*> free_ ABSL_GUARDED_BY(mu_);
 };
 
 class BTreeIndex final : public VmaIndex {
@@ -108,7 +108,6 @@ class BTreeIndex final : public VmaIndex {
     cache_.insert(cache_.end(), retired_.begin(), retired_.end());
     NodePool::Get().PutBatch(cache_);
   }
-  VmaIndexKind kind() const override { return rcu_ ? VmaIndexKind::kMaple : VmaIndexKind::kRbtree; }
 
   Vma* LookupRcu(uint64_t addr) const override {
     if (!rcu_) return nullptr;
@@ -197,14 +196,11 @@ class BTreeIndex final : public VmaIndex {
     retired_.clear();
   }
 
-  uint64_t bytes() const override { return nodes_ * sizeof(MNode); }
-
  private:
   MNode* Alloc() {
     if (cache_.empty()) NodePool::Get().TakeBatch(cache_, 32);
     MNode* n = cache_.back();
     cache_.pop_back();
-    nodes_++;
     return n;
   }
   void Free(MNode* n) {
@@ -231,7 +227,6 @@ class BTreeIndex final : public VmaIndex {
     return c;
   }
   void Retire(MNode* n) {
-    nodes_--;
     if (rcu_) retired_.push_back(n);
     else Free(n);
   }
@@ -426,8 +421,8 @@ class BTreeIndex final : public VmaIndex {
   uint64_t gen_ = 1;                 // guarded by mmap_lock write: current write section
   std::vector<MNode*> retired_;      // guarded by mmap_lock write
   std::vector<MNode*> cache_;        // guarded by mmap_lock write: free nodes
-  uint64_t nodes_ = 0;
 };
+static_assert(sizeof(MNode) == 528, "update the node size in vma_index.h");
 
 }  // namespace
 

@@ -12,12 +12,13 @@
 //    mmap_write_unlock) publishes the new root with a release store, so a reader under
 //    RCU (LookupRcu) sees the tree as of the last commit, never a torn one. Replaced
 //    nodes are retired and freed after an RCU grace period.
-//  Node layout: fan-out 16 (the maple tree's leaf fan-out); a node is 424 bytes: per
-//  entry the range (leaf) or the child's lowest start and highest end, the child's
-//  largest inner gap (interior; like maple_arange_64's gap array), and a pointer.
-//  Interior gaps let get_unmapped_area descend only into subtrees that can hold the
-//  request. Nodes never merge when they underflow (only an emptied node is removed, and
-//  a one-child root collapses), so height is bounded by the log of the peak VMA count.
+//  Node layout: fan-out 16 (the maple tree's leaf fan-out); a node is 528 bytes
+//  (sizeof(MNode) in vma_index.cc): per entry the range (leaf) or the child's lowest
+//  start and highest end, the child's largest inner gap (interior; like
+//  maple_arange_64's gap array), and a pointer. Interior gaps let get_unmapped_area
+//  descend only into subtrees that can hold the request. On erase, a child with fewer
+//  than fan-out/4 entries is merged into a sibling when both fit in one node, emptied
+//  nodes are removed, and a one-child root collapses.
 //
 // Ranges are [vm_start, vm_end) in bytes, non-overlapping. All calls except LookupRcu
 // require the owning space's mmap_lock (read for queries, write for changes).
@@ -28,14 +29,13 @@
 #include <memory>
 #include <vector>
 
-#include "engine/vma.h"
+#include "vma.h"
 
 namespace vmspace {
 
 class VmaIndex {
  public:
   virtual ~VmaIndex() = default;
-  virtual VmaIndexKind kind() const = 0;
 
   /// find_vma(): the first VMA with vm_end > addr, or null.
   virtual Vma* FindVma(uint64_t addr) const = 0;
@@ -72,9 +72,6 @@ class VmaIndex {
   /// DeleteRetired after an RCU grace period. Nothing for rbtree.
   virtual void TakeRetired(std::vector<void*>& out) {}
   static void DeleteRetired(std::vector<void*>& nodes);
-
-  /// Bytes of memory used by the index itself (nodes), for the memory benchmarks.
-  virtual uint64_t bytes() const = 0;
 
   static std::unique_ptr<VmaIndex> Create(VmaIndexKind kind);
 };

@@ -75,7 +75,6 @@ void FillFault(const FaultResult& f, v1::FaultInfo* out) {
     out->set_si_addr(f.sig_addr);
   }
   out->set_lock_path(ToProto(f.path));
-  out->set_vma_lock_retry(f.vma_lock_retry);
 }
 
 std::string Perms(uint64_t flags) {

@@ -31,7 +31,7 @@
 
 #include "engine/address_space.h"
 #include "engine/frame_allocator.h"
-#include "engine/rcu.h"
+#include "engine/address_space.h"
 #include "lib/seed004.h"
 
 namespace {

@@ -2,9 +2,10 @@
 #include <gtest/gtest.h>
 
 #include "engine/frame_allocator.h"
-#include "engine/lock.h"
-#include "engine/page_table.h"
-#include "engine/rcu.h"
+#include "page_table.h"
+#include "sync/rcu.h"
+#include "sync/rwsem.h"
+#include "sync/spinlock.h"
 
 namespace vmspace {
 namespace {
@@ -87,8 +88,8 @@ namespace {
 // sanitizer run that way) must abort on an inversion and accept the documented order.
 TEST(Lockdep, DocumentedOrderIsAccepted) {
   if (!kLockdep) GTEST_SKIP() << "built without VMSPACE_LOCKDEP";
-  RwSem mm(LockClass::kMmapLock);
-  SpinLock ptl(LockClass::kPtl);
+  RwSem mm(LockClass::kMmapLock, LockRank::kMmapLock);
+  SpinLock ptl(LockClass::kPtl, LockRank::kPtl);
   mm.LockRead();
   ptl.Lock();
   EXPECT_EQ(LockdepDepth(), 2);
@@ -101,16 +102,16 @@ TEST(LockdepDeathTest, InversionAborts) {
   if (!kLockdep) GTEST_SKIP() << "built without VMSPACE_LOCKDEP";
   EXPECT_DEATH(
       {
-        SpinLock ptl(LockClass::kPtl);
-        RwSem mm(LockClass::kMmapLock);
+        SpinLock ptl(LockClass::kPtl, LockRank::kPtl);
+        RwSem mm(LockClass::kMmapLock, LockRank::kMmapLock);
         ptl.Lock();
         mm.LockRead();  // mmap_lock under a PTE lock: never allowed
       },
       "lock order violation");
   EXPECT_DEATH(
       {
-        SpinLock a(LockClass::kPtl);
-        SpinLock b(LockClass::kPtl);
+        SpinLock a(LockClass::kPtl, LockRank::kPtl);
+        SpinLock b(LockClass::kPtl, LockRank::kPtl);
         a.Lock();
         b.Lock();  // two PTE locks at once
       },

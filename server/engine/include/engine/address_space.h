@@ -13,37 +13,14 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "engine/frame_allocator.h"
+#include "engine/profile.h"
 #include "engine/types.h"
 
 namespace vmspace {
-
-/// A locking profile: the set of design switches that model one kernel era. Named
-/// profiles (see README "Locking profiles" for the commits each models):
-///   linux-6.0  index=rbtree vma_lock=off   every fault takes mmap_lock (read)
-///   linux-6.1  index=maple  vma_lock=off   maple tree (RCU-safe), still mmap_lock faults
-///   linux-6.4  index=maple  vma_lock=anon  per-VMA locks for anonymous faults
-///   linux-6.6  index=maple  vma_lock=all   per-VMA locks for all faults (the default)
-/// A per-VMA lock needs the RCU-readable index: vma_lock != off requires index=maple.
-struct LockingProfile {
-  std::string name = "linux-6.6";  // a named profile, or "custom" after overrides
-  VmaIndexKind index = VmaIndexKind::kMaple;
-  VmaLockMode vma_lock = VmaLockMode::kAll;
-
-  /// Parses "linux-6.4", "linux-6.4,vma_lock=off", "index=rbtree,vma_lock=off" (a base
-  /// name, then switch=value overrides; without a base name linux-6.6 is the base).
-  /// Returns false with *err set on unknown names/values or an invalid combination.
-  static bool Parse(const std::string& spec, LockingProfile* out, std::string* err);
-  /// "linux-6.6 (index=maple vma_lock=all)".
-  std::string Describe() const;
-  /// Small integer for per-profile statistics: 0..3 for the named profiles, 4 custom.
-  int stats_slot() const;
-  static const char* const kNames[4];
-};
 
 /// Per-space settings. Defaults are this machine's kernel settings for a root process
 /// started with `setarch -R` (ASLR off) and an 8 MiB stack rlimit.
@@ -93,11 +70,14 @@ struct VmaInfo {
   uint64_t anon_vma_id = 0;  // 0 = no anon_vma yet
 };
 
-/// Space-wide figures (mm_struct counters).
+/// Space-wide figures (mm_struct counters), read without any of the space's locks
+/// (each is an atomic or a per-thread-sharded counter; the set is not one snapshot).
 struct SpaceCounters {
-  uint64_t map_count = 0;       // number of VMAs
-  uint64_t total_vm_pages = 0;  // mapped pages
-  uint64_t rss_pages = 0;       // present PTEs (zero-page mappings included)
+  uint64_t map_count = 0;       // number of VMAs (mm->map_count)
+  uint64_t total_vm_pages = 0;  // mapped pages (mm->total_vm)
+  uint64_t anon_pages = 0;      // MM_ANONPAGES: private anonymous frames mapped (not the zero page)
+  uint64_t shmem_pages = 0;     // MM_SHMEMPAGES: PTEs mapping shmem pages
+  uint64_t rss_pages = 0;       // anon_pages + shmem_pages (get_mm_rss)
   uint64_t pgtable_bytes = 0;   // page-table pages, 4 KiB each (like VmPTE + VmPMD)
 };
 
@@ -119,9 +99,16 @@ struct CopyResult {
   bool ok() const { return !stop.failed(); }
 };
 
+/// Waits until every deferred free queued so far (frames, page tables, VMAs and index
+/// nodes retired after an RCU grace period) has run (rcu_barrier). For tests and
+/// accounting: after DestroySpace and RcuBarrier a FrameAllocator's in-use bytes are
+/// back to what other spaces use. Must not be called with an engine lock held.
+void RcuBarrier();
+
 class AddressSpace {
  public:
-  /// Creates an empty space. `frames` must outlive the space.
+  /// Creates an empty space. `frames` must outlive the space. The destructor unmaps
+  /// everything; no other call may be running on the space then.
   AddressSpace(FrameAllocator& frames, const SpaceOptions& opts = {});
   ~AddressSpace();
   AddressSpace(const AddressSpace&) = delete;
@@ -160,14 +147,18 @@ class AddressSpace {
 
   /// Simulates one CPU access of one byte at `addr`: if the PTE allows it nothing
   /// happens (kNone); otherwise runs the page-fault handler (arch/x86/mm/fault.c
-  /// do_user_addr_fault -> handle_mm_fault). Outcomes: kMinor (zero page mapped, frame
-  /// allocated, zero page COW), kSigsegv with SEGV_MAPERR (no VMA) or SEGV_ACCERR
-  /// (access_error), kOom. Takes mmap_lock for read (or the VMA lock, later).
+  /// do_user_addr_fault -> handle_mm_fault) and re-executes the access, as the CPU
+  /// does, until the PTE allows it or the fault ends in a signal. Outcomes: kMinor
+  /// (zero page mapped, frame allocated, zero page COW), kSigsegv with SEGV_MAPERR (no
+  /// VMA) or SEGV_ACCERR (access_error), kSigbus, kOom. The fault takes the VMA read
+  /// lock (profiles with per-VMA locks) or mmap_lock for read; the access itself runs
+  /// under RCU only.
   FaultResult Fault(uint64_t addr, AccessType access);
 
   /// Touches one byte every `stride` bytes of [addr, addr+len) with `access`
   /// (the seed-004 accessit(): a write stores (uint8_t)i at addr+i). Stops at the
-  /// first access that ends in a signal or OOM. stride 0 is treated as 1.
+  /// first access that ends in a signal or OOM, or where addr+i would pass 2^64.
+  /// stride 0 is treated as 1.
   AccessResult Access(uint64_t addr, uint64_t len, uint64_t stride, AccessType access);
 
   /// Copies `len` bytes out of / into the space at `addr` as the process itself would
@@ -180,15 +171,19 @@ class AddressSpace {
   std::vector<VmaInfo> Maps(uint64_t start = 0, uint64_t end = ~0ull);
   /// /proc/PID/maps text of the VMAs overlapping [start, end) (one line per VMA).
   std::string RenderMaps(uint64_t start = 0, uint64_t end = ~0ull);
-  SpaceCounters Counters();
+  /// The space's counters in O(1), taking none of its locks (safe from a metrics
+  /// scrape while the space is busy).
+  SpaceCounters Counters() const;
 
-  /// Checks the space's invariants: VMAs sorted and non-overlapping, page aligned,
-  /// map_count and total_vm consistent, every present PTE inside a VMA, rss and
-  /// page-table counts consistent. Returns "" if all hold, else a description.
-  /// Takes mmap_lock for write.
+  /// Checks the space's invariants (validate_mm): VMAs sorted, non-overlapping, page
+  /// aligned, found by the index, attached; map_count and total_vm consistent; every
+  /// present PTE inside a VMA; MM_ANONPAGES / MM_SHMEMPAGES equal to the frames the
+  /// page tables map; no private frame mapped twice. Returns "" if all hold, else a
+  /// description. Takes mmap_lock for write and write-locks every VMA, so no fault
+  /// runs meanwhile.
   std::string Validate();
 
-  const SpaceOptions& options() const { return opts_; }
+  const SpaceOptions& options() const;
 
   /// One maps line (fs/proc/task_mmu.c show_map_vma format) without the newline.
   static std::string FormatMapsLine(const VmaInfo& v);
@@ -196,9 +191,7 @@ class AddressSpace {
   static std::string VmFlagsString(uint64_t flags);
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-  SpaceOptions opts_;
+  std::unique_ptr<struct MmStruct> mm_;  // engine-internal state (server/engine/mm.h)
 };
 
 }  // namespace vmspace

@@ -42,7 +42,6 @@ inline constexpr uint64_t kDefaultMmapBase = 0x7ffff7fff000ull;
 /// DEFAULT_MAX_MAP_COUNT (include/linux/mm.h): 65535 - 5.
 inline constexpr uint64_t kDefaultMaxMapCount = 65530;
 
-inline constexpr uint64_t PageAlignDown(uint64_t x) { return x & kPageMask; }
 inline constexpr bool PageAligned(uint64_t x) { return (x & (kPageSize - 1)) == 0; }
 
 // ---- vm_flags bits (include/linux/mm.h). Numeric values are Linux's. ----
@@ -106,12 +105,14 @@ struct FaultResult {
   FaultOutcome outcome = FaultOutcome::kNone;
   int sig_code = 0;        // for kSigsegv/kSigbus
   uint64_t sig_addr = 0;   // faulting byte address for signals
-  LockPath path = LockPath::kNone;
-  bool vma_lock_retry = false;  // a VMA-lock attempt returned VM_FAULT_RETRY first
-  /// Page faults handled for this access (0 or 1), as getrusage's min_flt counts them:
-  /// 1 for kMinor/kMajor, and also for an instruction fetch from a readable,
-  /// non-executable page that was not present (faulted in as a read, then SEGV_ACCERR).
-  uint8_t faults = 0;
+  LockPath path = LockPath::kNone;  // the lock the last fault was handled under
+  /// Page faults handled for this access, as getrusage's min_flt counts them: 1 per
+  /// fault that reached handle_mm_fault and installed or fixed a PTE (kMinor/kMajor),
+  /// also for an instruction fetch from a readable, non-executable page that was not
+  /// present (faulted in as a read, then SEGV_ACCERR). More than 1 when the access was
+  /// re-executed after a racing change (e.g. a concurrent read installed the zero page
+  /// before this write's PTE: the write then takes the zero-page copy-on-write fault).
+  uint32_t faults = 0;
   bool signal() const {
     return outcome == FaultOutcome::kSigsegv || outcome == FaultOutcome::kSigbus;
   }
@@ -129,10 +130,12 @@ const char* VmaIndexKindName(VmaIndexKind k);
 enum class VmaLockMode : uint8_t { kOff, kAnon, kAll };
 const char* VmaLockModeName(VmaLockMode m);
 
-/// Name of an errno value ("EINVAL"), or "errno<N>" for values the engine never returns.
+/// Name of an errno value ("EINVAL", glibc's strerrorname_np), "OK" for 0, or
+/// "errno<N>" for a number glibc does not know. The one errno-name table of the project.
 const char* ErrnoName(int err);
+/// "none", "minor", "major", "sigsegv", "sigbus", "oom".
 const char* FaultOutcomeName(FaultOutcome o);
+/// "none", "vma_lock", "mmap_lock".
 const char* LockPathName(LockPath p);
-const char* AccessTypeName(AccessType a);
 
 }  // namespace vmspace

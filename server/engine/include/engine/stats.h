@@ -22,7 +22,6 @@ namespace vmspace {
 /// Engine events, counted like /proc/vmstat (names in EventName()).
 enum class Event : uint16_t {
   kPgfault,          // completed handle_mm_fault calls (incl. SIGBUS/OOM), as vmstat pgfault
-  kPgmajfault,       // major faults (I/O started)
   kFaultAnonZero,    // anonymous read fault mapped the shared zero page
   kFaultAnonWrite,   // anonymous write fault allocated a zeroed frame
   kFaultWpZero,      // write to the zero page: COW into a new frame (do_wp_page)
@@ -34,7 +33,6 @@ enum class Event : uint16_t {
   kFaultOom,
   kVmaLockSuccess,   // as VMA_LOCK_SUCCESS
   kVmaLockAbort,     // as VMA_LOCK_ABORT
-  kVmaLockRetry,     // as VMA_LOCK_RETRY
   kVmaLockMiss,      // as VMA_LOCK_MISS
   kFramesAllocated,
   kFramesFreed,
@@ -171,6 +169,8 @@ bool LockStatsEnabled();
 inline uint64_t NowTicks() { return __rdtsc(); }
 /// TSC ticks to nanoseconds (calibrated against CLOCK_MONOTONIC at start-up).
 uint64_t TicksToNs(uint64_t ticks);
+/// Nanoseconds to TSC ticks (the same calibration), for spin bounds.
+uint64_t NsToTicks(uint64_t ns);
 
 /// Render a /proc/lock_stat-like table (times in microseconds) from a snapshot.
 std::string FormatLockStat(const StatsSnapshot& s);

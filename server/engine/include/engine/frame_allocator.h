@@ -7,13 +7,13 @@
 // global limit in batches of kBatch; so the fault path touches the shared limit
 // counter once per kBatch allocations (Linux's per-CPU page lists and batched
 // vmstat updates). Frames freed are kept for reuse, not returned to the host.
+//
+// Debug builds (-DVMSPACE_LOCKDEP=ON) also keep each frame's state and abort on a
+// double free or on freeing a frame that was never allocated (Linux's bad_page()).
 #pragma once
 
-#include <array>
-#include <atomic>
 #include <cstdint>
-#include <mutex>
-#include <vector>
+#include <memory>
 
 namespace vmspace {
 
@@ -23,6 +23,7 @@ class FrameAllocator {
   /// The limit is exact up to the budgets held by shards (at most
   /// kShards * 2 * kBatch frames may be refused early when the limit is nearly reached).
   explicit FrameAllocator(uint64_t limit_bytes = 0);
+  /// Waits for deferred frees (rcu_barrier), then returns the chunks to the host.
   ~FrameAllocator();
   FrameAllocator(const FrameAllocator&) = delete;
   FrameAllocator& operator=(const FrameAllocator&) = delete;
@@ -36,34 +37,21 @@ class FrameAllocator {
   /// The shared read-only zero page (ZERO_PAGE(0)): mapped for anonymous read faults.
   static void* ZeroPage();
 
-  /// Frames in use (allocated and not freed), in bytes.
+  /// Frames in use (allocated and not freed): signed, so that a double free shows as a
+  /// negative count instead of hiding behind zero.
+  int64_t in_use_frames() const;
+  /// in_use_frames() in bytes (0 if negative).
   uint64_t in_use_bytes() const;
   /// Host memory held in chunks, in bytes.
   uint64_t host_bytes() const;
-  uint64_t limit_bytes() const { return limit_frames_ * 4096; }
+  uint64_t limit_bytes() const;
 
   static constexpr int kShards = 16;
   static constexpr uint64_t kBatch = 32;
 
  private:
-  struct alignas(64) Shard {
-    std::mutex mu;
-    std::vector<void*> free;  // guarded by mu
-    uint64_t budget = 0;      // guarded by mu: frames reserved from the limit, not in use
-    std::atomic<uint64_t> in_use{0};  // written under mu, read by in_use_bytes()
-  };
-  Shard& MyShard();
-  void* CarveFrame();
-  void* TakeFromGlobal(Shard& s);  // refill s.free from the global list; s.mu held
-
-  const uint64_t limit_frames_;  // 0 = unlimited
-  std::atomic<uint64_t> reserved_frames_{0};  // sum of budgets + frames in use
-  std::array<Shard, kShards> shards_;
-  std::mutex chunk_mu_;
-  std::vector<void*> chunks_;  // guarded by chunk_mu_: 2 MiB host mappings
-  std::vector<void*> global_free_;  // guarded by chunk_mu_: frames shards gave back
-  char* carve_ = nullptr;      // guarded by chunk_mu_
-  char* carve_end_ = nullptr;  // guarded by chunk_mu_
+  struct State;
+  std::unique_ptr<State> s_;
 };
 
 }  // namespace vmspace

@@ -1,4 +1,4 @@
-#include "engine/rcu.h"
+#include "sync/rcu.h"
 
 namespace vmspace {
 namespace rcu_internal {
@@ -12,13 +12,6 @@ void RegisterSlow() {
   tls_registered = true;
 }
 }  // namespace rcu_internal
-
-void SynchronizeRcu() {
-  urcu_memb_synchronize_rcu();
-#if defined(__SANITIZE_THREAD__)
-  __tsan_acquire(&rcu_internal::gp_token);
-#endif
-}
 
 void RcuBarrier() {
   urcu_memb_barrier();

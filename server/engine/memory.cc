@@ -1,0 +1,382 @@
+// The page-fault path, the zap of PTE ranges, and accesses of the space's memory
+// (mm/memory.c handle_mm_fault, do_anonymous_page, do_wp_page, do_shared_fault,
+// zap_pte_range; arch/x86/mm/fault.c do_user_addr_fault, access_error; Linux 6.18).
+//
+// An access is what a CPU does: look at the PTE (the TLB-hit path, under RCU only); if
+// it does not allow the access, take the fault (under a VMA read lock or mmap_lock),
+// then execute the access again. The access is only ever performed from the PTE, never
+// assumed after a fault: a racing fault may have changed it in between (a concurrent
+// read installing the zero page under this write, a zap), and the re-executed access
+// then faults again, as on the hardware.
+#include <cstring>
+
+#include "engine/stats.h"
+#include "mm.h"
+#include "sync/lock_timing.h"
+
+namespace vmspace {
+
+namespace {
+
+constexpr int kSiKernel = 0x80;  // SI_KERNEL: #GP on a non-canonical address
+inline thread_local uint32_t tls_vma_hold_sample = 0;  // hold-time sampling of VMA read locks
+
+FaultResult MapErr(uint64_t addr, LockPath path) {
+  CountEvent(Event::kFaultSegvMaperr);
+  FaultResult r;
+  r.path = path;
+  r.outcome = FaultOutcome::kSigsegv;
+  r.sig_code = kSegvMaperr;
+  r.sig_addr = addr;
+  return r;
+}
+
+}  // namespace
+
+// ====================================================================== zap
+
+void MmStruct::ZapRangeLocked(Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages) {
+  const bool anon = v->is_anonymous();
+  void* zero = FrameAllocator::ZeroPage();
+  pt.ForEachTable(start, end, [&](PageTable::PteTable& t, int i0, int i1, uint64_t) {
+    int64_t unmapped = 0;
+    {
+      SpinGuard l(t.ptl);  // zap_pte_range: one PTE lock for the run
+      for (int i = i0; i < i1; i++) {
+        if (!(t.Get(i) & kPtePresent)) continue;
+        const uint64_t old = t.Clear(i);  // the value we free is the one we cleared
+        void* f = PteFrame(old);
+        if (!anon) {
+          unmapped++;  // the page stays in its shmem object
+        } else if (f != zero) {
+          pages.push_back(f);
+          unmapped++;
+        }
+      }
+    }
+    if (unmapped) AddRss(anon ? MM_ANONPAGES : MM_SHMEMPAGES, -unmapped);
+  });
+}
+
+// ====================================================================== faults
+
+FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
+  Vma* v = vmf.vma;
+  CountEvent(Event::kPgfault);
+  PageTable::PteTable* t = pt.Lookup(vmf.address, true);
+  if (!t) {
+    CountEvent(Event::kFaultOom);
+    return FaultOutcome::kOom;
+  }
+  const int i = PageTable::PteIndex(vmf.address);
+  void* zero = FrameAllocator::ZeroPage();
+  const bool write = vmf.access == AccessType::kWrite;
+  const uint64_t orig = t->Get(i);  // vmf->orig_pte; every change re-checks it (pte_same)
+
+  if (v->shmem) {  // shmem_fault / do_shared_fault / wp_page_shared
+    if (orig & kPtePresent) {
+      if (PteAllows(orig, vmf.access)) return FaultOutcome::kNone;
+      SpinGuard l(t->ptl);
+      if (t->Get(i) == orig) t->Set(i, MakePte(PteFrame(orig), PteBitsFor(*v, false)));
+      CountEvent(Event::kFaultShmem);
+      return FaultOutcome::kMinor;
+    }
+    const uint64_t pgoff = v->vm_pgoff + ((vmf.address - v->vm_start) >> kPageShift);
+    if (pgoff >= v->shmem->size_pages) {
+      CountEvent(Event::kFaultSigbus);
+      return FaultOutcome::kSigbus;
+    }
+    void* f = v->shmem->GetPage(pgoff);
+    if (!f) {
+      CountEvent(Event::kFaultOom);
+      return FaultOutcome::kOom;
+    }
+    bool installed = false;
+    {
+      SpinGuard l(t->ptl);
+      if (!(t->Get(i) & kPtePresent)) {
+        t->Set(i, MakePte(f, PteBitsFor(*v, false)));
+        installed = true;
+      }
+    }
+    if (installed) AddRss(MM_SHMEMPAGES, 1);
+    CountEvent(Event::kFaultShmem);
+    return FaultOutcome::kMinor;
+  }
+
+  // Private anonymous.
+  auto anon_prepare = [&] {  // vmf_anon_prepare()
+    if (v->anon()) return;
+    // lock_vma_under_rcu only takes anonymous VMAs that already have an anon_vma, so
+    // only the mmap_lock path gets here.
+    VMSPACE_LOCK_ASSERT(!vmf.vma_locked, "anon_vma_prepare under the VMA lock");
+    mmap_lock.AssertHeld();
+    AnonVmaPrepareLocked(v);
+  };
+  // Installs a new frame in place of `expect` (none or the zero page) if the PTE still
+  // holds it; frees the frame otherwise (somebody else handled this fault first).
+  auto install_frame = [&](uint64_t expect) -> FaultOutcome {
+    anon_prepare();
+    void* f = frames.Alloc();
+    if (!f) {
+      CountEvent(Event::kFaultOom);
+      return FaultOutcome::kOom;
+    }
+    bool used = false;
+    {
+      SpinGuard l(t->ptl);
+      if (t->Get(i) == expect) {
+        t->Set(i, MakePte(f, PteBitsFor(*v, false)));
+        used = true;
+      }
+    }
+    if (used) AddRss(MM_ANONPAGES, 1);
+    else frames.Free(f);
+    return FaultOutcome::kMinor;
+  };
+
+  if (!(orig & kPtePresent)) {  // do_anonymous_page
+    if (!write && opts.zero_page) {
+      SpinGuard l(t->ptl);
+      if (!(t->Get(i) & kPtePresent)) t->Set(i, MakePte(zero, PteBitsFor(*v, true)));
+      CountEvent(Event::kFaultAnonZero);
+      return FaultOutcome::kMinor;
+    }
+    FaultOutcome o = install_frame(orig);
+    if (o == FaultOutcome::kMinor) CountEvent(Event::kFaultAnonWrite);
+    return o;
+  }
+  if (PteAllows(orig, vmf.access)) return FaultOutcome::kNone;  // spurious
+  if (write) {  // do_wp_page
+    if (PteFrame(orig) == zero) {
+      FaultOutcome o = install_frame(orig);  // zero-page COW: the new frame is already zero
+      if (o == FaultOutcome::kMinor) CountEvent(Event::kFaultWpZero);
+      return o;
+    }
+    SpinGuard l(t->ptl);
+    if (t->Get(i) == orig) t->Set(i, MakePte(PteFrame(orig), PteBitsFor(*v, false)));
+    CountEvent(Event::kFaultWpReuse);
+    return FaultOutcome::kMinor;
+  }
+  // A read or fetch the VMA allows but the PTE's bits do not: refresh them so the
+  // re-executed access succeeds (does not happen while PTE bits follow vm_flags).
+  SpinGuard l(t->ptl);
+  if (t->Get(i) == orig) t->Set(i, MakePte(PteFrame(orig), PteBitsFor(*v, PteFrame(orig) == zero)));
+  return FaultOutcome::kNone;
+}
+
+FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma_locked) {
+  FaultResult r;
+  r.path = vma_locked ? LockPath::kVmaLock : LockPath::kMmapLock;
+  auto segv = [&](int code) {
+    CountEvent(code == kSegvMaperr ? Event::kFaultSegvMaperr : Event::kFaultSegvAccerr);
+    r.outcome = FaultOutcome::kSigsegv;
+    r.sig_code = code;
+    r.sig_addr = addr;
+    return r;
+  };
+  // access_error() (arch/x86/mm/fault.c)
+  PageTable::PteTable* t = pt.Lookup(addr, false);
+  const uint64_t cur = t ? t->Get(PageTable::PteIndex(addr)) : 0;
+  const bool present = cur & kPtePresent;
+  bool bad;
+  if (acc == AccessType::kWrite) {
+    bad = !(v->vm_flags & VM_WRITE);
+  } else if (present && !PteAllows(cur, acc) &&
+             !(acc == AccessType::kExec ? (v->vm_flags & VM_EXEC) : (v->vm_flags & VM_ACCESS_FLAGS))) {
+    bad = true;  // read/exec of a present page the VMA does not allow: X86_PF_PROT
+  } else {
+    bad = !(v->vm_flags & VM_ACCESS_FLAGS);
+  }
+  if (bad) return segv(kSegvAccerr);
+  // An instruction fetch from a non-executable VMA first faults the page in (as a
+  // read), then takes the NX protection fault.
+  const bool nx = acc == AccessType::kExec && !(v->vm_flags & VM_EXEC);
+  VmFault vmf{v, addr, nx ? AccessType::kRead : acc, vma_locked};
+  const FaultOutcome o = HandleMmFault(vmf);
+  if (o == FaultOutcome::kSigbus) {
+    r.outcome = o;
+    r.sig_code = kBusAdrerr;
+    r.sig_addr = addr;
+    return r;
+  }
+  if (o == FaultOutcome::kOom) {
+    r.outcome = o;
+    return r;
+  }
+  r.faults = (o == FaultOutcome::kMinor || o == FaultOutcome::kMajor) ? 1 : 0;
+  if (nx) return segv(kSegvAccerr);
+  r.outcome = o;
+  return r;
+}
+
+FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
+  if (opts.profile.vma_lock != VmaLockMode::kOff) {
+    if (Vma* v = LockVmaUnderRcu(addr)) {
+      LockdepAcquire(LockRank::kVmaLock, v);
+      RecordLock(LockClass::kVmaLock, LockMode::kRead, false, 0, 0);
+      const bool sample = LockStatsEnabled() &&
+                          (++tls_vma_hold_sample & (sync_internal::kHoldSampleEvery - 1)) == 0;
+      const uint64_t t0 = sample ? NowTicks() : 0;
+      FaultResult r = FaultInVma(v, addr, acc, /*vma_locked=*/true);
+      if (sample)
+        RecordHold(LockClass::kVmaLock, LockMode::kRead, NowTicks() - t0, sync_internal::kHoldSampleEvery);
+      LockdepRelease(LockRank::kVmaLock, v);
+      VmaEndRead(v);
+      CountEvent(Event::kVmaLockSuccess);
+      return r;
+    }
+  }
+  mmap_lock.LockRead();
+  Vma* v = FindVmaLocked(addr);
+  if (v && v->vm_start > addr && (v->vm_flags & VM_GROWSDOWN)) {
+    // lock_mm_and_find_vma(): no upgrade; drop the read lock, take the write lock to
+    // expand the stack, and look the VMA up again.
+    mmap_lock.UnlockRead();
+    MmapWriteLock();
+    v = FindVmaLocked(addr);
+    FaultResult r;
+    if (v && v->vm_start > addr &&
+        (!(v->vm_flags & VM_GROWSDOWN) || ExpandDownwardsLocked(v, addr) != 0))
+      v = nullptr;
+    if (!v || v->vm_start > addr) r = MapErr(addr, LockPath::kMmapLock);
+    else r = FaultInVma(v, addr, acc, /*vma_locked=*/false);
+    MmapWriteUnlock();
+    return r;
+  }
+  FaultResult r = (!v || v->vm_start > addr) ? MapErr(addr, LockPath::kMmapLock)
+                                             : FaultInVma(v, addr, acc, /*vma_locked=*/false);
+  mmap_lock.UnlockRead();
+  return r;
+}
+
+namespace {
+
+/// One access of the page holding addr: `touch(frame)` performs it on the 4 KiB frame
+/// the PTE maps, under RCU (which keeps the frame and the tables alive), once the PTE
+/// allows it; each time it does not, one fault is taken and the access re-executed.
+/// Returns the faults taken and, if the access could not be done, the failing fault.
+template <typename Touch>
+FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch) {
+  if (addr >= kTaskSize) {
+    FaultResult r;
+    r.outcome = FaultOutcome::kSigsegv;
+    const bool canonical = addr < (1ull << 47) || addr >= 0xffff800000000000ull;
+    r.sig_code = canonical ? kSegvMaperr : kSiKernel;
+    r.sig_addr = canonical ? addr : 0;
+    CountEvent(Event::kFaultSegvMaperr);
+    return r;
+  }
+  FaultResult res;
+  for (;;) {
+    {
+      RcuReadGuard g;
+      if (PageTable::PteTable* t = m.pt.Lookup(addr, false)) {
+        const uint64_t pte = t->Get(PageTable::PteIndex(addr));
+        if (PteAllows(pte, acc)) {
+          touch(static_cast<uint8_t*>(PteFrame(pte)));
+          return res;
+        }
+      }
+    }
+    FaultResult r = m.DoUserAddrFault(addr, acc);
+    r.faults += res.faults;
+    if (r.failed()) return r;
+    if (r.outcome == FaultOutcome::kNone) r.outcome = res.outcome;  // keep "minor" once faulted
+    res = r;
+  }
+}
+
+}  // namespace
+
+FaultResult MmStruct::FaultInPage(uint64_t addr, AccessType acc) {
+  return AccessPage(*this, addr, acc, [](uint8_t*) {});
+}
+
+// ====================================================================== public API
+
+FaultResult AddressSpace::Fault(uint64_t addr, AccessType access) {
+  RcuThread();
+  StatsSlotScope slot_scope(mm_->stats_slot);
+  return mm_->FaultInPage(addr, access);
+}
+
+AccessResult AddressSpace::Access(uint64_t addr, uint64_t len, uint64_t stride, AccessType access) {
+  RcuThread();
+  StatsSlotScope slot_scope(mm_->stats_slot);
+  AccessResult res;
+  if (stride == 0) stride = 1;
+  uint64_t i = 0;
+  while (i < len) {
+    const uint64_t a = addr + i;
+    if (a < addr) break;  // wrapped
+    const uint64_t page = a & kPageMask;
+    // Offsets i, i+stride, ... that fall in this page.
+    uint64_t page_end_i = (page + kPageSize) - addr;  // first offset past this page
+    if (page + kPageSize < page) page_end_i = ~0ull;
+    const uint64_t stop = std::min(page_end_i, len);
+    const uint64_t first = i;
+    const uint64_t n = (stop - first + stride - 1) / stride;
+    FaultResult r = AccessPage(*mm_, a, access, [&](uint8_t* frame) {
+      if (access == AccessType::kWrite) {
+        for (uint64_t k = first; k < stop; k += stride)
+          __atomic_store_n(frame + ((addr + k) & (kPageSize - 1)), static_cast<uint8_t>(k),
+                           __ATOMIC_RELAXED);
+      } else {
+        uint8_t sink = 0;
+        for (uint64_t k = first; k < stop; k += stride)
+          sink ^= __atomic_load_n(frame + ((addr + k) & (kPageSize - 1)), __ATOMIC_RELAXED);
+        asm volatile("" : : "r"(sink));
+      }
+    });
+    res.faults += r.faults;
+    if (r.outcome == FaultOutcome::kMajor) res.major_faults++;
+    if (r.failed()) {
+      res.stop = r;
+      break;
+    }
+    res.accesses += n;
+    i = first + n * stride;
+  }
+  return res;
+}
+
+namespace {
+/// Copies len bytes between the space at addr and a buffer, page by page, as the
+/// process would (process_vm_readv/writev semantics, faulting pages in).
+template <typename Copy>
+CopyResult CopyPages(MmStruct& m, uint64_t addr, uint64_t len, AccessType acc, Copy&& copy) {
+  CopyResult res;
+  while (res.bytes < len) {
+    const uint64_t a = addr + res.bytes;
+    const uint64_t off = a & (kPageSize - 1);
+    const uint64_t n = std::min(kPageSize - off, len - res.bytes);
+    FaultResult r = AccessPage(m, a, acc, [&](uint8_t* frame) { copy(frame + off, res.bytes, n); });
+    res.faults += r.faults;
+    if (r.failed()) {
+      res.stop = r;
+      break;
+    }
+    res.bytes += n;
+  }
+  return res;
+}
+}  // namespace
+
+CopyResult AddressSpace::ReadMemory(uint64_t addr, void* dst, uint64_t len) {
+  RcuThread();
+  StatsSlotScope slot_scope(mm_->stats_slot);
+  auto* out = static_cast<uint8_t*>(dst);
+  return CopyPages(*mm_, addr, len, AccessType::kRead,
+                   [&](uint8_t* p, uint64_t at, uint64_t n) { memcpy(out + at, p, n); });
+}
+
+CopyResult AddressSpace::WriteMemory(uint64_t addr, const void* src, uint64_t len) {
+  RcuThread();
+  StatsSlotScope slot_scope(mm_->stats_slot);
+  auto* in = static_cast<const uint8_t*>(src);
+  return CopyPages(*mm_, addr, len, AccessType::kWrite,
+                   [&](uint8_t* p, uint64_t at, uint64_t n) { memcpy(p, in + at, n); });
+}
+
+}  // namespace vmspace

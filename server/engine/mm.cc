@@ -1,0 +1,125 @@
+// The address space's lifetime, mmap_lock write sections and deferred frees
+// (kernel/fork.c mm_alloc/exit_mmap, include/linux/mmap_lock.h, mm/mmu_gather.c).
+#include "mm.h"
+
+#include <sys/sysinfo.h>
+
+#include <atomic>
+
+#include "engine/stats.h"
+#include "sync/rcu.h"
+
+namespace vmspace {
+
+namespace {
+std::atomic<unsigned> g_next_counter_cell{0};
+thread_local int tls_counter_cell = -1;
+
+void FreeGatherCallback(struct rcu_head* h) {
+  RcuCallbackBegin(h);
+  MmuGather::FreeNow(reinterpret_cast<MmuGather*>(reinterpret_cast<char*>(h) - offsetof(MmuGather, head)));
+#if defined(__SANITIZE_THREAD__)
+  __tsan_release(&rcu_internal::gp_token);  // rcu_barrier() waits for this callback
+#endif
+}
+}  // namespace
+
+int PercpuCounter::Cell() {
+  if (tls_counter_cell < 0)
+    tls_counter_cell = static_cast<int>(g_next_counter_cell.fetch_add(1, std::memory_order_relaxed) % kCells);
+  return tls_counter_cell;
+}
+
+void MmuGather::FreeNow(MmuGather* g) {
+  for (void* p : g->pages) g->frames->Free(p);
+  PageTable::DeleteTables(g->tables);
+  for (Vma* v : g->vmas) delete v;
+  VmaIndex::DeleteRetired(g->nodes);
+  delete g;
+}
+
+void MmuGather::Queue(MmuGather* g, FrameAllocator& frames) {
+  if (g->empty()) {
+    delete g;
+    return;
+  }
+  g->frames = &frames;
+  CallRcu(&g->head, &FreeGatherCallback);
+}
+
+MmStruct::MmStruct(FrameAllocator& f, const SpaceOptions& o)
+    : frames(f), opts(o), stats_slot(o.profile.stats_slot()), idx(VmaIndex::Create(o.profile.index)) {
+  uint64_t limit = o.overcommit_limit_bytes;
+  if (limit == 0) {
+    struct sysinfo si;
+    if (sysinfo(&si) == 0)
+      limit = (static_cast<uint64_t>(si.totalram) + si.totalswap) * si.mem_unit;
+    else
+      limit = ~0ull;
+  }
+  commit_limit_pages = limit >> kPageShift;
+}
+
+MmStruct::~MmStruct() {
+  // exit_mmap(): no other call may be running on the space, so nothing can be reading
+  // the page tables or VMAs locklessly: everything is freed at once.
+  MmapWriteLock();
+  std::vector<Vma*> all;
+  std::vector<void*> pages;
+  for (Vma* v = FindVmaLocked(0); v; v = VmaNextLocked(v)) {
+    ZapRangeLocked(v, v->vm_start, v->vm_end, pages);
+    all.push_back(v);
+  }
+  for (void* p : pages) frames.Free(p);
+  for (Vma* v : all) {
+    idx->Erase(v, v->vm_start, v->vm_end);
+    delete v;
+  }
+  map_count.store(0, std::memory_order_relaxed);
+  total_vm.store(0, std::memory_order_relaxed);
+  if (gather) {
+    gather->frames = &frames;
+    MmuGather::FreeNow(gather);
+    gather = nullptr;
+  }
+  std::vector<void*> nodes;
+  idx->Commit();
+  idx->TakeRetired(nodes);
+  VmaIndex::DeleteRetired(nodes);
+  mmap_lock.UnlockWrite();
+}
+
+void MmStruct::MmapWriteLock() { mmap_lock.LockWrite(); }
+
+void MmStruct::MmapWriteUnlock() {
+  idx->Commit();
+  MmuGather& g = GatherLocked();
+  idx->TakeRetired(g.nodes);
+  if (g.size() >= kDeferBatch || g.pages.size() >= kDeferFrames) FlushGatherLocked();
+  mm_lock_seq.fetch_add(1, std::memory_order_seq_cst);  // vma_end_write_all()
+  mmap_lock.UnlockWrite();
+}
+
+MmuGather& MmStruct::GatherLocked() {
+  if (!gather) gather = new MmuGather;
+  return *gather;
+}
+
+void MmStruct::FlushGatherLocked() {
+  MmuGather* g = gather;
+  gather = nullptr;
+  if (g) MmuGather::Queue(g, frames);
+}
+
+// ====================================================================== AddressSpace
+
+AddressSpace::AddressSpace(FrameAllocator& frames, const SpaceOptions& opts)
+    : mm_(std::make_unique<MmStruct>(frames, opts)) {
+  RcuThread();
+}
+
+AddressSpace::~AddressSpace() { RcuThread(); }
+
+const SpaceOptions& AddressSpace::options() const { return mm_->opts; }
+
+}  // namespace vmspace

@@ -1,0 +1,322 @@
+// MmStruct: the state of one address space (Linux's struct mm_struct), internal to the
+// engine; AddressSpace (engine/address_space.h) is its public face.
+//
+// Each field says what guards it; LOCKING.md is the lock order. Member functions are
+// grouped by the kernel file they mirror and implemented in the engine file of the same
+// name: mm.cc (mmap_lock write sections, deferred frees), vma_lock.cc (per-VMA locks),
+// vma.cc (merge/split/unmap, mm/vma.c), rmap.cc (anon_vma), mmap.cc (do_mmap,
+// get_unmapped_area, stack expansion), mprotect.cc, madvise.cc, memory.cc (faults, zap),
+// proc.cc (maps, counters), validate.cc (validate_mm).
+//
+// Conventions: a function named ...Locked requires mmap_lock (shared = read or write;
+// exclusive = write), which the compiler checks (clang -Wthread-safety). Functions on
+// the fault path run under either mmap_lock (read) or a VMA read lock, which the
+// analysis cannot express; they say so, and assert mmap_lock where they need it.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "engine/address_space.h"
+#include "engine/frame_allocator.h"
+#include "page_table.h"
+#include "sync/mutex.h"
+#include "sync/rcu.h"
+#include "sync/rwsem.h"
+#include "vma.h"
+#include "vma_index.h"
+
+namespace vmspace {
+
+// ---------------------------------------------------------------- small helpers
+
+inline uint64_t PageAlign(uint64_t x) { return (x + kPageSize - 1) & kPageMask; }
+
+/// calc_vm_prot_bits(): PROT_READ/WRITE/EXEC have the VM_ values.
+inline uint64_t CalcVmProtBits(int prot) { return static_cast<uint64_t>(prot) & VM_ACCESS_FLAGS; }
+
+/// PTE permission bits for a frame mapped in `vma` (vm_page_prot plus the write rule
+/// of do_anonymous_page / change_protection's MM_CP_TRY_CHANGE_WRITABLE): writable if
+/// the VMA is writable and the frame is not the zero page (private anon frames are
+/// exclusive: there is no fork).
+inline uint64_t PteBitsFor(const Vma& vma, bool zero_page) {
+  uint64_t b = 0;
+  if (vma.vm_flags & VM_ACCESS_FLAGS) b |= kPteRead;
+  if (vma.vm_flags & VM_EXEC) b |= kPteExec;
+  if ((vma.vm_flags & VM_WRITE) && !zero_page) b |= kPteWrite;
+  return b;
+}
+
+/// Whether a PTE value lets the CPU perform `a` without a fault.
+inline bool PteAllows(uint64_t pte, AccessType a) {
+  if (!(pte & kPtePresent)) return false;
+  switch (a) {
+    case AccessType::kRead: return pte & kPteRead;
+    case AccessType::kWrite: return pte & kPteWrite;
+    case AccessType::kExec: return pte & kPteExec;
+  }
+  return false;
+}
+
+/// RSS counter kinds (mm->rss_stat, include/linux/mm_types_task.h). MM_FILEPAGES comes
+/// with file mappings.
+enum MmCounter { MM_ANONPAGES = 0, MM_SHMEMPAGES = 1, NR_MM_COUNTERS = 2 };
+
+/// A counter split into cache-line cells picked by the calling thread (Linux's
+/// percpu_counter, as mm->rss_stat is since 6.2): Add touches one cell, Sum adds them
+/// (exact once updates stop). No lock.
+class PercpuCounter {
+ public:
+  void Add(int64_t n) { cells_[Cell()].v.fetch_add(n, std::memory_order_relaxed); }
+  int64_t Sum() const {
+    int64_t s = 0;
+    for (const auto& c : cells_) s += c.v.load(std::memory_order_relaxed);
+    return s;
+  }
+
+ private:
+  static constexpr int kCells = 16;
+  struct alignas(64) Padded {
+    std::atomic<int64_t> v{0};
+  };
+  static int Cell();
+  std::array<Padded, kCells> cells_;
+};
+
+/// What a write section retires, freed after an RCU grace period: lockless accessors
+/// (the TLB-hit path) and RCU lookups may still use it (Linux's mmu_gather with
+/// MMU_GATHER_RCU_TABLE_FREE, plus VMA and maple-node freeing by call_rcu).
+struct MmuGather {
+  struct rcu_head head;
+  FrameAllocator* frames = nullptr;
+  std::vector<void*> pages;  // private anonymous frames
+  PageTable::TableGather tables;
+  std::vector<Vma*> vmas;    // detached VMAs
+  std::vector<void*> nodes;  // retired VMA-index nodes
+  bool empty() const { return pages.empty() && tables.empty() && vmas.empty() && nodes.empty(); }
+  size_t size() const {
+    return pages.size() + tables.dirs.size() + tables.ptes.size() + vmas.size() + nodes.size();
+  }
+  /// Hands g to call_rcu (deleted in the callback), or deletes it if empty.
+  static void Queue(MmuGather* g, FrameAllocator& frames);
+  /// Frees everything now (the callback; also used when no reader can exist).
+  static void FreeNow(MmuGather* g);
+};
+
+/// One page fault being handled (struct vm_fault).
+struct VmFault {
+  Vma* vma;
+  uint64_t address;      // the faulting byte
+  AccessType access;     // as handled (an NX fetch is handled as a read)
+  bool vma_locked;       // FAULT_FLAG_VMA_LOCK: under the VMA read lock, not mmap_lock
+};
+
+struct MmStruct {
+  MmStruct(FrameAllocator& f, const SpaceOptions& o);
+  /// exit_mmap(): unmaps everything and frees it at once (no caller may be running).
+  ~MmStruct();
+  MmStruct(const MmStruct&) = delete;
+  MmStruct& operator=(const MmStruct&) = delete;
+
+  /// Deferred frees are handed to call_rcu in batches of at least this many objects
+  /// (a call_rcu per mmap/munmap costs more than the operation: it wakes the callback
+  /// thread, and every grace period is a membarrier IPI to our threads), or once this
+  /// many frames (1 MiB) wait, so the frame limit is not held up for long.
+  static constexpr size_t kDeferBatch = 4096;
+  static constexpr size_t kDeferFrames = 256;
+  /// A VMA writer waiting for readers spins this long before it sleeps.
+  static constexpr uint64_t kVmaWriterSpinNs = 2000;
+
+  // ---- immutable after construction
+  FrameAllocator& frames;
+  const SpaceOptions opts;
+  const int stats_slot;  // statistics slot of the profile
+  uint64_t commit_limit_pages = 0;
+
+  // ---- mmap_lock and what it guards
+  RwSem mmap_lock{LockClass::kMmapLock, LockRank::kMmapLock};
+  /// The VMA tree. Changed under mmap_lock write; queried under mmap_lock; "maple" is
+  /// also readable under RCU (VmaLookupRcu).
+  const std::unique_ptr<VmaIndex> idx ABSL_PT_GUARDED_BY(mmap_lock);
+  /// What this write section retires (see MmuGather).
+  MmuGather* gather ABSL_GUARDED_BY(mmap_lock) = nullptr;
+  /// mm->map_count and mm->total_vm (pages): written under mmap_lock write, read
+  /// without locks (Counters, a scrape).
+  std::atomic<uint64_t> map_count{0};
+  std::atomic<uint64_t> total_vm{0};
+
+  // ---- per-VMA locks (vma_lock.cc)
+  /// mm_lock_seq (the 6.4-6.13 form): advanced when mmap_lock is write-unlocked, which
+  /// releases every VMA write lock taken in that section (vma_end_write_all).
+  std::atomic<uint64_t> mm_lock_seq{0};
+  /// mm->vma_writer_wait (an rcuwait in Linux): a futex word a VMA writer sleeps on
+  /// while readers drain; the reader that leaves the writer alone bumps it and wakes.
+  std::atomic<uint32_t> vma_writer_wait{0};
+
+  // ---- fault-side state
+  /// Serializes setting Vma::anon_vma from null during faults (mmap_lock read held),
+  /// as __anon_vma_prepare does under mm->page_table_lock.
+  Mutex anon_vma_lock{LockRank::kAnonVmaLock};
+  /// The page tables: upper levels installed under their page_table_lock, PTEs under
+  /// the split PTE locks (page_table.h).
+  PageTable pt;
+  /// mm->rss_stat, changed wherever a PTE starts or stops mapping a counted page.
+  PercpuCounter rss[NR_MM_COUNTERS];
+
+  // ======================================================= mm.cc
+  /// mmap_write_lock().
+  void MmapWriteLock() ABSL_EXCLUSIVE_LOCK_FUNCTION(mmap_lock);
+  /// mmap_write_unlock(): publishes the index to RCU readers, queues what the section
+  /// retired (in batches), advances mm_lock_seq (releasing the section's VMA write
+  /// locks), then releases mmap_lock.
+  void MmapWriteUnlock() ABSL_UNLOCK_FUNCTION(mmap_lock);
+  /// This write section's gather, created on first use.
+  MmuGather& GatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  void FlushGatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  void AddRss(MmCounter c, int64_t n) { rss[c].Add(n); }
+
+  // ======================================================= vma_lock.cc
+  // (include/linux/mmap_lock.h, mm/mmap_lock.c; the 6.15 vm_refcnt form)
+  enum class VmaReadResult { kOk, kLocked, kDetached };
+  /// vma_start_write(): marks v write-locked until mmap_write_unlock, after waiting out
+  /// its readers (spin up to kVmaWriterSpinNs, then sleep on vma_writer_wait). The wait
+  /// is counted and timed in the lock stats (vma_lock, write).
+  void VmaStartWriteLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// vma_assert_write_locked() (lockdep builds).
+  void VmaAssertWriteLocked(const Vma* v) const;
+  /// A new VMA: write-locked (lockless readers skip it until the section ends), attached.
+  void VmaInitLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// vma_mark_detached(): v is write-locked; drops the attach reference and waits out
+  /// transient readers (who will fail their re-check); vm_refcnt ends at 0.
+  void VmaMarkDetachedLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// vma_start_read(): never waits. kLocked: write-locked (or a writer is waiting);
+  /// kDetached: removed from the tree since the lookup. Caller is in an RCU section.
+  VmaReadResult VmaStartRead(Vma* v);
+  /// vma_end_read() / vma_refcount_put(): wakes a writer left alone with its readers.
+  void VmaEndRead(Vma* v);
+  /// lock_vma_under_rcu() with the 6.4-6.9 eligibility rules: the VMA covering addr,
+  /// read-locked, or null (VMA_LOCK_ABORT: use mmap_lock). Retries a lookup that found
+  /// a detached VMA (VMA_LOCK_MISS).
+  Vma* LockVmaUnderRcu(uint64_t addr);
+  /// The VMA whose stored range holds addr, from the RCU-published index (maple only).
+  /// Caller is in an RCU read-side section: RCU, not mmap_lock, keeps it alive.
+  Vma* VmaLookupRcu(uint64_t addr) ABSL_NO_THREAD_SAFETY_ANALYSIS { return idx->LookupRcu(addr); }
+  /// Waits until v->vm_refcnt == target (__vma_enter_locked's rcuwait_wait_event).
+  void WaitForVmaReadersLocked(Vma* v, uint32_t target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+
+  // ======================================================= vma.cc (mm/vma.c)
+  /// find_vma(): the first VMA with vm_end > addr, or null.
+  Vma* FindVmaLocked(uint64_t addr) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) { return idx->FindVma(addr); }
+  /// find_vma_intersection(): the first VMA overlapping [start, end), or null.
+  Vma* FindVmaIntersectionLocked(uint64_t start, uint64_t end) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) {
+    Vma* v = FindVmaLocked(start);
+    return v && v->vm_start < end ? v : nullptr;
+  }
+  /// vma_next(): the VMA after v, or null.
+  Vma* VmaNextLocked(const Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) { return idx->NextFrom(v->vm_end); }
+  /// vma_prev() at addr: the last VMA that starts below addr, or null.
+  Vma* VmaPrevLocked(uint64_t addr) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) { return idx->PrevOf(addr); }
+  /// The first VMA that starts at or above addr, or null.
+  Vma* VmaNextFromLocked(uint64_t addr) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) { return idx->NextFrom(addr); }
+
+  /// vma_link(): adds a new (detached, unlocked) v to the tree, write-locked.
+  void VmaInsertLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// Write-locks, unlinks and detaches v; it is freed after a grace period.
+  void VmaRemoveLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// vma_set_range() + the tree update: v's range becomes [start, end) (vm_pgoff moves
+  /// with vm_start). Write-locks v.
+  void VmaSetRangeLocked(Vma* v, uint64_t start, uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// __split_vma(): splits v at addr. With new_below the new VMA is the lower part
+  /// [vm_start, addr) and v keeps [addr, vm_end); else the new VMA is the upper part.
+  /// Returns the new VMA. No map_count check (callers check, as split_vma does).
+  Vma* SplitVmaLocked(Vma* v, uint64_t addr, bool new_below) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// vma_merge_new_range(): merges the new range [start, end) with flags, pgoff and no
+  /// anon_vma into prev and/or next if compatible. Returns the VMA that now covers the
+  /// range, or null if no merge was possible.
+  Vma* VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// vma_modify_flags() -> vma_merge_existing_range() / split_vma(): gives [start, end)
+  /// (inside `middle`) the flags `newflags` by merging with prev/next or splitting.
+  /// Returns the VMA covering [start, end), or null with *err = ENOMEM (split at
+  /// max_map_count; an earlier split of this call stays, as in Linux). Does not set
+  /// the flags itself.
+  Vma* VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, uint64_t newflags, int* err)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// vms_gather_munmap_vmas() + vms_complete_munmap_vmas(): removes [start, end).
+  /// Returns 0 or ENOMEM (middle split at map_count >= max). `nr_accounted` (if set)
+  /// gets the VM_ACCOUNT pages removed. With free_tables, page tables no longer
+  /// covered by any VMA are freed (munmap); MAP_FIXED replacement keeps them.
+  int UnmapRangeLocked(uint64_t start, uint64_t end, bool free_tables, uint64_t* nr_accounted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+
+  // ======================================================= rmap.cc (mm/rmap.c)
+  /// find_mergeable_anon_vma(): an adjacent VMA's anon_vma if the two could merge.
+  AnonVma* FindMergeableAnonVmaLocked(Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
+  /// anon_vma_prepare(): gives v an anon_vma (reused from a neighbour or new). Takes
+  /// anon_vma_lock.
+  void AnonVmaPrepareLocked(Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) ABSL_LOCKS_EXCLUDED(anon_vma_lock);
+
+  // ======================================================= mmap.cc (mm/mmap.c)
+  /// unmapped_area_topdown(): the highest gap in [low, high) holding `length`,
+  /// restarting below a VM_GROWSDOWN VMA's guard gap. Returns the address or ~0.
+  uint64_t UnmappedAreaTopdownLocked(uint64_t length, uint64_t low, uint64_t high)
+      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
+  /// unmapped_area(): the lowest gap in [low, high) holding `length`, or ~0.
+  uint64_t UnmappedAreaBottomupLocked(uint64_t length, uint64_t low, uint64_t high)
+      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
+  /// arch_get_unmapped_area_topdown() / arch_get_unmapped_area(): ~0 if none.
+  uint64_t ArchGetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags)
+      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
+  /// __get_unmapped_area() for anonymous memory (with THP alignment). Returns the
+  /// address, or 0 with *err = ENOMEM / EINVAL / EPERM.
+  uint64_t GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags, int* err)
+      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
+  /// expand_downwards(): grows the VM_GROWSDOWN VMA v down to addr's page. Returns 0,
+  /// EPERM (below mmap_min_addr) or ENOMEM (guard gap, rlimit, map_count), with the
+  /// kernel's order: the anon_vma is prepared only after the address and guard-gap
+  /// checks pass (a refused expansion below them leaves the VMA untouched).
+  int ExpandDownwardsLocked(Vma* v, uint64_t addr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+
+  // ======================================================= memory.cc (mm/memory.c)
+  /// unmap_page_range() for [start, end) of v: each PTE is read and cleared in one step
+  /// under its table's PTE lock (ptep_get_and_clear), so a racing fault or zap can
+  /// never make a frame be freed twice or not at all. Private anonymous frames go to
+  /// `pages` (the caller frees them, after a grace period unless no reader can exist);
+  /// RSS counters follow. Caller holds mmap_lock (write for munmap, read for
+  /// MADV_DONTNEED).
+  void ZapRangeLocked(Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages)
+      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
+  /// handle_mm_fault() for one page of vmf.vma (access_error already checked).
+  /// Installs what the access needs: kMinor, kNone (spurious: the PTE already allows
+  /// it, or it only needed its bits refreshed), kSigbus, kOom. Caller holds mmap_lock
+  /// (read or write) or, with vmf.vma_locked, the VMA's read lock.
+  FaultOutcome HandleMmFault(VmFault& vmf);
+  /// access_error() + handle_mm_fault() for a VMA covering addr, pinned by the caller's
+  /// lock (as HandleMmFault). Does not perform the access.
+  FaultResult FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma_locked);
+  /// do_user_addr_fault(): one fault at addr, under the VMA read lock when the profile
+  /// allows, else (or on VMA_LOCK_ABORT) under mmap_lock read, expanding a stack under
+  /// mmap_lock write. Takes and releases every lock itself.
+  FaultResult DoUserAddrFault(uint64_t addr, AccessType acc) ABSL_LOCKS_EXCLUDED(mmap_lock);
+  /// One access of the page holding addr with no data transfer (MAP_POPULATE,
+  /// Fault()): faults until the PTE allows it, as AddressSpace::Fault.
+  FaultResult FaultInPage(uint64_t addr, AccessType acc) ABSL_LOCKS_EXCLUDED(mmap_lock);
+
+  // ======================================================= mprotect.cc
+  /// change_protection(): rewrites the permission bits of present PTEs in [start, end)
+  /// of v for its (new) flags, under each table's PTE lock. v is write-locked.
+  void ChangeProtectionLocked(Vma* v, uint64_t start, uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+
+  // ======================================================= proc.cc (fs/proc/task_mmu.c)
+  /// Resident pages (not the zero page) mapped in [start, end), walking the PTEs (the
+  /// smaps Rss of one VMA).
+  uint64_t RssLocked(uint64_t start, uint64_t end) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
+  /// The VmaInfo (maps line data) of v.
+  VmaInfo VmaInfoLocked(const Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
+};
+
+}  // namespace vmspace

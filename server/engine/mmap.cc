@@ -1,0 +1,317 @@
+// mmap(2), munmap(2), get_unmapped_area and stack expansion (mm/mmap.c, mm/vma.c
+// __mmap_region and do_vmi_munmap, arch/x86/kernel/sys_x86_64.c; Linux 6.18).
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+
+#include "engine/stats.h"
+#include "mm.h"
+
+namespace vmspace {
+
+namespace {
+constexpr int kMapType = 0x0f;
+std::atomic<uint64_t> g_next_inode{1};
+}  // namespace
+
+// ====================================================================== placement
+
+/// unmapped_area_topdown() (mm/vma.c): the highest gap in [low, high) that holds
+/// `length`, restarting below a VM_GROWSDOWN VMA's guard gap. Returns the address or
+/// ~0 (ENOMEM).
+uint64_t MmStruct::UnmappedAreaTopdownLocked(uint64_t length, uint64_t low, uint64_t high) {
+  if (low < opts.mmap_min_addr) low = opts.mmap_min_addr;
+  for (;;) {
+    if (high <= low || high - low < length) return ~0ull;
+    uint64_t gap_end = idx->HighestGapEnd(length, low, high);
+    if (gap_end == ~0ull) return ~0ull;
+    Vma* above = VmaNextFromLocked(gap_end);
+    if (above && (above->vm_flags & VM_GROWSDOWN) && above->start_gap() < gap_end) {
+      high = above->start_gap();
+      continue;
+    }
+    return gap_end - length;
+  }
+}
+
+/// unmapped_area() (mm/vma.c): the lowest gap in [low, high) holding `length`. Only
+/// the fallback and MAP_32BIT use it; it walks VMAs from the bottom.
+uint64_t MmStruct::UnmappedAreaBottomupLocked(uint64_t length, uint64_t low, uint64_t high) {
+  if (low < opts.mmap_min_addr) low = opts.mmap_min_addr;
+  for (;;) {
+    if (high <= low || high - low < length) return ~0ull;
+    Vma* lower = VmaPrevLocked(low);
+    if (lower && lower->vm_end <= low) lower = nullptr;
+    uint64_t gs = lower ? lower->vm_end : low;
+    bool found = false;
+    Vma* upper = VmaNextFromLocked(gs);
+    while (true) {
+      uint64_t s0 = gs < low ? low : gs;
+      uint64_t ge = upper ? upper->vm_start : ~0ull;
+      if (ge > high) ge = high;
+      if (ge > s0 && ge - s0 >= length) {
+        gs = s0;
+        found = true;
+        break;
+      }
+      if (!upper || upper->vm_start >= high) break;
+      gs = upper->vm_end;
+      upper = VmaNextFromLocked(gs);
+    }
+    if (!found) return ~0ull;
+    if (upper && (upper->vm_flags & VM_GROWSDOWN) && upper->start_gap() < gs + length) {
+      low = upper->vm_end;
+      continue;
+    }
+    return gs;
+  }
+}
+
+/// arch_get_unmapped_area_topdown() / arch_get_unmapped_area() (arch/x86/kernel/
+/// sys_x86_64.c): hint check, then top-down search below mmap_base, falling back to
+/// bottom-up from TASK_SIZE/3. MAP_32BIT searches [1 GiB, 2 GiB) bottom-up.
+uint64_t MmStruct::ArchGetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags) {
+  if (len > kTaskSize) return ~0ull;
+  if (flags & MAP_FIXED) return addr;
+  if (!(flags & MAP_32BIT)) {
+    if (addr) {
+      addr &= kPageMask;
+      if (kTaskSize - len >= addr) {  // mmap_address_hint_valid
+        Vma* v = FindVmaLocked(addr);
+        if (!v || addr + len <= v->start_gap()) return addr;
+      }
+    }
+    uint64_t r = UnmappedAreaTopdownLocked(len, kPageSize, opts.mmap_base);
+    if (r != ~0ull) return r;
+  }
+  // bottomup: arch_get_unmapped_area()
+  uint64_t begin = (flags & MAP_32BIT) ? 0x40000000ull : PageAlign(kTaskSize / 3);
+  uint64_t end = (flags & MAP_32BIT) ? 0x80000000ull : kTaskSize;
+  if (len > end) return ~0ull;
+  if (addr) {
+    addr = PageAlign(addr);
+    Vma* v = FindVmaLocked(addr);
+    if (end - len >= addr && (!v || addr + len <= v->start_gap())) return addr;
+  }
+  return UnmappedAreaBottomupLocked(len, begin, end);
+}
+
+/// __get_unmapped_area() (mm/mmap.c) for anonymous memory, including the THP
+/// alignment of private anonymous requests (thp_get_unmapped_area_vmflags,
+/// __thp_get_unmapped_area with off = 0). Returns the address or an errno via *err.
+uint64_t MmStruct::GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags, int* err) {
+  *err = 0;
+  if (len > kTaskSize) {
+    *err = ENOMEM;
+    return 0;
+  }
+  uint64_t r = ~0ull;
+  bool shared = flags & MAP_SHARED;  // shmem_get_unmapped_area (no THP for shmem here)
+  if (!shared && opts.thp_align_anon && !addr && (len % kPmdSize) == 0 &&
+      !(flags & MAP_FIXED)) {
+    uint64_t len_pad = len + kPmdSize;
+    uint64_t ret = ArchGetUnmappedAreaLocked(addr, len_pad, flags);
+    if (ret != ~0ull) {
+      uint64_t off_sub = (0 - ret) & (kPmdSize - 1);
+      r = off_sub == 0 ? ret + kPmdSize : ret + off_sub;
+    }
+  }
+  if (r == ~0ull) r = ArchGetUnmappedAreaLocked(addr, len, flags);
+  if (r == ~0ull) {
+    *err = ENOMEM;
+    return 0;
+  }
+  if (r > kTaskSize - len) {
+    *err = ENOMEM;
+    return 0;
+  }
+  if (r & (kPageSize - 1)) {
+    *err = EINVAL;
+    return 0;
+  }
+  // security_mmap_addr -> cap_mmap_addr
+  if (r < opts.dac_mmap_min_addr && !opts.cap_sys_rawio) {
+    *err = EPERM;
+    return 0;
+  }
+  return r;
+}
+
+// ====================================================================== stack
+
+int MmStruct::ExpandDownwardsLocked(Vma* v, uint64_t addr) {
+  mmap_lock.AssertWriteHeld();
+  addr &= kPageMask;
+  if (addr < opts.mmap_min_addr) return EPERM;
+  // Enforce stack_guard_gap against the VMA below (FindVma found v as the first VMA
+  // ending above addr, so prev ends at or below addr).
+  Vma* prev = VmaPrevLocked(v->vm_start);
+  if (prev && !(prev->vm_flags & VM_GROWSDOWN) && (prev->vm_flags & VM_ACCESS_FLAGS) &&
+      addr - prev->vm_end < kStackGuardGap)
+    return ENOMEM;
+  // Only now: "We must make sure the anon_vma is allocated." Later refusals
+  // (acct_stack_growth) keep it, as in Linux.
+  AnonVmaPrepareLocked(v);
+  VmaStartWriteLocked(v);
+  if (addr >= v->vm_start) return 0;  // somebody else expanded it already
+  const uint64_t size = v->vm_end - addr;
+  const uint64_t grow = (v->vm_start - addr) >> kPageShift;
+  if (grow > v->vm_pgoff) return ENOMEM;
+  // acct_stack_growth() with RLIMIT_STACK = 8 MiB.
+  constexpr uint64_t kRlimitStack = 8ull << 20;
+  if (size > kRlimitStack) return ENOMEM;
+  if (map_count.load(std::memory_order_relaxed) > opts.max_map_count) return ENOMEM;
+  total_vm.store(total_vm.load(std::memory_order_relaxed) + grow, std::memory_order_relaxed);
+  VmaSetRangeLocked(v, addr, v->vm_end);  // vm_pgoff -= grow
+  return 0;
+}
+
+// ====================================================================== syscalls
+
+namespace {
+
+/// The part of do_mmap / __mmap_region that runs under mmap_lock: placement, flag
+/// checks, accounting, MAP_FIXED replacement, merge or insert. Returns 0 with
+/// *addr_inout = the address and *vm_flags_out, or an errno.
+int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int flags,
+                 uint64_t* vm_flags_out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
+  uint64_t addr = *addr_inout;
+  const uint64_t pages = plen >> kPageShift;
+  if (m.map_count.load(std::memory_order_relaxed) > m.opts.max_map_count) return (ENOMEM);
+  int err = 0;
+  addr = m.GetUnmappedAreaLocked(addr, plen, flags, &err);
+  if (err) return (err);
+  if ((flags & MAP_FIXED_NOREPLACE) && m.FindVmaIntersectionLocked(addr, addr + plen))
+    return (EEXIST);
+
+  uint64_t vm_flags = CalcVmProtBits(prot) | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC;
+  if (flags & MAP_GROWSDOWN) vm_flags |= VM_GROWSDOWN;
+  if (flags & MAP_LOCKED) vm_flags |= VM_LOCKED;
+  if (flags & MAP_STACK) vm_flags |= VM_NOHUGEPAGE;  // since Linux 6.7
+  if (flags & MAP_SYNC) vm_flags |= VM_SYNC;          // calc_vm_flag_bits, any mapping
+  uint64_t pgoff;
+  switch (flags & kMapType) {
+    case MAP_SHARED:
+      if (vm_flags & VM_GROWSDOWN) return (EINVAL);
+      pgoff = 0;
+      vm_flags |= VM_SHARED | VM_MAYSHARE;
+      break;
+    case MAP_DROPPABLE:  // Linux 6.11+
+      if (flags & (MAP_LOCKED | MAP_HUGETLB)) return (EINVAL);
+      if (vm_flags & VM_GROWSDOWN) return (EINVAL);
+      vm_flags |= VM_DROPPABLE | VM_NORESERVE | VM_WIPEONFORK | VM_DONTDUMP;
+      pgoff = addr >> kPageShift;
+      break;
+    case MAP_PRIVATE:
+      pgoff = addr >> kPageShift;
+      break;
+    default:
+      return (EINVAL);
+  }
+  if (flags & MAP_NORESERVE) vm_flags |= VM_NORESERVE;  // overcommit_memory != 2
+  if (flags & MAP_HUGETLB) return (ENOMEM);  // no huge pages reserved
+
+  // __mmap_region (mm/vma.c). Accounting is checked before unmapping what MAP_FIXED
+  // replaces (Linux checks after gathering; only a failing MAP_FIXED differs).
+  bool accountable = (vm_flags & (VM_NORESERVE | VM_SHARED | VM_WRITE)) == VM_WRITE;
+  if (accountable) {
+    uint64_t replaced = 0;
+    for (Vma* v = m.FindVmaIntersectionLocked(addr, addr + plen); v && v->vm_start < addr + plen; v = m.VmaNextLocked(v))
+      if (v->vm_flags & VM_ACCOUNT) {
+        uint64_t s = std::max(v->vm_start, addr), e = std::min(v->vm_end, addr + plen);
+        replaced += (e - s) >> kPageShift;
+      }
+    if (pages - replaced > m.commit_limit_pages) return (ENOMEM);
+    vm_flags |= VM_ACCOUNT;
+  }
+  if ((vm_flags & VM_SHARED) && !(vm_flags & VM_NORESERVE) && pages > m.commit_limit_pages)
+    return (ENOMEM);  // shmem_acct_size in shmem_zero_setup
+  if (flags & MAP_FIXED) {
+    if (int e = m.UnmapRangeLocked(addr, addr + plen, /*free_tables=*/false, nullptr)) return e;
+  }
+  Vma* v = nullptr;
+  if (!(vm_flags & VM_SHARED)) v = m.VmaMergeNewRangeLocked(addr, addr + plen, vm_flags, pgoff);
+  if (!v) {
+    v = new Vma;
+    v->vm_start = addr;
+    v->vm_end = addr + plen;
+    v->vm_flags = vm_flags;
+    v->vm_pgoff = pgoff;
+    if (vm_flags & VM_SHARED)
+      v->shmem = std::make_shared<ShmemObject>(m.frames, g_next_inode.fetch_add(1), pages);
+    m.VmaInsertLocked(v);
+  }
+  m.total_vm.store(m.total_vm.load(std::memory_order_relaxed) + pages, std::memory_order_relaxed);
+  *addr_inout = addr;
+  *vm_flags_out = vm_flags;
+  return 0;
+}
+
+}  // namespace
+
+SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, uint64_t offset) {
+  RcuThread();
+  MmStruct& m = *mm_;
+  StatsSlotScope slot_scope(m.stats_slot);
+  auto fail = [](int e) {
+    CountOp(OpType::kMmap, e);
+    return SysResult::Err(e);
+  };
+  // arch/x86/kernel/sys_x86_64.c: SYSCALL_DEFINE6(mmap)
+  if (offset & (kPageSize - 1)) return fail(EINVAL);
+  // ksys_mmap_pgoff: only anonymous memory for now (no file descriptors in the API yet).
+  if (!(flags & MAP_ANONYMOUS)) return fail(EBADF);
+  if (flags & MAP_HUGETLB) {
+    int log = (flags >> 26) & 0x3f;  // MAP_HUGE_SHIFT, MAP_HUGE_MASK
+    if (log != 0 && log != 21 && log != 30) return fail(EINVAL);  // hstate_sizelog
+  }
+  // do_mmap (mm/mmap.c)
+  if (len == 0) return fail(EINVAL);
+  if (flags & MAP_FIXED_NOREPLACE) flags |= MAP_FIXED;
+  if (!(flags & MAP_FIXED)) {  // round_hint_to_min
+    addr &= kPageMask;
+    if (addr && addr < m.opts.mmap_min_addr) addr = PageAlign(m.opts.mmap_min_addr);
+  }
+  uint64_t plen = PageAlign(len);
+  if (plen == 0) return fail(ENOMEM);
+
+  m.MmapWriteLock();
+  uint64_t vm_flags = 0;
+  const int err = DoMmapLocked(m, &addr, plen, prot, flags, &vm_flags);
+  m.MmapWriteUnlock();
+  if (err) return fail(err);
+  CountOp(OpType::kMmap, 0);
+  const bool populate = ((flags & (MAP_POPULATE | MAP_NONBLOCK)) == MAP_POPULATE) || (vm_flags & VM_LOCKED);
+  const bool populate_write = (vm_flags & (VM_WRITE | VM_SHARED)) == VM_WRITE;
+  const bool accessible = vm_flags & VM_ACCESS_FLAGS;
+  if (populate && accessible) {  // __mm_populate after dropping mmap_lock; errors ignored
+    AccessType a = populate_write ? AccessType::kWrite : AccessType::kRead;
+    for (uint64_t p = addr; p < addr + plen; p += kPageSize) m.FaultInPage(p, a);
+  }
+  return SysResult::Ok(addr);
+}
+
+SysResult AddressSpace::Munmap(uint64_t addr, uint64_t len) {
+  RcuThread();
+  MmStruct& m = *mm_;
+  StatsSlotScope slot_scope(m.stats_slot);
+  // do_vmi_munmap (mm/vma.c)
+  if ((addr & (kPageSize - 1)) || addr > kTaskSize || len > kTaskSize - addr) {
+    CountOp(OpType::kMunmap, EINVAL);
+    return SysResult::Err(EINVAL);
+  }
+  uint64_t end = addr + PageAlign(len);
+  if (end == addr) {
+    CountOp(OpType::kMunmap, EINVAL);
+    return SysResult::Err(EINVAL);
+  }
+  m.MmapWriteLock();
+  int e = m.UnmapRangeLocked(addr, end, /*free_tables=*/true, nullptr);
+  m.MmapWriteUnlock();
+  CountOp(OpType::kMunmap, e);
+  return e ? SysResult::Err(e) : SysResult::Ok();
+}
+
+}  // namespace vmspace

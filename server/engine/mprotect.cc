@@ -1,0 +1,123 @@
+// mprotect(2) (mm/mprotect.c do_mprotect_pkey, mprotect_fixup, change_protection;
+// Linux 6.18).
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "engine/stats.h"
+#include "mm.h"
+
+namespace vmspace {
+
+void MmStruct::ChangeProtectionLocked(Vma* v, uint64_t start, uint64_t end) {
+  VmaAssertWriteLocked(v);
+  void* zero = FrameAllocator::ZeroPage();
+  pt.ForEachTable(start, end, [&](PageTable::PteTable& t, int i0, int i1, uint64_t) {
+    SpinGuard l(t.ptl);  // change_pte_range: the table's PTE lock for the whole run
+    for (int i = i0; i < i1; i++) {
+      const uint64_t cur = t.Get(i);
+      if (!(cur & kPtePresent)) continue;
+      void* f = PteFrame(cur);
+      t.Set(i, MakePte(f, PteBitsFor(*v, f == zero)));
+    }
+  });
+}
+
+SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
+  RcuThread();
+  MmStruct& m = *mm_;
+  StatsSlotScope slot_scope(m.stats_slot);
+  auto done = [](int e) {
+    CountOp(OpType::kMprotect, e);
+    return e ? SysResult::Err(e) : SysResult::Ok();
+  };
+  // do_mprotect_pkey (mm/mprotect.c)
+  const int grows = prot & (PROT_GROWSDOWN | PROT_GROWSUP);
+  prot &= ~(PROT_GROWSDOWN | PROT_GROWSUP);
+  if (grows == (PROT_GROWSDOWN | PROT_GROWSUP)) return done(EINVAL);
+  if (start & (kPageSize - 1)) return done(EINVAL);
+  if (!len) return done(0);
+  len = PageAlign(len);
+  uint64_t end = start + len;
+  if (len == 0 || end <= start) return done(ENOMEM);
+  if (prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_SEM)) return done(EINVAL);
+
+  m.MmapWriteLock();
+  int error = ENOMEM;
+  Vma* vma = m.FindVmaIntersectionLocked(start, end);
+  if (!vma) {
+    m.MmapWriteUnlock();
+    return done(ENOMEM);
+  }
+  if (grows & PROT_GROWSDOWN) {
+    if (vma->vm_start >= end) {
+      m.MmapWriteUnlock();
+      return done(ENOMEM);
+    }
+    start = vma->vm_start;
+    if (!(vma->vm_flags & VM_GROWSDOWN)) {
+      m.MmapWriteUnlock();
+      return done(EINVAL);
+    }
+  } else {
+    if (vma->vm_start > start) {
+      m.MmapWriteUnlock();
+      return done(ENOMEM);
+    }
+    if (grows & PROT_GROWSUP) {  // no VM_GROWSUP on x86
+      m.MmapWriteUnlock();
+      return done(EINVAL);
+    }
+  }
+  uint64_t nstart = start;
+  uint64_t tmp = vma->vm_start;
+  error = 0;
+  while (vma && vma->vm_start < end) {
+    if (vma->vm_start != tmp) {
+      error = ENOMEM;
+      break;
+    }
+    uint64_t newflags = CalcVmProtBits(prot) | (vma->vm_flags & ~VM_ACCESS_FLAGS);
+    if ((newflags & ~(newflags >> 4)) & VM_ACCESS_FLAGS) {  // VM_MAY% shifted onto VM_%
+      error = EACCES;
+      break;
+    }
+    tmp = std::min(vma->vm_end, end);
+    // mprotect_fixup
+    uint64_t oldflags = vma->vm_flags;
+    uint64_t nrpages = (tmp - nstart) >> kPageShift;
+    Vma* cur = vma;
+    if (newflags != oldflags) {
+      if (newflags & VM_WRITE) {
+        if (!(oldflags & (VM_ACCOUNT | VM_WRITE | VM_SHARED | VM_NORESERVE))) {
+          if (nrpages > m.commit_limit_pages) {
+            error = ENOMEM;
+            break;
+          }
+          newflags |= VM_ACCOUNT;
+        }
+      } else if ((oldflags & VM_ACCOUNT) && vma->is_anonymous() && !vma->anon()) {
+        newflags &= ~VM_ACCOUNT;
+      }
+      int e = 0;
+      Vma* r = m.VmaModifyFlagsLocked(vma, nstart, tmp, newflags, &e);
+      if (!r) {
+        error = e;
+        break;
+      }
+      m.VmaStartWriteLocked(r);
+      r->vm_flags = newflags;  // vm_flags_reset
+      m.ChangeProtectionLocked(r, nstart, tmp);
+      cur = r;
+    }
+    tmp = cur->vm_end;  // vma_iter_end(): the end of the VMA just handled
+    nstart = tmp;
+    vma = m.VmaNextLocked(cur);
+  }
+  if (!error && tmp < end) error = ENOMEM;
+  m.MmapWriteUnlock();
+  return done(error);
+}
+
+}  // namespace vmspace

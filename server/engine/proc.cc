@@ -1,0 +1,112 @@
+// /proc/PID/maps and smaps data, and the space's counters (fs/proc/task_mmu.c
+// show_map_vma, show_smap_vma_flags; include/linux/mm.h get_mm_counter; Linux 6.18).
+#include <cstdio>
+
+#include "mm.h"
+
+namespace vmspace {
+
+uint64_t MmStruct::RssLocked(uint64_t start, uint64_t end) {
+  uint64_t n = 0;
+  void* zero = FrameAllocator::ZeroPage();
+  pt.ForEachPresent(start, end, [&](uint64_t, uint64_t pte) {
+    if (PteFrame(pte) != zero) n++;
+  });
+  return n;
+}
+
+VmaInfo MmStruct::VmaInfoLocked(const Vma* v) {
+  VmaInfo i;
+  i.start = v->vm_start;
+  i.end = v->vm_end;
+  i.flags = v->vm_flags;
+  i.pgoff = v->vm_pgoff;
+  i.anonymous = v->is_anonymous();
+  i.shmem = static_cast<bool>(v->shmem);
+  if (v->shmem) {
+    i.offset = v->vm_pgoff << kPageShift;
+    i.dev_major = 0;
+    i.dev_minor = 1;
+    i.inode = v->shmem->inode;
+    i.name = "/dev/zero (deleted)";
+  }
+  i.rss_pages = RssLocked(v->vm_start, v->vm_end);
+  AnonVma* a = v->anon();
+  i.anon_vma_id = a ? a->id : 0;
+  return i;
+}
+
+std::vector<VmaInfo> AddressSpace::Maps(uint64_t start, uint64_t end) {
+  RcuThread();
+  MmStruct& m = *mm_;
+  StatsSlotScope slot_scope(m.stats_slot);
+  std::vector<VmaInfo> out;
+  ReadGuard l(m.mmap_lock);
+  for (Vma* v = m.FindVmaLocked(start); v && v->vm_start < end; v = m.VmaNextLocked(v))
+    out.push_back(m.VmaInfoLocked(v));
+  return out;
+}
+
+std::string AddressSpace::RenderMaps(uint64_t start, uint64_t end) {
+  std::string s;
+  for (const VmaInfo& v : Maps(start, end)) {
+    s += FormatMapsLine(v);
+    s += '\n';
+  }
+  return s;
+}
+
+SpaceCounters AddressSpace::Counters() const {
+  const MmStruct& m = *mm_;
+  SpaceCounters c;
+  c.map_count = m.map_count.load(std::memory_order_relaxed);
+  c.total_vm_pages = m.total_vm.load(std::memory_order_relaxed);
+  // A sum taken while faults run can be transiently negative (a cell decremented
+  // before another's increment is seen): report 0 then, as get_mm_counter does.
+  const int64_t anon = m.rss[MM_ANONPAGES].Sum(), shmem = m.rss[MM_SHMEMPAGES].Sum();
+  c.anon_pages = anon > 0 ? static_cast<uint64_t>(anon) : 0;
+  c.shmem_pages = shmem > 0 ? static_cast<uint64_t>(shmem) : 0;
+  c.rss_pages = c.anon_pages + c.shmem_pages;
+  c.pgtable_bytes = m.pt.table_pages() * kPageSize;
+  return c;
+}
+
+std::string AddressSpace::FormatMapsLine(const VmaInfo& v) {
+  // fs/proc/task_mmu.c show_vma_header_prefix + show_map_vma
+  char buf[512];
+  int n = snprintf(buf, sizeof buf, "%08llx-%08llx %c%c%c%c %08llx %02x:%02x %llu ",
+                   (unsigned long long)v.start, (unsigned long long)v.end,
+                   (v.flags & VM_READ) ? 'r' : '-', (v.flags & VM_WRITE) ? 'w' : '-',
+                   (v.flags & VM_EXEC) ? 'x' : '-', (v.flags & VM_MAYSHARE) ? 's' : 'p',
+                   (unsigned long long)(v.anonymous ? 0 : v.offset), v.dev_major, v.dev_minor,
+                   (unsigned long long)v.inode);
+  std::string s(buf, n);
+  if (!v.name.empty()) {
+    // seq_pad(m, ' '): pad to 25 + 6 * sizeof(void*) - 1 = 72 columns, then one space
+    if (s.size() < 72) s.append(72 - s.size(), ' ');
+    s += ' ';
+    s += v.name;
+  }
+  return s;
+}
+
+std::string AddressSpace::VmFlagsString(uint64_t flags) {
+  // fs/proc/task_mmu.c show_smap_vma_flags: one mnemonic per set bit, in bit order.
+  static const char* const kNames[64] = {
+      "rd", "wr", "ex", "sh", "mr", "mw", "me", "ms",  // 0-7
+      "gd", "um", "pf", "",   "uw", "lo", "io", "sr",  // 8-15
+      "rr", "dc", "de", "lf", "ac", "nr", "ht", "sf",  // 16-23
+      "ar", "wf", "dd", "sd", "mm", "hg", "nh", "mg",  // 24-31
+  };
+  std::string s;
+  for (int b = 0; b < 64; b++) {
+    if (!(flags & (1ull << b))) continue;
+    const char* name = b == 36 ? "dp" : kNames[b];  // VM_DROPPABLE
+    if (!name || !name[0]) continue;
+    if (!s.empty()) s += ' ';
+    s += name;
+  }
+  return s;
+}
+
+}  // namespace vmspace

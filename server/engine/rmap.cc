@@ -1,0 +1,41 @@
+// anon_vma: the object private anonymous pages belong to (mm/rmap.c, Linux 6.18). Only
+// its identity matters here (merging); there is no fork, so every chain is singular.
+#include <atomic>
+
+#include "mm.h"
+
+namespace vmspace {
+
+namespace {
+std::atomic<uint64_t> g_next_anon_vma{1};
+
+/// anon_vma_compatible(): a and b adjacent and mergeable but for access flags.
+bool AnonVmaCompatible(const Vma* a, const Vma* b) {
+  return a->vm_end == b->vm_start && a->shmem == b->shmem &&
+         !((a->vm_flags ^ b->vm_flags) & ~VM_ACCESS_FLAGS) &&
+         b->vm_pgoff == a->vm_pgoff + ((b->vm_start - a->vm_start) >> kPageShift);
+}
+}  // namespace
+
+AnonVma* MmStruct::FindMergeableAnonVmaLocked(Vma* v) {
+  Vma* next = VmaNextFromLocked(v->vm_end);
+  if (next && next->vm_start == v->vm_end && AnonVmaCompatible(v, next) && next->anon())
+    return next->anon();
+  Vma* prev = VmaPrevLocked(v->vm_start);
+  if (prev && AnonVmaCompatible(prev, v) && prev->anon()) return prev->anon();
+  return nullptr;
+}
+
+void MmStruct::AnonVmaPrepareLocked(Vma* v) {
+  if (v->anon()) return;
+  MutexLock l(anon_vma_lock);
+  if (v->anon()) return;
+  if (AnonVma* a = FindMergeableAnonVmaLocked(v)) {
+    v->anon_vma.store(GetAnonVma(a), std::memory_order_release);
+  } else {
+    a = new AnonVma{g_next_anon_vma.fetch_add(1, std::memory_order_relaxed)};
+    v->anon_vma.store(a, std::memory_order_release);  // takes the initial reference
+  }
+}
+
+}  // namespace vmspace

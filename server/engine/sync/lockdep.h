@@ -1,0 +1,60 @@
+// Debug lock-order checker (a small lockdep) and the engine's lock ranks.
+//
+// The order itself is written in server/engine/LOCKING.md; the ranks below are its
+// machine-readable form. A thread may only acquire a lock whose rank is higher than
+// every rank it already holds. With -DVMSPACE_LOCKDEP=ON (the sanitizer stage of
+// deploy/test.sh) every ranked acquisition is checked and an inversion aborts with
+// "lock order violation"; otherwise all of this compiles to nothing.
+#pragma once
+
+#include <cstdint>
+
+namespace vmspace {
+
+/// Lock ranks, spaced so that the locks file mappings bring (invalidate_lock, folio
+/// lock, i_mmap_rwsem) fit where the comment at the top of mm/rmap.c (Linux 6.18)
+/// orders them. Lower ranks are taken first.
+enum class LockRank : uint8_t {
+  kMmapLock = 10,       // mm->mmap_lock
+  kVmaLock = 20,        // a VMA read lock (lock_vma_under_rcu): stands in for mmap_lock
+  kInvalidateLock = 30, // mapping->invalidate_lock (files; not yet modelled)
+  kFolioLock = 40,      // folio_lock (files; not yet modelled)
+  kIMmapRwsem = 50,     // mapping->i_mmap_rwsem (files; not yet modelled)
+  kAnonVmaLock = 60,    // mm->page_table_lock as __anon_vma_prepare uses it
+  kPageTableLock = 70,  // mm->page_table_lock (installing upper-level tables)
+  kPtl = 80,            // split PTE lock
+  kIPages = 90,         // mapping->i_pages lock (shmem object's page index)
+  kFrameShard = 100,    // frame allocator shard (zone/pcp lock)
+  kNodePool = 105,      // VMA-index free-node pool
+  kFrameChunk = 110,    // frame allocator chunk list
+  kFrameDebug = 120,    // debug-only frame state table (leaf)
+};
+
+#if defined(VMSPACE_LOCKDEP)
+inline constexpr bool kLockdep = true;
+/// Records that the calling thread takes `lock` (any object address) of `rank`;
+/// aborts on an order violation (a rank not above every rank held).
+void LockdepAcquire(LockRank rank, const void* lock = nullptr);
+/// Records the release; aborts if the thread does not hold it.
+void LockdepRelease(LockRank rank, const void* lock = nullptr);
+/// Whether the calling thread holds `lock` (acquired with its address).
+bool LockdepHeld(const void* lock);
+/// The number of locks the calling thread holds (for tests).
+int LockdepDepth();
+#else
+inline constexpr bool kLockdep = false;
+inline void LockdepAcquire(LockRank, const void* = nullptr) {}
+inline void LockdepRelease(LockRank, const void* = nullptr) {}
+inline bool LockdepHeld(const void*) { return true; }
+inline int LockdepDepth() { return 0; }
+#endif
+
+/// Aborts with `what` if `cond` is false, in lockdep builds only (the engine's
+/// VM_BUG_ON / mmap_assert_locked). Free otherwise.
+void LockdepAssertFail(const char* what);
+#define VMSPACE_LOCK_ASSERT(cond, what)                                \
+  do {                                                                 \
+    if (::vmspace::kLockdep && !(cond)) ::vmspace::LockdepAssertFail(what); \
+  } while (0)
+
+}  // namespace vmspace

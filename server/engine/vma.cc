@@ -1,0 +1,189 @@
+// VMA tree changes: link, unlink, set range, split, merge and unmap (mm/vma.c, Linux
+// 6.18). Every function here needs mmap_lock for write and write-locks each VMA it
+// changes (vma_start_write); the page tables are only touched by UnmapRangeLocked.
+#include "mm.h"
+
+namespace vmspace {
+
+namespace {
+
+constexpr uint64_t kUserPgtablesCeiling = 1ull << 48;
+
+bool AnonCompatible(AnonVma* a, AnonVma* b) { return !a || !b || a == b; }
+
+/// is_mergeable_vma(): same flags (no VM_SOFTDIRTY here), same backing object.
+bool Mergeable(const Vma* v, uint64_t flags, const ShmemObject* file) {
+  return v->vm_flags == flags && v->shmem.get() == file;
+}
+
+}  // namespace
+
+void MmStruct::VmaInsertLocked(Vma* v) {
+  VmaInitLocked(v);
+  idx->Insert(v);
+  map_count.store(map_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+void MmStruct::VmaRemoveLocked(Vma* v) {
+  VmaStartWriteLocked(v);
+  idx->Erase(v, v->vm_start, v->vm_end);
+  VmaMarkDetachedLocked(v);
+  map_count.store(map_count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  GatherLocked().vmas.push_back(v);
+}
+
+void MmStruct::VmaSetRangeLocked(Vma* v, uint64_t start, uint64_t end) {
+  VmaStartWriteLocked(v);
+  const uint64_t os = v->vm_start, oe = v->vm_end;
+  if (start != os) v->vm_pgoff = v->vm_pgoff + (start >> kPageShift) - (os >> kPageShift);
+  v->vm_start = start;
+  v->vm_end = end;
+  idx->Update(v, os, oe);
+}
+
+Vma* MmStruct::SplitVmaLocked(Vma* v, uint64_t addr, bool new_below) {
+  VmaStartWriteLocked(v);
+  Vma* n = new Vma(*v);
+  if (new_below) {
+    n->vm_end = addr;
+    VmaSetRangeLocked(v, addr, v->vm_end);
+  } else {
+    n->vm_start = addr;
+    n->vm_pgoff = v->vm_pgoff + ((addr - v->vm_start) >> kPageShift);
+    VmaSetRangeLocked(v, v->vm_start, addr);
+  }
+  VmaInsertLocked(n);
+  return n;
+}
+
+Vma* MmStruct::VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff) {
+  if (flags & VM_SPECIAL) return nullptr;
+  Vma* prev = VmaPrevLocked(start);
+  if (prev && prev->vm_end != start) prev = nullptr;
+  Vma* next = VmaNextFromLocked(end);
+  if (next && next->vm_start != end) next = nullptr;
+  const uint64_t pages = (end - start) >> kPageShift;
+  bool left = prev && Mergeable(prev, flags, nullptr) && prev->vm_pgoff + prev->pages() == pgoff;
+  bool right = next && Mergeable(next, flags, nullptr) && next->vm_pgoff == pgoff + pages;
+  if (left && right && !AnonCompatible(prev->anon(), next->anon())) right = false;
+  if (left && right) {
+    const uint64_t next_end = next->vm_end;
+    VmaStartWriteLocked(prev);
+    AnonVma* a = prev->anon() ? prev->anon() : next->anon();
+    if (a != prev->anon()) prev->set_anon(a);
+    VmaRemoveLocked(next);
+    VmaSetRangeLocked(prev, prev->vm_start, next_end);
+    return prev;
+  }
+  if (left) {
+    VmaSetRangeLocked(prev, prev->vm_start, end);
+    return prev;
+  }
+  if (right) {
+    VmaSetRangeLocked(next, start, next->vm_end);  // moves vm_pgoff down by the new pages
+    return next;
+  }
+  return nullptr;
+}
+
+Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, uint64_t newflags,
+                                    int* err) {
+  *err = 0;
+  const bool left_side = start == middle->vm_start;
+  const bool right_side = end == middle->vm_end;
+  const ShmemObject* file = middle->shmem.get();
+  const uint64_t pgoff = middle->vm_pgoff + ((start - middle->vm_start) >> kPageShift);
+  const uint64_t pages = (end - start) >> kPageShift;
+  AnonVma* anon = middle->anon();
+  if (!(newflags & VM_SPECIAL) && (left_side || right_side)) {
+    Vma* prev = left_side ? VmaPrevLocked(start) : nullptr;
+    if (prev && prev->vm_end != start) prev = nullptr;
+    Vma* next = right_side ? VmaNextFromLocked(end) : nullptr;
+    if (next && next->vm_start != end) next = nullptr;
+    const bool merge_left = prev && Mergeable(prev, newflags, file) &&
+                            AnonCompatible(prev->anon(), anon) &&
+                            prev->vm_pgoff + prev->pages() == pgoff;
+    bool merge_right = next && Mergeable(next, newflags, file) &&
+                       AnonCompatible(next->anon(), anon) && next->vm_pgoff == pgoff + pages;
+    if (merge_left && merge_right && !AnonCompatible(prev->anon(), next->anon()))
+      merge_right = false;
+    const bool delete_middle = left_side && right_side;
+    if (merge_left && merge_right) {
+      // prev extends over middle and next; both removed.
+      VmaStartWriteLocked(prev);
+      AnonVma* a = prev->anon() ? prev->anon() : (next->anon() ? next->anon() : anon);
+      if (a != prev->anon()) prev->set_anon(a);
+      const uint64_t next_end = next->vm_end;
+      VmaRemoveLocked(middle);
+      VmaRemoveLocked(next);
+      VmaSetRangeLocked(prev, prev->vm_start, next_end);
+      return prev;
+    }
+    if (merge_left) {
+      VmaStartWriteLocked(prev);
+      if (!prev->anon() && anon) prev->set_anon(anon);
+      if (delete_middle) VmaRemoveLocked(middle);
+      else VmaSetRangeLocked(middle, end, middle->vm_end);
+      VmaSetRangeLocked(prev, prev->vm_start, end);
+      return prev;
+    }
+    if (merge_right) {
+      VmaStartWriteLocked(next);
+      if (!next->anon() && anon) next->set_anon(anon);
+      if (delete_middle) VmaRemoveLocked(middle);
+      else VmaSetRangeLocked(middle, middle->vm_start, start);
+      VmaSetRangeLocked(next, start, next->vm_end);
+      return next;
+    }
+  }
+  // No merge: split_vma() at the range boundaries.
+  if (middle->vm_start < start) {
+    if (map_count.load(std::memory_order_relaxed) >= opts.max_map_count) {
+      *err = ENOMEM;
+      return nullptr;
+    }
+    SplitVmaLocked(middle, start, true);
+  }
+  if (middle->vm_end > end) {
+    if (map_count.load(std::memory_order_relaxed) >= opts.max_map_count) {
+      *err = ENOMEM;
+      return nullptr;
+    }
+    SplitVmaLocked(middle, end, false);
+  }
+  return middle;
+}
+
+int MmStruct::UnmapRangeLocked(uint64_t start, uint64_t end, bool free_tables, uint64_t* nr_accounted) {
+  Vma* v = FindVmaIntersectionLocked(start, end);
+  if (!v) return 0;
+  if (start > v->vm_start) {
+    if (end < v->vm_end && map_count.load(std::memory_order_relaxed) >= opts.max_map_count) return ENOMEM;
+    SplitVmaLocked(v, start, true);  // v is now [start, ...)
+  }
+  // Collect, splitting the last one if it extends past end.
+  std::vector<Vma*> doomed;
+  for (Vma* w = v; w && w->vm_start < end; w = VmaNextLocked(w)) {
+    if (w->vm_end > end) SplitVmaLocked(w, end, false);
+    VmaStartWriteLocked(w);
+    doomed.push_back(w);
+  }
+  const uint64_t first = doomed.front()->vm_start, last = doomed.back()->vm_end;
+  Vma* prev = VmaPrevLocked(first);
+  Vma* next = VmaNextFromLocked(last);
+  MmuGather& g = GatherLocked();
+  for (Vma* w : doomed) {
+    if (nr_accounted && (w->vm_flags & VM_ACCOUNT)) *nr_accounted += w->pages();
+    total_vm.store(total_vm.load(std::memory_order_relaxed) - w->pages(), std::memory_order_relaxed);
+    VmaRemoveLocked(w);  // detach first: no new lockless reader can find it
+    ZapRangeLocked(w, w->vm_start, w->vm_end, g.pages);
+  }
+  if (free_tables) {
+    const uint64_t floor = prev ? prev->vm_end : 0;
+    const uint64_t ceiling = next ? next->vm_start : kUserPgtablesCeiling;
+    pt.FreePgtables(first, last, floor, ceiling, g.tables);
+  }
+  return 0;
+}
+
+}  // namespace vmspace
