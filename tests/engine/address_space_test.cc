@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "accounting.h"
 #include "profiles.h"
 
 #include <cerrno>
@@ -49,7 +50,10 @@ struct Fixture : ::testing::TestWithParam<const char*> {
     }
     return out;
   }
-  void TearDown() override { EXPECT_EQ(as->Validate(), ""); }
+  void TearDown() override {
+    EXPECT_EQ(as->Validate(), "");
+    testing_accounting::ExpectAllFramesFreed(as, frames);
+  }
 };
 
 TEST_P(Fixture, TopDownSequenceMatchesKernel) {

@@ -1,9 +1,10 @@
 // The locking profiles every engine semantic and stress test runs under, and a gtest
-// name generator for them ("linux-6.6" -> "linux_6_6").
+// name generator for them ("linux-6.6,vma_lock=off" -> "linux_6_6_vma_lock_off").
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <string>
 
 namespace vmspace::testing_profiles {
@@ -17,7 +18,7 @@ struct ProfileName {
   std::string operator()(const Info& info) const {
     std::string n = info.param;
     for (char& c : n)
-      if (c == '-' || c == '.') c = '_';
+      if (!isalnum(static_cast<unsigned char>(c))) c = '_';
     return n;
   }
 };

@@ -6,6 +6,7 @@
 // writer step.
 #include <gtest/gtest.h>
 
+#include "accounting.h"
 #include "profiles.h"
 
 #include <atomic>
@@ -39,7 +40,8 @@ struct Stress : ::testing::TestWithParam<const char*> {
 
 TEST_P(Stress, FaultsRaceMmapMunmapMprotect) {
   FrameAllocator frames(1ull << 30);
-  AddressSpace as(frames, Opts());
+  auto space = std::make_unique<AddressSpace>(frames, Opts());
+  AddressSpace& as = *space;
   const uint64_t stable = as.Mmap(0x300000000000, 64 * P, RW, PA | MAP_FIXED).value;
   const uint64_t churn = 0x310000000000;  // 256 pages the writer keeps changing
   ASSERT_TRUE(as.Mmap(churn, 256 * P, RW, PA | MAP_FIXED).ok());
@@ -72,6 +74,11 @@ TEST_P(Stress, FaultsRaceMmapMunmapMprotect) {
         if (r.outcome != FaultOutcome::kNone) faults++;
       }
       as.ReadMemory(a, &v, 1);
+      // MADV_DONTNEED from several threads at once (mmap_lock read), racing faults.
+      if (rng() % 8 == 0) {
+        uint64_t page = rng() % 256;
+        as.Madvise(churn + page * P, (1 + rng() % 8) * P, MADV_DONTNEED);  // may hit holes
+      }
       reader_iters++;
     }
   };
@@ -90,11 +97,12 @@ TEST_P(Stress, FaultsRaceMmapMunmapMprotect) {
       uint64_t page = rng() % 256, n = 1 + rng() % 16;
       if (page + n > 256) n = 256 - page;
       uint64_t a = churn + page * P;
-      switch (rng() % 4) {
+      switch (rng() % 5) {
         case 0: ASSERT_TRUE(as.Munmap(a, n * P).ok()); break;
         case 1: ASSERT_TRUE(as.Mmap(a, n * P, RW, PA | MAP_FIXED).ok()); break;
         case 2: as.Mprotect(a, n * P, static_cast<int>(rng() % 8)); break;  // may hit holes
         case 3: as.Mmap(0, n * P, static_cast<int>(rng() % 8), PA); break;  // elsewhere
+        case 4: as.Madvise(a, n * P, MADV_DONTNEED); break;                 // may hit holes
       }
       ASSERT_EQ(as.Validate(), "") << "step " << i;  // the invariants after every step
     }
@@ -104,13 +112,15 @@ TEST_P(Stress, FaultsRaceMmapMunmapMprotect) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(as.Validate(), "");
   EXPECT_GT(faults.load() + signals.load(), 0u);
+  testing_accounting::ExpectAllFramesFreed(space, frames);
 }
 
 TEST_P(Stress, ConcurrentFaultsOnSamePagesAgree) {
   // Many threads fault the same fresh pages at once: exactly one frame per page,
   // every write lands, and RSS is exact afterwards.
   FrameAllocator frames(1ull << 30);
-  AddressSpace as(frames, Opts());
+  auto space = std::make_unique<AddressSpace>(frames, Opts());
+  AddressSpace& as = *space;
   const int rounds = Iterations(3000) / 30;
   for (int r = 0; r < rounds; r++) {
     uint64_t base = as.Mmap(0, 32 * P, RW, PA).value;
@@ -133,6 +143,7 @@ TEST_P(Stress, ConcurrentFaultsOnSamePagesAgree) {
     ASSERT_TRUE(as.Munmap(base, 32 * P).ok());
   }
   EXPECT_EQ(as.Validate(), "");
+  testing_accounting::ExpectAllFramesFreed(space, frames);
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, Stress,

@@ -70,7 +70,7 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
         "vmspace_pagetable_bytes", "vmspace_frame_bytes", "vmspace_frame_limit_bytes",
         "vmspace_lock_acquisitions_total", "vmspace_lock_contentions_total",
         "vmspace_lock_wait_seconds", "vmspace_lock_hold_seconds", "vmspace_faults_total",
-        "vmspace_pgfault_total", "vmspace_pgmajfault_total", "vmspace_vma_lock_total",
+        "vmspace_pgfault_total", "vmspace_vma_lock_total",
         "vmspace_ops_total", "grpc_server_started_total", "grpc_server_handled_total",
         "grpc_server_handling_seconds", "grpc_server_msg_received_total",
         "grpc_server_msg_sent_total"}) {
@@ -191,7 +191,8 @@ TEST_F(MetricsTest, CountsMatchTheWorkDone) {
     ASSERT_TRUE(stream->Finish().ok());
   }
 
-  const Samples after = ParseMetrics(Scrape());
+  const std::string body = Scrape();
+  const Samples after = ParseMetrics(body);
   auto delta = [&](const std::string& k) { return Get(after, k) - Get(before, k); };
   // Engine ops (unary + batch).
   EXPECT_EQ(delta(mmap_ok), kMmaps + 2);
@@ -205,7 +206,7 @@ TEST_F(MetricsTest, CountsMatchTheWorkDone) {
                             {{"type", "segv_maperr"}, {"outcome", "sigsegv"}, {"profile", "linux-6.6"}})),
             1);
   EXPECT_GE(delta("vmspace_pgfault_total"), kTouched);
-  EXPECT_EQ(delta("vmspace_pgmajfault_total"), 0);
+  EXPECT_EQ(body.find("pgmajfault"), std::string::npos) << "nothing produces major faults yet";
   // RPCs, go-grpc-prometheus style.
   EXPECT_EQ(delta(Rpc("grpc_server_handled_total", "Mmap", "unary", "OK")), kMmaps);
   EXPECT_EQ(delta(Rpc("grpc_server_handled_total", "Mmap", "unary", "InvalidArgument")), kBad);
@@ -285,14 +286,13 @@ TEST_F(MetricsTest, LockMetricsArePerProfile) {
   auto vma_success = [&](const char* p) {
     return delta_of(after, SeriesKey("vmspace_vma_lock_total", {{"result", "success"}, {"profile", p}}));
   };
-  // The scrape itself reads each space's counters under its mmap_lock (read) once,
-  // before it reads the lock statistics: +1 per space.
+  // The scrape takes no space's mmap_lock (the counters are atomics).
   // linux-6.0: every fault takes mmap_lock for read; no VMA locks.
-  EXPECT_EQ(mmap_read("linux-6.0"), kPages + 1);
+  EXPECT_EQ(mmap_read("linux-6.0"), kPages);
   EXPECT_EQ(vma_success("linux-6.0"), 0);
   // linux-6.6: the first fault aborts (no anon_vma yet) and takes mmap_lock; the rest
   // succeed under the VMA lock.
-  EXPECT_EQ(mmap_read("linux-6.6"), 1 + 1);
+  EXPECT_EQ(mmap_read("linux-6.6"), 1);
   EXPECT_EQ(vma_success("linux-6.6"), kPages - 1);
   EXPECT_EQ(delta_of(after, SeriesKey("vmspace_vma_lock_total", {{"result", "abort"}, {"profile", "linux-6.6"}})), 1);
 }
