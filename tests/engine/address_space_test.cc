@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "accounting.h"
+#include "test_util.h"
 #include "profiles.h"
 
 #include <cerrno>
@@ -52,7 +52,7 @@ struct Fixture : ::testing::TestWithParam<const char*> {
   }
   void TearDown() override {
     EXPECT_EQ(as->Validate(), "");
-    testing_accounting::ExpectAllFramesFreed(as, frames);
+    testing_util::ExpectAllFramesFreed(as, frames);
   }
 };
 

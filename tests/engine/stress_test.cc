@@ -6,7 +6,7 @@
 // writer step.
 #include <gtest/gtest.h>
 
-#include "accounting.h"
+#include "test_util.h"
 #include "profiles.h"
 
 #include <atomic>
@@ -24,10 +24,7 @@ constexpr uint64_t P = 4096;
 constexpr int RW = PROT_READ | PROT_WRITE;
 constexpr int PA = MAP_PRIVATE | MAP_ANONYMOUS;
 
-int Iterations(int dflt) {
-  const char* e = getenv("VMSPACE_STRESS_ITERS");
-  return e ? atoi(e) : dflt;
-}
+using testing_util::Iterations;
 
 struct Stress : ::testing::TestWithParam<const char*> {
   SpaceOptions Opts() {
@@ -112,7 +109,7 @@ TEST_P(Stress, FaultsRaceMmapMunmapMprotect) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(as.Validate(), "");
   EXPECT_GT(faults.load() + signals.load(), 0u);
-  testing_accounting::ExpectAllFramesFreed(space, frames);
+  testing_util::ExpectAllFramesFreed(space, frames);
 }
 
 TEST_P(Stress, ConcurrentFaultsOnSamePagesAgree) {
@@ -143,7 +140,7 @@ TEST_P(Stress, ConcurrentFaultsOnSamePagesAgree) {
     ASSERT_TRUE(as.Munmap(base, 32 * P).ok());
   }
   EXPECT_EQ(as.Validate(), "");
-  testing_accounting::ExpectAllFramesFreed(space, frames);
+  testing_util::ExpectAllFramesFreed(space, frames);
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, Stress,

@@ -1,0 +1,31 @@
+// Helpers shared by the engine tests.
+//  * Frame accounting: after a space is destroyed and every deferred free has run (RCU
+//    barrier), the allocator must hold no frame for it. A leak shows as a positive
+//    count, a double free as a negative one.
+//  * Stress sizes: VMSPACE_STRESS_ITERS=N scales every stress loop by N/3000 (3000 is
+//    the default), for long runs by hand.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "engine/address_space.h"
+
+namespace vmspace::testing_util {
+
+/// `dflt` scaled by $VMSPACE_STRESS_ITERS / 3000.
+inline int Iterations(int dflt) {
+  const char* e = getenv("VMSPACE_STRESS_ITERS");
+  return e ? static_cast<int>(static_cast<long long>(dflt) * atoi(e) / 3000) : dflt;
+}
+
+/// Destroys `as`, waits for deferred frees and expects `frames` to be empty.
+inline void ExpectAllFramesFreed(std::unique_ptr<AddressSpace>& as, FrameAllocator& frames) {
+  as.reset();
+  RcuBarrier();
+  EXPECT_EQ(frames.in_use_frames(), 0) << "frames leaked (>0) or freed twice (<0)";
+}
+
+}  // namespace vmspace::testing_util
