@@ -141,17 +141,16 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
     AddValue(f, {}, static_cast<double>(s.event(e)));
     out.push_back(std::move(f));
   };
+  // No pgmajfault and no vma_lock retry series: nothing produces them until file
+  // mappings (I/O, VM_FAULT_RETRY) are modelled.
   single("vmspace_pgfault_total", "Page faults handled, as /proc/vmstat pgfault.",
          Event::kPgfault);
-  single("vmspace_pgmajfault_total", "Major page faults, as /proc/vmstat pgmajfault.",
-         Event::kPgmajfault);
   auto vmalock = Family("vmspace_vma_lock_total",
                         "Per-VMA-lock fault attempts by result (as /proc/vmstat "
-                        "vma_lock_success/abort/retry/miss).",
+                        "vma_lock_success/abort/miss).",
                         MetricType::Counter);
   const std::pair<Event, const char*> kVmaLock[] = {{Event::kVmaLockSuccess, "success"},
                                                     {Event::kVmaLockAbort, "abort"},
-                                                    {Event::kVmaLockRetry, "retry"},
                                                     {Event::kVmaLockMiss, "miss"}};
   for (const auto& [profile, ps] : slots)
     for (const auto& [e, result] : kVmaLock)
