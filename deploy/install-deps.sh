@@ -10,6 +10,8 @@ PKGS=(
   clang                # the thread-safety analysis stage of deploy/test.sh (-Wthread-safety)
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev   # JSON output of the CLI
+  libcli11-dev         # the CLI's option parsing, help and subcommands (header-only)
+  golang-github-gogo-googleapis-dev  # google/rpc/status.proto (standard gRPC error details)
   gnuplot-nox          # SVG charts of `vmspace bench ... --plot` (run as a subprocess)
   prometheus           # promtool, used by the metrics test
   curl

@@ -3,21 +3,25 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <iomanip>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <thread>
 
+#include "engine/stats.h"
 #include "lib/client.h"
 #include "lib/parse.h"
 #include "lib/plot.h"
@@ -40,11 +44,52 @@ struct UsageError {
   std::string what;
 };
 
+/// One option of a command. `arg` is the value's placeholder ("ADDR"), or "" for a
+/// boolean flag (which also takes --flag=true/false, yes/no, 1/0).
+struct OptionSpec {
+  std::string name;
+  std::string arg;
+  std::string help;
+};
+
+/// The options of the command being run as CLI11 parsed them (its own and the global
+/// ones, which may also have been given before the command). Values stay text; Ctx turns
+/// them into numbers, protections etc. (lib/parse.h), so that an error names its option.
+class Args {
+ public:
+  Args(const CLI::App* cmd, const std::map<const CLI::Option*, const bool*>* flags) : cmd_(cmd), flags_(flags) {}
+  /// Whether --name was given (for "space": also as the first argument).
+  bool Has(const std::string& name) const { return Find(name) != nullptr; }
+  /// The value of --name (the last one if repeated), or `def` if not given.
+  std::string Get(const std::string& name, const std::string& def = "") const {
+    return Has(name) ? Find(name)->as<std::string>() : def;
+  }
+  /// A boolean flag's value (false if absent).
+  bool Flag(const std::string& name) const {
+    auto it = Has(name) ? flags_->find(Find(name)) : flags_->end();
+    return it != flags_->end() && *it->second;
+  }
+
+ private:
+  /// The nearest --name that was given: on the command, else on a parent (the global
+  /// options are defined on every level). Null if none was given.
+  const CLI::Option* Find(const std::string& name) const {
+    for (const CLI::App* a = cmd_; a != nullptr; a = a->get_parent()) {
+      const CLI::Option* o = a->get_option_no_throw("--" + name);
+      if (o != nullptr && o->count() > 0) return o;
+    }
+    return nullptr;
+  }
+  const CLI::App* cmd_;
+  const std::map<const CLI::Option*, const bool*>* flags_;
+};
+
 /// Everything a subcommand needs.
 struct Ctx {
-  Ctx(std::string cmd, std::ostream& o, std::ostream& e) : command(std::move(cmd)), out(o), err(e) {}
+  Ctx(std::string cmd, Args a, std::ostream& o, std::ostream& e)
+      : command(std::move(cmd)), args(a), out(o), err(e) {}
   std::string command;  // "mmap", "bench stress"
-  ParsedArgs args;
+  Args args;
   std::ostream& out;
   std::ostream& err;
   bool json = false;
@@ -59,12 +104,10 @@ struct Ctx {
     if (!v) throw UsageError{"--" + name + ": not a number: '" + args.Get(name) + "'"};
     return *v;
   }
-  /// The space id: --space, or the first positional argument.
+  /// The space id: --space, or the first positional argument (one CLI11 option).
   uint64_t Space() const {
-    std::string s;
-    if (args.Has("space")) s = args.Get("space");
-    else if (!args.positional.empty()) s = args.positional[0];
-    else throw UsageError{"a space id is required (--space ID or first argument)"};
+    if (!args.Has("space")) throw UsageError{"a space id is required (--space ID or first argument)"};
+    std::string s = args.Get("space");
     auto v = client::ParseU64(s);
     if (!v) throw UsageError{"bad space id '" + s + "'"};
     return *v;
@@ -102,7 +145,6 @@ const std::vector<OptionSpec>& GlobalOptions() {
       {"target", "HOST:PORT", "vmspaced address (default 127.0.0.1:50051)"},
       {"timeout", "SECONDS", "deadline of each call (default 10)"},
       {"json", "", "print one JSON object instead of text"},
-      {"help", "", "show this help"},
   };
   return opts;
 }
@@ -146,7 +188,6 @@ Json FaultJson(const v1::FaultInfo& f) {
   j["si_addr"] = f.si_addr();
   j["si_addr_hex"] = Hex(f.si_addr());
   j["lock_path"] = LockPathName(f.lock_path());
-  j["vma_lock_retry"] = f.vma_lock_retry();
   return j;
 }
 
@@ -158,7 +199,6 @@ std::string FaultText(const v1::FaultInfo& f) {
     s += " at " + Hex(f.si_addr());
   }
   if (f.lock_path() != v1::LOCK_PATH_NONE) s += " (" + LockPathName(f.lock_path()) + ")";
-  if (f.vma_lock_retry()) s += " after a VMA-lock retry";
   return s;
 }
 
@@ -329,15 +369,9 @@ int CmdAccess(Ctx& c) {
   if (!r.ok()) return Fail(c, r.error());
   const v1::AccessResponse& a = r.value();
   if (c.json) {
-    c.out << Json{{"accesses", a.accesses()},
-                  {"faults", a.faults()},
-                  {"major_faults", a.major_faults()},
-                  {"stop", StopJson(a.stop())}}
-                 .dump()
-          << "\n";
+    c.out << Json{{"accesses", a.accesses()}, {"faults", a.faults()}, {"stop", StopJson(a.stop())}}.dump() << "\n";
   } else {
-    c.out << a.accesses() << " accesses, " << a.faults() << " faults (" << a.major_faults()
-          << " major)";
+    c.out << a.accesses() << " accesses, " << a.faults() << " faults";
     if (a.stop().outcome() != v1::FAULT_OUTCOME_NONE) c.out << "; stopped: " << FaultText(a.stop());
     c.out << "\n";
   }
@@ -579,7 +613,7 @@ void AddLockFields(Json& j, const std::optional<bench::LockFigures>& locks, std:
   j["mmap_lock_contentions"] = contentions ? Json(*contentions) : Json(nullptr);
   j["mmap_lock_contentions_per_1k_faults"] = OptJson(per_1k_faults);
   j["mmap_lock_wait_s_per_op"] = OptJson(wait_per_op);
-  for (const char* e : {"vma_lock_success", "vma_lock_abort", "vma_lock_miss", "vma_lock_retry", "pgfault"})
+  for (const char* e : {"vma_lock_success", "vma_lock_abort", "vma_lock_miss", "pgfault"})
     j[e] = locks ? Json(locks->event(e)) : Json(nullptr);
   j["lock_timing"] = locks ? Json(locks->timing) : Json(nullptr);
   j["locks"] = locks ? LocksJson(*locks) : Json(nullptr);
@@ -794,9 +828,8 @@ int CmdBenchWorkload(Ctx& c) {
     o << "\n";
     char line[512];
     std::string hdr_churn = mixed ? "     churn/s" : "";
-    snprintf(line, sizeof line, "%-26s %13s %8s %13s%s %11s %10s %10s %8s %8s %8s\n", "profile", "ops/s", "x first",
-             "faults/s", hdr_churn.c_str(), "cont/1kflt", "wait-s/op", "vl-success", "vl-abort", "vl-miss",
-             "vl-retry");
+    snprintf(line, sizeof line, "%-26s %13s %8s %13s%s %11s %10s %10s %8s %8s\n", "profile", "ops/s", "x first",
+             "faults/s", hdr_churn.c_str(), "cont/1kflt", "wait-s/op", "vl-success", "vl-abort", "vl-miss");
     o << line;
     double first = results.empty() ? 0 : results[0].ops_per_s();
     std::vector<std::string> notes;
@@ -806,19 +839,19 @@ int CmdBenchWorkload(Ctx& c) {
         continue;
       }
       std::string churn = mixed ? " " + Num(r.churn_ops_per_s(), "%12.0f") : "";
-      snprintf(line, sizeof line, "%-26s %13.0f %8s %13.0f%s %11s %10s %10s %8s %8s %8s\n",
+      snprintf(line, sizeof line, "%-26s %13.0f %8s %13.0f%s %11s %10s %10s %8s %8s\n",
                Abbrev(r.profile, 26).c_str(), r.ops_per_s(),
                first > 0 ? Num(r.ops_per_s() / first, "%.2fx").c_str() : "-", r.faults_per_s(), churn.c_str(),
                Num(r.contentions_per_1k_faults(), "%.3g").c_str(), Num(r.mmap_lock_wait_s_per_op(), "%.3g").c_str(),
                Count(r.locks, "vma_lock_success").c_str(), Count(r.locks, "vma_lock_abort").c_str(),
-               Count(r.locks, "vma_lock_miss").c_str(), Count(r.locks, "vma_lock_retry").c_str());
+               Count(r.locks, "vma_lock_miss").c_str());
       o << line;
       if (!r.ok()) o << "  error: " << r.error << "\n";
       notes.push_back(r.locks_note);
     }
     o << WorkloadUnit(*workload) << "\n"
       << "x first = ops/s relative to the first row; cont/1kflt = mmap_lock contentions (read+write) per 1000 "
-         "faults; wait-s/op = mmap_lock wait seconds per op; vl-* = VMA_LOCK_SUCCESS/ABORT/MISS/RETRY\n";
+         "faults; wait-s/op = mmap_lock wait seconds per op; vl-* = VMA_LOCK_SUCCESS/ABORT/MISS\n";
     PrintNotes(o, notes);
     if (c.args.Has("plot") && plot_error.empty()) o << "chart: " << c.args.Get("plot") << "\n";
     c.out << o.str();
@@ -831,6 +864,30 @@ int CmdBenchWorkload(Ctx& c) {
 }
 
 // ---- lockstat ----
+
+/// The lock cells of a GetLockStats answer as the engine's StatsSnapshot, so that the
+/// table is the engine's own FormatLockStat (one renderer for daemon and CLI). Lock
+/// classes or modes this build does not know are left out.
+StatsSnapshot LockStatsSnapshot(const v1::GetLockStatsResponse& r) {
+  auto ns = [](double seconds) { return static_cast<uint64_t>(std::llround(seconds * 1e9)); };
+  StatsSnapshot snap;
+  for (const v1::LockStat& l : r.locks()) {
+    for (size_t c = 0; c < snap.locks.size(); ++c) {
+      for (size_t m = 0; m < snap.locks[c].size(); ++m) {
+        if (l.lock() != LockClassName(static_cast<LockClass>(c)) || l.mode() != LockModeName(static_cast<LockMode>(m)))
+          continue;
+        LockStatCell& x = snap.locks[c][m];
+        x.acquisitions = l.acquisitions();
+        x.contentions = l.contentions();
+        x.wait_ns_total = ns(l.wait_seconds_total());
+        x.wait_ns_max = ns(l.wait_seconds_max());
+        x.hold_ns_total = ns(l.hold_seconds_total());
+        x.hold_ns_max = ns(l.hold_seconds_max());
+      }
+    }
+  }
+  return snap;
+}
 
 int CmdLockstat(Ctx& c) {
   std::string p = ProfileOption(c);
@@ -867,24 +924,9 @@ int CmdLockstat(Ctx& c) {
     return kExitOk;
   }
   std::ostringstream o;
-  char line[512];
-  o << "lock_stat version 0.4 (vmspace; times in us) profile " << (name.empty() ? "all" : name)
+  o << FormatLockStat(LockStatsSnapshot(s)) << "profile " << (name.empty() ? "all" : name)
     << (s.lock_stats_enabled() ? "" : "; timing off (vmspaced --lock-stats=off): counts only") << "\n";
-  snprintf(line, sizeof line, "%-24s %12s %14s %14s %14s %14s %14s %14s %14s\n", "class name", "contentions",
-           "waittime-max", "waittime-total", "waittime-avg", "acquisitions", "holdtime-max", "holdtime-total",
-           "holdtime-avg");
-  o << line << std::string(24 + 13 * 1 + 15 * 7, '-') << "\n";
-  for (const v1::LockStat& l : s.locks()) {
-    if (l.acquisitions() == 0 && l.contentions() == 0) continue;
-    std::string cls = l.lock() + (l.mode() == "write" ? "-W:" : "-R:");
-    double wavg = l.contentions() ? l.wait_seconds_total() * 1e6 / static_cast<double>(l.contentions()) : 0;
-    double havg = l.acquisitions() ? l.hold_seconds_total() * 1e6 / static_cast<double>(l.acquisitions()) : 0;
-    snprintf(line, sizeof line, "%-24s %12llu %14.2f %14.2f %14.2f %14llu %14.2f %14.2f %14.2f\n", cls.c_str(),
-             static_cast<unsigned long long>(l.contentions()), l.wait_seconds_max() * 1e6,
-             l.wait_seconds_total() * 1e6, wavg, static_cast<unsigned long long>(l.acquisitions()),
-             l.hold_seconds_max() * 1e6, l.hold_seconds_total() * 1e6, havg);
-    o << line;
-  }
+  char line[128];
   if (!events.empty()) {
     o << "\nevents:\n";
     for (const auto& [k, v] : events) {
@@ -1038,9 +1080,9 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
       << (base_cfg.shared_space ? "one shared space" : "own space each") << "), " << base_cfg.rounds
       << " rounds each, page faults " << (base_cfg.page_fault ? "on" : "off") << ", seed " << base_cfg.seed << "\n";
     char line[512];
-    snprintf(line, sizeof line, "%-26s %9s %12s %10s %12s %11s %11s %11s %10s %8s %8s %8s\n", "profile", "time(s)",
+    snprintf(line, sizeof line, "%-26s %9s %12s %10s %12s %11s %11s %11s %10s %8s %8s\n", "profile", "time(s)",
              "rounds/s", "x native", "faults/s", "cont/1krnd", "cont/1kflt", "wait-s/rnd", "vl-success", "vl-abort",
-             "vl-miss", "vl-retry");
+             "vl-miss");
     o << line;
     std::vector<std::string> notes;
     for (const StressRow& r : rows) {
@@ -1048,12 +1090,12 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
         o << std::left << std::setw(26) << Abbrev(r.profile, 26) << std::right << " error: " << r.run.error << "\n";
         continue;
       }
-      snprintf(line, sizeof line, "%-26s %9.3f %12.0f %10s %12.0f %11s %11s %11s %10s %8s %8s %8s\n",
+      snprintf(line, sizeof line, "%-26s %9.3f %12.0f %10s %12.0f %11s %11s %11s %10s %8s %8s\n",
                Abbrev(r.profile, 26).c_str(), r.run.seconds, r.run.rounds_per_sec(), Num(ratio(r), "%.4f").c_str(),
                Rate(r.run.faults, r.run.seconds), Num(r.per_1k_rounds(), "%.3g").c_str(),
                Num(r.per_1k_faults(), "%.3g").c_str(), Num(r.wait_per_round(), "%.3g").c_str(),
                Count(r.locks, "vma_lock_success").c_str(), Count(r.locks, "vma_lock_abort").c_str(),
-               Count(r.locks, "vma_lock_miss").c_str(), Count(r.locks, "vma_lock_retry").c_str());
+               Count(r.locks, "vma_lock_miss").c_str());
       o << line;
       if (!r.run.ok()) o << "  error: " << r.run.error << "\n";
       notes.push_back(r.note);
@@ -1065,7 +1107,7 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
     }
     o << "x native = rounds/s / the kernel's rounds/s (same sequence, measured once in this invocation); "
          "cont/1krnd, cont/1kflt = mmap_lock contentions (read+write) per 1000 rounds / faults; wait-s/rnd = "
-         "mmap_lock wait seconds per round; vl-* = VMA_LOCK_SUCCESS/ABORT/MISS/RETRY\n";
+         "mmap_lock wait seconds per round; vl-* = VMA_LOCK_SUCCESS/ABORT/MISS\n";
     PrintNotes(o, notes);
     if (c.args.Has("plot") && plot_error.empty()) o << "chart: " << c.args.Get("plot") << "\n";
     c.out << o.str();
@@ -1316,146 +1358,172 @@ const std::vector<Command>& Commands() {
   return cmds;
 }
 
-std::string Usage() {
-  std::ostringstream o;
-  o << "usage: vmspace [--target HOST:PORT] [--timeout S] [--json] COMMAND [options]\n\ncommands:\n";
-  for (const Command& c : Commands()) o << "  " << std::left << std::setw(19) << c.name << c.summary << "\n";
-  o << "\nglobal options (anywhere on the line):\n";
-  for (const OptionSpec& s : GlobalOptions()) {
-    std::string lhs = "--" + s.name + (s.arg.empty() ? "" : " " + s.arg);
-    o << "  " << std::left << std::setw(22) << lhs << s.help << "\n";
-  }
-  o << "\nNumbers take 0x hex and K/M/G suffixes. `vmspace COMMAND --help` lists a command's options.\n"
-       "Exit status: 0 ok, 1 the call failed (the errno name is printed), 2 usage error.\n";
-  return o.str();
-}
+constexpr const char* kFooter =
+    "Numbers take 0x hex and K/M/G suffixes; global options may come anywhere on the line.\n"
+    "`vmspace COMMAND --help` lists a command's options.\n"
+    "Exit status: 0 ok, 1 the call failed (the errno name is printed), 2 usage error.";
 
-std::string CommandUsage(const Command& c) {
-  std::ostringstream o;
-  o << "usage: vmspace " << c.name << " " << c.synopsis << "\n  " << c.summary << "\n";
-  if (!c.options.empty()) o << "options:\n";
-  for (const OptionSpec& s : c.options) {
-    std::string lhs = "--" + s.name + (s.arg.empty() ? "" : " " + s.arg);
-    o << "  " << std::left << std::setw(22) << lhs << s.help << "\n";
+/// CLI11's help layout with two changes: a command's usage line is its synopsis
+/// ("vmspace mmap SPACE --len LEN [options]"), and a command group such as `bench` is
+/// listed by its members ("bench stress", "bench mmap1", ...) in the list of commands.
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::map<const CLI::App*, std::string> synopsis;
+
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    auto it = synopsis.find(app);
+    if (it == synopsis.end()) return CLI::Formatter::make_usage(app, std::move(name));
+    return get_label("Usage") + ": " + name + (it->second.empty() ? "" : " " + it->second) + "\n";
   }
-  o << "global options: --target HOST:PORT, --timeout S, --json\n";
-  return o.str();
-}
+  std::string make_subcommand(const CLI::App* sub) const override {
+    std::vector<const CLI::App*> members = sub->get_subcommands({});
+    if (members.empty()) return CLI::Formatter::make_subcommand(sub);
+    std::ostringstream o;
+    for (const CLI::App* m : members)
+      CLI::detail::format_help(o, sub->get_name() + " " + m->get_name(), m->get_description(), get_column_width());
+    return o.str();
+  }
+};
+
+/// The whole command line as a CLI11 app: one subcommand per Command ("bench stress" is
+/// `stress` under `bench`), each with its own options plus the global ones (which the
+/// root has too, for "vmspace --json list"). Unknown options and arguments are kept as
+/// extras, which RunCli reports in its own words.
+struct CommandLine {
+  CLI::App app{"vmspace: command-line client of vmspaced", "vmspace"};
+  std::shared_ptr<HelpFormatter> help = std::make_shared<HelpFormatter>();
+  std::map<const CLI::App*, const Command*> commands;
+  std::deque<bool> flag_values;                     // what the boolean flags parse into
+  std::map<const CLI::Option*, const bool*> flags;  // flag option -> its value
+
+  CommandLine() {
+    help->column_width(26);
+    // Inherited by every subcommand added below.
+    app.formatter(help);
+    app.set_help_flag("-h,--help", "show this help");
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    app.allow_extras();
+    app.require_subcommand(1);
+    app.footer(kFooter);
+    help->synopsis[&app] = "[--target HOST:PORT] [--timeout SECONDS] [--json] COMMAND [options]";
+    AddGlobal(&app);
+    std::map<std::string, CLI::App*> groups;  // "bench"
+    for (const Command& c : Commands()) {
+      CLI::App* parent = &app;
+      std::string leaf = c.name;
+      if (size_t sp = c.name.find(' '); sp != std::string::npos) {
+        std::string group = c.name.substr(0, sp);
+        leaf = c.name.substr(sp + 1);
+        CLI::App*& g = groups[group];
+        if (g == nullptr) {
+          g = app.add_subcommand(group, "the benchmarks (`vmspace " + group + " WORKLOAD --help`)");
+          g->require_subcommand(1);
+          g->group("Commands");
+          help->synopsis[g] = "WORKLOAD [options]";
+          AddGlobal(g);
+        }
+        parent = g;
+      }
+      CLI::App* sub = parent->add_subcommand(leaf, c.summary);
+      sub->group("Commands");
+      help->synopsis[sub] = c.synopsis;
+      commands[sub] = &c;
+      bool space_arg = c.synopsis.rfind("SPACE", 0) == 0;
+      for (const OptionSpec& o : c.options) Add(sub, o, space_arg && o.name == "space");
+      AddGlobal(sub);
+    }
+  }
+
+  /// Adds one option; `space_arg`: also the command's first positional argument.
+  CLI::Option* Add(CLI::App* a, const OptionSpec& o, bool space_arg = false) {
+    if (o.arg.empty()) {
+      bool& v = flag_values.emplace_back(false);
+      CLI::Option* opt = a->add_flag("--" + o.name, v, o.help);
+      flags[opt] = &v;
+      return opt;
+    }
+    return a->add_option((space_arg ? "SPACE,--" : "--") + o.name, o.help)->type_name(o.arg);
+  }
+  void AddGlobal(CLI::App* a) {
+    for (const OptionSpec& o : GlobalOptions()) Add(a, o)->group("Global options");
+  }
+};
 
 }  // namespace
 
-std::string ParsedArgs::Get(const std::string& name, const std::string& def) const {
-  auto it = values.find(name);
-  return it == values.end() ? def : it->second;
-}
-
-bool ParsedArgs::Flag(const std::string& name) const {
-  auto it = values.find(name);
-  return it != values.end() && it->second == "true";
-}
-
-std::string ParseArgs(const std::vector<std::string>& args, const std::vector<OptionSpec>& specs,
-                      ParsedArgs* out) {
-  bool options_done = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (options_done || a.size() < 2 || a[0] != '-' || (a[1] != '-' && a != "-h")) {
-      out->positional.push_back(a);
-      continue;
-    }
-    if (a == "--") {
-      options_done = true;
-      continue;
-    }
-    std::string name = a == "-h" ? "help" : a.substr(2);
-    std::optional<std::string> value;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    }
-    auto spec = std::find_if(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.name == name; });
-    if (spec == specs.end()) return "unknown option --" + name;
-    if (spec->arg.empty()) {
-      std::string v = value.value_or("true");
-      if (v == "true" || v == "1" || v == "yes") v = "true";
-      else if (v == "false" || v == "0" || v == "no") v = "false";
-      else return "--" + name + " takes no value (or true/false), got '" + v + "'";
-      out->values[name] = v;
-      continue;
-    }
-    if (!value) {
-      if (i + 1 >= args.size()) return "--" + name + " needs a value (" + spec->arg + ")";
-      value = args[++i];
-    }
-    out->values[name] = *value;
-  }
-  return "";
-}
-
 int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  // Find the subcommand: the first positional argument (two words for "bench stress"),
-  // skipping global options and their values.
-  std::vector<std::string> rest;
-  std::string name;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (name.empty() && !a.empty() && a[0] != '-') {
-      name = a;
-      if (name == "bench") {
-        if (i + 1 < args.size() && args[i + 1][0] != '-') name += " " + args[++i];
-      }
-      continue;
+  CommandLine cl;
+  CLI::App& app = cl.app;
+  // The command that was given: the deepest subcommand CLI11 selected (or null).
+  auto selected = [&]() -> CLI::App* {
+    CLI::App* a = nullptr;
+    for (CLI::App* p = &app;;) {
+      std::vector<CLI::App*> subs = p->get_subcommands();
+      if (subs.empty()) return a;
+      a = p = subs[0];
     }
-    rest.push_back(a);
-    if (name.empty() && (a == "--target" || a == "--timeout") && i + 1 < args.size()) rest.push_back(args[++i]);
-  }
-  if (name.empty() || name == "help") {
-    bool asked = name == "help" || std::find(args.begin(), args.end(), "--help") != args.end() ||
-                 std::find(args.begin(), args.end(), "-h") != args.end();
-    (asked ? out : err) << Usage();
-    return asked ? kExitOk : kExitUsage;
-  }
-  const auto& cmds = Commands();
-  auto cmd = std::find_if(cmds.begin(), cmds.end(), [&](const Command& c) { return c.name == name; });
-  if (cmd == cmds.end()) {
-    err << "vmspace: unknown command '" << name << "'\n\n" << Usage();
+  };
+  auto name_of = [](const CLI::App* a) {
+    std::string n;
+    for (; a != nullptr && a->get_parent() != nullptr; a = a->get_parent()) n = a->get_name() + (n.empty() ? "" : " " + n);
+    return n;
+  };
+  // (app.help() is the help of the command CLI11 selected, named "vmspace bench stress".)
+  auto usage_error = [&](const CLI::App* a, const std::string& what) {
+    std::string n = name_of(a);
+    err << "vmspace" << (n.empty() ? "" : " " + n) << ": " << what << "\n\n" << app.help();
     return kExitUsage;
-  }
-  std::vector<OptionSpec> specs = cmd->options;
-  specs.insert(specs.end(), GlobalOptions().begin(), GlobalOptions().end());
-  Ctx ctx(cmd->name, out, err);
-  std::string perr = ParseArgs(rest, specs, &ctx.args);
-  if (!perr.empty()) {
-    err << "vmspace " << cmd->name << ": " << perr << "\n" << CommandUsage(*cmd);
-    return kExitUsage;
-  }
-  if (ctx.args.Flag("help")) {
-    out << CommandUsage(*cmd);
+  };
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes the last argument first
+    if (!reversed.empty() && reversed.back() == "help") reversed.back() = "--help";
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
     return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    CLI::App* a = selected();
+    if (a == nullptr || cl.commands.count(a) == 0) {
+      // A missing or unknown command (or benchmark): CLI11 asks for one and keeps an
+      // unknown word as an extra.
+      std::vector<std::string> extra = app.remaining(true);
+      auto word = std::find_if(extra.begin(), extra.end(), [](const std::string& x) { return x.rfind('-', 0) != 0; });
+      if (word != extra.end()) {
+        err << "vmspace: unknown command '" << name_of(a) << (a ? " " : "") << *word << "'\n\n"
+            << app.help();
+        return kExitUsage;
+      }
+      if (args.empty()) {
+        err << app.help();
+        return kExitUsage;
+      }
+      if (dynamic_cast<const CLI::RequiredError*>(&e)) return usage_error(a, a ? "a workload is required" : "a command is required");
+    }
+    return usage_error(a, e.what());
   }
-  size_t max_positional = cmd->synopsis.rfind("SPACE", 0) == 0 ? 1 : 0;
-  if (ctx.args.positional.size() > max_positional) {
-    err << "vmspace " << cmd->name << ": unexpected argument '" << ctx.args.positional[max_positional] << "'\n"
-        << CommandUsage(*cmd);
-    return kExitUsage;
+  CLI::App* a = selected();
+  const Command& cmd = *cl.commands.at(a);
+  std::vector<std::string> extra = app.remaining(true);
+  extra.erase(std::remove(extra.begin(), extra.end(), "--"), extra.end());  // CLI11 keeps the marker
+  if (!extra.empty()) {
+    const std::string& x = extra[0];
+    return usage_error(a, x.rfind('-', 0) == 0 ? "unknown option " + x : "unexpected argument '" + x + "'");
   }
+  Ctx ctx(cmd.name, Args(a, &cl.flags), out, err);
   ctx.json = ctx.args.Flag("json");
   ctx.client.target = ctx.args.Get("target", "127.0.0.1:50051");
   if (ctx.args.Has("timeout")) {
     std::string t = ctx.args.Get("timeout");
     char* end = nullptr;
     double s = std::strtod(t.c_str(), &end);
-    if (t.empty() || end != t.c_str() + t.size() || !(s > 0) || s > 1e6) {
-      err << "vmspace " << cmd->name << ": --timeout: want seconds > 0, got '" << t << "'\n";
-      return kExitUsage;
-    }
+    if (t.empty() || end != t.c_str() + t.size() || !(s > 0) || s > 1e6)
+      return usage_error(a, "--timeout: want seconds > 0, got '" + t + "'");
     ctx.client.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(s * 1000)));
   }
   try {
-    return cmd->run(ctx);
+    return cmd.run(ctx);
   } catch (const UsageError& e) {
-    err << "vmspace " << cmd->name << ": " << e.what << "\n" << CommandUsage(*cmd);
-    return kExitUsage;
+    return usage_error(a, e.what);
   }
 }
 

@@ -1,52 +1,17 @@
 #include "lib/client.h"
 
-#include <string.h>
+#include <absl/status/status.h>
+#include <grpcpp/support/error_details.h>
 
-#include <cctype>
-#include <mutex>
-#include <unordered_map>
+#include "engine/types.h"
+#include "google/rpc/status.pb.h"
 
 namespace vmspace::client {
 
-const char* StatusCodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "UNKNOWN";
-  }
-}
-
-std::string ErrnoNameOf(int err) {
-  if (err <= 0 || err > 4095) return "";
-  const char* n = strerrorname_np(err);
-  return n ? n : "";
-}
-
-int ErrnoNumberOf(const std::string& name) {
-  static const auto* table = [] {
-    auto* t = new std::unordered_map<std::string, int>;
-    for (int e = 1; e < 4096; ++e) {
-      if (const char* n = strerrorname_np(e)) t->emplace(n, e);
-    }
-    return t;
-  }();
-  auto it = table->find(name);
-  return it == table->end() ? 0 : it->second;
+std::string StatusCodeName(grpc::StatusCode code) {
+  // gRPC's codes are the canonical codes, which absl::StatusCode numbers the same way.
+  std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  return name.empty() ? "UNKNOWN" : name;
 }
 
 std::string Error::Name() const {
@@ -64,32 +29,15 @@ Error DecodeStatus(const grpc::Status& status) {
   Error e;
   e.code = status.error_code();
   e.message = status.error_message();
-  if (!status.error_details().empty()) {
+  google::rpc::Status details;
+  if (status.error_details().empty() || !grpc::ExtractErrorDetails(status, &details).ok()) return e;
+  for (const google::protobuf::Any& any : details.details()) {
     v1::SyscallError se;
-    if (se.ParseFromString(status.error_details()) && (se.errno_() != 0 || !se.errno_name().empty())) {
-      e.err = se.errno_();
-      e.errno_name = se.errno_name();
-    }
+    if (!any.UnpackTo(&se) || se.errno_() == 0) continue;
+    e.err = se.errno_();
+    e.errno_name = se.errno_name().empty() ? ErrnoName(se.errno_()) : se.errno_name();
+    break;
   }
-  if (e.errno_name.empty()) {
-    // Message prefix "EINVAL: ...": an 'E' followed by upper-case letters/digits and ':'.
-    const std::string& m = e.message;
-    size_t i = 0;
-    while (i < m.size() && (std::isupper(static_cast<unsigned char>(m[i])) ||
-                            std::isdigit(static_cast<unsigned char>(m[i])))) {
-      ++i;
-    }
-    if (i >= 2 && m[0] == 'E' && i < m.size() && m[i] == ':') {
-      std::string name = m.substr(0, i);
-      int num = ErrnoNumberOf(name);
-      if (num != 0) {
-        e.errno_name = name;
-        if (e.err == 0) e.err = num;
-      }
-    }
-  }
-  if (e.err != 0 && e.errno_name.empty()) e.errno_name = ErrnoNameOf(e.err);
-  if (e.err == 0 && !e.errno_name.empty()) e.err = ErrnoNumberOf(e.errno_name);
   return e;
 }
 
@@ -100,8 +48,7 @@ std::optional<Error> DecodeOpResult(const v1::OpResult& r) {
   e.err = r.errno_();
   e.errno_name = r.errno_name();
   e.message = r.message();
-  if (e.err != 0 && e.errno_name.empty()) e.errno_name = ErrnoNameOf(e.err);
-  if (e.err == 0 && !e.errno_name.empty()) e.err = ErrnoNumberOf(e.errno_name);
+  if (e.err != 0 && e.errno_name.empty()) e.errno_name = ErrnoName(e.err);
   return e;
 }
 

@@ -1,9 +1,9 @@
 // vmspace_client: a small typed C++ client over the generated vmspace.v1 stub.
 //
 // Every call carries a deadline (ClientOptions::timeout). A failed call returns an
-// Error with the gRPC status code and, for syscall-like failures, the Linux errno
-// decoded from the status: the serialized vmspace.v1.SyscallError in
-// grpc::Status::error_details() first, else the "EINVAL: ..." message prefix.
+// Error with the gRPC status code and, for syscall-like failures, the Linux errno read
+// from the status details: a google.rpc.Status whose details hold a packed
+// vmspace.v1.SyscallError (the message text is never parsed).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -54,13 +54,11 @@ class [[nodiscard]] Result {
 /// Empty value for calls that return nothing.
 struct Unit {};
 
-/// Name of a gRPC status code, e.g. "INVALID_ARGUMENT".
-const char* StatusCodeName(grpc::StatusCode code);
-/// Linux errno name for a number ("EINVAL"), or "" if unknown.
-std::string ErrnoNameOf(int err);
-/// Linux errno number for a name ("EINVAL" -> 22), or 0 if unknown.
-int ErrnoNumberOf(const std::string& name);
-/// Decodes a non-OK status into an Error (see the file comment for the rules).
+/// Name of a gRPC status code, e.g. "INVALID_ARGUMENT" (absl::StatusCodeToString).
+std::string StatusCodeName(grpc::StatusCode code);
+/// Decodes a non-OK status into an Error: code and message as sent; errno and its name
+/// from the first vmspace.v1.SyscallError packed in the google.rpc.Status details (the
+/// name is vmspace::ErrnoName's if the details leave it out). No such details: err 0.
 Error DecodeStatus(const grpc::Status& status);
 /// The Error of a failed Batch op result (code != 0); nullopt if the op succeeded.
 std::optional<Error> DecodeOpResult(const v1::OpResult& r);

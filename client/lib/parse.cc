@@ -1,11 +1,11 @@
 #include "lib/parse.h"
 
+#include <absl/time/time.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -296,24 +296,14 @@ std::optional<std::string> ParseHexBytes(std::string_view hex) {
 }
 
 std::optional<double> ParseDurationSeconds(std::string_view s) {
-  s = Trim(s);
-  size_t i = 0;
-  bool digits = false, dot = false;
-  for (; i < s.size(); ++i) {
-    if (std::isdigit(static_cast<unsigned char>(s[i]))) digits = true;
-    else if (s[i] == '.' && !dot) dot = true;
-    else break;
-  }
-  if (!digits) return std::nullopt;
-  double v = std::strtod(std::string(s.substr(0, i)).c_str(), nullptr);
-  std::string unit = Lower(s.substr(i));
-  static const std::array<std::pair<const char*, double>, 7> kUnits = {
-      {{"", 1}, {"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}, {"m", 60}, {"h", 3600}}};
-  auto it = std::find_if(kUnits.begin(), kUnits.end(), [&](const auto& u) { return unit == u.first; });
-  if (it == kUnits.end()) return std::nullopt;
-  v *= it->second;
-  if (!(v > 0) || v > 86400) return std::nullopt;
-  return v;
+  std::string d = Lower(Trim(s));
+  // absl::ParseDuration wants a unit ("5s"); a bare number is seconds here. Signs are
+  // rejected (absl takes "-1s" and "+5s"), as are "inf" and durations over a day.
+  if (d.empty() || d[0] == '-' || d[0] == '+') return std::nullopt;
+  if (d.find_first_not_of("0123456789.") == std::string::npos) d += 's';
+  absl::Duration v;
+  if (!absl::ParseDuration(d, &v) || v <= absl::ZeroDuration() || v > absl::Hours(24)) return std::nullopt;
+  return absl::ToDoubleSeconds(v);
 }
 
 }  // namespace vmspace::client

@@ -26,9 +26,9 @@ std::optional<int> ParseMapFlags(std::string_view s);
 /// vmspace.v1.AccessType number (0, 1, 2).
 std::optional<int> ParseAccessType(std::string_view s);
 
-/// Parses a duration in seconds: a decimal number with an optional unit "ns", "us",
-/// "ms", "s", "m" or "h" ("5s", "500ms", "1.5s", "2m"); a bare number is seconds.
-/// Rejects empty input, signs, junk, zero and durations over 24 h.
+/// Parses a duration in seconds with absl::ParseDuration: decimal numbers with a unit
+/// "ns", "us", "ms", "s", "m" or "h" ("5s", "500ms", "1.5s", "2m", "1m30s"; any case);
+/// a bare number is seconds. Rejects empty input, signs, junk, zero and durations over 24 h.
 std::optional<double> ParseDurationSeconds(std::string_view s);
 
 /// "rwx" letters for PROT_* bits, "---" for none; unknown bits appended as "+0x..".

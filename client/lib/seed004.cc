@@ -81,8 +81,7 @@ void ClientFigures::SetError(const std::string& what) {
 namespace {
 
 std::string ErrText(const char* op, int err) {
-  const char* n = strerrorname_np(err);
-  return std::string(op) + ": " + (n ? n : std::to_string(err)) + " (" + std::to_string(err) + ")";
+  return std::string(op) + ": " + ErrnoName(err) + " (" + std::to_string(err) + ")";
 }
 
 }  // namespace

@@ -182,10 +182,7 @@ uint64_t NowNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-std::string ErrnoText(int err) {
-  const char* n = strerrorname_np(err);
-  return std::string(n ? n : "errno") + " (" + std::to_string(err) + ")";
-}
+std::string ErrnoText(int err) { return std::string(ErrnoName(err)) + " (" + std::to_string(err) + ")"; }
 
 // ---- in-process backend ----
 

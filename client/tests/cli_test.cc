@@ -1,4 +1,4 @@
-// Tests of the `vmspace` command line: parsing, help and usage errors, JSON shapes,
+// Tests of the `vmspace` command line: option forms, help and usage errors, JSON shapes,
 // errors of an unreachable daemon, and `bench stress --transport inprocess`.
 #include <gtest/gtest.h>
 
@@ -27,31 +27,34 @@ CliRun Cli(const std::vector<std::string>& args) {
 // A port nothing listens on: connections are refused at once.
 const char* kDeadTarget = "127.0.0.1:1";
 
-TEST(ParseArgs, FormsOfOptions) {
-  std::vector<OptionSpec> specs = {{"len", "LEN", ""}, {"json", "", ""}, {"prot", "PROT", ""}, {"help", "", ""}};
-  ParsedArgs a;
-  EXPECT_EQ(ParseArgs({"7", "--len", "0x1000", "--json", "--prot=r-x"}, specs, &a), "");
-  EXPECT_EQ(a.positional, std::vector<std::string>{"7"});
-  EXPECT_EQ(a.Get("len"), "0x1000");
-  EXPECT_TRUE(a.Flag("json"));
-  EXPECT_EQ(a.Get("prot"), "r-x");
-
-  ParsedArgs b;
-  EXPECT_EQ(ParseArgs({"--json=false", "-h", "--", "--len"}, specs, &b), "");
-  EXPECT_FALSE(b.Flag("json"));
-  EXPECT_TRUE(b.Has("json"));
-  EXPECT_TRUE(b.Flag("help"));
-  EXPECT_EQ(b.positional, std::vector<std::string>{"--len"});
-
-  ParsedArgs c;
-  EXPECT_EQ(ParseArgs({"--bogus"}, specs, &c), "unknown option --bogus");
-  ParsedArgs d;
-  EXPECT_NE(ParseArgs({"--len"}, specs, &d).find("needs a value"), std::string::npos);
-  ParsedArgs e;
-  EXPECT_NE(ParseArgs({"--json=maybe"}, specs, &e).find("takes no value"), std::string::npos);
-  ParsedArgs f;
-  EXPECT_EQ(ParseArgs({"--len", "1", "--len", "2"}, specs, &f), "");
-  EXPECT_EQ(f.Get("len"), "2");  // the last one wins
+// The forms of options, seen through a real command (bench stress in-process, a few
+// rounds): "--name value", "--name=value", flags with "=false"/"=yes", a repeated
+// option's last value, "-h", "--" ending options, and the errors.
+TEST(Cli, FormsOfOptions) {
+  CliRun r = Cli({"bench", "stress", "--rounds=20", "--seed", "0x10", "--skip-native", "--json", "--quiet"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["rounds"], 20);
+  EXPECT_EQ(j["seed"], 16);
+  EXPECT_TRUE(j["native"].is_null());
+  // The last value wins; --json=false prints text; --skip-native=yes is --skip-native.
+  r = Cli({"bench", "stress", "--rounds", "10", "--rounds", "30", "--skip-native=yes", "--json=false", "--quiet"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("30 rounds each"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("native (kernel)"), std::string::npos) << r.out;
+  r = Cli({"bench", "stress", "-h"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_NE(r.out.find("--rounds N"), std::string::npos) << r.out;
+  // After "--" come arguments only: the space id here (the call then fails: no daemon).
+  r = Cli({"mmap", "--len", "4K", "--target", kDeadTarget, "--timeout", "2", "--", "7"});
+  EXPECT_EQ(r.code, kExitFailed) << r.err;
+  EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
+  r = Cli({"mmap", "1", "--len"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--len"), std::string::npos) << r.err;
+  r = Cli({"ping", "--json=maybe"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("maybe"), std::string::npos) << r.err;
 }
 
 TEST(Cli, HelpAndUsage) {

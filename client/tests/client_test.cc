@@ -6,6 +6,10 @@
 #include "lib/parse.h"
 #include "lib/seed004.h"
 
+#include <grpcpp/support/error_details.h>
+
+#include "google/rpc/status.pb.h"
+
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
@@ -88,39 +92,46 @@ TEST(Format, ProtFlagsHex) {
   EXPECT_FALSE(ParseAccessType("rw"));
 }
 
-TEST(Errno, NamesAndNumbers) {
-  EXPECT_EQ(ErrnoNameOf(22), "EINVAL");
-  EXPECT_EQ(ErrnoNameOf(12), "ENOMEM");
-  EXPECT_EQ(ErrnoNameOf(0), "");
-  EXPECT_EQ(ErrnoNumberOf("EEXIST"), 17);
-  EXPECT_EQ(ErrnoNumberOf("EOPNOTSUPP"), 95);
-  EXPECT_EQ(ErrnoNumberOf("NOPE"), 0);
+/// A status as vmspaced sends it: google.rpc.Status details with a packed SyscallError.
+grpc::Status WithDetails(grpc::StatusCode code, const std::string& message, int err, const std::string& name) {
+  google::rpc::Status st;
+  st.set_code(static_cast<int>(code));
+  st.set_message(message);
+  v1::SyscallError se;
+  se.set_errno_(err);
+  se.set_errno_name(name);
+  st.add_details()->PackFrom(se);
+  grpc::Status out;
+  EXPECT_TRUE(grpc::SetErrorDetails(st, &out).ok());
+  return out;
 }
 
 TEST(DecodeStatus, UsesErrorDetails) {
-  v1::SyscallError se;
-  se.set_errno_(12);
-  se.set_errno_name("ENOMEM");
-  grpc::Status st(grpc::StatusCode::RESOURCE_EXHAUSTED, "ENOMEM: no room below mmap_base",
-                  se.SerializeAsString());
-  Error e = DecodeStatus(st);
+  Error e = DecodeStatus(WithDetails(grpc::StatusCode::RESOURCE_EXHAUSTED, "ENOMEM: no room below mmap_base", 12,
+                                     "ENOMEM"));
   EXPECT_EQ(e.code, grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(e.err, 12);
   EXPECT_EQ(e.errno_name, "ENOMEM");
   EXPECT_EQ(e.Name(), "ENOMEM");
   EXPECT_EQ(e.ToString(), "ENOMEM (12): ENOMEM: no room below mmap_base");
-}
-
-TEST(DecodeStatus, FallsBackToMessagePrefix) {
-  Error e = DecodeStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "EINVAL: len is 0"));
-  EXPECT_EQ(e.err, 22);
-  EXPECT_EQ(e.errno_name, "EINVAL");
-  // Details carrying only the number get the name filled in.
-  v1::SyscallError se;
-  se.set_errno_(17);
-  e = DecodeStatus(grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "exists", se.SerializeAsString()));
+  // Details carrying only the number get the engine's name for it.
+  e = DecodeStatus(WithDetails(grpc::StatusCode::ALREADY_EXISTS, "exists", 17, ""));
   EXPECT_EQ(e.errno_name, "EEXIST");
   EXPECT_EQ(e.err, 17);
+}
+
+TEST(DecodeStatus, NeverParsesTheMessage) {
+  // Without details there is no errno, whatever the message says.
+  Error e = DecodeStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "EINVAL: len is 0"));
+  EXPECT_EQ(e.err, 0);
+  EXPECT_EQ(e.errno_name, "");
+  EXPECT_EQ(e.Name(), "INVALID_ARGUMENT");
+  // Raw SyscallError bytes (not a google.rpc.Status) carry no errno either.
+  v1::SyscallError se;
+  se.set_errno_(22);
+  se.set_errno_name("EINVAL");
+  e = DecodeStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "EINVAL: x", se.SerializeAsString()));
+  EXPECT_EQ(e.err, 0);
 }
 
 TEST(DecodeStatus, NoErrno) {
@@ -134,8 +145,10 @@ TEST(DecodeStatus, NoErrno) {
   EXPECT_EQ(e.Name(), "INTERNAL");
   // Garbage details are ignored.
   e = DecodeStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "EBADF: file", "\xff\xff\xff"));
-  EXPECT_EQ(e.errno_name, "EBADF");
-  EXPECT_EQ(e.err, 9);
+  EXPECT_EQ(e.errno_name, "");
+  EXPECT_EQ(e.err, 0);
+  EXPECT_EQ(e.Name(), "INVALID_ARGUMENT");
+  EXPECT_EQ(StatusCodeName(grpc::StatusCode::UNAVAILABLE), "UNAVAILABLE");
 }
 
 TEST(DecodeOpResult, OkAndError) {

@@ -320,6 +320,11 @@ TEST_F(DaemonTest, Lockstat) {
   EXPECT_GE(read_acq, 16u);
   EXPECT_GE(j["events"]["pgfault"].get<uint64_t>(), 16u);
   EXPECT_EQ(j["events"]["vma_lock_success"], 0);
+  // The CLI renders the table with the engine's FormatLockStat: the daemon's own text
+  // (nothing ran in between, so the figures are the same).
+  ProcResult same = Cli({"lockstat", "--profile", "linux-6.0"});
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_EQ(same.out.rfind(j["text"].get<std::string>(), 0), 0u) << same.out << "\nvs\n" << j["text"];
   ProcResult text = Cli({"lockstat"});
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("lock_stat version 0.4"), std::string::npos) << text.out;

@@ -141,6 +141,8 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
     AddValue(f, {}, static_cast<double>(s.event(e)));
     out.push_back(std::move(f));
   };
+  // No pgmajfault and no vma_lock retry series: nothing produces them until file
+  // mappings (I/O, VM_FAULT_RETRY) are modelled.
   single("vmspace_pgfault_total", "Page faults handled, as /proc/vmstat pgfault.",
          Event::kPgfault);
   auto vmalock = Family("vmspace_vma_lock_total",

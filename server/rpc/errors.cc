@@ -3,7 +3,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include <grpcpp/support/error_details.h>
+
 #include "engine/types.h"
+#include "google/rpc/status.pb.h"
 #include "vmspace/v1/vmspace.pb.h"
 
 namespace vmspace::rpc {
@@ -70,10 +73,16 @@ OpStatus Cancelled() {
 grpc::Status ToGrpcStatus(const OpStatus& s) {
   if (s.ok()) return grpc::Status::OK;
   if (s.err == 0) return grpc::Status(s.code, s.message);
-  v1::SyscallError details;
-  details.set_errno_(s.err);
-  details.set_errno_name(ErrnoName(s.err));
-  return grpc::Status(s.code, s.message, details.SerializeAsString());
+  google::rpc::Status st;
+  st.set_code(static_cast<int>(s.code));
+  st.set_message(s.message);
+  v1::SyscallError se;
+  se.set_errno_(s.err);
+  se.set_errno_name(ErrnoName(s.err));
+  st.add_details()->PackFrom(se);
+  grpc::Status out;
+  grpc::SetErrorDetails(st, &out);  // code, message and the serialized google.rpc.Status
+  return out;
 }
 
 }  // namespace vmspace::rpc

@@ -41,8 +41,9 @@ OpStatus FrameLimitError(std::string_view what);
 /// CANCELLED (client cancelled or deadline passed while the work ran).
 OpStatus Cancelled();
 
-/// The grpc::Status for an OpStatus; if err != 0 the details hold a serialized
-/// vmspace.v1.SyscallError {errno, errno_name}.
+/// The grpc::Status for an OpStatus. If err != 0 its details are the standard
+/// google.rpc.Status {code, message, details: [Any(vmspace.v1.SyscallError {errno,
+/// errno_name})]}, set with grpc::SetErrorDetails, so any gRPC client can decode them.
 grpc::Status ToGrpcStatus(const OpStatus& s);
 
 }  // namespace vmspace::rpc

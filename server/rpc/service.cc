@@ -1,9 +1,11 @@
 #include "rpc/service.h"
 
+#include <absl/strings/str_split.h>
+
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <string>
+#include <vector>
 
 #include "engine/stats.h"
 #include "engine/types.h"
@@ -75,21 +77,6 @@ void FillFault(const FaultResult& f, v1::FaultInfo* out) {
     out->set_si_addr(f.sig_addr);
   }
   out->set_lock_path(ToProto(f.path));
-}
-
-std::string Perms(uint64_t flags) {
-  std::string p = "----";
-  if (flags & VM_READ) p[0] = 'r';
-  if (flags & VM_WRITE) p[1] = 'w';
-  if (flags & VM_EXEC) p[2] = 'x';
-  p[3] = (flags & VM_MAYSHARE) ? 's' : 'p';
-  return p;
-}
-
-std::string Dev(uint32_t major, uint32_t minor) {
-  char buf[32];
-  snprintf(buf, sizeof buf, "%02x:%02x", major, minor);
-  return buf;
 }
 
 // ---- operations on one space (shared by the unary handlers and Batch) ----
@@ -210,19 +197,22 @@ OpStatus DoGetMaps(Space& sp, const v1::GetMapsRequest& r, v1::GetMapsResponse* 
   const std::vector<VmaInfo> vmas = sp.as.Maps(r.start(), end);
   std::string* text = out->mutable_maps_text();
   for (const VmaInfo& v : vmas) {
+    const std::string line = AddressSpace::FormatMapsLine(v);
+    // perms ("rw-p") and dev ("00:00") are fields 2 and 4 of the engine's maps line.
+    const std::vector<std::string> field = absl::StrSplit(line, absl::MaxSplits(' ', 4));
     v1::Vma* o = out->add_vmas();
     o->set_start(v.start);
     o->set_end(v.end);
-    o->set_perms(Perms(v.flags));
+    o->set_perms(field[1]);
     o->set_vm_flags(v.flags);
     o->set_smaps_vmflags(AddressSpace::VmFlagsString(v.flags));
     o->set_pgoff(v.pgoff);
     o->set_offset(v.offset);
-    o->set_dev(Dev(v.dev_major, v.dev_minor));
+    o->set_dev(field[3]);
     o->set_inode(v.inode);
     o->set_name(v.name);
     o->set_rss_bytes(v.rss_pages * kPageSize);
-    *text += AddressSpace::FormatMapsLine(v);
+    *text += line;
     *text += '\n';
   }
   // The whole list is one snapshot, so its length is the exact map_count.

@@ -5,6 +5,7 @@
 // First: glibc's <signal.h> (pulled in by <sys/wait.h>) defines si_addr as a macro,
 // which breaks the generated FaultInfo::si_addr() accessor if it comes earlier.
 #include "vmspace/v1/vmspace.grpc.pb.h"
+#include "google/rpc/status.pb.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/error_details.h>
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -193,7 +195,8 @@ inline std::unique_ptr<grpc::ClientContext> Ctx(int timeout_ms = 10000) {
 }
 
 /// Checks that `s` failed with `code`, that its message starts with "<errno_name>: " and
-/// that its details hold a SyscallError {errno, errno_name}.
+/// that its details are a google.rpc.Status with the same code and message whose only
+/// detail is a packed SyscallError {errno, errno_name}.
 inline ::testing::AssertionResult HasErrno(const grpc::Status& s, grpc::StatusCode code,
                                            const std::string& errno_name, int err) {
   if (s.error_code() != code)
@@ -202,9 +205,15 @@ inline ::testing::AssertionResult HasErrno(const grpc::Status& s, grpc::StatusCo
   if (s.error_message().rfind(errno_name + ": ", 0) != 0)
     return ::testing::AssertionFailure()
            << "message \"" << s.error_message() << "\" does not start with " << errno_name;
+  google::rpc::Status st;
+  if (!grpc::ExtractErrorDetails(s, &st).ok())
+    return ::testing::AssertionFailure() << "error_details is not a google.rpc.Status";
+  if (st.code() != static_cast<int>(code) || st.message() != s.error_message())
+    return ::testing::AssertionFailure() << "google.rpc.Status {" << st.code() << ", " << st.message()
+                                         << "} differs from the status";
   v1::SyscallError se;
-  if (!se.ParseFromString(s.error_details()))
-    return ::testing::AssertionFailure() << "error_details is not a SyscallError";
+  if (st.details_size() != 1 || !st.details(0).UnpackTo(&se))
+    return ::testing::AssertionFailure() << "details are not one SyscallError: " << st.ShortDebugString();
   if (se.errno_() != err || se.errno_name() != errno_name)
     return ::testing::AssertionFailure()
            << "SyscallError {" << se.errno_() << ", " << se.errno_name() << "}, want {" << err

@@ -1,6 +1,7 @@
 // Every RPC of vmspace.v1.VmSpace against the real daemon: success paths, errno ->
-// status mapping (errno name first in the message, SyscallError in the details),
-// NOT_FOUND for unknown spaces, daemon limits, faults as OK answers, Batch ordering.
+// status mapping (errno name first in the message, a google.rpc.Status with a packed
+// SyscallError in the details), NOT_FOUND for unknown spaces, daemon limits, faults as OK
+// answers, Batch ordering.
 #include "daemon.h"  // first (see there)
 
 #include <sys/mman.h>
@@ -339,6 +340,30 @@ TEST_F(RpcTest, MunmapAndMprotectErrors) {
   EXPECT_EQ(m.vmas(0).perms(), "rw-p");
   ASSERT_TRUE(Munmap(id, a + kPage, kPage).ok());
   EXPECT_EQ(Maps(id).map_count(), 2u);
+  Destroy(id);
+}
+
+// The details are the standard gRPC error model, readable without vmspace's client: a
+// google.rpc.Status whose details[0] is an Any with the SyscallError's type URL.
+TEST_F(RpcTest, ErrorDetailsAreGoogleRpcStatus) {
+  const uint64_t id = NewSpace();
+  const grpc::Status s = Munmap(id, 0x10000000, 0);  // len 0: EINVAL
+  ASSERT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message().rfind("EINVAL: munmap", 0), 0u) << s.error_message();
+  google::rpc::Status st;
+  ASSERT_TRUE(st.ParseFromString(s.error_details()));
+  EXPECT_EQ(st.code(), 3);  // google.rpc.Code INVALID_ARGUMENT
+  EXPECT_EQ(st.message(), s.error_message());
+  ASSERT_EQ(st.details_size(), 1);
+  EXPECT_EQ(st.details(0).type_url(), "type.googleapis.com/vmspace.v1.SyscallError");
+  v1::SyscallError se;
+  ASSERT_TRUE(st.details(0).UnpackTo(&se));
+  EXPECT_EQ(se.errno_(), EINVAL);
+  EXPECT_EQ(se.errno_name(), "EINVAL");
+  // A failure with no errno (unknown space) carries no details.
+  const grpc::Status nf = Munmap(0xdead0000beefull, 0x10000000, kPage);
+  EXPECT_EQ(nf.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_TRUE(nf.error_details().empty());
   Destroy(id);
 }
 
