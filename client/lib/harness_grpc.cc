@@ -18,16 +18,6 @@ using client::ClientOptions;
 
 constexpr int kAnon = MAP_PRIVATE | MAP_ANONYMOUS;
 
-std::string OpName(const v1::OpResult& r) {
-  switch (r.result_case()) {
-    case v1::OpResult::kMmap: return "mmap";
-    case v1::OpResult::kMunmap: return "munmap";
-    case v1::OpResult::kAccess: return "access";
-    case v1::OpResult::kMadvise: return "madvise";
-    default: return "op";
-  }
-}
-
 /// The error of an access that stopped on a signal or OOM ("" if it did not).
 std::string AccessStop(const v1::AccessResponse& a) {
   if (a.stop().outcome() == v1::FAULT_OUTCOME_NONE) return "";
@@ -89,14 +79,14 @@ class StreamSession : public Session {
     m->set_len(len);
     m->set_prot(prot);
     m->set_flags(kAnon);
-    return Queue(addr);
+    return Queue("mmap", addr);
   }
   uint64_t Munmap(uint64_t addr, uint64_t len) override {
     v1::MunmapRequest* u = cur_.add_ops()->mutable_munmap();
     u->set_space_id(space_);
     u->set_addr(addr);
     u->set_len(len);
-    return Queue(nullptr);
+    return Queue("munmap", nullptr);
   }
   uint64_t Access(uint64_t addr, uint64_t len, uint64_t stride) override {
     v1::AccessRequest* a = cur_.add_ops()->mutable_access();
@@ -105,7 +95,7 @@ class StreamSession : public Session {
     a->set_len(len);
     a->set_stride(stride);
     a->set_access(v1::ACCESS_WRITE);
-    return Queue(nullptr);
+    return Queue("access", nullptr);
   }
   uint64_t MadviseDontneed(uint64_t addr, uint64_t len) override {
     v1::MadviseRequest* m = cur_.add_ops()->mutable_madvise();
@@ -113,7 +103,7 @@ class StreamSession : public Session {
     m->set_addr(addr);
     m->set_len(len);
     m->set_advice(MADV_DONTNEED);
-    return Queue(nullptr);
+    return Queue("madvise", nullptr);
   }
 
   bool Done(uint64_t op) override {
@@ -169,11 +159,16 @@ class StreamSession : public Session {
   }
 
  private:
+  /// One op of a message: its name (for errors) and where an mmap's address goes.
+  struct OpRef {
+    const char* name;
+    uint64_t* addr;
+  };
   /// A message sent and not yet answered.
   struct Sent {
     uint64_t tag = 0;
-    uint64_t first_op = 0;          // op number of its first op
-    std::vector<uint64_t*> addrs;   // per op: where an mmap's address goes (else null)
+    uint64_t first_op = 0;    // op number of its first op
+    std::vector<OpRef> ops;
   };
 
   /// With mu_ held: records the first failure and cancels the call, which ends a Read
@@ -185,8 +180,8 @@ class StreamSession : public Session {
     cv_.notify_all();
   }
 
-  uint64_t Queue(uint64_t* addr) {
-    cur_addrs_.push_back(addr);
+  uint64_t Queue(const char* name, uint64_t* addr) {
+    cur_ops_.push_back({name, addr});
     uint64_t op = ++queued_;
     if (cur_.ops_size() >= batch_) Flush();
     return op;
@@ -196,9 +191,9 @@ class StreamSession : public Session {
   // the client thread writes, and one Write at a time.
   void Flush() {
     if (cur_.ops_size() == 0) return;
-    Sent sent{next_tag_++, queued_ - static_cast<uint64_t>(cur_.ops_size()) + 1, std::move(cur_addrs_)};
+    Sent sent{next_tag_++, queued_ - static_cast<uint64_t>(cur_.ops_size()) + 1, std::move(cur_ops_)};
     cur_.set_tag(sent.tag);
-    cur_addrs_.clear();
+    cur_ops_.clear();
     bool send = false;
     {
       std::unique_lock lk(mu_);
@@ -210,8 +205,10 @@ class StreamSession : public Session {
       }
     }
     if (send && !stream_->Write(cur_)) {
+      // The call is over (the daemon ended it, or the connection broke): the reader's
+      // Read ends too, and Finish() gets the reason.
       std::lock_guard lk(mu_);
-      Fail("batch stream: write failed (stream broken)");
+      Fail("batch stream: write failed (stream broken)", false);
     }
     cur_.Clear();
   }
@@ -227,27 +224,28 @@ class StreamSession : public Session {
       }
       Sent sent = std::move(inflight_.front());
       inflight_.pop_front();
-      if (static_cast<size_t>(resp.results_size()) != sent.addrs.size()) {
+      if (static_cast<size_t>(resp.results_size()) != sent.ops.size()) {
         Fail("batch stream: BatchResponse with " + std::to_string(resp.results_size()) + " results for " +
-             std::to_string(sent.addrs.size()) + " ops");
+             std::to_string(sent.ops.size()) + " ops");
         break;
       }
       for (int i = 0; i < resp.results_size() && error_.empty(); ++i) {
         const v1::OpResult& r = resp.results(i);
+        const OpRef& op = sent.ops[static_cast<size_t>(i)];
         if (auto e = client::DecodeOpResult(r)) {
-          Fail(OpName(r) + ": " + e->ToString());
+          Fail(std::string(op.name) + ": " + e->ToString());
         } else if (r.has_access()) {
           counters_.bytes_touched += r.access().accesses();
           counters_.faults += r.access().faults();
           counters_.major_faults += r.access().major_faults();
           if (std::string stop = AccessStop(r.access()); !stop.empty()) Fail(stop);
-        } else if (uint64_t* addr = sent.addrs[static_cast<size_t>(i)]) {
-          *addr = r.mmap().addr();
-          counters_.addr_hash = HashAddr(counters_.addr_hash, *addr);
+        } else if (op.addr) {
+          *op.addr = r.mmap().addr();
+          counters_.addr_hash = HashAddr(counters_.addr_hash, *op.addr);
         }
       }
       if (!error_.empty()) break;
-      done_ = sent.first_op + sent.addrs.size() - 1;
+      done_ = sent.first_op + sent.ops.size() - 1;
       cv_.notify_all();
     }
     // The stream ended: after our WritesDone with everything answered, or early (daemon
@@ -269,7 +267,7 @@ class StreamSession : public Session {
 
   // Client thread only.
   v1::BatchRequest cur_;
-  std::vector<uint64_t*> cur_addrs_;
+  std::vector<OpRef> cur_ops_;
   uint64_t queued_ = 0;  // op number of the last op queued
   uint64_t next_tag_ = 1;
 
