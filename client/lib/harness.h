@@ -232,9 +232,10 @@ class ClientLoop {
   virtual ~ClientLoop() = default;
   /// Untimed, before the start (e.g. the initial mappings); the runner waits for its ops.
   virtual void Setup(Session& s, ClientFigures& f) {}
-  /// One step of the timed phase (one round, one loop iteration). Returns false, having
-  /// done nothing, when this client's work is done. `stop` is set when the run's time is
-  /// up or another client failed; long steps check it between their ops.
+  /// One step of the timed phase (one round, one loop iteration). Returns false when
+  /// this client's work is done (having done nothing) or the session failed. `stop` is
+  /// set when the run's time is up or another client failed; long steps check it
+  /// between their ops.
   virtual bool Step(Session& s, const std::atomic<bool>& stop, ClientFigures& f) = 0;
   /// Untimed, after every op of the timed phase is done (skipped after a failure).
   virtual void Teardown(Session& s, ClientFigures& f) {}

@@ -33,6 +33,10 @@ using harness::Session;
 
 constexpr int kRw = PROT_READ | PROT_WRITE;
 
+// Each step is one loop iteration of the will-it-scale program and ends when its ops are
+// done (Wait), as the program's syscalls are: on a Batch stream an iteration's ops after
+// its mmap travel in one message, and no iteration is queued ahead of the previous one.
+
 /// Queues one page write per 4 KiB of [addr, addr + len), one Access op per `chunk`
 /// bytes, until `stop`. Returns true if every chunk was queued.
 bool TouchPages(Session& s, uint64_t addr, uint64_t len, uint64_t chunk, const std::atomic<bool>& stop,
@@ -56,7 +60,7 @@ class PageFault1Client : public ClientLoop {
     bool full = TouchPages(s, addr, kPageFaultBytes, chunk_, stop, f);
     s.Munmap(addr, kPageFaultBytes);
     ++f.munmaps;
-    if (full) ++f.rounds;
+    if (s.Wait() && full) ++f.rounds;
     return true;
   }
 
@@ -74,7 +78,7 @@ class MmapMunmapClient : public ClientLoop {
     s.Munmap(addr, len_);
     ++f.mmaps;
     ++f.munmaps;
-    ++f.rounds;
+    if (s.Wait()) ++f.rounds;
     return true;
   }
 
@@ -94,9 +98,7 @@ class FaulterClient : public ClientLoop {
   bool Step(Session& s, const std::atomic<bool>& stop, ClientFigures& f) override {
     bool full = TouchPages(s, region_, kMixedRegionBytes, chunk_, stop, f);
     s.MadviseDontneed(region_, kMixedRegionBytes);
-    // One pass per exchange, as the loop would run it: do not queue passes ahead.
-    if (!s.Wait()) return false;
-    if (full) ++f.rounds;
+    if (s.Wait() && full) ++f.rounds;
     return true;
   }
   void Teardown(Session& s, ClientFigures& f) override {
