@@ -265,7 +265,8 @@ struct Shared {
   std::atomic<int> started{0};  // clients that have begun their timed phase
 };
 
-/// Shared in memory that forked children share with the parent; freed by the deleter.
+/// A Shared in MAP_SHARED memory (forked children see the parent's), unmapped when
+/// the owner drops it.
 struct SharedDeleter {
   void operator()(Shared* s) const {
     s->~Shared();
@@ -544,6 +545,7 @@ RunResult RunNative(const RunSpec& spec, const Workload& w) {
     }
     if (pid < 0) {
       r.error = ErrnoText("fork", errno);
+      sh->stop.store(true);  // the children started so far must not wait for the rest
       break;
     }
     pids.push_back(pid);

@@ -151,9 +151,11 @@ class Session {
   /// mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS); the address is stored in
   /// *addr when the op is done (Done/Wait), so *addr must stay valid until then.
   virtual uint64_t Mmap(uint64_t len, int prot, uint64_t* addr) = 0;
+  /// munmap(addr, len).
   virtual uint64_t Munmap(uint64_t addr, uint64_t len) = 0;
-  /// Writes one byte every `stride` bytes of [addr, addr + len).
+  /// Writes one byte every `stride` bytes of [addr, addr + len) (taking the faults).
   virtual uint64_t Access(uint64_t addr, uint64_t len, uint64_t stride) = 0;
+  /// madvise(addr, len, MADV_DONTNEED).
   virtual uint64_t MadviseDontneed(uint64_t addr, uint64_t len) = 0;
   /// True once op `op` is done (never blocks).
   virtual bool Done(uint64_t op) = 0;
