@@ -593,16 +593,16 @@ Json OptJson(std::optional<double> v) { return v ? Json(*v) : Json(nullptr); }
 
 Json LocksJson(const bench::LockFigures& f) {
   Json j = Json::object();
-  for (size_t cl = 0; cl < bench::kLockClassNames.size(); ++cl) {
+  for (size_t cl = 0; cl < static_cast<size_t>(LockClass::kCount); ++cl) {
     Json modes = Json::object();
-    for (size_t m = 0; m < bench::kLockModeNames.size(); ++m) {
-      const bench::LockCell& x = f.locks[cl][m];
-      modes[bench::kLockModeNames[m]] = {{"acquisitions", x.acquisitions},
-                                         {"contentions", x.contentions},
-                                         {"wait_seconds", x.wait_s},
-                                         {"hold_seconds", x.hold_s}};
+    for (size_t m = 0; m < static_cast<size_t>(LockMode::kCount); ++m) {
+      const LockStatCell& x = f.stats.locks[cl][m];
+      modes[LockModeName(static_cast<LockMode>(m))] = {{"acquisitions", x.acquisitions},
+                                                       {"contentions", x.contentions},
+                                                       {"wait_seconds", static_cast<double>(x.wait_ns_total) / 1e9},
+                                                       {"hold_seconds", static_cast<double>(x.hold_ns_total) / 1e9}};
     }
-    j[bench::kLockClassNames[cl]] = modes;
+    j[LockClassName(static_cast<LockClass>(cl))] = modes;
   }
   return j;
 }
@@ -617,7 +617,7 @@ void AddLockFields(Json& j, const std::optional<bench::LockFigures>& locks, std:
     j[e] = locks ? Json(locks->event(e)) : Json(nullptr);
   j["lock_timing"] = locks ? Json(locks->timing) : Json(nullptr);
   j["locks"] = locks ? LocksJson(*locks) : Json(nullptr);
-  j["events"] = locks ? Json(locks->events) : Json(nullptr);
+  j["events"] = locks ? Json(locks->events()) : Json(nullptr);
   j["locks_note"] = note.empty() ? Json(nullptr) : Json(note);
 }
 
@@ -685,7 +685,7 @@ Json BenchResultJson(const bench::BenchResult& r, bool mixed) {
   j["ops_per_s"] = r.ops_per_s();
   j["faults"] = r.faults;
   j["faults_per_s"] = r.faults_per_s();
-  j["iterations"] = r.iterations;
+  j["iterations"] = r.rounds;
   if (mixed) {
     j["churn_ops"] = r.churn_ops;
     j["churn_ops_per_s"] = r.churn_ops_per_s();
@@ -940,33 +940,6 @@ int CmdLockstat(Ctx& c) {
 
 // ---- bench stress --compare ----
 
-/// One profile's stress run and its lock deltas.
-struct StressRow {
-  std::string profile;
-  stress::StressStats run;
-  std::optional<bench::LockFigures> locks;
-  std::string note;
-  std::optional<uint64_t> contentions() const {
-    if (!locks) return std::nullopt;
-    return locks->lock("mmap_lock", "read").contentions + locks->lock("mmap_lock", "write").contentions;
-  }
-  std::optional<double> per_1k_faults() const {
-    auto cn = contentions();
-    if (!cn || run.faults == 0) return std::nullopt;
-    return 1000.0 * static_cast<double>(*cn) / static_cast<double>(run.faults);
-  }
-  std::optional<double> per_1k_rounds() const {
-    auto cn = contentions();
-    if (!cn || run.rounds == 0) return std::nullopt;
-    return 1000.0 * static_cast<double>(*cn) / static_cast<double>(run.rounds);
-  }
-  std::optional<double> wait_per_round() const {
-    if (!locks || run.rounds == 0) return std::nullopt;
-    return (locks->lock("mmap_lock", "read").wait_s + locks->lock("mmap_lock", "write").wait_s) /
-           static_cast<double>(run.rounds);
-  }
-};
-
 int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::string& transport, int batch,
                        int inflight, bool progress, bool native_on) {
   std::vector<std::string> profiles = ProfilesToRun(c, base_cfg.locking_profile);
@@ -974,44 +947,29 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
     c.err << "vmspace " << c.command << ": " << e << "\n";
     return kExitFailed;
   }
-  std::unique_ptr<bench::Backend> stats_src = transport == "inprocess"
-                                                  ? bench::MakeInprocessBackend()
-                                                  : bench::MakeDaemonBackend(c.client, transport == "stream");
+  // Each run carries its profile's lock deltas over the rounds (StressStats::locks).
+  using StressRow = stress::StressStats;
   std::vector<StressRow> rows = RunProfiles<StressRow>(c, profiles, "seed-004 stress", progress, 0,
                                                        [&](const std::string& p) {
-    StressRow row;
-    row.profile = p;
     stress::StressConfig cfg = base_cfg;
     cfg.locking_profile = p;
-    std::string pname;
-    bench::CheckProfile(p, &pname);
-    bench::LockFigures before, after;
-    std::string why;
-    bool have = stats_src->ReadLocks(pname, &before, &why);
-    if (transport == "inprocess") row.run = stress::RunEngineStress(cfg);
-    else if (transport == "unary") row.run = stress::RunUnaryStress(cfg, c.client);
-    else row.run = stress::RunStreamStress(cfg, c.client, batch, inflight);
-    if (have && stats_src->ReadLocks(pname, &after, &why)) {
-      row.locks = after.Minus(before);
-      row.note = stats_src->LocksCaveat();
-    } else {
-      row.note = why;
-    }
-    return row;
+    if (transport == "inprocess") return stress::RunEngineStress(cfg);
+    if (transport == "unary") return stress::RunUnaryStress(cfg, c.client);
+    return stress::RunStreamStress(cfg, c.client, batch, inflight);
   });
-  bool any_ok = std::any_of(rows.begin(), rows.end(), [](const StressRow& r) { return r.run.ok(); });
+  bool any_ok = std::any_of(rows.begin(), rows.end(), [](const StressRow& r) { return r.ok(); });
   std::optional<stress::StressStats> native;
   if (native_on && any_ok) {
     if (progress) c.err << "vmspace bench: seed-004 stress on the kernel (native, once)\n" << std::flush;
     native = stress::RunNativeStress(base_cfg);
   }
   auto ratio = [&](const StressRow& r) -> std::optional<double> {
-    if (!native || !native->ok() || native->rounds_per_sec() <= 0 || !r.run.ok()) return std::nullopt;
-    return r.run.rounds_per_sec() / native->rounds_per_sec();
+    if (!native || !native->ok() || native->rounds_per_sec() <= 0 || !r.ok()) return std::nullopt;
+    return r.rounds_per_sec() / native->rounds_per_sec();
   };
   std::string error;
   for (const StressRow& r : rows)
-    if (!r.run.ok() && error.empty()) error = r.profile + ": " + r.run.error;
+    if (!r.ok() && error.empty()) error = r.profile + ": " + r.error;
   if (native && !native->ok() && error.empty()) error = "native: " + native->error;
 
   std::string plot_error;
@@ -1022,8 +980,8 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
     bench::PlotPanel rps{"rounds/s", {}}, cont{"mmap_lock contentions per 1000 rounds", {}}, rat{"ratio vs native", {}};
     for (const StressRow& r : rows) {
       spec.labels.push_back(r.profile);
-      rps.values.push_back(r.run.ok() ? std::optional<double>(r.run.rounds_per_sec()) : std::nullopt);
-      cont.values.push_back(r.per_1k_rounds());
+      rps.values.push_back(r.ok() ? std::optional<double>(r.rounds_per_sec()) : std::nullopt);
+      cont.values.push_back(r.contentions_per_1k_rounds());
       rat.values.push_back(ratio(r));
     }
     spec.panels = {rps, cont};
@@ -1057,15 +1015,15 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
       bench::CheckProfile(r.profile, &pname, &pdesc);
       rj["profile_name"] = pname;
       rj["profile_description"] = pdesc;
-      Json stats = StatsJson(r.run);
+      Json stats = StatsJson(r);
       for (auto& [k, v] : stats.items()) rj[k] = v;
       rj["ops_per_s"] = stats["ops_per_sec"]["total"];
-      rj["faults_per_s"] = Rate(r.run.faults, r.run.seconds);
-      rj["addr_hash"] = base_cfg.shared_space ? Json(nullptr) : Json(Hex(r.run.addr_hash));
+      rj["faults_per_s"] = Rate(r.faults, r.seconds);
+      rj["addr_hash"] = base_cfg.shared_space ? Json(nullptr) : Json(Hex(r.addr_hash));
       rj["ratio_vs_native"] = OptJson(ratio(r));
-      rj["mmap_lock_contentions_per_1k_rounds"] = OptJson(r.per_1k_rounds());
-      AddLockFields(rj, r.locks, r.contentions(), r.per_1k_faults(), r.wait_per_round(), r.note);
-      rj["error"] = r.run.ok() ? Json(nullptr) : Json(r.run.error);
+      rj["mmap_lock_contentions_per_1k_rounds"] = OptJson(r.contentions_per_1k_rounds());
+      AddLockFields(rj, r.locks, r.mmap_lock_contentions(), r.contentions_per_1k_faults(), r.mmap_lock_wait_s_per_round(), r.locks_note);
+      rj["error"] = r.ok() ? Json(nullptr) : Json(r.error);
       arr.push_back(rj);
     }
     j["results"] = arr;
@@ -1086,19 +1044,19 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
     o << line;
     std::vector<std::string> notes;
     for (const StressRow& r : rows) {
-      if (!r.run.ok() && r.run.rounds == 0) {
-        o << std::left << std::setw(26) << Abbrev(r.profile, 26) << std::right << " error: " << r.run.error << "\n";
+      if (!r.ok() && r.rounds == 0) {
+        o << std::left << std::setw(26) << Abbrev(r.profile, 26) << std::right << " error: " << r.error << "\n";
         continue;
       }
       snprintf(line, sizeof line, "%-26s %9.3f %12.0f %10s %12.0f %11s %11s %11s %10s %8s %8s\n",
-               Abbrev(r.profile, 26).c_str(), r.run.seconds, r.run.rounds_per_sec(), Num(ratio(r), "%.4f").c_str(),
-               Rate(r.run.faults, r.run.seconds), Num(r.per_1k_rounds(), "%.3g").c_str(),
-               Num(r.per_1k_faults(), "%.3g").c_str(), Num(r.wait_per_round(), "%.3g").c_str(),
+               Abbrev(r.profile, 26).c_str(), r.seconds, r.rounds_per_sec(), Num(ratio(r), "%.4f").c_str(),
+               Rate(r.faults, r.seconds), Num(r.contentions_per_1k_rounds(), "%.3g").c_str(),
+               Num(r.contentions_per_1k_faults(), "%.3g").c_str(), Num(r.mmap_lock_wait_s_per_round(), "%.3g").c_str(),
                Count(r.locks, "vma_lock_success").c_str(), Count(r.locks, "vma_lock_abort").c_str(),
                Count(r.locks, "vma_lock_miss").c_str());
       o << line;
-      if (!r.run.ok()) o << "  error: " << r.run.error << "\n";
-      notes.push_back(r.note);
+      if (!r.ok()) o << "  error: " << r.error << "\n";
+      notes.push_back(r.locks_note);
     }
     if (native) {
       snprintf(line, sizeof line, "%-26s %9.3f %12.0f %10s %12.0f\n", "native (kernel, once)", native->seconds,

@@ -1,7 +1,7 @@
 // The seed-004 mmap/munmap stress workload (shared/seeds/004: "mmap performance
-// regression starting with k-6.1"), as a deterministic operation sequence plus two
-// runners that need no daemon: the vmspace engine in-process and the real kernel in a
-// forked child. The gRPC runners (unary, stream) are in stress_grpc.h.
+// regression starting with k-6.1") on the one workload harness (harness.h), with its
+// runners that need no daemon: the vmspace engine in-process and the real kernel in
+// forked children. The gRPC runners (unary, stream) are in stress_grpc.h.
 //
 // The program: 1024 slots, each an anonymous private rw mapping of 1..32 KiB (a random
 // multiple of 1 KiB); then R rounds of: pick a random slot k, optionally write every
@@ -13,16 +13,18 @@
 // Only the rounds are timed; the initial 1024 mmaps and the final munmaps are not.
 // With C clients, client c runs the sequence of seed + c in its own space (kernel: its
 // own process), or, with shared_space, all clients share one space (kernel: C threads
-// of one process).
+// of one process). A round's munmap needs the address of the slot's previous mmap: on a
+// pipelined session (Batch stream) a round whose slot's mmap is still unanswered waits
+// for it (counted in StressStats::waits); other rounds go on without waiting.
 // This file depends only on the engine library and libc (no gRPC), so benchmarks that
-// build without gRPC can compile it.
+// build without gRPC can compile it (with harness.cc).
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <string>
-#include <vector>
+
+#include "lib/harness.h"
 
 namespace vmspace::stress {
 
@@ -67,56 +69,25 @@ struct StressConfig {
   std::string locking_profile;
 };
 
-/// Figures of one run. Counts cover the timed rounds only unless named setup_/teardown_.
-struct StressStats {
-  double seconds = 0;         // wall time of the rounds phase (all clients)
-  uint64_t rounds = 0;
-  uint64_t mmaps = 0;
-  uint64_t munmaps = 0;
-  uint64_t accesses = 0;      // Access calls (one per round with page_fault)
-  uint64_t bytes_touched = 0; // single-byte accesses made by those calls
-  uint64_t faults = 0;        // page faults taken (engine: reported; kernel: ru_minflt)
-  uint64_t major_faults = 0;
-  uint64_t setup_mmaps = 0;
-  uint64_t teardown_munmaps = 0;
-  uint64_t messages = 0;      // Batch messages sent (stream transport)
-  uint64_t waits = 0;         // stream: times a round waited for an earlier mmap reply
-  /// Order-sensitive hash of every mmap address a client got, XOR-combined across
-  /// clients; equal across runners that place mappings identically (engine and daemon
-  /// with the same settings, separate spaces). 0 for the kernel and shared spaces.
-  uint64_t addr_hash = 0;
-  std::string error;          // "" on success, else what failed first
-  bool ok() const { return error.empty(); }
-  double rounds_per_sec() const { return seconds > 0 ? static_cast<double>(rounds) / seconds : 0; }
+/// Figures of one run: the harness's result. rounds = rounds done, ops = mmap + munmap
+/// + access ops of the rounds, locks = the profile's lock deltas over the rounds.
+using StressStats = harness::RunResult;
+using harness::NewSharedProgress;
+using harness::Progress;
+
+/// The workload: one client loop per client, over any harness session.
+class Seed004Workload : public harness::Workload {
+ public:
+  explicit Seed004Workload(const StressConfig& cfg) : cfg_(cfg) {}
+  std::unique_ptr<harness::ClientLoop> NewClient(int client, int clients) const override;
+  void Summarize(const std::vector<harness::ClientFigures>& clients, harness::RunResult& r) const override;
+
+ private:
+  StressConfig cfg_;
 };
 
-/// Running count of finished rounds, for progress reports (updated in steps).
-struct Progress {
-  std::atomic<uint64_t> rounds{0};
-};
-
-/// One client's figures and its own time window (POD: native children send it
-/// through a pipe). MergeFigures() sums clients into a StressStats.
-struct ClientFigures {
-  uint64_t t0 = 0, t1 = 0;  // MonoNs() at the start and end of this client's rounds
-  uint64_t rounds = 0, mmaps = 0, munmaps = 0, accesses = 0, bytes_touched = 0;
-  uint64_t faults = 0, major_faults = 0, setup_mmaps = 0, teardown_munmaps = 0;
-  uint64_t messages = 0, waits = 0;
-  uint64_t addr_hash = 0;
-  char error[200] = {};
-  /// Keeps the first error only.
-  void SetError(const std::string& what);
-};
-
-/// Sums clients into `s`: counts add up, the time is max(t1) - min(t0), hashes are
-/// XOR-combined if `hash`, the first error wins.
-void MergeFigures(StressStats& s, const std::vector<ClientFigures>& figs, bool hash);
-
-/// Folds one mmap address into a client's running hash (order-sensitive).
-inline uint64_t HashAddr(uint64_t h, uint64_t addr) {
-  h ^= addr + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  return h * 0x100000001b3ull;
-}
+/// Runs the workload on `backend` (harness::Run): one space per client or one shared.
+StressStats RunStress(const StressConfig& cfg, harness::Backend& backend, Progress* progress = nullptr);
 
 /// Runs the workload on the engine library in this process: one FrameAllocator, one
 /// vmspace::AddressSpace per client (or one shared), one thread per client.
@@ -127,12 +98,5 @@ StressStats RunEngineStress(const StressConfig& cfg, Progress* progress = nullpt
 /// thread per client for shared_space. The parent only waits and collects figures.
 /// `progress`, if given, must live in memory shared with children (NewSharedProgress()).
 StressStats RunNativeStress(const StressConfig& cfg, Progress* progress = nullptr);
-
-/// A Progress in MAP_SHARED memory, so forked children can update it. Never freed
-/// (one page, for the life of the process).
-Progress* NewSharedProgress();
-
-/// Wall-clock helper: monotonic nanoseconds.
-uint64_t MonoNs();
 
 }  // namespace vmspace::stress

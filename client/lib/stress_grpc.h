@@ -1,4 +1,5 @@
-// The seed-004 stress workload (seed004.h) against a running vmspaced over gRPC.
+// The seed-004 stress workload (seed004.h) against a running vmspaced over gRPC, on the
+// harness's daemon backends (harness_grpc.h).
 //
 // unary: one call per operation (Access, Munmap, Mmap), each client on its own
 // connection.

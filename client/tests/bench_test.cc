@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -43,6 +42,10 @@ json CliJson(std::vector<std::string> args) {
 }
 
 bool Contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+/// Whether a run started: it prints a result on stdout, and a progress line
+/// ("vmspace bench: <workload> [1/N] profile ...") on stderr unless --quiet.
+bool Ran(const CliRun& r) { return !r.out.empty() || Contains(r.err, "vmspace bench: "); }
 
 TEST(Duration, Parse) {
   using client::ParseDurationSeconds;
@@ -107,10 +110,9 @@ TEST(BenchCli, UsageErrors) {
       {"lockstat", "--profile", "linux-9.9"},
   };
   for (const auto& args : bad) {
-    auto t0 = std::chrono::steady_clock::now();
     CliRun r = Cli(args);
     EXPECT_EQ(r.code, kExitUsage) << ::testing::PrintToString(args) << "\n" << r.err;
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "ran before checking";
+    EXPECT_FALSE(Ran(r)) << ::testing::PrintToString(args) << ": ran before checking\n" << r.out << r.err;
   }
   CliRun r = Cli({"bench", "page_fault1", "--compare", "index=rbtree,maple"});
   EXPECT_TRUE(Contains(r.err, "index=rbtree only works with vma_lock=off")) << r.err;
@@ -140,17 +142,26 @@ const json& ByProfile(const json& j, const std::string& profile) {
   return kNone;
 }
 
-void ExpectRates(const json& r) {
+/// A timed result of a run of `duration_s`: no error, rates present, and the clients
+/// ran at least the duration (they are stopped `duration_s` after the last one started).
+/// The engine's own fault counter over the timed phase equals the faults the accesses
+/// reported (in-process, every access is done inside that phase).
+void ExpectTimed(const json& r, double duration_s) {
   ASSERT_TRUE(r.contains("profile"));
   ASSERT_TRUE(r.contains("ops_per_s"));
   ASSERT_TRUE(r.contains("faults_per_s"));
-  double s = r["seconds"].get<double>();
-  EXPECT_GT(s, 0.1);
-  EXPECT_LT(s, 5.0);
-  EXPECT_NEAR(r["ops_per_s"].get<double>(), r["ops"].get<double>() / s, 1e-6 * r["ops_per_s"].get<double>() + 1e-9);
-  EXPECT_NEAR(r["faults_per_s"].get<double>(), r["faults"].get<double>() / s,
-              1e-6 * r["faults_per_s"].get<double>() + 1e-9);
   EXPECT_TRUE(r["error"].is_null()) << r["error"];
+  EXPECT_GE(r["seconds"].get<double>(), duration_s);
+  EXPECT_EQ(r["pgfault"], r["faults"]);
+}
+
+/// Pages written: the full passes over `pass_pages` each, plus at most one partial pass
+/// per writing client (the one the stop flag cut short).
+void ExpectPasses(const json& r, uint64_t pass_pages, uint64_t writers) {
+  uint64_t ops = r["ops"], passes = r["iterations"];
+  EXPECT_GT(ops, 0u);
+  EXPECT_GE(ops, passes * pass_pages) << r.dump();
+  EXPECT_LT(ops, (passes + writers) * pass_pages) << r.dump();
 }
 
 TEST(BenchInprocess, PageFault1ThreadsCompare) {
@@ -166,14 +177,10 @@ TEST(BenchInprocess, PageFault1ThreadsCompare) {
   EXPECT_TRUE(j["error"].is_null());
   for (const json& r : j["results"]) {
     SCOPED_TRACE(r["profile"].get<std::string>());
-    ExpectRates(r);
-    uint64_t ops = r["ops"], faults = r["faults"];
-    EXPECT_GT(ops, 1000u);
-    // One write fault per page written.
-    EXPECT_NEAR(static_cast<double>(faults), static_cast<double>(ops), 0.01 * static_cast<double>(ops));
-    // The engine's own pgfault count agrees (it also sees the faults of the last pass).
-    EXPECT_GE(r["pgfault"].get<uint64_t>(), ops);
-    EXPECT_LE(r["pgfault"].get<uint64_t>(), ops + 2 * 512);
+    ExpectTimed(r, 0.2);
+    ExpectPasses(r, bench::kPageFaultBytes / bench::kPageBytes, 2);
+    // One write fault per page written: every page of a fresh mapping.
+    EXPECT_EQ(r["faults"], r["ops"]);
     EXPECT_TRUE(r["locks"].is_object());
   }
   const json& v60 = ByProfile(j, "linux-6.0");
@@ -198,9 +205,10 @@ TEST(BenchInprocess, Mmap1Processes) {
   EXPECT_EQ(j["pinned"], false);
   ASSERT_EQ(j["results"].size(), 1u);
   const json& r = j["results"][0];
-  ExpectRates(r);
+  ExpectTimed(r, 0.2);
   EXPECT_EQ(r["profile"], "linux-6.1");
-  EXPECT_GT(r["ops"].get<uint64_t>(), 100u);
+  EXPECT_GT(r["ops"].get<uint64_t>(), 0u);
+  EXPECT_EQ(r["iterations"], r["ops"]);  // one op = one loop iteration = one mmap+munmap pair
   EXPECT_EQ(r["faults"], 0);
   EXPECT_TRUE(r["mmap_lock_contentions_per_1k_faults"].is_null());  // no faults
   // mmap and munmap each take mmap_lock for write.
@@ -216,11 +224,11 @@ TEST(BenchInprocess, MixedCompare) {
   ASSERT_EQ(j["results"].size(), 2u);
   for (const json& r : j["results"]) {
     SCOPED_TRACE(r["profile"].get<std::string>());
-    ExpectRates(r);
-    EXPECT_GT(r["ops"].get<uint64_t>(), 0u);
+    ExpectTimed(r, 0.2);
+    ExpectPasses(r, bench::kMixedRegionBytes / bench::kPageBytes, 1);
     EXPECT_GT(r["churn_ops"].get<uint64_t>(), 0u);
-    EXPECT_NEAR(r["churn_ops_per_s"].get<double>(), r["churn_ops"].get<double>() / r["seconds"].get<double>(), 1.0);
-    EXPECT_NEAR(r["faults"].get<double>(), r["ops"].get<double>(), 0.01 * r["ops"].get<double>());
+    // Every pass writes pages that MADV_DONTNEED dropped after the last: one fault each.
+    EXPECT_EQ(r["faults"], r["ops"]);
     // The churner's mmap and munmap take mmap_lock for write.
     EXPECT_GE(r["locks"]["mmap_lock"]["write"]["acquisitions"].get<uint64_t>(), 2 * r["churn_ops"].get<uint64_t>());
   }
@@ -303,12 +311,11 @@ TEST(BenchPlot, WritesSvg) {
 
 TEST(BenchPlot, MissingGnuplotFailsFirst) {
   setenv("VMSPACE_GNUPLOT", "/nonexistent/gnuplot", 1);
-  auto t0 = std::chrono::steady_clock::now();
   CliRun r = Cli({"bench", "page_fault1", "--duration", "5s", "--plot", TempPath("none.svg")});
   unsetenv("VMSPACE_GNUPLOT");
   EXPECT_EQ(r.code, kExitFailed);
   EXPECT_TRUE(Contains(r.err, "gnuplot-nox")) << r.err;
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "should fail before running";
+  EXPECT_FALSE(Ran(r)) << "should fail before running\n" << r.out << r.err;
 }
 
 TEST(BenchStressCompare, InprocessJson) {
@@ -316,21 +323,28 @@ TEST(BenchStressCompare, InprocessJson) {
                     "linux-6.0,linux-6.1,linux-6.4,linux-6.6"});
   EXPECT_EQ(j["workload"], "seed-004");
   EXPECT_EQ(j["compare"], true);
-  ASSERT_TRUE(j["native"].is_object());
-  EXPECT_EQ(j["native"]["rounds"], 2000);
+  const json& native = j["native"];
+  ASSERT_TRUE(native.is_object());
+  EXPECT_EQ(native["rounds"], 2000);
   ASSERT_EQ(j["results"].size(), 4u);
   std::string hash = j["results"][0]["addr_hash"];
   for (const json& r : j["results"]) {
     SCOPED_TRACE(r["profile"].get<std::string>());
+    // What 2000 rounds with page faults must do: an access, a munmap and an mmap each,
+    // after 1024 untimed mmaps and before 1024 untimed munmaps.
     EXPECT_EQ(r["rounds"], 2000);
-    EXPECT_GT(r["rounds_per_sec"].get<double>(), 0);
+    EXPECT_EQ(r["ops"], json({{"mmap", 2000}, {"munmap", 2000}, {"access", 2000}, {"total", 6000}}));
+    EXPECT_EQ(r["setup_mmaps"], 1024);
+    EXPECT_EQ(r["teardown_munmaps"], 1024);
+    // The kernel ran the same sequence: the same sizes drawn, so the same bytes written.
+    EXPECT_EQ(r["ops"], native["ops"]);
+    EXPECT_EQ(r["bytes_touched"], native["bytes_touched"]);
     EXPECT_TRUE(r.contains("ops_per_s"));
     EXPECT_TRUE(r.contains("faults_per_s"));
-    ASSERT_TRUE(r["ratio_vs_native"].is_number());
-    EXPECT_NEAR(r["ratio_vs_native"].get<double>(),
-                r["rounds_per_sec"].get<double>() / j["native"]["rounds_per_sec"].get<double>(), 1e-9);
+    EXPECT_GT(r["ratio_vs_native"].get<double>(), 0);
     EXPECT_EQ(r["addr_hash"], hash);  // locking never changes placement
-    EXPECT_GE(r["pgfault"].get<uint64_t>(), r["faults"].get<uint64_t>());
+    // The engine's fault counter over the rounds equals the faults the accesses reported.
+    EXPECT_EQ(r["pgfault"], r["faults"]);
     EXPECT_TRUE(r["error"].is_null());
   }
   EXPECT_EQ(ByProfile(j, "linux-6.0")["vma_lock_success"], 0);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,20 +19,25 @@ namespace {
 
 using nlohmann::json;
 
-/// A vmspaced child on ephemeral ports; stderr is drained by a thread.
+/// A vmspaced child on ephemeral ports (plus `flags`); stderr is drained by a thread.
 class Daemon {
  public:
-  bool Start() {
+  ~Daemon() { Stop(); }
+  bool Start(const std::vector<std::string>& flags = {}) {
     int err_pipe[2];
     if (pipe2(err_pipe, O_CLOEXEC) != 0) return false;
+    std::vector<std::string> args = {VMSPACED_PATH, "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
       dup2(err_pipe[1], 2);
       int devnull = open("/dev/null", O_RDWR);
       dup2(devnull, 0);
       dup2(devnull, 1);
-      execl(VMSPACED_PATH, VMSPACED_PATH, "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-            static_cast<char*>(nullptr));
+      execv(VMSPACED_PATH, argv.data());
       _exit(127);
     }
     close(err_pipe[1]);
@@ -76,6 +82,10 @@ class Daemon {
     fd_ = -1;
   }
   const std::string& target() const { return target_; }
+  /// SIGKILL now (Stop() reaps it).
+  void Kill() {
+    if (pid_ > 0) kill(pid_, SIGKILL);
+  }
   std::string log() {
     std::lock_guard lk(mu_);
     return log_;
@@ -294,6 +304,88 @@ TEST_F(DaemonTest, BenchStressClients) {
   for (const json& s : CliJson({"list"})["spaces"]) {
     EXPECT_EQ(s["label"].get<std::string>().rfind("bench-stress", 0), std::string::npos) << s.dump();
   }
+}
+
+TEST_F(DaemonTest, BenchStressStreamManyClientsSmallBatches) {
+  // 16 pipelines of 1-op messages with 64 in flight on one daemon: every answer still
+  // lands on the right op (same figures and addresses as in-process).
+  json j = CliJson({"bench", "stress", "--transport", "stream", "--clients", "16", "--batch", "1", "--inflight", "64",
+                    "--rounds", "500", "--page-fault", "--quiet", "--skip-native"});
+  ExpectSameRun(j, Inprocess({"--rounds", "500", "--clients", "16", "--page-fault"}), 16 * 500);
+  EXPECT_EQ(j["messages"], 16 * 500 * 3);  // one message per op
+}
+
+// ---- Batch-stream failures: no abort, no hang, the first failure reported ----
+
+/// Runs the CLI against `d`.
+ProcResult CliAt(const Daemon& d, std::vector<std::string> args) {
+  args.push_back("--target");
+  args.push_back(d.target());
+  return RunProgram(VMSPACE_CLI_PATH, args);
+}
+
+size_t SpacesLeft(const Daemon& d) {
+  ProcResult r = CliAt(d, {"list", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.exit_code == 0 ? json::parse(r.out)["spaces"].size() : 0;
+}
+
+TEST(BenchStressStreamFailure, MessageRefusedInSetUp) {
+  // 64-op messages to a daemon that takes 8: each stream's first message ends it with
+  // INVALID_ARGUMENT while more messages are in flight. This used to abort the CLI
+  // (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS: Finish() called twice on one call).
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--max-batch=8"})) << d.log();
+  ProcResult r = CliAt(d, {"bench", "stress", "--transport", "stream", "--clients", "16", "--batch", "64",
+                           "--inflight", "8", "--rounds", "1000", "--quiet", "--skip-native"});
+  EXPECT_EQ(r.exit_code, 1) << "not a clean failure (-1: killed by a signal)\n" << r.err;
+  EXPECT_NE(r.err.find("set-up: batch stream"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("64 ops in one message exceed --max-batch=8"), std::string::npos) << r.err;
+  EXPECT_EQ(SpacesLeft(d), 0u);
+}
+
+TEST(BenchStressStreamFailure, OpErrorWhileWriting) {
+  // 16 clients writing 2-op messages, 64 in flight, into 1 MiB of frames: an access
+  // fails with ENOMEM in the reader while the client thread keeps writing; the reader
+  // cancels the call, which ends the writer's side too.
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--max-frame-bytes=1048576"})) << d.log();
+  ProcResult r = CliAt(d, {"bench", "stress", "--transport", "stream", "--clients", "16", "--batch", "2",
+                           "--inflight", "64", "--rounds", "100000", "--page-fault", "--quiet", "--skip-native"});
+  EXPECT_EQ(r.exit_code, 1) << "not a clean failure (-1: killed by a signal)\n" << r.err;
+  EXPECT_NE(r.err.find("access: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ENOMEM"), std::string::npos) << r.err;
+  EXPECT_EQ(SpacesLeft(d), 0u);
+}
+
+TEST(BenchStressStreamFailure, DaemonKilledMidRun) {
+  Daemon d;
+  ASSERT_TRUE(d.Start()) << d.log();
+  std::atomic<pid_t> cli{0};
+  const std::vector<std::string> args = {"bench", "stress", "--transport", "stream", "--clients", "16",
+                                         "--batch", "4", "--inflight", "16", "--rounds", "100000000",
+                                         "--page-fault", "--quiet", "--skip-native", "--target", d.target()};
+  auto run = std::async(std::launch::async, [&] { return RunProgram(VMSPACE_CLI_PATH, args, &cli); });
+  // Kill the daemon once the rounds are under way: every client passed the start
+  // barrier after its set-up, and page faults (taken only in the rounds) are counted.
+  bool running = false;
+  for (int i = 0; i < 600 && !running; ++i) {
+    ProcResult l = CliAt(d, {"lockstat", "--json"});
+    running = l.exit_code == 0 && json::parse(l.out)["events"]["pgfault"].get<uint64_t>() > 1000;
+    if (!running) usleep(50 * 1000);
+  }
+  EXPECT_TRUE(running) << "the rounds never started";
+  d.Kill();
+  // Every stream ends early: the run must fail and exit. A hang is the failure being
+  // tested, so this one bound is on time (and generous).
+  if (run.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+    kill(cli.load(), SIGKILL);
+    ADD_FAILURE() << "bench stress did not exit within 120 s of the daemon's death";
+  }
+  ProcResult r = run.get();
+  EXPECT_EQ(r.exit_code, 1) << "not a clean failure (-1: killed by a signal)\n" << r.err;
+  EXPECT_NE(r.err.find("batch stream"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
 }
 
 // ---- lockstat and the timed workloads through the daemon ----

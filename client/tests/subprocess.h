@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,10 @@ struct ProcResult {
   std::string err;
 };
 
-/// Runs `path args...` to completion (no stdin) and captures its output.
-inline ProcResult RunProgram(const std::string& path, const std::vector<std::string>& args) {
+/// Runs `path args...` to completion (no stdin) and captures its output. If `pid` is
+/// given, the child's pid is stored there once it runs (so another thread can kill it).
+inline ProcResult RunProgram(const std::string& path, const std::vector<std::string>& args,
+                             std::atomic<pid_t>* pid_out = nullptr) {
   int out_pipe[2], err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return {};
   pid_t pid = fork();
@@ -36,6 +39,7 @@ inline ProcResult RunProgram(const std::string& path, const std::vector<std::str
     execv(path.c_str(), argv.data());
     _exit(127);
   }
+  if (pid_out) pid_out->store(pid);
   close(out_pipe[1]);
   close(err_pipe[1]);
   ProcResult r;

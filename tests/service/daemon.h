@@ -140,6 +140,13 @@ class Daemon {
     std::lock_guard<std::mutex> l(mu_);
     return err_;
   }
+  /// Everything the daemon wrote on stderr, once it has closed it (after it exited):
+  /// waits up to `timeout_ms` for the end of the pipe.
+  std::string stderr_at_exit(int timeout_ms = 10000) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait_for(l, std::chrono::milliseconds(timeout_ms), [&] { return eof_; });
+    return err_;
+  }
 
   /// A stub on its own channel (own TCP connection unless `shared` is given).
   std::unique_ptr<v1::VmSpace::Stub> NewStub() const {

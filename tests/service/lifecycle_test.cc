@@ -23,6 +23,15 @@ int BusyPort(int* port) {
   return fd;
 }
 
+// The drain time vmspaced reports when it stops ("stopped: gRPC drained in N ms"), from
+// its stderr after the exit; -1 if the line is missing.
+long long DrainedMs(Daemon& d) {
+  const std::string err = d.stderr_at_exit();
+  std::smatch m;
+  if (!std::regex_search(err, m, std::regex(R"(stopped: gRPC drained in (\d+) ms)"))) return -1;
+  return std::stoll(m[1].str());
+}
+
 TEST(LifecycleTest, GrpcPortInUseIsStartupError) {
   Daemon first;
   ASSERT_TRUE(first.Start({})) << first.stderr_text();
@@ -134,18 +143,17 @@ TEST(LifecycleTest, SigtermWithClientsConnectedExitsZero) {
   ASSERT_TRUE(stream->Read(&resp));
   EXPECT_EQ(resp.tag(), 1u);
 
-  const auto t0 = std::chrono::steady_clock::now();
   kill(d.pid(), SIGTERM);
   // The open stream is cancelled after the grace period.
   EXPECT_FALSE(stream->Read(&resp));
   grpc::Status s = stream->Finish();
   EXPECT_FALSE(s.ok());
-  const int rc = d.WaitExit(8000);
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // A daemon that never cancels the stream hangs: that is the failure the (generous)
+  // bound is for. The daemon's own drain time shows the stream had its grace period.
+  const int rc = d.WaitExit(60000);
   EXPECT_EQ(rc, 0) << d.stderr_text();
-  EXPECT_LT(secs, 5.0);
-  EXPECT_NE(d.stderr_text().find("SIGTERM"), std::string::npos);
+  EXPECT_GE(DrainedMs(d), 1000) << d.stderr_text();
+  EXPECT_NE(d.stderr_text().find("SIGTERM: draining (grace 1000 ms)"), std::string::npos);
   // Nothing answers any more.
   EXPECT_FALSE(idle->Ping(Ctx(1000).get(), {}, &pong).ok());
 }
@@ -156,22 +164,24 @@ TEST(LifecycleTest, IdleConnectedClientDoesNotHoldShutdown) {
   auto stub = d.NewStub();
   v1::PingResponse pong;
   ASSERT_TRUE(stub->Ping(Ctx().get(), {}, &pong).ok());  // connected, now idle
-  const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(d.Stop(SIGTERM, 15000), 0) << d.stderr_text();
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0)
-      << "no call in flight: the daemon must not wait for the 20 s grace period";
+  EXPECT_EQ(d.Stop(SIGTERM, 60000), 0) << d.stderr_text();
+  const long long drained = DrainedMs(d);
+  EXPECT_GE(drained, 0) << d.stderr_text();
+  EXPECT_LT(drained, 20000) << "no call in flight: the daemon must not wait for the 20 s grace period";
 }
 
 TEST(LifecycleTest, SigintIdleExitsZeroQuickly) {
   Daemon d;
-  ASSERT_TRUE(d.Start({"--metrics-listen=127.0.0.1:0"})) << d.stderr_text();
+  ASSERT_TRUE(d.Start({"--metrics-listen=127.0.0.1:0", "--shutdown-grace-ms=20000"})) << d.stderr_text();
   EXPECT_GT(d.metrics_port(), 0);
   auto stub = d.NewStub();
   v1::PingResponse pong;
   ASSERT_TRUE(stub->Ping(Ctx().get(), {}, &pong).ok());
-  const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(d.Stop(SIGINT, 8000), 0) << d.stderr_text();
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 4.0);
+  EXPECT_EQ(d.Stop(SIGINT, 60000), 0) << d.stderr_text();
+  const long long drained = DrainedMs(d);
+  EXPECT_GE(drained, 0) << d.stderr_text();
+  EXPECT_LT(drained, 20000) << "idle: the daemon must not wait for the grace period";
+  EXPECT_NE(d.stderr_text().find("SIGINT: draining"), std::string::npos);
 }
 
 }  // namespace

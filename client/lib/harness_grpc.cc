@@ -1,0 +1,361 @@
+#include "lib/harness_grpc.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace vmspace::harness {
+namespace {
+
+using client::Client;
+using client::ClientOptions;
+
+constexpr int kAnon = MAP_PRIVATE | MAP_ANONYMOUS;
+
+/// The error of an access that stopped on a signal or OOM ("" if it did not).
+std::string AccessStop(const v1::AccessResponse& a) {
+  if (a.stop().outcome() == v1::FAULT_OUTCOME_NONE) return "";
+  return "access: stopped with " + v1::FaultOutcome_Name(a.stop().outcome());
+}
+
+// ---- unary ----
+
+class UnarySession : public SyncSession {
+ public:
+  UnarySession(const ClientOptions& opts, uint64_t space) : cl_(opts), space_(space) {}
+
+ protected:
+  bool DoMmap(uint64_t len, int prot, uint64_t* addr) override {
+    auto r = cl_.Mmap(space_, 0, len, prot, kAnon);
+    if (!r.ok()) return Fail("mmap: " + r.error().ToString());
+    *addr = r.value();
+    return true;
+  }
+  bool DoMunmap(uint64_t addr, uint64_t len) override {
+    auto r = cl_.Munmap(space_, addr, len);
+    return r.ok() || Fail("munmap: " + r.error().ToString());
+  }
+  bool DoAccess(uint64_t addr, uint64_t len, uint64_t stride) override {
+    auto r = cl_.Access(space_, addr, len, stride, v1::ACCESS_WRITE);
+    if (!r.ok()) return Fail("access: " + r.error().ToString());
+    counters_.bytes_touched += r.value().accesses();
+    counters_.faults += r.value().faults();
+    counters_.major_faults += r.value().major_faults();
+    std::string stop = AccessStop(r.value());
+    return stop.empty() || Fail(stop);
+  }
+  bool DoMadviseDontneed(uint64_t addr, uint64_t len) override {
+    auto r = cl_.Madvise(space_, addr, len, MADV_DONTNEED);
+    return r.ok() || Fail("madvise: " + r.error().ToString());
+  }
+
+ private:
+  Client cl_;
+  uint64_t space_;
+};
+
+// ---- stream ----
+
+/// See the file comment of harness_grpc.h. Ops are queued and written by the client
+/// thread; answers are read by reader_. mu_ guards everything both threads touch.
+class StreamSession : public Session {
+ public:
+  StreamSession(const ClientOptions& opts, uint64_t space, int batch, int inflight)
+      : cl_(opts), space_(space), batch_(std::max(1, batch)), max_inflight_(std::max(1, inflight)),
+        stream_(cl_.OpenBatch()) {
+    reader_ = std::thread([this] { ReadLoop(); });
+  }
+  ~StreamSession() override { Close(); }
+
+  uint64_t Mmap(uint64_t len, int prot, uint64_t* addr) override {
+    v1::MmapRequest* m = cur_.add_ops()->mutable_mmap();
+    m->set_space_id(space_);
+    m->set_len(len);
+    m->set_prot(prot);
+    m->set_flags(kAnon);
+    return Queue("mmap", addr);
+  }
+  uint64_t Munmap(uint64_t addr, uint64_t len) override {
+    v1::MunmapRequest* u = cur_.add_ops()->mutable_munmap();
+    u->set_space_id(space_);
+    u->set_addr(addr);
+    u->set_len(len);
+    return Queue("munmap", nullptr);
+  }
+  uint64_t Access(uint64_t addr, uint64_t len, uint64_t stride) override {
+    v1::AccessRequest* a = cur_.add_ops()->mutable_access();
+    a->set_space_id(space_);
+    a->set_addr(addr);
+    a->set_len(len);
+    a->set_stride(stride);
+    a->set_access(v1::ACCESS_WRITE);
+    return Queue("access", nullptr);
+  }
+  uint64_t MadviseDontneed(uint64_t addr, uint64_t len) override {
+    v1::MadviseRequest* m = cur_.add_ops()->mutable_madvise();
+    m->set_space_id(space_);
+    m->set_addr(addr);
+    m->set_len(len);
+    m->set_advice(MADV_DONTNEED);
+    return Queue("madvise", nullptr);
+  }
+
+  bool Done(uint64_t op) override {
+    std::lock_guard lk(mu_);
+    return done_ >= op;
+  }
+
+  bool Wait(uint64_t op) override {
+    op = std::min(op, queued_);
+    if (Done(op)) return ok();
+    Flush();
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return done_ >= op || !error_.empty(); });
+    return error_.empty();
+  }
+
+  bool ok() override {
+    std::lock_guard lk(mu_);
+    return error_.empty();
+  }
+  std::string error() override {
+    std::lock_guard lk(mu_);
+    return error_;
+  }
+  SessionCounters counters() override {
+    std::lock_guard lk(mu_);
+    return counters_;
+  }
+
+  void Close() override {
+    if (closed_) return;
+    closed_ = true;
+    bool all_done = Wait(kAll);
+    {
+      std::lock_guard lk(mu_);
+      writes_done_ = all_done && error_.empty();
+    }
+    // The client thread wrote last; now it half-closes, the reader sees the end of the
+    // stream, and only then is Finish() called: no Write or Read is outstanding on the
+    // call at that point. After a failure there is nothing to do here: Fail() cancelled
+    // the call, or the stream had already ended.
+    if (writes_done_) stream_->WritesDone();
+    reader_.join();
+    grpc::Status st = stream_->Finish();
+    std::lock_guard lk(mu_);
+    bool cancelled_by_us = st.error_code() == grpc::StatusCode::CANCELLED && !error_.empty();
+    if (!st.ok() && !cancelled_by_us) {
+      // The stream's own status explains a broken stream best.
+      std::string why = "batch stream: " + client::DecodeStatus(st).ToString();
+      if (error_.empty()) error_ = why;
+      else if (error_.rfind("batch stream", 0) == 0) error_ += " (" + why + ")";
+    }
+  }
+
+ private:
+  /// One op of a message: its name (for errors) and where an mmap's address goes.
+  struct OpRef {
+    const char* name;
+    uint64_t* addr;
+  };
+  /// A message sent and not yet answered.
+  struct Sent {
+    uint64_t tag = 0;
+    uint64_t first_op = 0;    // op number of its first op
+    std::vector<OpRef> ops;
+  };
+
+  /// With mu_ held: records the first failure and cancels the call, which ends a Read
+  /// or Write blocked in the other thread. A stream that has already ended needs no
+  /// cancel (`cancel` false), and keeps the daemon's status for Finish().
+  void Fail(const std::string& e, bool cancel = true) {
+    if (error_.empty()) error_ = e;
+    if (cancel) stream_->Cancel();
+    cv_.notify_all();
+  }
+
+  uint64_t Queue(const char* name, uint64_t* addr) {
+    cur_ops_.push_back({name, addr});
+    uint64_t op = ++queued_;
+    if (cur_.ops_size() >= batch_) Flush();
+    return op;
+  }
+
+  // Sends the message under construction, after waiting for room in the window. Only
+  // the client thread writes, and one Write at a time.
+  void Flush() {
+    if (cur_.ops_size() == 0) return;
+    Sent sent{next_tag_++, queued_ - static_cast<uint64_t>(cur_.ops_size()) + 1, std::move(cur_ops_)};
+    cur_.set_tag(sent.tag);
+    cur_ops_.clear();
+    bool send = false;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return static_cast<int>(inflight_.size()) < max_inflight_ || !error_.empty(); });
+      if (error_.empty()) {
+        inflight_.push_back(std::move(sent));
+        ++counters_.messages;
+        send = true;
+      }
+    }
+    if (send && !stream_->Write(cur_)) {
+      // The call is over (the daemon ended it, or the connection broke): the reader's
+      // Read ends too, and Finish() gets the reason.
+      std::lock_guard lk(mu_);
+      Fail("batch stream: write failed (stream broken)", false);
+    }
+    cur_.Clear();
+  }
+
+  void ReadLoop() {
+    v1::BatchResponse resp;
+    while (stream_->Read(&resp)) {
+      std::lock_guard lk(mu_);
+      if (!error_.empty()) break;
+      if (inflight_.empty() || resp.tag() != inflight_.front().tag) {
+        Fail("batch stream: BatchResponse with unexpected tag " + std::to_string(resp.tag()));
+        break;
+      }
+      Sent sent = std::move(inflight_.front());
+      inflight_.pop_front();
+      if (static_cast<size_t>(resp.results_size()) != sent.ops.size()) {
+        Fail("batch stream: BatchResponse with " + std::to_string(resp.results_size()) + " results for " +
+             std::to_string(sent.ops.size()) + " ops");
+        break;
+      }
+      for (int i = 0; i < resp.results_size() && error_.empty(); ++i) {
+        const v1::OpResult& r = resp.results(i);
+        const OpRef& op = sent.ops[static_cast<size_t>(i)];
+        if (auto e = client::DecodeOpResult(r)) {
+          Fail(std::string(op.name) + ": " + e->ToString());
+        } else if (r.has_access()) {
+          counters_.bytes_touched += r.access().accesses();
+          counters_.faults += r.access().faults();
+          counters_.major_faults += r.access().major_faults();
+          if (std::string stop = AccessStop(r.access()); !stop.empty()) Fail(stop);
+        } else if (op.addr) {
+          *op.addr = r.mmap().addr();
+          counters_.addr_hash = HashAddr(counters_.addr_hash, *op.addr);
+        }
+      }
+      if (!error_.empty()) break;
+      done_ = sent.first_op + sent.ops.size() - 1;
+      cv_.notify_all();
+    }
+    // The stream ended: after our WritesDone with everything answered, or early (daemon
+    // gone, deadline, cancelled). An early end fails the session, which wakes a client
+    // thread waiting for an answer or for room in the window.
+    std::lock_guard lk(mu_);
+    if (!writes_done_ || !inflight_.empty()) {
+      Fail("batch stream ended with " + std::to_string(inflight_.size()) + " messages unanswered", false);
+    }
+  }
+
+  Client cl_;
+  const uint64_t space_;
+  const int batch_;
+  const int max_inflight_;
+  std::unique_ptr<client::BatchStream> stream_;
+  std::thread reader_;
+  bool closed_ = false;
+
+  // Client thread only.
+  v1::BatchRequest cur_;
+  std::vector<OpRef> cur_ops_;
+  uint64_t queued_ = 0;  // op number of the last op queued
+  uint64_t next_tag_ = 1;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Sent> inflight_;
+  uint64_t done_ = 0;  // every op up to this number is answered
+  bool writes_done_ = false;
+  SessionCounters counters_;
+  std::string error_;
+};
+
+class DaemonBackend : public Backend {
+ public:
+  DaemonBackend(const ClientOptions& opts, bool stream, int batch, int inflight)
+      : opts_(opts), admin_(opts), stream_(stream), batch_(batch), inflight_(inflight) {
+    opts_.own_connection = true;
+  }
+  std::string CreateSpace(const std::string& profile, const std::string& label, uint64_t* space) override {
+    v1::SpaceSettings s;
+    s.set_locking_profile(profile);
+    auto r = admin_.CreateSpace(s, label);
+    if (!r.ok()) return r.error().ToString();
+    *space = r.value();
+    return "";
+  }
+  std::string DestroySpace(uint64_t space) override {
+    auto r = admin_.DestroySpace(space);
+    return r.ok() ? "" : r.error().ToString();
+  }
+  std::string OpenSession(uint64_t space, std::unique_ptr<Session>* out) override {
+    if (stream_) *out = std::make_unique<StreamSession>(opts_, space, batch_, inflight_);
+    else *out = std::make_unique<UnarySession>(opts_, space);
+    return "";
+  }
+  bool ReadLocks(const std::string& profile_name, LockFigures* out, std::string* why) override {
+    auto r = admin_.GetLockStats(profile_name);
+    if (!r.ok()) {
+      if (r.error().code == grpc::StatusCode::UNIMPLEMENTED)
+        *why = "the daemon does not implement GetLockStats (UNIMPLEMENTED): no lock figures";
+      else
+        *why = "GetLockStats failed: " + r.error().ToString();
+      return false;
+    }
+    *out = FromLockStats(r.value());
+    return true;
+  }
+  std::string LocksCaveat() const override {
+    return "lock figures are the daemon's GetLockStats deltas for the profile: other clients using the "
+           "same profile during the run are counted too";
+  }
+
+ private:
+  ClientOptions opts_;
+  Client admin_;
+  bool stream_;
+  int batch_, inflight_;
+};
+
+uint64_t Ns(double seconds) { return static_cast<uint64_t>(std::llround(seconds * 1e9)); }
+
+}  // namespace
+
+LockFigures FromLockStats(const v1::GetLockStatsResponse& r) {
+  LockFigures f;
+  for (const v1::LockStat& l : r.locks()) {
+    for (size_t c = 0; c < static_cast<size_t>(LockClass::kCount); ++c)
+      for (size_t m = 0; m < static_cast<size_t>(LockMode::kCount); ++m)
+        if (l.lock() == LockClassName(static_cast<LockClass>(c)) && l.mode() == LockModeName(static_cast<LockMode>(m))) {
+          LockStatCell& x = f.stats.locks[c][m];
+          x.acquisitions += l.acquisitions();
+          x.contentions += l.contentions();
+          x.wait_ns_total += Ns(l.wait_seconds_total());
+          x.wait_ns_max = std::max(x.wait_ns_max, Ns(l.wait_seconds_max()));
+          x.hold_ns_total += Ns(l.hold_seconds_total());
+          x.hold_ns_max = std::max(x.hold_ns_max, Ns(l.hold_seconds_max()));
+        }
+  }
+  for (size_t e = 0; e < f.stats.events.size(); ++e) {
+    auto it = r.events().find(EventName(static_cast<Event>(e)));
+    if (it != r.events().end()) f.stats.events[e] = it->second;
+  }
+  f.timing = r.lock_stats_enabled();
+  return f;
+}
+
+std::unique_ptr<Backend> MakeDaemonBackend(const client::ClientOptions& opts, bool stream, int batch, int inflight) {
+  return std::make_unique<DaemonBackend>(opts, stream, batch, inflight);
+}
+
+}  // namespace vmspace::harness

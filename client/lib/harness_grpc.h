@@ -1,0 +1,40 @@
+// The daemon backends of the workload harness (harness.h): spaces made with CreateSpace
+// (settings.locking_profile) and destroyed afterwards, lock figures from GetLockStats
+// (daemon-wide deltas for the profile's name: other clients of the same profile count).
+//
+// unary: one RPC per op, each session on its own connection.
+//
+// stream: each session keeps one Batch stream on its own connection and packs its ops
+// into messages of up to `batch` ops, with up to `inflight` messages unanswered. The
+// client thread writes; a reader thread per session reads the answers and completes the
+// ops in order (the daemon applies them in order, so the space sees exactly the
+// sequential sequence). Wait(op) sends the message under construction and blocks until
+// op's answer is back. At most one Write and one Read are outstanding on the call at
+// any time (gRPC allows no more); a failure on either side (a write refused, a read
+// that ends early, a malformed answer, an op's error) cancels the call, which wakes the
+// other side, and the first failure is the session's error; Close() then joins the
+// reader and calls Finish() exactly once.
+#pragma once
+
+#include <memory>
+
+#include "lib/client.h"
+#include "lib/harness.h"
+
+namespace vmspace::harness {
+
+/// Ops per Batch message and messages in flight of will-it-scale's stream sessions
+/// (the daemon's default --max-batch is 4096).
+inline constexpr int kDefaultBatch = 1024;
+inline constexpr int kDefaultInflight = 1;
+
+/// A backend talking to the daemon at `opts.target`; `stream` picks Batch streams of
+/// `batch` ops per message and `inflight` messages unanswered over unary calls. Each
+/// session has its own connection.
+std::unique_ptr<Backend> MakeDaemonBackend(const client::ClientOptions& opts, bool stream,
+                                           int batch = kDefaultBatch, int inflight = kDefaultInflight);
+
+/// Converts a GetLockStats answer into LockFigures (times to ns, events by name).
+LockFigures FromLockStats(const v1::GetLockStatsResponse& r);
+
+}  // namespace vmspace::harness
