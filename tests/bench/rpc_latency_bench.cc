@@ -32,7 +32,10 @@
 // distribution from the wait histogram (p50/p99 are the upper bound of the bucket they
 // fall in; the max is exact when the run raised it, else only bounded). Run it on a
 // daemon of its own: the figures are per profile, so other users of that profile count
-// too. --json prints the same figures as one JSON object.
+// too. --json prints the same figures as one JSON object. Exit status 3 if the run did
+// not exercise what it measures (a failed call, an Access that did not fault on every
+// page, no fault under the VMA lock, an Mprotect without a VMA write lock, no re-merge);
+// ctest's bench.vma_writers_smoke runs it briefly in-process for that check.
 #include "vmspace/v1/vmspace.grpc.pb.h"  // first: <signal.h> defines si_addr
 
 #include <sys/mman.h>
@@ -607,6 +610,23 @@ int RunVmaWriters(Target& target, const WritersConfig& cfg, bool json, const std
   const double p999_ratio = target.has_ping() ? Quantile(mprotect.us, 0.999) / Quantile(ping.us, 0.999) : NAN;
   const uint64_t mprotect_calls = mprotect.us.size();
   const uint64_t pages = cfg.slice_bytes / kPage;
+  // The scenario did what it is for: no failed call, every Access faulted on every page,
+  // faults took the VMA read lock (profiles with per-VMA locks), every Mprotect
+  // write-locked the VMA, and the toggled pages re-merged. Exit status 3 otherwise.
+  std::string broken;
+  uint64_t errors = 0;
+  for (const KindResult* k : {&access, &madvise, &mprotect, &ping}) errors += k->errors;
+  if (errors) broken += " failed calls;";
+  if (access.faults != pages * access.us.size()) broken += " an Access did not fault on every page;";
+  if (d.locks.at("vma_lock write").acquisitions < mprotect_calls) broken += " an Mprotect took no VMA write lock;";
+  if (map_count != 1) broken += " the VMA did not re-merge;";
+  vmspace::LockingProfile prof;
+  std::string perr;
+  if (vmspace::LockingProfile::Parse(cfg.profile, &prof, &perr) && prof.vma_lock != vmspace::VmaLockMode::kOff &&
+      d.events.at("vma_lock_success") == 0)
+    broken += " no fault took the VMA read lock;";
+  if (!broken.empty()) fprintf(stderr, "vma_writers: scenario broken:%s\n", broken.c_str());
+  const int status = broken.empty() ? 0 : 3;
 
   if (json) {
     nlohmann::json j;
@@ -650,7 +670,7 @@ int RunVmaWriters(Target& target, const WritersConfig& cfg, bool json, const std
     j["events"] = d.events;
     j["map_count_after"] = map_count;
     printf("%s\n", j.dump(2).c_str());
-    return 0;
+    return status;
   }
 
   printf("vma_writers on %s: %d faulters (%llu KiB slice each: write %llu pages, MADV_DONTNEED), "
@@ -701,7 +721,7 @@ int RunVmaWriters(Target& target, const WritersConfig& cfg, bool json, const std
          static_cast<unsigned long long>(d.events.at("pgfault")),
          static_cast<unsigned long long>(d.events.at("vma_lock_abort")),
          static_cast<unsigned long long>(map_count));
-  return 0;
+  return status;
 }
 
 std::vector<int> ParseList(const std::string& v) {
