@@ -544,8 +544,11 @@ grpc::Status VmSpaceService::GetLockStats(grpc::ServerContext*,
         l->set_wait_seconds_max(static_cast<double>(cell.wait_ns_max) * 1e-9);
         l->set_hold_seconds_total(static_cast<double>(cell.hold_ns_total) * 1e-9);
         l->set_hold_seconds_max(static_cast<double>(cell.hold_ns_max) * 1e-9);
+        l->mutable_wait_buckets()->Add(cell.wait_hist.begin(), cell.wait_hist.end());
+        l->mutable_hold_buckets()->Add(cell.hold_hist.begin(), cell.hold_hist.end());
       }
     }
+    resp->mutable_bucket_upper_seconds()->Add(kDurationBuckets.begin(), kDurationBuckets.end());
     auto* events = resp->mutable_events();
     for (size_t e = 0; e < static_cast<size_t>(Event::kCount); e++)
       (*events)[EventName(static_cast<Event>(e))] = snap.events[e];

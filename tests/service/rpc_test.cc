@@ -497,6 +497,27 @@ TEST_F(RpcTest, GetLockStatsReportsLocksAndEvents) {
   EXPECT_TRUE(resp.lock_stats_enabled());
   EXPECT_NE(resp.text().find("mmap_lock"), std::string::npos) << resp.text();
 
+  // Histograms: the engine's bucket bounds (stats.h kDurationBuckets) and, per lock, one
+  // count per bucket plus +Inf; a bucket count exists exactly when a time was recorded.
+  ASSERT_EQ(resp.bucket_upper_seconds_size(), 14);
+  EXPECT_DOUBLE_EQ(resp.bucket_upper_seconds(0), 1e-7);
+  EXPECT_DOUBLE_EQ(resp.bucket_upper_seconds(8), 1e-4);
+  EXPECT_DOUBLE_EQ(resp.bucket_upper_seconds(13), 1.0);
+  for (const auto& l : resp.locks()) {
+    SCOPED_TRACE(l.lock() + " " + l.mode());
+    ASSERT_EQ(l.wait_buckets_size(), 15);
+    ASSERT_EQ(l.hold_buckets_size(), 15);
+    uint64_t waits = 0, holds = 0;
+    for (uint64_t n : l.wait_buckets()) waits += n;
+    for (uint64_t n : l.hold_buckets()) holds += n;
+    EXPECT_LE(waits, l.contentions());
+    EXPECT_EQ(waits > 0, l.wait_seconds_total() > 0);
+    EXPECT_EQ(holds > 0, l.hold_seconds_total() > 0);
+    if (l.lock() == "vma_lock" && l.mode() == "read") {
+      EXPECT_EQ(waits, 0u) << "a VMA read lock never waits";
+    }
+  }
+
   v1::GetLockStatsResponse all;
   ASSERT_TRUE(stub_->GetLockStats(Ctx().get(), {}, &all).ok());
   EXPECT_GE(all.events().at("pgfault"), resp.events().at("pgfault"));
