@@ -31,6 +31,7 @@ int PercpuCounter::Cell() {
 }
 
 void MmuGather::FreeNow(MmuGather* g) {
+  StatsSlotScope slot_scope(g->stats_slot);
   for (void* p : g->pages) g->frames->Free(p);
   PageTable::DeleteTables(g->tables);
   for (Vma* v : g->vmas) delete v;
@@ -38,12 +39,13 @@ void MmuGather::FreeNow(MmuGather* g) {
   delete g;
 }
 
-void MmuGather::Queue(MmuGather* g, FrameAllocator& frames) {
+void MmuGather::Queue(MmuGather* g, FrameAllocator& frames, int stats_slot) {
   if (g->empty()) {
     delete g;
     return;
   }
   g->frames = &frames;
+  g->stats_slot = stats_slot;
   CallRcu(&g->head, &FreeGatherCallback);
 }
 
@@ -63,6 +65,7 @@ MmStruct::MmStruct(FrameAllocator& f, const SpaceOptions& o)
 MmStruct::~MmStruct() {
   // exit_mmap(): no other call may be running on the space, so nothing can be reading
   // the page tables or VMAs locklessly: everything is freed at once.
+  StatsSlotScope slot_scope(stats_slot);
   MmapWriteLock();
   std::vector<Vma*> all;
   std::vector<void*> pages;
@@ -79,6 +82,7 @@ MmStruct::~MmStruct() {
   total_vm.store(0, std::memory_order_relaxed);
   if (gather) {
     gather->frames = &frames;
+    gather->stats_slot = stats_slot;
     MmuGather::FreeNow(gather);
     gather = nullptr;
   }
@@ -108,7 +112,7 @@ MmuGather& MmStruct::GatherLocked() {
 void MmStruct::FlushGatherLocked() {
   MmuGather* g = gather;
   gather = nullptr;
-  if (g) MmuGather::Queue(g, frames);
+  if (g) MmuGather::Queue(g, frames, stats_slot);
 }
 
 // ====================================================================== AddressSpace

@@ -93,6 +93,7 @@ class PercpuCounter {
 struct MmuGather {
   struct rcu_head head;
   FrameAllocator* frames = nullptr;
+  int stats_slot = 0;        // the space's profile slot: frees are counted there
   std::vector<void*> pages;  // private anonymous frames
   PageTable::TableGather tables;
   std::vector<Vma*> vmas;    // detached VMAs
@@ -101,8 +102,9 @@ struct MmuGather {
   size_t size() const {
     return pages.size() + tables.dirs.size() + tables.ptes.size() + vmas.size() + nodes.size();
   }
-  /// Hands g to call_rcu (deleted in the callback), or deletes it if empty.
-  static void Queue(MmuGather* g, FrameAllocator& frames);
+  /// Hands g to call_rcu (deleted in the callback), or deletes it if empty. The frees
+  /// are counted in the statistics of `stats_slot` (the callback thread has none).
+  static void Queue(MmuGather* g, FrameAllocator& frames, int stats_slot);
   /// Frees everything now (the callback; also used when no reader can exist).
   static void FreeNow(MmuGather* g);
 };

@@ -51,7 +51,7 @@ struct Fixture : ::testing::TestWithParam<const char*> {
     return out;
   }
   void TearDown() override {
-    EXPECT_EQ(as->Validate(), "");
+    if (as) EXPECT_EQ(as->Validate(), "");
     testing_util::ExpectAllFramesFreed(as, frames);
   }
 };
@@ -235,6 +235,8 @@ TEST_P(Fixture, FaultOutcomes) {
 }
 
 TEST_P(Fixture, DataSurvivesAndIsFreed) {
+  RcuBarrier();
+  const StatsSnapshot before = ReadStats(opts.profile.stats_slot());
   MapFixed(0, 4, RW);
   const char msg[] = "hello, vmspace";
   CopyResult w = as->WriteMemory(W + P - 5, msg, sizeof msg);
@@ -255,6 +257,12 @@ TEST_P(Fixture, DataSurvivesAndIsFreed) {
   EXPECT_EQ(as->Counters().rss_pages, 0u);
   CopyResult bad = as->ReadMemory(W, back, 1);
   EXPECT_EQ(bad.stop.outcome, FaultOutcome::kSigsegv);
+  // The deferred frees (run later on the RCU callback thread) count in this profile.
+  as.reset();
+  RcuBarrier();
+  const StatsSnapshot d = ReadStats(opts.profile.stats_slot()).Minus(before);
+  EXPECT_EQ(d.event(Event::kFramesAllocated), 4u);
+  EXPECT_EQ(d.event(Event::kFramesFreed), 4u);
 }
 
 TEST_P(Fixture, MadviseDontneedRefaults) {

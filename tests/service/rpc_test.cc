@@ -499,14 +499,15 @@ TEST_F(RpcTest, GetLockStatsReportsLocksAndEvents) {
 
   // Histograms: the engine's bucket bounds (stats.h kDurationBuckets) and, per lock, one
   // count per bucket plus +Inf; a bucket count exists exactly when a time was recorded.
-  ASSERT_EQ(resp.bucket_upper_seconds_size(), 14);
+  ASSERT_EQ(resp.bucket_upper_seconds_size(), 16);
   EXPECT_DOUBLE_EQ(resp.bucket_upper_seconds(0), 1e-7);
   EXPECT_DOUBLE_EQ(resp.bucket_upper_seconds(8), 1e-4);
-  EXPECT_DOUBLE_EQ(resp.bucket_upper_seconds(13), 1.0);
+  EXPECT_DOUBLE_EQ(resp.bucket_upper_seconds(11), 2.5e-3);
+  EXPECT_DOUBLE_EQ(resp.bucket_upper_seconds(15), 1.0);
   for (const auto& l : resp.locks()) {
     SCOPED_TRACE(l.lock() + " " + l.mode());
-    ASSERT_EQ(l.wait_buckets_size(), 15);
-    ASSERT_EQ(l.hold_buckets_size(), 15);
+    ASSERT_EQ(l.wait_buckets_size(), 17);
+    ASSERT_EQ(l.hold_buckets_size(), 17);
     uint64_t waits = 0, holds = 0;
     for (uint64_t n : l.wait_buckets()) waits += n;
     for (uint64_t n : l.hold_buckets()) holds += n;

@@ -61,8 +61,10 @@ const char* LockModeName(LockMode m);
 
 /// Histogram of durations with fixed buckets (upper bounds in seconds, see
 /// kDurationBuckets); the last bucket is +Inf.
-inline constexpr std::array<double, 14> kDurationBuckets = {
-    1e-7, 2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 1e-4, 5e-4, 1e-3, 1e-2, 1e-1, 1.0};
+/// 2.5 ms and 5 ms tell "one scheduler time slice behind a preempted holder" from
+/// "several".
+inline constexpr std::array<double, 16> kDurationBuckets = {
+    1e-7, 2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 1e-1, 1.0};
 
 struct LockStatCell {
   uint64_t acquisitions = 0;
