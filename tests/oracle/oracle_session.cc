@@ -365,6 +365,13 @@ bool ParseMapLine(const std::string& text, uint64_t* s, uint64_t* e, std::string
   return true;
 }
 
+// A number from a /proc/sys file, or `def` if it cannot be read.
+uint64_t SysctlU64(const char* path, uint64_t def) {
+  std::ifstream in(path);
+  uint64_t v;
+  return in >> v ? v : def;
+}
+
 bool IsShmemName(const std::string& name) {
   return name.rfind("/dev/zero", 0) == 0 || name.rfind("/SYSV", 0) == 0;
 }
@@ -378,13 +385,25 @@ OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
     setup_error_ = "kernel child: " + child_->error();
     return;
   }
-  for (const auto& l : child_->hello())
-    if (l.rfind("Z ", 0) == 0) kernel_zero_page_ = HexFields(l)[0] == 1;
+  // Model the kernel and the settings of this machine, as the child found them at
+  // start-up (see the protocol in child/oracle_child.cc): some kernel builds allocate
+  // a page on anonymous read faults instead of mapping the zero page; THP alignment
+  // of anonymous mappings is new in 6.7; the effective mmap_min_addr depends on the
+  // sysctl and CONFIG_LSM_MMAP_MIN_ADDR; CAP_SYS_RAWIO on who runs the test.
   SpaceOptions opts = extra;
-  opts.cap_sys_rawio = true;  // the child runs as root
-  // Model the kernel we compare with: some builds allocate a page on anonymous read
-  // faults instead of mapping the zero page (the child detects which at start-up).
+  for (const auto& l : child_->hello()) {
+    auto f = HexFields(l);
+    if (f.empty()) continue;
+    if (l.rfind("Z ", 0) == 0) kernel_zero_page_ = f[0] == 1;
+    else if (l.rfind("T ", 0) == 0) kernel_thp_align_ = f[0];
+    else if (l.rfind("L ", 0) == 0) opts.mmap_min_addr = f[0];
+    else if (l.rfind("K ", 0) == 0) opts.cap_sys_rawio = f[0] == 1;
+  }
   opts.zero_page = kernel_zero_page_;
+  opts.thp_align_anon = kernel_thp_align_ & 1;
+  opts.dac_mmap_min_addr = SysctlU64("/proc/sys/vm/mmap_min_addr", opts.dac_mmap_min_addr);
+  opts.max_map_count = SysctlU64("/proc/sys/vm/max_map_count", opts.max_map_count);
+  max_map_count_ = opts.max_map_count;
   frames_ = std::make_unique<FrameAllocator>();
   engine_ = std::make_unique<AddressSpace>(*frames_, opts);
 
@@ -393,7 +412,6 @@ OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
   uint64_t kcount = 0;
   for (const auto& l : child_->hello()) {
     if (l.rfind("C ", 0) == 0) kcount = HexFields(l)[0];
-    if (l.rfind("Z ", 0) == 0) kernel_zero_page_ = HexFields(l)[0] == 1;
     if (l.rfind("M ", 0) != 0) continue;
     uint64_t s, e, off, ino;
     std::string perms, dev, name;
@@ -472,8 +490,6 @@ uint64_t OracleSession::Eval(const std::string& expr, std::string* err) const {
 }
 
 std::string OracleSession::FormatMapLine(const MapLine& m) const {
-  if (initial_.count({m.start, m.end}))
-    return Addr(m.start) + "-" + Addr(m.end) + " (pre-existing VMA of the child)";
   std::string ino = IsShmemName(m.name) || m.dev == "00:01" ? "*" : std::to_string(m.inode);
   std::string s = Addr(m.start) + "-" + Addr(m.end) + " " + m.perms + " " + Hex(m.offset) + " " +
                   m.dev + " " + ino;
@@ -497,8 +513,9 @@ std::string OracleSession::KernelMaps(uint64_t lo, uint64_t hi) {
       lines.back().vmflags = l.substr(2);
       lines.back().has_flags = true;
     } else if (l.rfind("C ", 0) == 0) {
-      for (const auto& m : lines) out += FormatMapLine(m) + "\n";
-      out += "map_count=" + std::to_string(HexFields(l)[0]);
+      for (const auto& m : lines)
+        if (!initial_.count({m.start, m.end})) out += FormatMapLine(m) + "\n";
+      out += MapCountText(HexFields(l)[0]);
     } else {
       out += l + "\n";
     }
@@ -520,6 +537,7 @@ std::string OracleSession::EngineMaps(uint64_t lo, uint64_t hi) {
       out += "unparsable RenderMaps line: " + l + "\n";
       continue;
     }
+    if (initial_.count({m.start, m.end})) continue;
     auto it = flags.find(m.start);
     if (it != flags.end()) {
       m.vmflags = AddressSpace::VmFlagsString(it->second);
@@ -527,8 +545,14 @@ std::string OracleSession::EngineMaps(uint64_t lo, uint64_t hi) {
     }
     out += FormatMapLine(m) + "\n";
   }
-  out += "map_count=" + std::to_string(engine_->Counters().map_count);
+  out += MapCountText(engine_->Counters().map_count);
   return out;
+}
+
+std::string OracleSession::MapCountText(uint64_t count) const {
+  uint64_t own = initial_.size();
+  return "map_count=child" + (count >= own ? "+" + std::to_string(count - own)
+                                           : "-" + std::to_string(own - count));
 }
 
 std::string OracleSession::Validate() { return engine_ ? engine_->Validate() : "no engine"; }
@@ -614,6 +638,7 @@ StepResult OracleSession::Run(const std::string& raw_line) {
   auto fail = [&](const std::string& why) {
     res.kernel = res.engine = "script error: " + why;
     res.match = false;
+    res.script_error = true;
     return res;
   };
   if (!setup_error_.empty()) return fail("session not started: " + setup_error_);
