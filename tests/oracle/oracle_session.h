@@ -95,6 +95,10 @@ class OracleSession {
   StepResult Run(const std::string& line);
   /// Runs the engine's invariant check; "" if all hold.
   std::string Validate();
+  /// Compares the VMAs overlapping [lo, hi) as the op "maps LO HI" does; without
+  /// `with_flags` the VmFlags are left out (the kernel reads /proc/self/maps instead
+  /// of the much longer smaps: the random test's cheap check between full ones).
+  StepResult Maps(uint64_t lo, uint64_t hi, bool with_flags);
 
   uint64_t base() const { return base_; }
   uint64_t region_size() const { return size_; }
@@ -120,8 +124,10 @@ class OracleSession {
 
  private:
   struct MapLine;
-  std::string KernelMaps(uint64_t lo, uint64_t hi);
-  std::string EngineMaps(uint64_t lo, uint64_t hi);
+  /// Sets res->match (and notes a dead child in res->kernel).
+  void Finish(StepResult* res) const;
+  std::string KernelMaps(uint64_t lo, uint64_t hi, bool with_flags);
+  std::string EngineMaps(uint64_t lo, uint64_t hi, bool with_flags);
   /// Canonical text of one maps line.
   std::string FormatMapLine(const MapLine& m) const;
   /// "map_count=child+N": N VMAs besides the child's initial ones (the same text on
