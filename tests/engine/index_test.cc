@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <thread>
 #include <vector>
@@ -19,6 +20,10 @@
 #include "engine/vma_index.h"
 
 namespace vmspace {
+
+// gtest prints parameters with it ("rbtree" instead of a byte dump).
+static void PrintTo(VmaIndexKind k, std::ostream* os) { *os << VmaIndexKindName(k); }
+
 namespace {
 
 constexpr uint64_t P = 4096;
@@ -192,7 +197,7 @@ TEST_P(VmaIndexModel, MatchesModelOnRandomOps) {
   VmaIndex::DeleteRetired(retired);  // no readers here
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, VmaIndexModel,
+INSTANTIATE_TEST_SUITE_P(VmaIndex, VmaIndexModel,
                          ::testing::Values(VmaIndexKind::kRbtree, VmaIndexKind::kMaple),
                          [](const ::testing::TestParamInfo<VmaIndexKind>& i) {
                            return std::string(VmaIndexKindName(i.param));
