@@ -224,6 +224,13 @@ KernelChild::KernelChild(const std::string& path) {
     rl.rlim_cur = 8ull << 20;
     if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < rl.rlim_cur) rl.rlim_max = rl.rlim_cur;
     setrlimit(RLIMIT_STACK, &rl);
+    // The engine has no address-space or data limits: lift the soft ones as far as
+    // the hard ones allow (an `ulimit -v` of the caller must not make mmaps fail).
+    for (int res : {RLIMIT_AS, RLIMIT_DATA}) {
+      getrlimit(res, &rl);
+      rl.rlim_cur = rl.rlim_max;
+      setrlimit(res, &rl);
+    }
     dup2(in[0], 0);
     dup2(out[1], 1);
     char* argv[] = {const_cast<char*>(path.c_str()), nullptr};
@@ -375,6 +382,25 @@ bool ParseMapLine(const std::string& text, uint64_t* s, uint64_t* e, std::string
   return true;
 }
 
+// VmFlags without "sd": with CONFIG_MEM_SOFT_DIRTY every new VMA has VM_SOFTDIRTY,
+// which the engine does not model (it never changes a merge: is_mergeable_vma()
+// ignores it).
+std::string WithoutSoftDirty(const std::string& flags) {
+  std::string out;
+  std::istringstream in(flags);
+  for (std::string f; in >> f;)
+    if (f != "sd") out += (out.empty() ? "" : " ") + f;
+  return out;
+}
+
+// The stack_guard_gap= kernel parameter in pages, or 256 (the default).
+uint64_t StackGuardGapPages() {
+  std::ifstream in("/proc/cmdline");
+  for (std::string w; in >> w;)
+    if (w.rfind("stack_guard_gap=", 0) == 0) return strtoull(w.c_str() + 16, nullptr, 0);
+  return 256;
+}
+
 // A number from a /proc/sys file, or `def` if it cannot be read.
 uint64_t SysctlU64(const char* path, uint64_t def) {
   std::ifstream in(path);
@@ -414,6 +440,11 @@ OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
   opts.dac_mmap_min_addr = SysctlU64("/proc/sys/vm/mmap_min_addr", opts.dac_mmap_min_addr);
   opts.max_map_count = SysctlU64("/proc/sys/vm/max_map_count", opts.max_map_count);
   max_map_count_ = opts.max_map_count;
+  if (StackGuardGapPages() * kPageSize != kStackGuardGap) {
+    setup_error_ = "the kernel command line sets stack_guard_gap=" +
+                   std::to_string(StackGuardGapPages()) + "; the engine models 256 pages";
+    return;
+  }
   frames_ = std::make_unique<FrameAllocator>();
   engine_ = std::make_unique<AddressSpace>(*frames_, opts);
 
@@ -521,7 +552,7 @@ std::string OracleSession::KernelMaps(uint64_t lo, uint64_t hi, bool with_flags)
         return "unparsable: " + l;
       lines.push_back(m);
     } else if (l.rfind("F ", 0) == 0 && !lines.empty()) {
-      lines.back().vmflags = l.substr(2);
+      lines.back().vmflags = WithoutSoftDirty(l.substr(2));
       lines.back().has_flags = true;
     } else if (l.rfind("C ", 0) == 0) {
       for (const auto& m : lines)
