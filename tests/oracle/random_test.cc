@@ -167,8 +167,7 @@ class Generator {
     std::string op = v.sym + " = mmap " + hint + " " + Hx(len) + " " + prot + " " + flags + off;
     bool shared = flags.find("shared") != std::string::npos;
     bool growsdown = flags.find("growsdown") != std::string::npos;
-    bool valid = flags.rfind("0x0", 0) != 0 &&
-                 !(shared && growsdown) && off.find("0x10") == std::string::npos;
+    bool valid = flags.rfind("0x0", 0) != 0 && !(shared && growsdown) && off != " 0x10";
     if (valid) {
       placed_.push_back({v, (len + kPageSize - 1) & kPageMask});
       if (growsdown) growsdown_.push_back(v);
@@ -632,7 +631,7 @@ uint64_t Fingerprint(const std::vector<std::string>& ops) {
 // or to a placement variable. A change of the generator changes these fingerprints
 // (update them then; the seeds' old reproducers no longer apply).
 TEST(OracleRandom, OpListDependsOnlyOnTheSeed) {
-  const uint64_t kExpected[] = {0xfd5f05c90e49fc31ull, 0xcd661fac9b4310ebull, 0xf80013ae120dc8b8ull};
+  const uint64_t kExpected[] = {0x3f2db1f07d26a81bull, 0xb1c2f3ab71e2375cull, 0x66709c9116e09aeeull};
   for (uint64_t seed = 1; seed <= 3; seed++) {
     std::vector<std::string> ops = GenerateOps(seed, 1500, 0);
     EXPECT_EQ(Fingerprint(ops), kExpected[seed - 1])
