@@ -529,6 +529,12 @@ std::vector<std::string> Shrink(std::vector<std::string> ops, const SpaceOptions
     }
     if (chunk == 1) break;
   }
+  // The candidates compared the maps after their last op only: if the shrunk list
+  // disagrees earlier, that earlier op is the reproducer's end; shrink again.
+  if (int g = FirstDisagreement(ops, opts, nullptr); g >= 0 && g + 1 < static_cast<int>(ops.size())) {
+    ops.resize(static_cast<size_t>(g) + 1);
+    return Shrink(std::move(ops), opts);
+  }
   return ops;
 }
 
