@@ -876,11 +876,11 @@ StepResult OracleSession::Run(const std::string& raw_line) {
   } else if (op == "count") {
     auto resp = child_->Call("count");
     auto fk = resp.empty() ? std::vector<uint64_t>{} : HexFields(resp[0]);
-    res.kernel = fk.size() == 1 ? "map_count=" + std::to_string(fk[0])
+    res.kernel = fk.size() == 1 ? MapCountText(fk[0])
                                 : (resp.empty() ? "(no answer)" : resp[0]);
     res.kernel_value = fk.empty() ? 0 : fk[0];
     res.kernel_ok = true;
-    res.engine = "map_count=" + std::to_string(engine_->Counters().map_count);
+    res.engine = MapCountText(engine_->Counters().map_count);
   } else {
     return fail("unknown op '" + op + "'");
   }
