@@ -432,7 +432,7 @@ OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
     if (f.empty()) continue;
     if (l.rfind("Z ", 0) == 0) kernel_zero_page_ = f[0] == 1;
     else if (l.rfind("T ", 0) == 0) kernel_thp_align_ = f[0];
-    else if (l.rfind("L ", 0) == 0) opts.mmap_min_addr = f[0];
+    else if (l.rfind("L ", 0) == 0 && f[0]) opts.mmap_min_addr = f[0];  // 0: probe failed
     else if (l.rfind("K ", 0) == 0) opts.cap_sys_rawio = f[0] == 1;
   }
   opts.zero_page = kernel_zero_page_;
