@@ -1,5 +1,5 @@
 // vm.max_map_count boundary behaviour (reference section 1.4): the kernel child is
-// filled up to exactly max_map_count (65530) VMAs, the engine gets the same
+// filled up to exactly vm.max_map_count (65530 by default) VMAs, the engine gets the same
 // mappings, and each row of the table is replayed and compared (return value,
 // map_count, and the maps of the few VMAs the rows act on).
 #include "oracle_session.h"
@@ -33,7 +33,7 @@ TEST(OracleMaxMapCount, Table14) {
     run(op);
     run("count");
   };
-  const uint64_t kMax = kDefaultMaxMapCount;
+  const uint64_t kMax = s.max_map_count();  // vm.max_map_count (the engine uses it too)
   // Special VMAs (read-only private anonymous: not accounted, never faulted).
   run("mmap base+0x0 0x3000 r private,anonymous,fixed");      // A: MAP_FIXED middle
   run("mmap base+0x10000 0x3000 r private,anonymous,fixed");  // B: mprotect head

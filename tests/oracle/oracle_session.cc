@@ -224,6 +224,13 @@ KernelChild::KernelChild(const std::string& path) {
     rl.rlim_cur = 8ull << 20;
     if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < rl.rlim_cur) rl.rlim_max = rl.rlim_cur;
     setrlimit(RLIMIT_STACK, &rl);
+    // The engine has no address-space or data limits: lift the soft ones as far as
+    // the hard ones allow (an `ulimit -v` of the caller must not make mmaps fail).
+    for (int res : {RLIMIT_AS, RLIMIT_DATA}) {
+      getrlimit(res, &rl);
+      rl.rlim_cur = rl.rlim_max;
+      setrlimit(res, &rl);
+    }
     dup2(in[0], 0);
     dup2(out[1], 1);
     char* argv[] = {const_cast<char*>(path.c_str()), nullptr};
@@ -341,28 +348,64 @@ struct OracleSession::MapLine {
 
 namespace {
 
+// Parses "start-end perms offset maj:min inode [name]" (hex, hex, word, hex, hex:hex,
+// decimal). Hand-written (not sscanf): the random test parses a few hundred lines
+// per op.
 bool ParseMapLine(const std::string& text, uint64_t* s, uint64_t* e, std::string* perms,
                   uint64_t* off, std::string* dev, uint64_t* ino, std::string* name) {
-  char p[8] = {0};
-  unsigned dmaj = 0, dmin = 0;
-  unsigned long long ss, ee, oo, ii;
-  int consumed = 0;
-  if (sscanf(text.c_str(), "%llx-%llx %7s %llx %x:%x %llu %n", &ss, &ee, p, &oo, &dmaj, &dmin,
-             &ii, &consumed) < 7)
-    return false;
-  *s = ss;
-  *e = ee;
-  *off = oo;
-  *ino = ii;
-  *perms = p;
-  char d[16];
-  snprintf(d, sizeof d, "%02x:%02x", dmaj, dmin);
+  const char* p = text.c_str();
+  bool ok = true;
+  // A number in `base` followed by `sep` (0: any); advances p past the separator.
+  auto number = [&](int base, char sep) -> uint64_t {
+    while (*p == ' ') p++;
+    char* end = nullptr;
+    uint64_t v = strtoull(p, &end, base);
+    if (end == p || (sep && *end != sep)) ok = false;
+    p = *end && sep ? end + 1 : end;
+    return v;
+  };
+  *s = number(16, '-');
+  *e = number(16, ' ');
+  const char* word = p;
+  while (*p && *p != ' ') p++;
+  *perms = std::string(word, static_cast<size_t>(p - word));
+  *off = number(16, ' ');
+  uint64_t dmaj = number(16, ':'), dmin = number(16, ' ');
+  *ino = number(10, 0);
+  if (!ok || perms->empty() || perms->size() > 7) return false;
+  char d[32];
+  snprintf(d, sizeof d, "%02" PRIx64 ":%02" PRIx64, dmaj, dmin);
   *dev = d;
-  std::string n = consumed > 0 ? text.substr(static_cast<size_t>(consumed)) : "";
-  while (!n.empty() && (n.back() == ' ' || n.back() == '\n')) n.pop_back();
-  size_t b = n.find_first_not_of(' ');
-  *name = b == std::string::npos ? "" : n.substr(b);
+  while (*p == ' ') p++;
+  *name = p;
+  while (!name->empty() && (name->back() == ' ' || name->back() == '\n')) name->pop_back();
   return true;
+}
+
+// VmFlags without "sd": with CONFIG_MEM_SOFT_DIRTY every new VMA has VM_SOFTDIRTY,
+// which the engine does not model (it never changes a merge: is_mergeable_vma()
+// ignores it).
+std::string WithoutSoftDirty(const std::string& flags) {
+  std::string out;
+  std::istringstream in(flags);
+  for (std::string f; in >> f;)
+    if (f != "sd") out += (out.empty() ? "" : " ") + f;
+  return out;
+}
+
+// The stack_guard_gap= kernel parameter in pages, or 256 (the default).
+uint64_t StackGuardGapPages() {
+  std::ifstream in("/proc/cmdline");
+  for (std::string w; in >> w;)
+    if (w.rfind("stack_guard_gap=", 0) == 0) return strtoull(w.c_str() + 16, nullptr, 0);
+  return 256;
+}
+
+// A number from a /proc/sys file, or `def` if it cannot be read.
+uint64_t SysctlU64(const char* path, uint64_t def) {
+  std::ifstream in(path);
+  uint64_t v;
+  return in >> v ? v : def;
 }
 
 bool IsShmemName(const std::string& name) {
@@ -378,13 +421,30 @@ OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
     setup_error_ = "kernel child: " + child_->error();
     return;
   }
-  for (const auto& l : child_->hello())
-    if (l.rfind("Z ", 0) == 0) kernel_zero_page_ = HexFields(l)[0] == 1;
+  // Model the kernel and the settings of this machine, as the child found them at
+  // start-up (see the protocol in child/oracle_child.cc): some kernel builds allocate
+  // a page on anonymous read faults instead of mapping the zero page; THP alignment
+  // of anonymous mappings is new in 6.7; the effective mmap_min_addr depends on the
+  // sysctl and CONFIG_LSM_MMAP_MIN_ADDR; CAP_SYS_RAWIO on who runs the test.
   SpaceOptions opts = extra;
-  opts.cap_sys_rawio = true;  // the child runs as root
-  // Model the kernel we compare with: some builds allocate a page on anonymous read
-  // faults instead of mapping the zero page (the child detects which at start-up).
+  for (const auto& l : child_->hello()) {
+    auto f = HexFields(l);
+    if (f.empty()) continue;
+    if (l.rfind("Z ", 0) == 0) kernel_zero_page_ = f[0] == 1;
+    else if (l.rfind("T ", 0) == 0) kernel_thp_align_ = f[0];
+    else if (l.rfind("L ", 0) == 0 && f[0]) opts.mmap_min_addr = f[0];  // 0: probe failed
+    else if (l.rfind("K ", 0) == 0) opts.cap_sys_rawio = f[0] == 1;
+  }
   opts.zero_page = kernel_zero_page_;
+  opts.thp_align_anon = kernel_thp_align_ & 1;
+  opts.dac_mmap_min_addr = SysctlU64("/proc/sys/vm/mmap_min_addr", opts.dac_mmap_min_addr);
+  opts.max_map_count = SysctlU64("/proc/sys/vm/max_map_count", opts.max_map_count);
+  max_map_count_ = opts.max_map_count;
+  if (StackGuardGapPages() * kPageSize != kStackGuardGap) {
+    setup_error_ = "the kernel command line sets stack_guard_gap=" +
+                   std::to_string(StackGuardGapPages()) + "; the engine models 256 pages";
+    return;
+  }
   frames_ = std::make_unique<FrameAllocator>();
   engine_ = std::make_unique<AddressSpace>(*frames_, opts);
 
@@ -393,7 +453,6 @@ OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
   uint64_t kcount = 0;
   for (const auto& l : child_->hello()) {
     if (l.rfind("C ", 0) == 0) kcount = HexFields(l)[0];
-    if (l.rfind("Z ", 0) == 0) kernel_zero_page_ = HexFields(l)[0] == 1;
     if (l.rfind("M ", 0) != 0) continue;
     uint64_t s, e, off, ino;
     std::string perms, dev, name;
@@ -472,8 +531,6 @@ uint64_t OracleSession::Eval(const std::string& expr, std::string* err) const {
 }
 
 std::string OracleSession::FormatMapLine(const MapLine& m) const {
-  if (initial_.count({m.start, m.end}))
-    return Addr(m.start) + "-" + Addr(m.end) + " (pre-existing VMA of the child)";
   std::string ino = IsShmemName(m.name) || m.dev == "00:01" ? "*" : std::to_string(m.inode);
   std::string s = Addr(m.start) + "-" + Addr(m.end) + " " + m.perms + " " + Hex(m.offset) + " " +
                   m.dev + " " + ino;
@@ -482,8 +539,9 @@ std::string OracleSession::FormatMapLine(const MapLine& m) const {
   return s;
 }
 
-std::string OracleSession::KernelMaps(uint64_t lo, uint64_t hi) {
-  auto resp = child_->Call("maps " + Hex(lo).substr(2) + " " + Hex(hi).substr(2) + " 1");
+std::string OracleSession::KernelMaps(uint64_t lo, uint64_t hi, bool with_flags) {
+  auto resp = child_->Call("maps " + Hex(lo).substr(2) + " " + Hex(hi).substr(2) +
+                           (with_flags ? " 1" : " 0"));
   std::string out;
   std::vector<MapLine> lines;
   for (const auto& l : resp) {
@@ -494,11 +552,12 @@ std::string OracleSession::KernelMaps(uint64_t lo, uint64_t hi) {
         return "unparsable: " + l;
       lines.push_back(m);
     } else if (l.rfind("F ", 0) == 0 && !lines.empty()) {
-      lines.back().vmflags = l.substr(2);
+      lines.back().vmflags = WithoutSoftDirty(l.substr(2));
       lines.back().has_flags = true;
     } else if (l.rfind("C ", 0) == 0) {
-      for (const auto& m : lines) out += FormatMapLine(m) + "\n";
-      out += "map_count=" + std::to_string(HexFields(l)[0]);
+      for (const auto& m : lines)
+        if (!initial_.count({m.start, m.end})) out += FormatMapLine(m) + "\n";
+      out += MapCountText(HexFields(l)[0]);
     } else {
       out += l + "\n";
     }
@@ -506,10 +565,11 @@ std::string OracleSession::KernelMaps(uint64_t lo, uint64_t hi) {
   return out;
 }
 
-std::string OracleSession::EngineMaps(uint64_t lo, uint64_t hi) {
+std::string OracleSession::EngineMaps(uint64_t lo, uint64_t hi, bool with_flags) {
   std::string text = engine_->RenderMaps(lo, hi);
   std::map<uint64_t, uint64_t> flags;
-  for (const auto& v : engine_->Maps(lo, hi)) flags[v.start] = v.flags;
+  if (with_flags)
+    for (const auto& v : engine_->Maps(lo, hi)) flags[v.start] = v.flags;
   std::string out;
   std::istringstream in(text);
   std::string l;
@@ -520,6 +580,7 @@ std::string OracleSession::EngineMaps(uint64_t lo, uint64_t hi) {
       out += "unparsable RenderMaps line: " + l + "\n";
       continue;
     }
+    if (initial_.count({m.start, m.end})) continue;
     auto it = flags.find(m.start);
     if (it != flags.end()) {
       m.vmflags = AddressSpace::VmFlagsString(it->second);
@@ -527,11 +588,32 @@ std::string OracleSession::EngineMaps(uint64_t lo, uint64_t hi) {
     }
     out += FormatMapLine(m) + "\n";
   }
-  out += "map_count=" + std::to_string(engine_->Counters().map_count);
+  out += MapCountText(engine_->Counters().map_count);
   return out;
 }
 
+std::string OracleSession::MapCountText(uint64_t count) const {
+  uint64_t own = initial_.size();
+  return "map_count=child" + (count >= own ? "+" + std::to_string(count - own)
+                                           : "-" + std::to_string(own - count));
+}
+
 std::string OracleSession::Validate() { return engine_ ? engine_->Validate() : "no engine"; }
+
+StepResult OracleSession::Maps(uint64_t lo, uint64_t hi, bool with_flags) {
+  StepResult res;
+  res.op = "maps";
+  res.kernel = KernelMaps(lo, hi, with_flags);
+  res.engine = EngineMaps(lo, hi, with_flags);
+  res.kernel_ok = true;
+  Finish(&res);
+  return res;
+}
+
+void OracleSession::Finish(StepResult* res) const {
+  if (!child_->ok()) res->kernel += " [" + child_->error() + "]";
+  res->match = res->kernel == res->engine;
+}
 
 namespace {
 
@@ -614,6 +696,7 @@ StepResult OracleSession::Run(const std::string& raw_line) {
   auto fail = [&](const std::string& why) {
     res.kernel = res.engine = "script error: " + why;
     res.match = false;
+    res.script_error = true;
     return res;
   };
   if (!setup_error_.empty()) return fail("session not started: " + setup_error_);
@@ -787,22 +870,21 @@ StepResult OracleSession::Run(const std::string& raw_line) {
     }
     if (!err.empty()) return fail(err);
     if (!size_ && w.size() == 1) return fail("maps without a region");
-    res.kernel = KernelMaps(lo, hi);
-    res.engine = EngineMaps(lo, hi);
+    res.kernel = KernelMaps(lo, hi, true);
+    res.engine = EngineMaps(lo, hi, true);
     res.kernel_ok = true;
   } else if (op == "count") {
     auto resp = child_->Call("count");
     auto fk = resp.empty() ? std::vector<uint64_t>{} : HexFields(resp[0]);
-    res.kernel = fk.size() == 1 ? "map_count=" + std::to_string(fk[0])
+    res.kernel = fk.size() == 1 ? MapCountText(fk[0])
                                 : (resp.empty() ? "(no answer)" : resp[0]);
     res.kernel_value = fk.empty() ? 0 : fk[0];
     res.kernel_ok = true;
-    res.engine = "map_count=" + std::to_string(engine_->Counters().map_count);
+    res.engine = MapCountText(engine_->Counters().map_count);
   } else {
     return fail("unknown op '" + op + "'");
   }
-  if (!child_->ok()) res.kernel += " [" + child_->error() + "]";
-  res.match = res.kernel == res.engine;
+  Finish(&res);
   if (!bind.empty()) vars_[bind] = res.kernel_ok ? res.kernel_value : 0;
   return res;
 }

@@ -75,6 +75,7 @@ struct StepResult {
   bool kernel_ok = false; // the kernel call succeeded / access did not signal
   uint64_t kernel_value = 0;  // mmap return value, etc.
   uint64_t kernel_si_addr = 0;  // si_addr when the kernel's access ended in a signal
+  bool script_error = false;    // the line was not run (bad syntax, unknown variable)
 };
 
 /// One kernel child + one engine AddressSpace with the child's initial layout
@@ -94,6 +95,10 @@ class OracleSession {
   StepResult Run(const std::string& line);
   /// Runs the engine's invariant check; "" if all hold.
   std::string Validate();
+  /// Compares the VMAs overlapping [lo, hi) as the op "maps LO HI" does; without
+  /// `with_flags` the VmFlags are left out (the kernel reads /proc/self/maps instead
+  /// of the much longer smaps: the random test's cheap check between full ones).
+  StepResult Maps(uint64_t lo, uint64_t hi, bool with_flags);
 
   uint64_t base() const { return base_; }
   uint64_t region_size() const { return size_; }
@@ -104,16 +109,30 @@ class OracleSession {
   /// Whether the kernel maps the shared zero page on anonymous read faults (the
   /// reference kernel does; some builds allocate a page on the read fault instead).
   bool kernel_zero_page() const { return kernel_zero_page_; }
-  /// Initial (pre-existing) VMA ranges of the child.
+  /// The child's THP alignment probe: bit 0 if 2 MiB anonymous mappings are placed
+  /// 2 MiB aligned, bit 1 if 2 MiB + 4 KiB ones are too (Linux 6.7-6.11; the engine
+  /// models only the 6.12+ rule, bit 0).
+  uint64_t kernel_thp_align() const { return kernel_thp_align_; }
+  /// vm.max_map_count of this machine (the engine is configured with it).
+  uint64_t max_map_count() const { return max_map_count_; }
+  /// Initial VMA ranges of the child (its own mappings, the fences and the top-down
+  /// plug; see child/oracle_child.cc). Maps comparisons leave them out.
   const std::set<std::pair<uint64_t, uint64_t>>& initial() const { return initial_; }
+  /// Evaluates an address expression of the op language ("base+0x1000", "$p3-0x2000",
+  /// "NULL", numbers) with the variables bound so far; sets *err if it cannot.
+  uint64_t Eval(const std::string& expr, std::string* err) const;
 
  private:
   struct MapLine;
-  std::string KernelMaps(uint64_t lo, uint64_t hi);
-  std::string EngineMaps(uint64_t lo, uint64_t hi);
-  /// Canonical text of one maps line; pre-existing VMAs of the child by range only.
+  /// Sets res->match (and notes a dead child in res->kernel).
+  void Finish(StepResult* res) const;
+  std::string KernelMaps(uint64_t lo, uint64_t hi, bool with_flags);
+  std::string EngineMaps(uint64_t lo, uint64_t hi, bool with_flags);
+  /// Canonical text of one maps line.
   std::string FormatMapLine(const MapLine& m) const;
-  uint64_t Eval(const std::string& expr, std::string* err) const;
+  /// "map_count=child+N": N VMAs besides the child's initial ones (the same text on
+  /// every machine as long as the child's own VMAs are untouched).
+  std::string MapCountText(uint64_t count) const;
 
   std::unique_ptr<KernelChild> child_;
   std::unique_ptr<FrameAllocator> frames_;
@@ -123,6 +142,8 @@ class OracleSession {
   uint64_t base_ = kRegionBase;
   uint64_t size_ = 0;
   bool kernel_zero_page_ = true;
+  uint64_t kernel_thp_align_ = 1;
+  uint64_t max_map_count_ = kDefaultMaxMapCount;
   std::string setup_error_;
 };
 

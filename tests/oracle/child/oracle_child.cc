@@ -11,11 +11,19 @@
 // change while it runs are the ones the driver asks for.
 //
 // Protocol (numbers in hexadecimal without "0x"; every response ends with a line "."):
-//   start-up            -> "P <personality> <rlimit_stack>", "Z <zero_page>", the whole
-//                          maps as "M <line>" lines, "C <map_count>", "."
+//   start-up            -> "P <personality> <rlimit_stack>", "Z <zero_page>",
+//                          "T <thp_align>", "L <mmap_min_addr>", "K <cap_sys_rawio>",
+//                          the whole maps as "M <line>" lines, "C <map_count>", "."
 //                          (zero_page: 1 if a read fault on untouched private anonymous
 //                          memory maps the shared zero page, i.e. a later write to the
-//                          page faults again; 0 if the read already allocated a page)
+//                          page faults again; 0 if the read already allocated a page;
+//                          thp_align: bit 0 if a non-hinted private anonymous mmap of
+//                          2 MiB is placed 2 MiB aligned, bit 1 the same for 2 MiB + 4
+//                          KiB (Linux 6.7-6.11 aligned every length >= 2 MiB);
+//                          mmap_min_addr: where a hint of 0x1000 is raised to (the
+//                          effective mmap_min_addr, at least 0x1000); cap_sys_rawio: 1
+//                          if the child has CAP_SYS_RAWIO in its effective set)
+//                          Or "X <reason>" if the start-up layout is not usable.
 //   mmap A L P F O      -> "R <ret>" or "E <errno>"      (fd is always -1)
 //   munmap A L          -> "R <ret>" or "E <errno>"
 //   mprotect A L P      -> "R <ret>" or "E <errno>"
@@ -38,6 +46,17 @@
 // only faults on the target pages are counted.
 // map_count is the number of lines of /proc/self/maps without [vsyscall], which is
 // not a VMA (it equals mm->map_count).
+//
+// The top-down plug: before the start-up report the child fills every free address
+// in [kPlugFloor, kMmapBase) with PROT_NONE MAP_SHARED|MAP_ANONYMOUS placeholders, so
+// that the top-down search of every non-fixed mmap starts at kPlugFloor, below a
+// layout that is the same on every machine: the child's own mappings near mmap_base
+// (its binary, .bss, vvar, vdso) differ in size and number between builds and
+// kernels, and placements among them would differ too. The lowest placeholder is
+// [kPlugFloor, kPlugFloor + 1 MiB) on every machine (so a MAP_FIXED just above the
+// highest placement splits a VMA of a fixed size); the rest are MAP_NORESERVE (not
+// charged to overcommit). Nothing of the child may lie in the kTopDownWindow below
+// kPlugFloor.
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -68,6 +87,12 @@ constexpr uint64_t kScratchBase = 0x100000000000ull;  // 16 TiB: free with ASLR 
 constexpr uint64_t kScratchSize = 2ull << 20;
 constexpr uint64_t kScratchRegs = kScratchBase + (1ull << 20) + 0x800;
 constexpr uint64_t kScratchStack = kScratchBase + (2ull << 20) - 0x10000;
+
+// ---- top-down plug (see the header comment) ------------------------------------
+constexpr uint64_t kMmapBase = 0x7ffff7fff000ull;   // ASLR off, 8 MiB stack rlimit
+constexpr uint64_t kPlugFloor = 0x7fffe0000000ull;  // 2 MiB aligned, ~384 MiB below
+constexpr uint64_t kPlugFloorSize = 1ull << 20;
+constexpr uint64_t kTopDownWindow = 16ull << 30;
 
 extern "C" void oracle_exec_probe_jump(uint64_t target, uint64_t regs, uint64_t rsp);
 asm(R"(
@@ -478,6 +503,82 @@ void FenceAnonymousVmas() {
   }
 }
 
+long Mmap(uint64_t a, uint64_t l, int prot, int flags) {
+  return syscall(SYS_mmap, a, l, prot, flags, -1L, 0L);
+}
+
+// Maps the top-down plug; returns null, or why the layout is not usable.
+const char* PlugTopDown() {
+  static uint64_t ranges[128][2];
+  size_t n = 0;
+  ForEachLine("/proc/self/maps", [&](const char* l) {
+    if (!IsHeader(l) || n == 128) return;
+    const char* p = l;
+    ranges[n][0] = Hex(&p);
+    if (*p == '-') p++;
+    ranges[n][1] = Hex(&p);
+    n++;
+  });
+  if (n == 128) return "more than 127 VMAs at start-up";
+  const uint64_t lo = kPlugFloor - kTopDownWindow, hi = kPlugFloor + kPlugFloorSize;
+  for (size_t i = 0; i < n; i++)
+    if (ranges[i][1] > lo && ranges[i][0] < hi)
+      return "a VMA of the child lies in the top-down test window below the plug";
+  const int none_shared = MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
+  if (Mmap(kPlugFloor, kPlugFloorSize, PROT_NONE, none_shared) != static_cast<long>(kPlugFloor))
+    return "cannot map the plug floor";
+  uint64_t cursor = hi;
+  for (size_t i = 0; i <= n && cursor < kMmapBase; i++) {
+    uint64_t s = i < n ? ranges[i][0] : kMmapBase, e = i < n ? ranges[i][1] : kMmapBase;
+    if (e <= cursor) continue;
+    if (s > kMmapBase) s = kMmapBase;
+    if (s > cursor &&
+        Mmap(cursor, s - cursor, PROT_NONE, none_shared | MAP_NORESERVE) != static_cast<long>(cursor))
+      return "cannot map the plug";
+    if (e > cursor) cursor = e;
+  }
+  return nullptr;
+}
+
+// THP alignment of non-hinted private anonymous mmaps (see the protocol). Runs with
+// the plug in place: the probes land just below kPlugFloor and are unmapped again.
+uint64_t ThpAlignProbe() {
+  const int priv = MAP_PRIVATE | MAP_ANONYMOUS;
+  const uint64_t pmd = 2ull << 20;
+  long a = Mmap(0, 4096, PROT_NONE, priv);  // so that an unaligned placement shows
+  long b = Mmap(0, pmd, PROT_NONE, priv);
+  long c = Mmap(0, pmd + 4096, PROT_NONE, priv);
+  uint64_t r = 0;
+  if (b != -1 && (static_cast<uint64_t>(b) & (pmd - 1)) == 0) r |= 1;
+  if (c != -1 && (static_cast<uint64_t>(c) & (pmd - 1)) == 0) r |= 2;
+  if (a != -1) syscall(SYS_munmap, a, 4096);
+  if (b != -1) syscall(SYS_munmap, b, pmd);
+  if (c != -1) syscall(SYS_munmap, c, pmd + 4096);
+  return r;
+}
+
+// The effective mmap_min_addr: a non-fixed hint below it is raised to it
+// (round_hint_to_min); low memory is free in this static PIE.
+uint64_t MmapMinAddrProbe() {
+  long r = Mmap(0x1000, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS);
+  if (r == -1) return 0;
+  syscall(SYS_munmap, r, 4096);
+  return static_cast<uint64_t>(r);
+}
+
+// 1 if CAP_SYS_RAWIO is in the effective set (MAP_FIXED below vm.mmap_min_addr).
+uint64_t CapSysRawio() {
+  struct {
+    uint32_t version;
+    int pid;
+  } hdr = {0x20080522, 0};  // _LINUX_CAPABILITY_VERSION_3
+  struct {
+    uint32_t effective, permitted, inheritable;
+  } data[2] = {};
+  if (syscall(SYS_capget, &hdr, data) != 0) return 0;
+  return (data[0].effective >> 17) & 1;  // CAP_SYS_RAWIO
+}
+
 // 1 if this kernel maps the zero page for anonymous read faults (see the protocol).
 uint64_t ZeroPageProbe() {
   const uint64_t a = kScratchBase + 0x1000000;
@@ -521,6 +622,14 @@ int main() {
   Puts("");
   g_outlen = 0;
 
+  FenceAnonymousVmas();
+  if (const char* why = PlugTopDown()) {
+    Puts("X ");
+    Puts(why);
+    Puts("\n");
+    End();
+    return 2;
+  }
   struct rlimit rl {};
   getrlimit(RLIMIT_STACK, &rl);
   Puts("P ");
@@ -528,10 +637,13 @@ int main() {
   Puts(" ");
   PutHex(rl.rlim_cur);
   Puts("\n");
-  Puts("Z ");
-  PutHex(ZeroPageProbe());
-  Puts("\n");
-  FenceAnonymousVmas();
+  const char* tags[] = {"Z ", "T ", "L ", "K "};
+  const uint64_t probes[] = {ZeroPageProbe(), ThpAlignProbe(), MmapMinAddrProbe(), CapSysRawio()};
+  for (int i = 0; i < 4; i++) {
+    Puts(tags[i]);
+    PutHex(probes[i]);
+    Puts("\n");
+  }
   DoMaps(0, ~0ull, false);
   End();
 
