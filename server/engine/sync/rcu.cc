@@ -13,6 +13,13 @@ void RegisterSlow() {
 }
 }  // namespace rcu_internal
 
+void SynchronizeRcu() {
+  urcu_memb_synchronize_rcu();
+#if defined(__SANITIZE_THREAD__)
+  __tsan_acquire(&rcu_internal::gp_token);
+#endif
+}
+
 void RcuBarrier() {
   urcu_memb_barrier();
 #if defined(__SANITIZE_THREAD__)

@@ -64,6 +64,8 @@ inline void RcuCallbackBegin(struct rcu_head* head) {
   (void)head;
 #endif
 }
+/// Waits for a grace period (synchronize_rcu). Must not be called in a read section.
+void SynchronizeRcu();
 /// Waits until every callback queued so far has run (rcu_barrier). Also declared in
 /// the public engine/address_space.h.
 void RcuBarrier();
