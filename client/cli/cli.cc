@@ -487,6 +487,17 @@ int CmdPing(Ctx& c) {
   return kExitOk;
 }
 
+int CmdHealth(Ctx& c) {
+  const std::string service = c.args.Get("service", "vmspace.v1.VmSpace");
+  Client cl(c.client);
+  auto r = cl.CheckHealth(service);
+  if (!r.ok()) return Fail(c, r.error());
+  const bool serving = r.value() == "SERVING";
+  if (c.json) c.out << Json{{"service", service}, {"status", r.value()}, {"serving", serving}}.dump() << "\n";
+  else c.out << r.value() << "\n";
+  return serving ? kExitOk : kExitFailed;
+}
+
 // ---- bench stress ----
 
 /// Prints progress lines on `err` every 2 s while a run lasts.
@@ -1322,6 +1333,10 @@ const std::vector<Command>& Commands() {
         {"end", "ADDR", "0 = no limit"}, {"count", "", "also print the space's map_count"}},
        CmdMaps},
       {"ping", "", "check that the daemon answers", {}, CmdPing},
+      {"health", "[--service NAME]",
+       "gRPC health check (grpc.health.v1.Health/Check); exit 0 only if SERVING (container HEALTHCHECK)",
+       {{"service", "NAME", "service to check (default vmspace.v1.VmSpace; \"\" = the whole server)"}},
+       CmdHealth},
       {"bench stress", "[options]",
        "the seed-004 mmap/munmap stress, compared with the kernel (native run in a forked child)",
        {{"rounds", "N", "rounds per client (default 100000)"},

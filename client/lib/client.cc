@@ -5,6 +5,7 @@
 
 #include "engine/types.h"
 #include "google/rpc/status.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace vmspace::client {
 
@@ -237,6 +238,19 @@ Result<Unit> Client::Ping() {
   v1::PingResponse resp;
   VMSPACE_CALL(Ping, req, resp);
   return Unit{};
+}
+
+Result<std::string> Client::CheckHealth(const std::string& service) {
+  namespace health = ::grpc::health::v1;
+  health::HealthCheckRequest req;
+  req.set_service(service);
+  health::HealthCheckResponse resp;
+  auto health_stub = health::Health::NewStub(channel_);
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  grpc::Status st = health_stub->Check(&ctx, req, &resp);
+  if (!st.ok()) return DecodeStatus(st);
+  return health::HealthCheckResponse::ServingStatus_Name(resp.status());
 }
 
 #undef VMSPACE_CALL

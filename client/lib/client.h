@@ -133,6 +133,10 @@ class Client {
   /// "custom"), or of all profiles summed ("").
   Result<v1::GetLockStatsResponse> GetLockStats(const std::string& locking_profile = "");
   Result<Unit> Ping();
+  /// grpc.health.v1.Health/Check of `service` ("" = the server as a whole): the serving
+  /// status's name, "SERVING" or "NOT_SERVING" (a draining daemon). An unknown service
+  /// is an Error with code NOT_FOUND; an unreachable daemon UNAVAILABLE.
+  Result<std::string> CheckHealth(const std::string& service = "vmspace.v1.VmSpace");
   /// Opens a Batch stream with the stream deadline.
   std::unique_ptr<BatchStream> OpenBatch();
 
