@@ -39,6 +39,7 @@ KUBECTL_DIR=/opt/vmspace-tools/kubernetes-client
 if ! dpkg-query -W -f='${Status}' kubernetes-client 2>/dev/null | grep -q "install ok installed" &&
    [ ! -x "$KUBECTL_DIR/usr/bin/kubectl" ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
   if ! dpkg-query -S /usr/bin/kubectl >/dev/null 2>&1; then
     echo "install-deps: installing kubernetes-client" >&2
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends kubernetes-client
