@@ -13,8 +13,12 @@ PKGS=(
   libcli11-dev         # the CLI's option parsing, help and subcommands (header-only)
   golang-github-gogo-googleapis-dev  # google/rpc/status.proto (standard gRPC error details)
   gnuplot-nox          # SVG charts of `vmspace bench ... --plot` (run as a subprocess)
-  prometheus           # promtool, used by the metrics test
+  prometheus           # promtool (metrics and rules tests) and the server of the Prometheus end-to-end test
   curl
+  python3-grpcio python3-protobuf  # the Python client (client/python) and its test, run with /usr/bin/python3
+  python3-yaml         # the deploy tests read compose, rule and manifest files
+  docker-compose       # `docker-compose config` validates deploy/compose.yaml (no engine needed)
+  python3-kubernetes   # offline schema of the Kubernetes API objects in deploy/k8s
 )
 missing=()
 for p in "${PKGS[@]}"; do
@@ -25,4 +29,25 @@ if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Debian's kubectl (package kubernetes-client, kubectl 1.20 with kustomize) builds the
+# manifests in deploy/k8s. Where another package already owns /usr/bin/kubectl (Google's
+# `kubectl`), the two cannot both be installed: unpack Debian's into KUBECTL_DIR instead,
+# so the test always runs the same kubectl. deploy/tests/validate_deploy.py finds either.
+KUBECTL_DIR=/opt/vmspace-tools/kubernetes-client
+if ! dpkg-query -W -f='${Status}' kubernetes-client 2>/dev/null | grep -q "install ok installed" &&
+   [ ! -x "$KUBECTL_DIR/usr/bin/kubectl" ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
+  if ! dpkg-query -S /usr/bin/kubectl >/dev/null 2>&1; then
+    echo "install-deps: installing kubernetes-client" >&2
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends kubernetes-client
+  else
+    echo "install-deps: /usr/bin/kubectl belongs to $(dpkg-query -S /usr/bin/kubectl | cut -d: -f1); unpacking Debian's kubernetes-client into $KUBECTL_DIR" >&2
+    tmp=$(mktemp -d) && chmod 755 "$tmp"  # apt downloads as user _apt
+    (cd "$tmp" && apt-get download kubernetes-client >/dev/null) &&
+      $SUDO mkdir -p "$KUBECTL_DIR" && $SUDO dpkg-deb -x "$tmp"/kubernetes-client_*.deb "$KUBECTL_DIR"
+    rm -rf "$tmp"
+  fi
 fi

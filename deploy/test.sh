@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds vmspace and runs every test stage, even when an earlier one fails:
 #   release        the Release build and its whole ctest suite (engine, kernel oracle,
-#                  daemon/service, client, benchmark smoke runs)
+#                  daemon/service, three-daemon sharding, client, Python client,
+#                  benchmark smoke runs, deploy: promtool rule tests, compose/Dockerfile/
+#                  Kubernetes validation, a real Prometheus scraping a real vmspaced)
 #   asan           the engine and its tests under AddressSanitizer + UBSan, with the
 #                  lock-order checker and the frame-state checker (VMSPACE_LOCKDEP)
 #   tsan           the engine and its tests under ThreadSanitizer

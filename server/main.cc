@@ -40,6 +40,7 @@
 // FaultInfo::si_addr() accessor if it comes first.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #ifndef VMSPACE_VERSION
 #define VMSPACE_VERSION "unknown"
@@ -64,6 +65,10 @@ ABSL_FLAG(std::string, locking_profile, "linux-6.6",
           "Locking profile of spaces created without one: linux-6.0|linux-6.1|linux-6.4|"
           "linux-6.6, optionally with overrides such as \"linux-6.4,vma_lock=off\"");
 ABSL_FLAG(bool, reflection, true, "Serve gRPC server reflection (v1alpha)");
+ABSL_FLAG(std::string, shard, "0",
+          "This daemon's shard among several, 0..8191: the high bits of its space ids "
+          "(id = shard << 40 | n). \"hostname\": the number ending the host name, as a "
+          "StatefulSet pod's ordinal (vmspaced-2 -> 2)");
 
 namespace {
 
@@ -94,6 +99,35 @@ std::vector<char*> DashesToUnderscores(int argc, char** argv, std::vector<std::s
   }
   out.push_back(nullptr);
   return out;
+}
+
+/// --shard: a number, or "hostname" (the digits after the host name's last '-').
+/// Returns false with *err set if the value is not one.
+bool ParseShard(const std::string& v, uint32_t* shard, std::string* err) {
+  std::string digits = v;
+  if (v == "hostname") {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0) {
+      *err = "gethostname failed";
+      return false;
+    }
+    const std::string h = host;
+    const size_t dash = h.rfind('-');
+    digits = dash == std::string::npos ? "" : h.substr(dash + 1);
+    if (digits.empty()) {
+      *err = "host name '" + h + "' does not end in -N";
+      return false;
+    }
+  }
+  uint64_t n = 0;
+  if (digits.empty() || digits.size() > 5 ||
+      digits.find_first_not_of("0123456789") != std::string::npos ||
+      (n = std::stoull(digits)) > vmspace::rpc::kMaxShard) {
+    *err = "'" + digits + "' is not a shard number 0..8191";
+    return false;
+  }
+  *shard = static_cast<uint32_t>(n);
+  return true;
 }
 
 int Fail(const std::string& msg) {
@@ -137,6 +171,12 @@ int main(int argc, char** argv) {
       return Fail("--locking-profile: " + err);
   }
   const uint64_t max_spaces = absl::GetFlag(FLAGS_max_spaces);
+  uint32_t shard = 0;
+  {
+    std::string err;
+    if (!ParseShard(absl::GetFlag(FLAGS_shard), &shard, &err)) return Fail("--shard: " + err);
+  }
+  options.version = VMSPACE_VERSION;
   const int64_t grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
   if (grace_ms < 0) return Fail("--shutdown-grace-ms must be >= 0");
 
@@ -150,7 +190,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   vmspace::FrameAllocator frames(absl::GetFlag(FLAGS_max_frame_bytes));
-  vmspace::rpc::SpaceRegistry registry(frames, max_spaces);
+  vmspace::rpc::SpaceRegistry registry(frames, max_spaces, shard);
   vmspace::rpc::VmSpaceService service(registry, options);
 
   // Metrics first: a busy metrics port then fails before gRPC accepts anything.
@@ -201,9 +241,9 @@ int main(int argc, char** argv) {
           grpc_port, metrics_addr.c_str());
   fflush(stderr);
   Logf(LogLevel::kInfo,
-       "version %s, max-spaces=%llu max-frame-bytes=%llu max-io-bytes=%llu max-batch=%llu "
+       "version %s, shard=%u, max-spaces=%llu max-frame-bytes=%llu max-io-bytes=%llu max-batch=%llu "
        "max-message-bytes=%llu lock-stats=%s locking-profile=%s",
-       VMSPACE_VERSION, static_cast<unsigned long long>(max_spaces),
+       VMSPACE_VERSION, shard, static_cast<unsigned long long>(max_spaces),
        static_cast<unsigned long long>(frames.limit_bytes()),
        static_cast<unsigned long long>(options.max_io_bytes),
        static_cast<unsigned long long>(options.max_batch),

@@ -142,7 +142,8 @@ struct Command {
 
 const std::vector<OptionSpec>& GlobalOptions() {
   static const std::vector<OptionSpec> opts = {
-      {"target", "HOST:PORT", "vmspaced address (default 127.0.0.1:50051)"},
+      {"target", "HOST:PORT", "vmspaced address (default 127.0.0.1:50051); several daemons (shards): A,B,C or "
+                              "shards:NAME:PORT (every address of NAME); calls go to the daemon of their space id"},
       {"timeout", "SECONDS", "deadline of each call (default 10)"},
       {"json", "", "print one JSON object instead of text"},
   };
@@ -254,7 +255,7 @@ int CmdCreate(Ctx& c) {
   if (c.args.Has("cap-sys-rawio")) s.set_cap_sys_rawio(c.args.Flag("cap-sys-rawio"));
   s.set_locking_profile(c.args.Get("locking-profile"));
   Client cl(c.client);
-  auto r = cl.CreateSpace(s, c.args.Get("label"));
+  auto r = cl.CreateSpace(s, c.args.Get("label"), c.args.Get("placement-key"));
   if (!r.ok()) return Fail(c, r.error());
   if (c.json) c.out << Json{{"space_id", r.value()}}.dump() << "\n";
   else c.out << r.value() << "\n";
@@ -279,6 +280,7 @@ int CmdList(Ctx& c) {
     Json arr = Json::array();
     for (const v1::SpaceInfo& s : r.value()) {
       Json sj = {{"space_id", s.space_id()},
+                     {"shard", client::ShardOfSpace(s.space_id())},
                      {"label", s.label()},
                      {"map_count", s.map_count()},
                      {"total_vm_bytes", s.total_vm_bytes()},
@@ -291,12 +293,12 @@ int CmdList(Ctx& c) {
     return kExitOk;
   }
   char line[256];
-  snprintf(line, sizeof line, "%8s %10s %12s %12s %10s  %-12s %s\n", "ID", "MAPS", "VM", "RSS",
+  snprintf(line, sizeof line, "%16s %5s %10s %12s %12s %10s  %-12s %s\n", "ID", "SHARD", "MAPS", "VM", "RSS",
            "PGTABLE", "PROFILE", "LABEL");
   c.out << line;
   for (const v1::SpaceInfo& s : r.value()) {
-    snprintf(line, sizeof line, "%8llu %10llu %12s %12s %10s  %-12s %s\n",
-             static_cast<unsigned long long>(s.space_id()),
+    snprintf(line, sizeof line, "%16llu %5u %10llu %12s %12s %10s  %-12s %s\n",
+             static_cast<unsigned long long>(s.space_id()), client::ShardOfSpace(s.space_id()),
              static_cast<unsigned long long>(s.map_count()), HumanBytes(s.total_vm_bytes()).c_str(),
              HumanBytes(s.rss_bytes()).c_str(), HumanBytes(s.pgtable_bytes()).c_str(),
              s.locking_profile().empty() ? "-" : s.locking_profile().c_str(), s.label().c_str());
@@ -485,6 +487,17 @@ int CmdPing(Ctx& c) {
   if (c.json) c.out << Json{{"ok", true}, {"latency_us", us}}.dump() << "\n";
   else c.out << "ok (" << std::fixed << std::setprecision(0) << us << " us)\n";
   return kExitOk;
+}
+
+int CmdHealth(Ctx& c) {
+  const std::string service = c.args.Get("service", "vmspace.v1.VmSpace");
+  Client cl(c.client);
+  auto r = cl.CheckHealth(service);
+  if (!r.ok()) return Fail(c, r.error());
+  const bool serving = r.value() == "SERVING";
+  if (c.json) c.out << Json{{"service", service}, {"status", r.value()}, {"serving", serving}}.dump() << "\n";
+  else c.out << r.value() << "\n";
+  return serving ? kExitOk : kExitFailed;
 }
 
 // ---- bench stress ----
@@ -1237,7 +1250,8 @@ const std::vector<Command>& Commands() {
         {"mmap-min-addr", "ADDR", "effective mmap_min_addr (default 65536)"},
         {"dac-mmap-min-addr", "ADDR", "MAP_FIXED minimum without CAP_SYS_RAWIO (default 4096)"},
         {"cap-sys-rawio", "", "the caller has CAP_SYS_RAWIO"},
-        {"locking-profile", "NAME", "locking profile (\"\" = daemon default)"}},
+        {"locking-profile", "NAME", "locking profile (\"\" = daemon default)"},
+        {"placement-key", "KEY", "several daemons: place by hash of KEY (default: the daemon with the fewest spaces)"}},
        CmdCreate},
       {"destroy", "SPACE", "destroy a space and free its frames", {{"space", "ID", "the space"}}, CmdDestroy},
       {"list", "", "list spaces with their counters", {}, CmdList},
@@ -1280,6 +1294,10 @@ const std::vector<Command>& Commands() {
         {"end", "ADDR", "0 = no limit"}, {"count", "", "also print the space's map_count"}},
        CmdMaps},
       {"ping", "", "check that the daemon answers", {}, CmdPing},
+      {"health", "[--service NAME]",
+       "gRPC health check (grpc.health.v1.Health/Check); exit 0 only if SERVING (container HEALTHCHECK)",
+       {{"service", "NAME", "service to check (default vmspace.v1.VmSpace; \"\" = the whole server)"}},
+       CmdHealth},
       {"bench stress", "[options]",
        "the seed-004 mmap/munmap stress, compared with the kernel (native run in a forked child)",
        {{"rounds", "N", "rounds per client (default 100000)"},

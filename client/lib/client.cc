@@ -1,10 +1,21 @@
 #include "lib/client.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
+
 #include <absl/status/status.h>
+#include <absl/strings/str_split.h>
+#include <absl/strings/strip.h>
 #include <grpcpp/support/error_details.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
 
 #include "engine/types.h"
 #include "google/rpc/status.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace vmspace::client {
 
@@ -52,60 +63,323 @@ std::optional<Error> DecodeOpResult(const v1::OpResult& r) {
   return e;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const ClientOptions& opts) {
+Result<std::vector<std::string>> ParseTargets(const std::string& target) {
+  auto invalid = [&](const std::string& why) {
+    Error e;
+    e.code = grpc::StatusCode::INVALID_ARGUMENT;
+    e.message = "target '" + target + "': " + why;
+    return e;
+  };
+  std::vector<std::string> out;
+  if (absl::string_view rest = target; absl::ConsumePrefix(&rest, "shards:")) {
+    const size_t colon = rest.rfind(':');
+    if (colon == absl::string_view::npos || colon == 0) return invalid("want shards:NAME:PORT");
+    const std::string host(rest.substr(0, colon)), port(rest.substr(colon + 1));
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+      Error e;
+      e.code = grpc::StatusCode::UNAVAILABLE;
+      e.message = "cannot resolve " + host + ": " + gai_strerror(rc);
+      return e;
+    }
+    for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+      char ip[INET6_ADDRSTRLEN] = {};
+      const bool v6 = a->ai_family == AF_INET6;
+      const void* src = v6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr)
+                           : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr);
+      inet_ntop(a->ai_family, src, ip, sizeof ip);
+      std::string t = v6 ? "ipv6:[" + std::string(ip) + "]:" + port : "ipv4:" + std::string(ip) + ":" + port;
+      if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+    }
+    freeaddrinfo(res);
+  } else {
+    for (absl::string_view part : absl::StrSplit(target, ',')) {
+      part = absl::StripAsciiWhitespace(part);
+      if (part.empty()) return invalid("empty target in the list");
+      out.emplace_back(part);
+    }
+  }
+  if (out.empty()) return invalid("no daemon");
+  return out;
+}
+
+namespace {
+
+std::shared_ptr<grpc::Channel> MakeChannelTo(const std::string& target, const ClientOptions& opts) {
   grpc::ChannelArguments args;
   if (opts.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   // Batch messages may be large (up to --max-batch ops, --max-io-bytes reads).
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(opts.target, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
+
+/// The space id of the first op of a batch that names one (0 if none): the field
+/// "space_id" of whichever Op message is set.
+uint64_t FirstSpaceId(const v1::BatchRequest& req) {
+  for (const v1::Op& op : req.ops()) {
+    const google::protobuf::Reflection* refl = op.GetReflection();
+    const google::protobuf::FieldDescriptor* set = refl->GetOneofFieldDescriptor(op, op.GetDescriptor()->oneof_decl(0));
+    if (set == nullptr) continue;
+    const google::protobuf::Message& m = refl->GetMessage(op, set);
+    if (const auto* id = m.GetDescriptor()->FindFieldByName("space_id")) return m.GetReflection()->GetUInt64(m, id);
+  }
+  return 0;
+}
+
+uint64_t Fnv1a64(const std::string& s) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+/// Ties of the least-spaces placement, shared by every Client of the process.
+std::atomic<uint64_t> g_placement_round_robin{0};
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> MakeChannel(const ClientOptions& opts) { return MakeChannelTo(opts.target, opts); }
+
+/// One daemon: its target, channel, stub and (once known) shard.
+struct Client::Backend {
+  std::string target;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::VmSpace::Stub> stub;
+  int64_t shard = -1;  // from GetServerInfo; guarded by Client::mu_
+};
 
 BatchStream::BatchStream(v1::VmSpace::Stub& stub, std::chrono::milliseconds timeout) {
   ctx_.set_deadline(std::chrono::system_clock::now() + timeout);
-  rw_ = stub.Batch(&ctx_);
+  std::lock_guard lk(mu_);
+  Open(stub);
+}
+
+BatchStream::BatchStream(Client& client, std::chrono::milliseconds timeout) : client_(&client) {
+  ctx_.set_deadline(std::chrono::system_clock::now() + timeout);
 }
 
 BatchStream::~BatchStream() {
   if (rw_ && !writes_done_) ctx_.TryCancel();
 }
 
-bool BatchStream::Write(const v1::BatchRequest& req) { return rw_->Write(req); }
-bool BatchStream::Read(v1::BatchResponse* resp) { return rw_->Read(resp); }
-void BatchStream::WritesDone() {
-  if (!writes_done_) {
-    writes_done_ = true;
-    rw_->WritesDone();
-  }
+void BatchStream::Open(v1::VmSpace::Stub& stub) {
+  rw_ = stub.Batch(&ctx_);
+  cv_.notify_all();
 }
-grpc::Status BatchStream::Finish() {
+
+grpc::ClientReaderWriter<v1::BatchRequest, v1::BatchResponse>* BatchStream::Wait() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return rw_ != nullptr || closed_; });
+  return rw_.get();
+}
+
+bool BatchStream::Write(const v1::BatchRequest& req) {
+  {
+    std::lock_guard lk(mu_);
+    if (!rw_) {
+      if (closed_ || client_ == nullptr) return false;
+      Result<Client::Backend*> b = client_->Route(FirstSpaceId(req));
+      if (!b.ok()) {
+        failure_ = grpc::Status(b.error().code, b.error().message);
+        closed_ = true;
+        cv_.notify_all();
+        return false;
+      }
+      Open(*b.value()->stub);
+    }
+  }
+  return rw_->Write(req);
+}
+
+bool BatchStream::Read(v1::BatchResponse* resp) {
+  auto* rw = Wait();
+  return rw != nullptr && rw->Read(resp);
+}
+
+void BatchStream::WritesDone() {
+  std::unique_lock lk(mu_);
+  if (writes_done_) return;
   writes_done_ = true;
+  if (!rw_) {
+    closed_ = true;
+    cv_.notify_all();
+    return;
+  }
+  lk.unlock();
+  rw_->WritesDone();
+}
+
+grpc::Status BatchStream::Finish() {
+  std::unique_lock lk(mu_);
+  writes_done_ = true;
+  if (!rw_) {
+    closed_ = true;
+    cv_.notify_all();
+    return failure_;
+  }
+  lk.unlock();
   return rw_->Finish();
 }
 
-Client::Client(ClientOptions opts)
-    : Client(MakeChannel(opts), opts) {}
+void BatchStream::Cancel() {
+  {
+    std::lock_guard lk(mu_);
+    if (!rw_) closed_ = true;
+    cv_.notify_all();
+  }
+  ctx_.TryCancel();
+}
 
-Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions opts)
-    : opts_(std::move(opts)), channel_(std::move(channel)),
-      stub_(v1::VmSpace::NewStub(channel_)) {}
+Client::Client(ClientOptions opts) : opts_(std::move(opts)) {
+  Result<std::vector<std::string>> targets = ParseTargets(opts_.target);
+  if (!targets.ok()) {
+    setup_error_ = targets.error();
+    targets = std::vector<std::string>{opts_.target};  // (never called: setup_error_ answers)
+  }
+  sharded_ = targets.value().size() > 1 || absl::StartsWith(opts_.target, "shards:");
+  for (const std::string& t : targets.value()) {
+    auto b = std::make_unique<Backend>();
+    b->target = t;
+    b->channel = MakeChannelTo(t, opts_);
+    b->stub = v1::VmSpace::NewStub(b->channel);
+    backends_.push_back(std::move(b));
+  }
+}
+
+Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions opts) : opts_(std::move(opts)) {
+  auto b = std::make_unique<Backend>();
+  b->target = opts_.target;
+  b->channel = std::move(channel);
+  b->stub = v1::VmSpace::NewStub(b->channel);
+  backends_.push_back(std::move(b));
+}
+
+Client::~Client() = default;
+
+v1::VmSpace::Stub& Client::stub() { return *backends_.front()->stub; }
+
+std::vector<std::string> Client::targets() const {
+  std::vector<std::string> out;
+  for (const auto& b : backends_) out.push_back(b->target);
+  return out;
+}
 
 void Client::Prepare(grpc::ClientContext* ctx) const {
   ctx->set_deadline(std::chrono::system_clock::now() + opts_.timeout);
 }
 
-#define VMSPACE_CALL(Method, req, resp)        \
-  grpc::ClientContext ctx;                     \
-  Prepare(&ctx);                               \
-  grpc::Status st = stub_->Method(&ctx, req, &resp); \
-  if (!st.ok()) return DecodeStatus(st)
+Error Client::Tagged(const Backend& b, Error e) const {
+  if (sharded_) e.message = b.target + ": " + e.message;
+  return e;
+}
 
-Result<uint64_t> Client::CreateSpace(const v1::SpaceSettings& settings, const std::string& label) {
+Result<v1::GetServerInfoResponse> Client::Info(Backend& b) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  v1::GetServerInfoResponse resp;
+  grpc::Status st = b.stub->GetServerInfo(&ctx, v1::GetServerInfoRequest{}, &resp);
+  if (!st.ok()) return Tagged(b, DecodeStatus(st));
+  std::lock_guard lk(mu_);
+  b.shard = resp.shard();
+  return resp;
+}
+
+void Client::DiscoverLocked() {
+  for (auto& b : backends_) {
+    if (b->shard >= 0) continue;
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::GetServerInfoResponse resp;
+    if (b->stub->GetServerInfo(&ctx, v1::GetServerInfoRequest{}, &resp).ok()) b->shard = resp.shard();
+  }
+}
+
+Result<Client::Backend*> Client::Route(uint64_t space_id) {
+  if (setup_error_) return *setup_error_;
+  if (!sharded_) return backends_.front().get();
+  const int64_t shard = ShardOfSpace(space_id);
+  std::lock_guard lk(mu_);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    Backend* found = nullptr;
+    for (auto& b : backends_) {
+      if (b->shard != shard) continue;
+      if (found != nullptr) {
+        Error e;
+        e.code = grpc::StatusCode::FAILED_PRECONDITION;
+        e.message = found->target + " and " + b->target + " both serve shard " + std::to_string(shard) +
+                    ": give every daemon its own --shard";
+        return e;
+      }
+      found = b.get();
+    }
+    if (found != nullptr) return found;
+    if (attempt == 0) DiscoverLocked();
+  }
+  Error e;
+  e.code = grpc::StatusCode::UNAVAILABLE;
+  e.message = "space " + std::to_string(space_id) + ": no daemon of shard " + std::to_string(shard) +
+              " answers (targets " + opts_.target + ")";
+  return e;
+}
+
+// One unary call on the daemon of `space` (the request's space id).
+#define VMSPACE_CALL(Method, space, req, resp)                         \
+  Result<Backend*> route = Route(space);                              \
+  if (!route.ok()) return route.error();                              \
+  grpc::ClientContext ctx;                                            \
+  Prepare(&ctx);                                                      \
+  grpc::Status st = route.value()->stub->Method(&ctx, req, &resp);    \
+  if (!st.ok()) return Tagged(*route.value(), DecodeStatus(st))
+
+Result<uint64_t> Client::CreateSpace(const v1::SpaceSettings& settings, const std::string& label,
+                                     const std::string& placement_key) {
   v1::CreateSpaceRequest req;
   *req.mutable_settings() = settings;
   req.set_label(label);
   v1::CreateSpaceResponse resp;
-  VMSPACE_CALL(CreateSpace, req, resp);
+  if (setup_error_) return *setup_error_;
+  Backend* target = backends_.front().get();
+  if (sharded_) {
+    // Placement (see client.h): every daemon's count, then the key's hash or the least.
+    struct Candidate {
+      Backend* b;
+      v1::GetServerInfoResponse info;
+    };
+    std::vector<Candidate> up;
+    std::optional<Error> first_error;
+    for (auto& b : backends_) {
+      Result<v1::GetServerInfoResponse> info = Info(*b);
+      if (info.ok()) up.push_back({b.get(), info.value()});
+      else if (!first_error) first_error = info.error();
+    }
+    if (up.empty()) {
+      Error e = *first_error;
+      e.message = "CreateSpace: no daemon answers (" + e.message + ")";
+      return e;
+    }
+    if (!placement_key.empty()) {
+      std::sort(up.begin(), up.end(), [](const Candidate& x, const Candidate& y) { return x.info.shard() < y.info.shard(); });
+      target = up[Fnv1a64(placement_key) % up.size()].b;
+    } else {
+      std::vector<Candidate> room;
+      for (const Candidate& c : up)
+        if (c.info.spaces() < c.info.max_spaces()) room.push_back(c);
+      if (room.empty()) room = up;  // all full: the daemon says RESOURCE_EXHAUSTED
+      uint64_t least = room.front().info.spaces();
+      for (const Candidate& c : room) least = std::min<uint64_t>(least, c.info.spaces());
+      std::vector<Backend*> ties;
+      for (const Candidate& c : room)
+        if (c.info.spaces() == least) ties.push_back(c.b);
+      target = ties[g_placement_round_robin.fetch_add(1, std::memory_order_relaxed) % ties.size()];
+    }
+  }
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  grpc::Status st = target->stub->CreateSpace(&ctx, req, &resp);
+  if (!st.ok()) return Tagged(*target, DecodeStatus(st));
   return resp.space_id();
 }
 
@@ -113,15 +387,23 @@ Result<Unit> Client::DestroySpace(uint64_t space_id) {
   v1::DestroySpaceRequest req;
   req.set_space_id(space_id);
   v1::DestroySpaceResponse resp;
-  VMSPACE_CALL(DestroySpace, req, resp);
+  VMSPACE_CALL(DestroySpace, space_id, req, resp);
   return Unit{};
 }
 
 Result<std::vector<v1::SpaceInfo>> Client::ListSpaces() {
-  v1::ListSpacesRequest req;
-  v1::ListSpacesResponse resp;
-  VMSPACE_CALL(ListSpaces, req, resp);
-  return std::vector<v1::SpaceInfo>(resp.spaces().begin(), resp.spaces().end());
+  if (setup_error_) return *setup_error_;
+  std::vector<v1::SpaceInfo> out;
+  for (auto& b : backends_) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::ListSpacesResponse resp;
+    grpc::Status st = b->stub->ListSpaces(&ctx, v1::ListSpacesRequest{}, &resp);
+    if (!st.ok()) return Tagged(*b, DecodeStatus(st));
+    out.insert(out.end(), resp.spaces().begin(), resp.spaces().end());
+  }
+  std::sort(out.begin(), out.end(), [](const v1::SpaceInfo& x, const v1::SpaceInfo& y) { return x.space_id() < y.space_id(); });
+  return out;
 }
 
 Result<uint64_t> Client::Mmap(uint64_t space_id, uint64_t addr, uint64_t len, int prot, int flags,
@@ -134,7 +416,7 @@ Result<uint64_t> Client::Mmap(uint64_t space_id, uint64_t addr, uint64_t len, in
   req.set_flags(flags);
   req.set_offset(offset);
   v1::MmapResponse resp;
-  VMSPACE_CALL(Mmap, req, resp);
+  VMSPACE_CALL(Mmap, space_id, req, resp);
   return resp.addr();
 }
 
@@ -144,7 +426,7 @@ Result<Unit> Client::Munmap(uint64_t space_id, uint64_t addr, uint64_t len) {
   req.set_addr(addr);
   req.set_len(len);
   v1::MunmapResponse resp;
-  VMSPACE_CALL(Munmap, req, resp);
+  VMSPACE_CALL(Munmap, space_id, req, resp);
   return Unit{};
 }
 
@@ -155,7 +437,7 @@ Result<Unit> Client::Mprotect(uint64_t space_id, uint64_t addr, uint64_t len, in
   req.set_len(len);
   req.set_prot(prot);
   v1::MprotectResponse resp;
-  VMSPACE_CALL(Mprotect, req, resp);
+  VMSPACE_CALL(Mprotect, space_id, req, resp);
   return Unit{};
 }
 
@@ -165,7 +447,7 @@ Result<v1::FaultInfo> Client::Fault(uint64_t space_id, uint64_t addr, v1::Access
   req.set_addr(addr);
   req.set_access(access);
   v1::FaultResponse resp;
-  VMSPACE_CALL(Fault, req, resp);
+  VMSPACE_CALL(Fault, space_id, req, resp);
   return resp.fault();
 }
 
@@ -178,7 +460,7 @@ Result<v1::AccessResponse> Client::Access(uint64_t space_id, uint64_t addr, uint
   req.set_stride(stride);
   req.set_access(access);
   v1::AccessResponse resp;
-  VMSPACE_CALL(Access, req, resp);
+  VMSPACE_CALL(Access, space_id, req, resp);
   return resp;
 }
 
@@ -188,7 +470,7 @@ Result<v1::ReadMemoryResponse> Client::ReadMemory(uint64_t space_id, uint64_t ad
   req.set_addr(addr);
   req.set_len(len);
   v1::ReadMemoryResponse resp;
-  VMSPACE_CALL(ReadMemory, req, resp);
+  VMSPACE_CALL(ReadMemory, space_id, req, resp);
   return resp;
 }
 
@@ -199,7 +481,7 @@ Result<v1::WriteMemoryResponse> Client::WriteMemory(uint64_t space_id, uint64_t 
   req.set_addr(addr);
   req.set_data(data);
   v1::WriteMemoryResponse resp;
-  VMSPACE_CALL(WriteMemory, req, resp);
+  VMSPACE_CALL(WriteMemory, space_id, req, resp);
   return resp;
 }
 
@@ -209,7 +491,7 @@ Result<v1::GetMapsResponse> Client::GetMaps(uint64_t space_id, uint64_t start, u
   req.set_start(start);
   req.set_end(end);
   v1::GetMapsResponse resp;
-  VMSPACE_CALL(GetMaps, req, resp);
+  VMSPACE_CALL(GetMaps, space_id, req, resp);
   return resp;
 }
 
@@ -220,29 +502,97 @@ Result<Unit> Client::Madvise(uint64_t space_id, uint64_t addr, uint64_t len, int
   req.set_len(len);
   req.set_advice(advice);
   v1::MadviseResponse resp;
-  VMSPACE_CALL(Madvise, req, resp);
+  VMSPACE_CALL(Madvise, space_id, req, resp);
   return Unit{};
 }
 
 Result<v1::GetLockStatsResponse> Client::GetLockStats(const std::string& locking_profile) {
+  if (setup_error_) return *setup_error_;
   v1::GetLockStatsRequest req;
   req.set_locking_profile(locking_profile);
-  v1::GetLockStatsResponse resp;
-  VMSPACE_CALL(GetLockStats, req, resp);
-  return resp;
+  v1::GetLockStatsResponse sum;
+  std::map<std::pair<std::string, std::string>, v1::LockStat*> cells;
+  sum.set_lock_stats_enabled(true);
+  for (auto& b : backends_) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::GetLockStatsResponse r;
+    grpc::Status st = b->stub->GetLockStats(&ctx, req, &r);
+    if (!st.ok()) return Tagged(*b, DecodeStatus(st));
+    if (!sharded_) return r;
+    for (const v1::LockStat& l : r.locks()) {
+      v1::LockStat*& c = cells[{l.lock(), l.mode()}];
+      if (c == nullptr) {
+        c = sum.add_locks();
+        c->set_lock(l.lock());
+        c->set_mode(l.mode());
+      }
+      c->set_acquisitions(c->acquisitions() + l.acquisitions());
+      c->set_contentions(c->contentions() + l.contentions());
+      c->set_wait_seconds_total(c->wait_seconds_total() + l.wait_seconds_total());
+      c->set_wait_seconds_max(std::max(c->wait_seconds_max(), l.wait_seconds_max()));
+      c->set_hold_seconds_total(c->hold_seconds_total() + l.hold_seconds_total());
+      c->set_hold_seconds_max(std::max(c->hold_seconds_max(), l.hold_seconds_max()));
+    }
+    for (const auto& [name, n] : r.events()) (*sum.mutable_events())[name] += n;
+    sum.set_text(sum.text() + "== " + b->target + "\n" + r.text());
+    sum.set_lock_stats_enabled(sum.lock_stats_enabled() && r.lock_stats_enabled());
+  }
+  return sum;
 }
 
 Result<Unit> Client::Ping() {
-  v1::PingRequest req;
-  v1::PingResponse resp;
-  VMSPACE_CALL(Ping, req, resp);
+  if (setup_error_) return *setup_error_;
+  for (auto& b : backends_) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::PingResponse resp;
+    grpc::Status st = b->stub->Ping(&ctx, v1::PingRequest{}, &resp);
+    if (!st.ok()) return Tagged(*b, DecodeStatus(st));
+  }
   return Unit{};
+}
+
+Result<std::string> Client::CheckHealth(const std::string& service) {
+  namespace health = ::grpc::health::v1;
+  if (setup_error_) return *setup_error_;
+  health::HealthCheckRequest req;
+  req.set_service(service);
+  for (auto& b : backends_) {
+    health::HealthCheckResponse resp;
+    auto health_stub = health::Health::NewStub(b->channel);
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    grpc::Status st = health_stub->Check(&ctx, req, &resp);
+    if (!st.ok()) return Tagged(*b, DecodeStatus(st));
+    if (resp.status() != health::HealthCheckResponse::SERVING)
+      return health::HealthCheckResponse::ServingStatus_Name(resp.status());
+  }
+  return std::string("SERVING");
+}
+
+Result<std::vector<v1::GetServerInfoResponse>> Client::GetServerInfo() {
+  if (setup_error_) return *setup_error_;
+  std::vector<v1::GetServerInfoResponse> out;
+  for (auto& b : backends_) {
+    Result<v1::GetServerInfoResponse> r = Info(*b);
+    if (!r.ok()) return r.error();
+    out.push_back(r.value());
+  }
+  return out;
 }
 
 #undef VMSPACE_CALL
 
 std::unique_ptr<BatchStream> Client::OpenBatch() {
-  return std::make_unique<BatchStream>(*stub_, opts_.stream_timeout);
+  if (!sharded_ && !setup_error_) return std::make_unique<BatchStream>(*backends_.front()->stub, opts_.stream_timeout);
+  return std::make_unique<BatchStream>(*this, opts_.stream_timeout);  // routed at the first Write
+}
+
+std::unique_ptr<BatchStream> Client::OpenBatch(uint64_t space_id) {
+  Result<Backend*> b = Route(space_id);
+  if (!b.ok()) return std::make_unique<BatchStream>(*this, opts_.stream_timeout);  // fails at Write
+  return std::make_unique<BatchStream>(*b.value()->stub, opts_.stream_timeout);
 }
 
 }  // namespace vmspace::client

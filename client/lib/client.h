@@ -1,5 +1,15 @@
 // vmspace_client: a small typed C++ client over the generated vmspace.v1 stub.
 //
+// One Client may talk to several daemons (shards): ClientOptions::target "a,b,c" or
+// "shards:NAME:PORT" (every address NAME resolves to, e.g. a Kubernetes headless
+// Service). A space id names its daemon (its high bits are the daemon's --shard, see
+// kSpaceIdShardShift), so each call on a space goes to the daemon that holds it; the
+// client learns which target is which shard with GetServerInfo, once, and again for a
+// shard it has not found yet. CreateSpace places the space by the policy of
+// Client::CreateSpace. A daemon that is down fails only the calls on its own spaces
+// (UNAVAILABLE), and the calls that need every daemon (ListSpaces, GetLockStats, Ping,
+// CheckHealth). With one target there is no routing and no extra call.
+//
 // Every call carries a deadline (ClientOptions::timeout). A failed call returns an
 // Error with the gRPC status code and, for syscall-like failures, the Linux errno read
 // from the status details: a google.rpc.Status whose details hold a packed
@@ -9,8 +19,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -63,9 +75,23 @@ Error DecodeStatus(const grpc::Status& status);
 /// The Error of a failed Batch op result (code != 0); nullopt if the op succeeded.
 std::optional<Error> DecodeOpResult(const v1::OpResult& r);
 
-/// How to reach the daemon.
+/// Space ids carry their daemon's shard in bits 40..52: shard = id >> 40 (as vmspaced's
+/// kShardShift, server/rpc/space_registry.h).
+inline constexpr unsigned kSpaceIdShardShift = 40;
+/// The shard (daemon) a space id belongs to.
+inline constexpr uint32_t ShardOfSpace(uint64_t id) { return static_cast<uint32_t>(id >> kSpaceIdShardShift); }
+
+/// The daemons a target string names: "host:port" (or any gRPC target, "unix:/path")
+/// is one; "a,b,c" is several; "shards:NAME:PORT" is every address NAME resolves to
+/// (getaddrinfo, as gRPC targets "ipv4:..." / "ipv6:[...]:..."). Empty or unresolvable:
+/// an Error (INVALID_ARGUMENT / UNAVAILABLE).
+Result<std::vector<std::string>> ParseTargets(const std::string& target);
+
+/// How to reach the daemon(s).
 struct ClientOptions {
-  std::string target = "127.0.0.1:50051";  // gRPC target, e.g. "host:port" or "unix:/path"
+  /// gRPC target, e.g. "host:port" or "unix:/path"; several daemons: "a,b,c" or
+  /// "shards:NAME:PORT" (ParseTargets).
+  std::string target = "127.0.0.1:50051";
   std::chrono::milliseconds timeout{10000};  // deadline of each unary call
   std::chrono::milliseconds stream_timeout{3600 * 1000};  // deadline of a Batch stream
   /// Use a connection of this channel's own (GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL), so
@@ -76,11 +102,19 @@ struct ClientOptions {
 /// Creates an insecure channel to `opts.target`.
 std::shared_ptr<grpc::Channel> MakeChannel(const ClientOptions& opts);
 
-/// One bidirectional Batch stream. Write() and Read() may be called from two different
-/// threads (one writer, one reader), as gRPC's sync API allows.
+class Client;
+
+/// One bidirectional Batch stream to one daemon. Write() and Read() may be called from
+/// two different threads (one writer, one reader), as gRPC's sync API allows. With
+/// several daemons a stream is opened at its first Write(), on the daemon of the first
+/// op's space; every op of the stream must be on that daemon's spaces (others fail
+/// NOT_FOUND). A Read() before that first Write() waits for it.
 class BatchStream {
  public:
+  /// A stream on `stub`, open now.
   BatchStream(v1::VmSpace::Stub& stub, std::chrono::milliseconds timeout);
+  /// A stream opened at the first Write() on `client`'s daemon of the first op's space.
+  BatchStream(Client& client, std::chrono::milliseconds timeout);
   ~BatchStream();
   BatchStream(const BatchStream&) = delete;
   BatchStream& operator=(const BatchStream&) = delete;
@@ -94,23 +128,42 @@ class BatchStream {
   /// Waits for the stream's final status (call after Read() returned false).
   grpc::Status Finish();
   /// Cancels the stream (unblocks a pending Read/Write).
-  void Cancel() { ctx_.TryCancel(); }
+  void Cancel();
 
  private:
+  void Open(v1::VmSpace::Stub& stub);  // with mu_ held
+  /// The open stream, or null once it can no longer open (waits while it may).
+  grpc::ClientReaderWriter<v1::BatchRequest, v1::BatchResponse>* Wait();
+
   grpc::ClientContext ctx_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::BatchRequest, v1::BatchResponse>> rw_;
+  Client* client_ = nullptr;  // routes the first Write (lazy streams only)
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::BatchRequest, v1::BatchResponse>> rw_;  // set once
+  bool closed_ = false;    // never to be opened (WritesDone, Cancel or a routing error)
+  grpc::Status failure_;   // why a lazy stream could not open
   bool writes_done_ = false;
 };
 
-/// Typed, deadline-bounded calls to one vmspaced.
+/// Typed, deadline-bounded calls to one vmspaced, or to several (see the file comment).
+/// Thread-safe.
 class Client {
  public:
   explicit Client(ClientOptions opts = {});
-  /// Uses an existing channel (e.g. shared by several clients).
+  /// Uses an existing channel (e.g. shared by several clients) to one daemon.
   Client(std::shared_ptr<grpc::Channel> channel, ClientOptions opts);
+  ~Client();
 
-  /// Creates a space; returns its id.
-  Result<uint64_t> CreateSpace(const v1::SpaceSettings& settings = {}, const std::string& label = "");
+  /// Creates a space; returns its id. With several daemons it goes to one chosen by
+  /// this placement policy, from every daemon's GetServerInfo just before:
+  ///  - `placement_key` given: the daemons that answer, ordered by shard, and the one at
+  ///    FNV-1a-64(key) mod their number (the same key lands on the same daemon while the
+  ///    same daemons answer);
+  ///  - else the daemon with the fewest spaces, among those below --max-spaces; ties go
+  ///    round-robin (a counter of this process), so concurrent creators spread.
+  /// Daemons that do not answer are left out; none answering: UNAVAILABLE.
+  Result<uint64_t> CreateSpace(const v1::SpaceSettings& settings = {}, const std::string& label = "",
+                               const std::string& placement_key = "");
   Result<Unit> DestroySpace(uint64_t space_id);
   Result<std::vector<v1::SpaceInfo>> ListSpaces();
   /// mmap(2); returns the mapped address.
@@ -127,24 +180,52 @@ class Client {
                                               const std::string& data);
   /// VMAs overlapping [start, end) (end 0 = no limit) and their maps text.
   Result<v1::GetMapsResponse> GetMaps(uint64_t space_id, uint64_t start = 0, uint64_t end = 0);
+  /// Every space of every daemon, ordered by id (a daemon that fails fails the call).
   /// madvise(2); the daemon accepts only MADV_DONTNEED (4).
   Result<Unit> Madvise(uint64_t space_id, uint64_t addr, uint64_t len, int advice);
   /// lock_stat figures of one locking profile's spaces ("linux-6.0".."linux-6.6",
-  /// "custom"), or of all profiles summed ("").
+  /// "custom"), or of all profiles summed (""). Several daemons: summed over them (max
+  /// fields: the largest), `text` one table per daemon.
   Result<v1::GetLockStatsResponse> GetLockStats(const std::string& locking_profile = "");
+  /// Ping of every daemon.
   Result<Unit> Ping();
-  /// Opens a Batch stream with the stream deadline.
+  /// grpc.health.v1.Health/Check of `service` ("" = the server as a whole): the serving
+  /// status's name, "SERVING" or "NOT_SERVING" (a draining daemon); with several
+  /// daemons the first that is not SERVING. An unknown service is an Error with code
+  /// NOT_FOUND; an unreachable daemon UNAVAILABLE (its target named in the message).
+  Result<std::string> CheckHealth(const std::string& service = "vmspace.v1.VmSpace");
+  /// GetServerInfo of every daemon, in target order.
+  Result<std::vector<v1::GetServerInfoResponse>> GetServerInfo();
+  /// Opens a Batch stream with the stream deadline: on the one daemon, or (several) on
+  /// the daemon of the first op's space at the first Write.
   std::unique_ptr<BatchStream> OpenBatch();
+  /// Opens a Batch stream on the daemon of `space_id`.
+  std::unique_ptr<BatchStream> OpenBatch(uint64_t space_id);
 
-  v1::VmSpace::Stub& stub() { return *stub_; }
+  /// The first daemon's stub.
+  v1::VmSpace::Stub& stub();
   const ClientOptions& options() const { return opts_; }
+  /// The daemons' gRPC targets (ParseTargets of options().target).
+  std::vector<std::string> targets() const;
 
  private:
+  struct Backend;
+  friend class BatchStream;
   void Prepare(grpc::ClientContext* ctx) const;
+  /// The daemon holding `space_id` (any daemon when there is one), or an Error.
+  Result<Backend*> Route(uint64_t space_id);
+  /// GetServerInfo of backend `b`; learns its shard.
+  Result<v1::GetServerInfoResponse> Info(Backend& b);
+  /// Asks the daemons of unknown shard for theirs (with mu_ held).
+  void DiscoverLocked();
+  /// `e` with the backend's target in front of its message (several daemons only).
+  Error Tagged(const Backend& b, Error e) const;
 
   ClientOptions opts_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::VmSpace::Stub> stub_;
+  std::optional<Error> setup_error_;  // a bad target: every call returns it
+  std::vector<std::unique_ptr<Backend>> backends_;
+  bool sharded_ = false;  // several targets (or "shards:"): route by space id
+  mutable std::mutex mu_;  // guards the backends' shard numbers
 };
 
 }  // namespace vmspace::client

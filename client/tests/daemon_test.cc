@@ -148,6 +148,21 @@ class DaemonTest : public ::testing::Test {
 Daemon* DaemonTest::daemon_ = nullptr;
 std::string DaemonTest::start_error_;
 
+// `vmspace health`: the container HEALTHCHECK. Exit 0 only when the service is SERVING.
+TEST_F(DaemonTest, HealthIsServing) {
+  ProcResult r = Cli({"health"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "SERVING\n");
+  json j = CliJson({"health", "--service", ""});
+  EXPECT_EQ(j, json({{"service", ""}, {"status", "SERVING"}, {"serving", true}}));
+  ProcResult unknown = Cli({"health", "--service", "no.such.Service"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("NOT_FOUND"), std::string::npos) << unknown.err;
+  ProcResult down = RunProgram(VMSPACE_CLI_PATH, {"health", "--target", "127.0.0.1:1", "--timeout", "2"});
+  EXPECT_EQ(down.exit_code, 1);
+  EXPECT_NE(down.err.find("UNAVAILABLE"), std::string::npos) << down.err;
+}
+
 TEST_F(DaemonTest, CreateMmapMapsReadWriteDestroy) {
   uint64_t id = NewSpace();
   std::string sid = std::to_string(id);

@@ -22,6 +22,7 @@ const char* RpcMethodName(RpcMethod m) {
     case RpcMethod::kPing: return "Ping";
     case RpcMethod::kMadvise: return "Madvise";
     case RpcMethod::kGetLockStats: return "GetLockStats";
+    case RpcMethod::kGetServerInfo: return "GetServerInfo";
     case RpcMethod::kCount: break;
   }
   return "?";

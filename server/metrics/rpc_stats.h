@@ -34,6 +34,7 @@ enum class RpcMethod : uint8_t {
   kPing,
   kMadvise,
   kGetLockStats,
+  kGetServerInfo,
   kCount
 };
 inline constexpr size_t kRpcMethodCount = static_cast<size_t>(RpcMethod::kCount);

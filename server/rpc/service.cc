@@ -566,4 +566,15 @@ grpc::Status VmSpaceService::Ping(grpc::ServerContext*, const v1::PingRequest*,
   return grpc::Status::OK;
 }
 
+grpc::Status VmSpaceService::GetServerInfo(grpc::ServerContext*, const v1::GetServerInfoRequest*,
+                                           v1::GetServerInfoResponse* resp) {
+  RpcScope scope(RpcMethod::kGetServerInfo);
+  resp->set_shard(registry_.shard());
+  resp->set_spaces(registry_.size());
+  resp->set_max_spaces(registry_.max_spaces());
+  resp->set_version(opts_.version);
+  scope.Finish(0);
+  return grpc::Status::OK;
+}
+
 }  // namespace vmspace::rpc

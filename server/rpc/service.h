@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "rpc/space_registry.h"
 #include "vmspace/v1/vmspace.grpc.pb.h"
@@ -27,6 +28,8 @@ struct ServiceOptions {
   uint64_t max_message_bytes = 16ull << 20;
   /// Locking profile of spaces created without one (--locking-profile).
   LockingProfile default_profile;
+  /// Version reported by GetServerInfo.
+  std::string version = "unknown";
 };
 
 class VmSpaceService final : public v1::VmSpace::Service {
@@ -71,6 +74,9 @@ class VmSpaceService final : public v1::VmSpace::Service {
                             v1::GetLockStatsResponse* resp) override;
   grpc::Status Ping(grpc::ServerContext* ctx, const v1::PingRequest* req,
                     v1::PingResponse* resp) override;
+  /// The registry's shard, live spaces and limit, and the version.
+  grpc::Status GetServerInfo(grpc::ServerContext* ctx, const v1::GetServerInfoRequest* req,
+                             v1::GetServerInfoResponse* resp) override;
 
  private:
   SpaceRegistry& registry_;

@@ -5,8 +5,9 @@
 
 namespace vmspace::rpc {
 
-SpaceRegistry::SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces)
-    : frames_(frames), max_spaces_(max_spaces) {}
+SpaceRegistry::SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces, uint32_t shard)
+    : frames_(frames), max_spaces_(max_spaces), shard_(shard),
+      next_id_((static_cast<uint64_t>(shard) << kShardShift) + 1) {}
 
 SpaceRegistry::~SpaceRegistry() = default;
 

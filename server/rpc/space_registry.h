@@ -1,7 +1,9 @@
 // SpaceRegistry: the daemon's table of live address spaces, keyed by space id.
 //
-// Lookups are the request path: the table is split into kShards shards by id, each with
+// Lookups are the request path: the table is split into kShards parts by id, each with
 // its own reader-writer lock, so requests on different spaces do not share a lock word.
+// (These table shards are not the daemon's shard, --shard, which names it among several
+// daemons and is the high bits of its space ids.)
 // A lookup returns a shared_ptr: an operation in flight keeps its space alive, and a
 // destroyed space is freed (frames returned) when its last in-flight operation ends.
 #pragma once
@@ -40,16 +42,26 @@ struct SpaceTotals {
   uint64_t pagetable_bytes = 0;  // sum of pgtable_bytes
 };
 
+/// Space ids name the daemon that created them: id = shard << kShardShift | n, with n
+/// counting this daemon's creates from 1. Shard 0's ids are 1, 2, 3, ...; every id stays
+/// below 2^53 (exact as a JSON number).
+inline constexpr unsigned kShardShift = 40;
+inline constexpr uint32_t kMaxShard = (1u << (53 - kShardShift)) - 1;  // 8191
+/// The shard a space id belongs to.
+inline constexpr uint32_t ShardOfSpace(uint64_t id) { return static_cast<uint32_t>(id >> kShardShift); }
+
 class SpaceRegistry {
  public:
-  /// `frames` must outlive the registry. At most `max_spaces` spaces live at once.
-  SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces);
+  /// `frames` must outlive the registry. At most `max_spaces` spaces live at once. New
+  /// ids carry `shard` (<= kMaxShard) in their high bits.
+  SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces, uint32_t shard = 0);
   ~SpaceRegistry();
   SpaceRegistry(const SpaceRegistry&) = delete;
   SpaceRegistry& operator=(const SpaceRegistry&) = delete;
 
-  /// Creates a space; returns its id (ids start at 1 and are never reused), or 0 if
-  /// `max_spaces` spaces already exist. Takes one shard lock for write.
+  /// Creates a space; returns its id (shard << kShardShift | n, n from 1, never
+  /// reused), or 0 if `max_spaces` spaces already exist. Takes one table-shard lock for
+  /// write.
   uint64_t Create(const SpaceOptions& opts, std::string label, std::string locking_profile);
 
   /// The space with this id, or null. Takes the id's shard lock for read.
@@ -68,6 +80,8 @@ class SpaceRegistry {
   /// Number of live spaces (exact between Create/Destroy calls).
   uint64_t size() const { return count_.load(std::memory_order_relaxed); }
   uint64_t max_spaces() const { return max_spaces_; }
+  /// The daemon's shard number (--shard).
+  uint32_t shard() const { return shard_; }
 
   static constexpr size_t kShards = 64;
 
@@ -81,7 +95,8 @@ class SpaceRegistry {
 
   FrameAllocator& frames_;
   const uint64_t max_spaces_;
-  std::atomic<uint64_t> next_id_{1};
+  const uint32_t shard_;
+  std::atomic<uint64_t> next_id_;
   std::atomic<uint64_t> count_{0};
   std::array<Shard, kShards> shards_;
 };

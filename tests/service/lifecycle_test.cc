@@ -4,7 +4,7 @@
 
 #include <sys/socket.h>
 
-#include "health.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "reflection.grpc.pb.h"
 
 namespace vmspace::service_test {

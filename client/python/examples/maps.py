@@ -1,0 +1,31 @@
+#!/usr/bin/python3
+"""Creates a space, maps 16 KiB, faults its first page for write, prints the maps.
+
+    /usr/bin/python3 client/python/examples/maps.py [HOST:PORT]
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from vmspace_client import Client, VmspaceError, PROT_READ, PROT_WRITE  # noqa: E402
+
+
+def main(target):
+    with Client(target) as vm:
+        space = vm.create_space(label="python-example")
+        try:
+            addr = vm.mmap(space, 16 * 1024, PROT_READ | PROT_WRITE)
+            print(f"space {space}: mapped 16 KiB at {addr:#x}")
+            print("write fault:", vm.fault(space, addr, "write"))
+            print("read beyond the mapping:", vm.fault(space, addr + 16 * 1024, "read"))
+            try:
+                vm.munmap(space, addr + 1, 4096)
+            except VmspaceError as e:
+                print(f"unaligned munmap: {e.name} (errno {e.errno})")
+            print(vm.maps(space), end="")
+        finally:
+            vm.destroy_space(space)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:50051")

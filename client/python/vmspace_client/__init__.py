@@ -1,0 +1,170 @@
+"""vmspace_client: a thin Python client of vmspaced (vmspace.v1.VmSpace over gRPC).
+
+    from vmspace_client import Client, VmspaceError, PROT_READ, PROT_WRITE
+
+    with Client("127.0.0.1:50051") as vm:
+        space = vm.create_space(label="demo")
+        addr = vm.mmap(space, 16384, PROT_READ | PROT_WRITE)
+        print(vm.fault(space, addr, "write").outcome_name)   # "minor"
+        print(vm.maps(space), end="")
+
+Every call has a deadline (`timeout`, seconds). A failed call raises VmspaceError, an
+OSError whose .errno and .name (e.g. 22, "EINVAL") are read from the status details: the
+standard google.rpc.Status with a packed vmspace.v1.SyscallError (never from the message
+text). Failures without an errno (NOT_FOUND for an unknown space, UNAVAILABLE) have
+.errno None and .name the gRPC code's name. A SIGSEGV is an answer, not an error.
+
+The generated modules (client/python/generate.sh) are looked for in $VMSPACE_PY_PROTO,
+else in this package's _proto folder.
+"""
+import os
+import sys
+
+import grpc
+
+_PROTO = os.environ.get("VMSPACE_PY_PROTO") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "_proto")
+if _PROTO not in sys.path:
+    sys.path.append(_PROTO)  # vmspace.v1.*_pb2 and google.rpc.status_pb2 (namespace packages)
+try:
+    from google.rpc import status_pb2
+    from vmspace.v1 import vmspace_pb2 as pb
+    from vmspace.v1 import vmspace_pb2_grpc as pb_grpc
+except ImportError as e:  # pragma: no cover - a setup problem, said plainly
+    raise ImportError(f"vmspace_client: generated modules not found in {_PROTO}; run client/python/generate.sh "
+                      f"(Debian: protobuf-compiler-grpc, python3-grpcio, python3-protobuf): {e}") from e
+
+__all__ = ["Client", "VmspaceError", "Fault", "pb", "PROT_NONE", "PROT_READ", "PROT_WRITE", "PROT_EXEC",
+           "MAP_SHARED", "MAP_PRIVATE", "MAP_FIXED", "MAP_ANONYMOUS", "MAP_FIXED_NOREPLACE", "MADV_DONTNEED"]
+
+# <sys/mman.h> values (x86-64 Linux), as the API takes them.
+PROT_NONE, PROT_READ, PROT_WRITE, PROT_EXEC = 0, 1, 2, 4
+MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE = 0x01, 0x02, 0x10, 0x20, 0x100000
+MADV_DONTNEED = 4
+
+_SYSCALL_ERROR = "type.googleapis.com/vmspace.v1.SyscallError"
+
+
+class VmspaceError(OSError):
+    """A failed call. .code: grpc.StatusCode; .errno: Linux errno or None; .name: the
+    errno's name ("EINVAL") or else the code's ("NOT_FOUND"); .message: the status text."""
+
+    def __init__(self, code, message, errno=None, errno_name=""):
+        super().__init__(errno, message)
+        self.code = code
+        self.message = message
+        self.name = errno_name or code.name
+
+    def __str__(self):
+        return f"{self.name}{f' ({self.errno})' if self.errno else ''}: {self.message}"
+
+    @classmethod
+    def from_rpc_error(cls, err):
+        """Decodes a grpc.RpcError: the errno from the google.rpc.Status details."""
+        errno, name = None, ""
+        for key, value in err.trailing_metadata() or ():
+            if key != "grpc-status-details-bin":
+                continue
+            status = status_pb2.Status.FromString(value)
+            for any_ in status.details:
+                if any_.type_url == _SYSCALL_ERROR:
+                    se = pb.SyscallError.FromString(any_.value)
+                    errno, name = se.errno_, se.errno_name
+                    break
+        return cls(err.code(), err.details() or "", errno, name)
+
+
+class Fault:
+    """The outcome of one access (FaultInfo) with readable names."""
+
+    def __init__(self, info):
+        self.info = info
+        self.outcome_name = pb.FaultOutcome.Name(info.outcome).removeprefix("FAULT_OUTCOME_").lower()
+        self.lock_path = pb.LockPath.Name(info.lock_path).removeprefix("LOCK_PATH_").lower()
+        self.si_code = pb.SiCode.Name(info.si_code) if info.si_code else None
+        self.si_addr = info.si_addr
+
+    @property
+    def signal(self):
+        """"SIGSEGV" / "SIGBUS" if the access raised one, else None."""
+        return {pb.FAULT_OUTCOME_SIGSEGV: "SIGSEGV", pb.FAULT_OUTCOME_SIGBUS: "SIGBUS"}.get(self.info.outcome)
+
+    def __repr__(self):
+        return f"Fault({self.outcome_name}, lock_path={self.lock_path}, si_code={self.si_code})"
+
+
+_ACCESS = {"read": pb.ACCESS_READ, "write": pb.ACCESS_WRITE, "exec": pb.ACCESS_EXEC}
+
+
+class Client:
+    """Calls to one vmspaced at `target` ("host:port"). A context manager (closes the channel)."""
+
+    def __init__(self, target="127.0.0.1:50051", timeout=10.0):
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(target, options=[
+            ("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)])
+        self._stub = pb_grpc.VmSpaceStub(self._channel)
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, method, request):
+        try:
+            return getattr(self._stub, method)(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise VmspaceError.from_rpc_error(e) from None
+
+    def create_space(self, label="", locking_profile="", **settings):
+        """Creates a space; returns its id. `settings`: max_map_count, mmap_base, ..."""
+        s = pb.SpaceSettings(locking_profile=locking_profile, **settings)
+        return self._call("CreateSpace", pb.CreateSpaceRequest(settings=s, label=label)).space_id
+
+    def destroy_space(self, space_id):
+        self._call("DestroySpace", pb.DestroySpaceRequest(space_id=space_id))
+
+    def list_spaces(self):
+        return list(self._call("ListSpaces", pb.ListSpacesRequest()).spaces)
+
+    def mmap(self, space_id, length, prot=PROT_READ | PROT_WRITE, flags=MAP_PRIVATE | MAP_ANONYMOUS, addr=0,
+             offset=0):
+        """mmap(2); returns the address."""
+        return self._call("Mmap", pb.MmapRequest(space_id=space_id, addr=addr, len=length, prot=prot, flags=flags,
+                                                 offset=offset)).addr
+
+    def munmap(self, space_id, addr, length):
+        self._call("Munmap", pb.MunmapRequest(space_id=space_id, addr=addr, len=length))
+
+    def mprotect(self, space_id, addr, length, prot):
+        self._call("Mprotect", pb.MprotectRequest(space_id=space_id, addr=addr, len=length, prot=prot))
+
+    def madvise(self, space_id, addr, length, advice=MADV_DONTNEED):
+        self._call("Madvise", pb.MadviseRequest(space_id=space_id, addr=addr, len=length, advice=advice))
+
+    def fault(self, space_id, addr, access="read"):
+        """One simulated access ("read", "write", "exec"); returns a Fault."""
+        return Fault(self._call("Fault", pb.FaultRequest(space_id=space_id, addr=addr, access=_ACCESS[access])).fault)
+
+    def read(self, space_id, addr, length):
+        """Bytes read (shorter if a fault stopped the copy)."""
+        return self._call("ReadMemory", pb.ReadMemoryRequest(space_id=space_id, addr=addr, len=length)).data
+
+    def write(self, space_id, addr, data):
+        """Bytes written (fewer if a fault stopped the copy)."""
+        return self._call("WriteMemory", pb.WriteMemoryRequest(space_id=space_id, addr=addr,
+                                                               data=data)).bytes_written
+
+    def get_maps(self, space_id):
+        """GetMapsResponse: .vmas, .maps_text, .map_count."""
+        return self._call("GetMaps", pb.GetMapsRequest(space_id=space_id))
+
+    def maps(self, space_id):
+        """The space's /proc/PID/maps text."""
+        return self.get_maps(space_id).maps_text
+
+    def ping(self):
+        self._call("Ping", pb.PingRequest())
