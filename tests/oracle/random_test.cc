@@ -104,7 +104,9 @@ class Generator {
 
   // std::mt19937_64 and the modulo below are defined exactly by the standard, so the
   // sequence is the same with every compiler and library (uniform_int_distribution
-  // is not).
+  // is not). Every draw is a statement of its own (or sequenced by ?:, && or a
+  // declarator): the order of the operands of + and of function arguments is up to
+  // the compiler.
   uint64_t R(uint64_t n) { return n ? rng_() % n : 0; }
   int Pick(std::initializer_list<int> weights) {
     int total = 0;
@@ -216,7 +218,9 @@ class Generator {
   }
   std::string MunmapRegion() {
     auto [first, pages] = PageRange();
-    return "munmap " + AddrOf(first).Text() + " " + Hx(Len(pages));
+    uint64_t len = Len(pages);
+    Where a = AddrOf(first);
+    return "munmap " + a.Text() + " " + Hx(len);
   }
   std::string MunmapPlaced() {
     size_t i = R(placed_.size());
@@ -232,7 +236,10 @@ class Generator {
   }
   std::string MprotectRegion() {
     auto [first, pages] = PageRange();
-    return "mprotect " + AddrOf(first).Text() + " " + Hx(Len(pages)) + " " + Prot(true);
+    std::string prot = Prot(true);
+    uint64_t len = Len(pages);
+    Where a = AddrOf(first);
+    return "mprotect " + a.Text() + " " + Hx(len) + " " + prot;
   }
   std::string MprotectPlaced() {
     auto [a, l] = placed_[R(placed_.size())];
@@ -272,7 +279,9 @@ class Generator {
     int k = static_cast<int>(R(3));
     if (k == 0 && !growsdown_.empty()) {
       Where g = growsdown_[R(growsdown_.size())];
-      int64_t below = static_cast<int64_t>((1 + R(4)) * kPageSize + (R(2) ? R(kPageSize) : 0));
+      uint64_t pages_below = 1 + R(4);
+      uint64_t bytes_below = R(2) ? R(kPageSize) : 0;
+      int64_t below = static_cast<int64_t>(pages_below * kPageSize + bytes_below);
       Where a = g.Plus(-below);
       return R(2) ? WriteAt(a) : AccessAt("read", a);
     }
