@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -134,15 +135,17 @@ TEST(RwSem, ReadersHoldTogether) {
 
 // ---------------------------------------------------------------- queue order
 
-// A thread that takes the lock (write or read) when started and logs the order.
+// A thread that takes the lock (write or read) when started, notes when it got it on
+// the shared clock, and holds it until released.
 struct Taker {
   std::thread t;
   std::atomic<bool> got{false}, release{false};
-  Taker(RwSem& sem, bool write, std::atomic<int>& clock, int* order) {
-    t = std::thread([&sem, write, &clock, order, this] {
+  int order = -1;  // written before `got`
+  Taker(RwSem& sem, bool write, std::atomic<int>& clock) {
+    t = std::thread([&sem, write, &clock, this] {
       if (write) sem.LockWrite();
       else sem.LockRead();
-      *order = clock.fetch_add(1);
+      order = clock.fetch_add(1);
       got = true;
       while (!release) std::this_thread::yield();
       if (write) sem.UnlockWrite();
@@ -152,43 +155,90 @@ struct Taker {
   ~Taker() {
     if (t.joinable()) Release();
   }
+  bool Got() const { return got.load(); }
   void Release() {
     release = true;
     t.join();
   }
 };
 
+// The takers of one test: Queue() starts one and waits until it sleeps in the queue,
+// so they queue in the order they are started.
+struct Takers {
+  RwSem& sem;
+  std::atomic<int> clock{0};
+  std::vector<std::unique_ptr<Taker>> all;
+  explicit Takers(RwSem& s) : sem(s) {}
+  Taker& Start(bool write) {
+    all.push_back(std::make_unique<Taker>(sem, write, clock));
+    return *all.back();
+  }
+  Taker& Queue(bool write) {
+    const size_t n = sem.waiters();
+    Taker& t = Start(write);
+    EXPECT_TRUE(WaitUntil([&] { return sem.waiters() == n + 1; })) << "taker never queued";
+    return t;
+  }
+};
+constexpr bool kW = true, kR = false;
+
+// After the holder let go: the writer w gets the lock while the reader r still waits,
+// then r, and the lock ends free.
+void ExpectWriterBeforeReader(RwSem& sem, Taker& w, Taker& r) {
+  ASSERT_TRUE(WaitUntil([&] { return w.Got(); }));
+  EXPECT_FALSE(r.Got());
+  w.Release();
+  ASSERT_TRUE(WaitUntil([&] { return r.Got(); }));
+  r.Release();
+  EXPECT_LT(w.order, r.order);
+  EXPECT_EQ(sem.count(), 0u);
+}
+
 // Main holds write; W2, then R1 and R2 queue. The head writer gets the lock first
 // (readers behind it wait); when it leaves, both readers are granted together.
 TEST(RwSem, HeadWriterFirstThenReaderBatch) {
   RwSem sem = MakeSem();
-  std::atomic<int> clock{0};
-  int ow = -1, o1 = -1, o2 = -1;
+  Takers q(sem);
   sem.LockWrite();
-  Taker w2(sem, true, clock, &ow);
-  ASSERT_TRUE(WaitUntil([&] { return sem.waiters() == 1; }));
-  Taker r1(sem, false, clock, &o1);
-  ASSERT_TRUE(WaitUntil([&] { return sem.waiters() == 2; }));
-  Taker r2(sem, false, clock, &o2);
-  ASSERT_TRUE(WaitUntil([&] { return sem.waiters() == 3; }));
+  Taker& w2 = q.Queue(kW);
+  Taker& r1 = q.Queue(kR);
+  Taker& r2 = q.Queue(kR);
   EXPECT_TRUE(sem.count() & RwSem::kFlagWaiters);
   sem.UnlockWrite();
-  ASSERT_TRUE(WaitUntil([&] { return w2.got.load(); }));
-  EXPECT_FALSE(r1.got.load());
-  EXPECT_FALSE(r2.got.load());
+  ASSERT_TRUE(WaitUntil([&] { return w2.Got(); }));
+  EXPECT_FALSE(r1.Got());
+  EXPECT_FALSE(r2.Got());
   EXPECT_EQ(sem.waiters(), 2u);
   w2.Release();
   // Both readers hold it at the same time (one batch): neither releases before both got it.
-  ASSERT_TRUE(WaitUntil([&] { return r1.got.load() && r2.got.load(); }));
+  ASSERT_TRUE(WaitUntil([&] { return r1.Got() && r2.Got(); }));
   EXPECT_EQ(Readers(sem), 2u);
   EXPECT_EQ(sem.count() & RwSem::kFlagWaiters, 0u) << "queue empty: waiters bit cleared";
   r1.Release();
   r2.Release();
-  EXPECT_EQ(ow, 0);
-  EXPECT_GT(o1, ow);
-  EXPECT_GT(o2, ow);
+  EXPECT_EQ(w2.order, 0);
+  EXPECT_GT(r1.order, 0);
+  EXPECT_GT(r2.order, 0);
   EXPECT_EQ(sem.count(), 0u);
   EXPECT_GE(sem.events().wake_reader, 2u);
+}
+
+// The readers queued behind a write holder are granted the lock by its up_write
+// itself: a writer that unlocks and locks again at once comes after them.
+TEST(RwSem, WriteUnlockGrantsQueuedReadersBeforeTheWriterIsBack) {
+  RwSem sem = MakeSem();
+  Takers q(sem);
+  sem.LockWrite();
+  Taker& r1 = q.Queue(kR);
+  Taker& r2 = q.Queue(kR);
+  sem.UnlockWrite();
+  EXPECT_EQ(Readers(sem), 2u) << "up_write did not grant the queued readers";
+  EXPECT_EQ(sem.waiters(), 0u);
+  r1.release = true;
+  r2.release = true;
+  sem.LockWrite();
+  EXPECT_TRUE(r1.Got() && r2.Got());
+  sem.UnlockWrite();
 }
 
 // ---------------------------------------------------------------- handoff
@@ -198,25 +248,18 @@ TEST(RwSem, HeadWriterFirstThenReaderBatch) {
 // come meanwhile queue behind it instead of joining the readers that hold it.
 TEST(RwSem, HandoffBitSetByWaitingWriterAndClearedOnAcquire) {
   RwSem sem = MakeSem(/*timeout_ns=*/0);
-  std::atomic<int> clock{0};
-  int ow = -1, orr = -1;
+  Takers q(sem);
   sem.LockRead();
-  Taker w(sem, true, clock, &ow);
+  Taker& w = q.Start(kW);
   ASSERT_TRUE(WaitUntil([&] { return (sem.count() & RwSem::kFlagHandoff) != 0; }));
   EXPECT_EQ(sem.events().wlock_handoff, 1u);
   EXPECT_EQ(sem.waiters(), 1u);
-  Taker r(sem, false, clock, &orr);
-  ASSERT_TRUE(WaitUntil([&] { return sem.waiters() == 2; }));
+  Taker& r = q.Queue(kR);
   EXPECT_EQ(Readers(sem), 1u) << "the new reader must queue, not join";
   sem.UnlockRead();
-  ASSERT_TRUE(WaitUntil([&] { return w.got.load(); }));
+  ASSERT_TRUE(WaitUntil([&] { return w.Got(); }));
   EXPECT_EQ(sem.count() & RwSem::kFlagHandoff, 0u) << "handoff cleared when the writer took the lock";
-  EXPECT_FALSE(r.got.load());
-  w.Release();
-  ASSERT_TRUE(WaitUntil([&] { return r.got.load(); }));
-  r.Release();
-  EXPECT_LT(ow, orr);
-  EXPECT_EQ(sem.count(), 0u);
+  ExpectWriterBeforeReader(sem, w, r);
 }
 
 // The handoff stops lock stealing: a reader that lets go and takes the lock again at
@@ -241,120 +284,78 @@ TEST(RwSem, HandoffStopsReaderFromStealingTheLockBack) {
   EXPECT_EQ(sem.count(), 0u);
 }
 
-// The readers queued behind a write holder are granted the lock by its up_write
-// itself: a writer that unlocks and locks again at once comes after them.
-TEST(RwSem, WriteUnlockGrantsQueuedReadersBeforeTheWriterIsBack) {
-  RwSem sem = MakeSem();
-  std::atomic<int> clock{0};
-  int o1 = -1, o2 = -1;
-  sem.LockWrite();
-  Taker r1(sem, false, clock, &o1);
-  ASSERT_TRUE(WaitUntil([&] { return sem.waiters() == 1; }));
-  Taker r2(sem, false, clock, &o2);
-  ASSERT_TRUE(WaitUntil([&] { return sem.waiters() == 2; }));
-  sem.UnlockWrite();
-  EXPECT_EQ(Readers(sem), 2u) << "up_write did not grant the queued readers";
-  EXPECT_EQ(sem.waiters(), 0u);
-  r1.release = true;
-  r2.release = true;
-  sem.LockWrite();
-  EXPECT_TRUE(r1.got.load() && r2.got.load());
-  sem.UnlockWrite();
-}
-
 // With the default timeout nothing is handed off while the waiter is young.
 TEST(RwSem, NoHandoffBeforeTimeout) {
   RwSem sem = MakeSem(/*timeout_ns=*/60'000'000'000ull);
-  std::atomic<int> clock{0};
-  int ow = -1;
+  Takers q(sem);
   sem.LockRead();
-  Taker w(sem, true, clock, &ow);
-  ASSERT_TRUE(WaitUntil([&] { return sem.waiters() == 1; }));
+  Taker& w = q.Queue(kW);
   EXPECT_EQ(sem.count() & RwSem::kFlagHandoff, 0u);
   sem.UnlockRead();
-  ASSERT_TRUE(WaitUntil([&] { return w.got.load(); }));
+  ASSERT_TRUE(WaitUntil([&] { return w.Got(); }));
   w.Release();
   EXPECT_EQ(sem.events().wlock_handoff, 0u);
 }
 
-// Progress under stress: reader threads re-taking the lock back to back (stealing it
-// whenever it is free) do not keep a writer out; its acquisitions all complete while
-// they run (the mechanism: the handoff, tested above).
-TEST(RwSem, WriterNotStarvedByReaderStream) {
-  Shared s;
+// Progress under stress: two threads re-take the lock back to back in one mode while a
+// third needs kOps acquisitions in the other; all of them complete while the two run.
+// Returns the stream's acquisitions (the writes, when the stream writes).
+uint64_t StreamAgainstOne(Shared& s, bool stream_writes, const char* what) {
   std::atomic<bool> stop{false};
-  std::atomic<uint64_t> reads{0};
-  std::vector<std::thread> readers;
+  std::atomic<uint64_t> stream_ops{0};
+  std::vector<std::thread> stream;
   for (int i = 0; i < 2; i++)
-    readers.emplace_back([&] {
-      while (!stop.load(std::memory_order_relaxed)) {
-        ReadStep(s);
-        reads.fetch_add(1, std::memory_order_relaxed);
+    stream.emplace_back([&] {
+      while (!stop.load(kRelaxed)) {
+        if (stream_writes) WriteStep(s);
+        else ReadStep(s);
+        stream_ops.fetch_add(1, kRelaxed);
       }
     });
-  ASSERT_TRUE(WaitUntil([&] { return reads.load() > 1000; }));
-  const int kWrites = Iterations(300);
+  EXPECT_TRUE(WaitUntil([&] { return stream_ops.load() > 1000; }));
+  const int kOps = Iterations(300);
   std::atomic<int> done{0};
-  std::thread writer([&] {
-    for (int i = 0; i < kWrites; i++) {
-      WriteStep(s);
+  std::thread one([&] {
+    for (int i = 0; i < kOps; i++) {
+      if (stream_writes) ReadStep(s);
+      else WriteStep(s);
       done++;
     }
   });
-  const bool finished = WaitUntil([&] { return done.load() == kWrites; });
+  const bool finished = WaitUntil([&] { return done.load() == kOps; });
   stop = true;
-  writer.join();
-  for (auto& t : readers) t.join();
-  ASSERT_TRUE(finished) << "writer starved: " << done.load() << " of " << kWrites;
+  one.join();
+  for (auto& t : stream) t.join();
+  EXPECT_TRUE(finished) << what << " starved: " << done.load() << " of " << kOps;
   EXPECT_EQ(s.violations.load(), 0);
-  s.sem.LockRead();
-  EXPECT_EQ(s.counter, static_cast<uint64_t>(kWrites));
-  s.sem.UnlockRead();
   const RwSemEvents e = s.sem.events();
-  std::printf("reads %llu; writer: opt_lock %llu sleeps %llu handoffs %llu; reader steals %llu\n",
-              static_cast<unsigned long long>(reads.load()), static_cast<unsigned long long>(e.opt_lock),
+  std::printf("%llu stream acquisitions; writers: opt_lock %llu sleeps %llu handoffs %llu; readers: steals %llu "
+              "sleeps %llu handoffs %llu\n",
+              static_cast<unsigned long long>(stream_ops.load()), static_cast<unsigned long long>(e.opt_lock),
               static_cast<unsigned long long>(e.sleep_writer), static_cast<unsigned long long>(e.wlock_handoff),
-              static_cast<unsigned long long>(e.rlock_steal));
+              static_cast<unsigned long long>(e.rlock_steal), static_cast<unsigned long long>(e.sleep_reader),
+              static_cast<unsigned long long>(e.rlock_handoff));
+  return stream_writes ? stream_ops.load() : static_cast<uint64_t>(kOps);
 }
 
-// Progress under stress: writer threads re-taking the lock back to back (spinning
-// writers steal it from the queue) do not keep a reader out (the mechanisms: up_write
-// grants queued readers, and the reader handoff).
+// Readers stealing the lock whenever it is free do not keep a writer out (the
+// mechanism: the handoff, tested above).
+TEST(RwSem, WriterNotStarvedByReaderStream) {
+  Shared s;
+  const uint64_t writes = StreamAgainstOne(s, /*stream_writes=*/false, "writer");
+  s.sem.LockRead();
+  EXPECT_EQ(s.counter, writes);
+  s.sem.UnlockRead();
+}
+
+// Spinning writers stealing the lock from the queue do not keep a reader out (the
+// mechanisms: up_write grants queued readers, and the reader handoff).
 TEST(RwSem, ReadersNotStarvedByWriters) {
   Shared s;
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> writes{0};
-  std::vector<std::thread> writers;
-  for (int i = 0; i < 2; i++)
-    writers.emplace_back([&] {
-      while (!stop.load(std::memory_order_relaxed)) {
-        WriteStep(s);
-        writes.fetch_add(1, std::memory_order_relaxed);
-      }
-    });
-  ASSERT_TRUE(WaitUntil([&] { return writes.load() > 1000; }));
-  const int kReads = Iterations(300);
-  std::atomic<int> done{0};
-  std::thread reader([&] {
-    for (int i = 0; i < kReads; i++) {
-      ReadStep(s);
-      done++;
-    }
-  });
-  const bool finished = WaitUntil([&] { return done.load() == kReads; });
-  stop = true;
-  reader.join();
-  for (auto& t : writers) t.join();
-  ASSERT_TRUE(finished) << "reader starved: " << done.load() << " of " << kReads;
-  EXPECT_EQ(s.violations.load(), 0);
+  const uint64_t writes = StreamAgainstOne(s, /*stream_writes=*/true, "reader");
   s.sem.LockRead();
-  EXPECT_EQ(s.counter, writes.load());
+  EXPECT_EQ(s.counter, writes);
   s.sem.UnlockRead();
-  const RwSemEvents e = s.sem.events();
-  std::printf("writes %llu; writers: opt_lock %llu sleeps %llu; reader handoffs %llu sleeps %llu\n",
-              static_cast<unsigned long long>(writes.load()), static_cast<unsigned long long>(e.opt_lock),
-              static_cast<unsigned long long>(e.sleep_writer), static_cast<unsigned long long>(e.rlock_handoff),
-              static_cast<unsigned long long>(e.sleep_reader));
 }
 
 // ---------------------------------------------------------------- downgrade
@@ -363,26 +364,23 @@ TEST(RwSem, ReadersNotStarvedByWriters) {
 // the downgrader still reads, a writer stays out until both read locks are gone.
 TEST(RwSem, DowngradeAdmitsQueuedReadersNotWriters) {
   RwSem sem = MakeSem();
-  std::atomic<int> clock{0};
-  int orr = -1, ow = -1;
+  Takers q(sem);
   sem.LockWrite();
-  Taker r(sem, false, clock, &orr);
-  ASSERT_TRUE(WaitUntil([&] { return sem.waiters() == 1; }));
+  Taker& r = q.Queue(kR);
   sem.DowngradeWrite();
-  ASSERT_TRUE(WaitUntil([&] { return r.got.load(); })) << "queued reader not woken by the downgrade";
+  ASSERT_TRUE(WaitUntil([&] { return r.Got(); })) << "queued reader not woken by the downgrade";
   EXPECT_EQ(Readers(sem), 2u);
   EXPECT_EQ(sem.count() & RwSem::kWriterLocked, 0u);
   sem.AssertHeld();
-  Taker w(sem, true, clock, &ow);
-  ASSERT_TRUE(WaitUntil([&] { return sem.waiters() == 1; }));
-  EXPECT_FALSE(w.got.load());
+  Taker& w = q.Queue(kW);
+  EXPECT_FALSE(w.Got());
   sem.UnlockRead();
-  EXPECT_FALSE(w.got.load()) << "a writer got in while a reader still holds the lock";
+  EXPECT_FALSE(w.Got()) << "a writer got in while a reader still holds the lock";
   r.Release();
-  ASSERT_TRUE(WaitUntil([&] { return w.got.load(); }));
+  ASSERT_TRUE(WaitUntil([&] { return w.Got(); }));
   w.Release();
-  EXPECT_EQ(orr, 0);
-  EXPECT_EQ(ow, 1);
+  EXPECT_EQ(r.order, 0);
+  EXPECT_EQ(w.order, 1);
   EXPECT_EQ(sem.count(), 0u);
 }
 
@@ -390,24 +388,15 @@ TEST(RwSem, DowngradeAdmitsQueuedReadersNotWriters) {
 // at the head, so the reader queued behind the writer waits for it.
 TEST(RwSem, DowngradeKeepsHeadWriterFirst) {
   RwSem sem = MakeSem();
-  std::atomic<int> clock{0};
-  int ow = -1, orr = -1;
+  Takers q(sem);
   sem.LockWrite();
-  Taker w(sem, true, clock, &ow);
-  ASSERT_TRUE(WaitUntil([&] { return sem.waiters() == 1; }));
-  Taker r(sem, false, clock, &orr);
-  ASSERT_TRUE(WaitUntil([&] { return sem.waiters() == 2; }));
+  Taker& w = q.Queue(kW);
+  Taker& r = q.Queue(kR);
   sem.DowngradeWrite();
   EXPECT_EQ(sem.waiters(), 2u);
-  EXPECT_FALSE(r.got.load());
+  EXPECT_FALSE(r.Got());
   sem.UnlockRead();
-  ASSERT_TRUE(WaitUntil([&] { return w.got.load(); }));
-  EXPECT_FALSE(r.got.load());
-  w.Release();
-  ASSERT_TRUE(WaitUntil([&] { return r.got.load(); }));
-  r.Release();
-  EXPECT_LT(ow, orr);
-  EXPECT_EQ(sem.count(), 0u);
+  ExpectWriterBeforeReader(sem, w, r);
 }
 
 // A new reader joins a downgraded holder on the fast path (no waiter, no writer bit).
@@ -460,32 +449,25 @@ TEST(RwSemStats, UncontendedAcquisitionsCountNoContention) {
 TEST(RwSemStats, WaitingAcquisitionsAreContended) {
   if (!LockStatsEnabled()) GTEST_SKIP() << "lock timing off";
   RwSem sem = MakeSem();
-  std::atomic<int> clock{0};
-  int o = -1;
+  Takers q(sem);
   LockStatDelta d;
   sem.LockRead();
-  {
-    Taker w(sem, true, clock, &o);
-    ASSERT_TRUE(WaitUntil([&] { return sem.waiters() == 1; }));
-    sem.UnlockRead();
-    ASSERT_TRUE(WaitUntil([&] { return w.got.load(); }));
-    w.Release();
-  }
+  Taker& w = q.Queue(kW);
+  sem.UnlockRead();
+  ASSERT_TRUE(WaitUntil([&] { return w.Got(); }));
+  w.Release();
   sem.LockWrite();
-  {
-    Taker r(sem, false, clock, &o);
-    ASSERT_TRUE(WaitUntil([&] { return sem.waiters() == 1; }));
-    sem.UnlockWrite();
-    ASSERT_TRUE(WaitUntil([&] { return r.got.load(); }));
-    r.Release();
-  }
-  const LockStatCell r = d.Get(LockMode::kRead), w = d.Get(LockMode::kWrite);
-  EXPECT_EQ(w.acquisitions, 2u);
-  EXPECT_EQ(w.contentions, 1u);
-  EXPECT_GT(w.wait_ns_total, 0u);
-  EXPECT_EQ(r.acquisitions, 2u);
-  EXPECT_EQ(r.contentions, 1u);
-  EXPECT_GT(r.wait_ns_total, 0u);
+  Taker& r = q.Queue(kR);
+  sem.UnlockWrite();
+  ASSERT_TRUE(WaitUntil([&] { return r.Got(); }));
+  r.Release();
+  const LockStatCell rd = d.Get(LockMode::kRead), wr = d.Get(LockMode::kWrite);
+  EXPECT_EQ(wr.acquisitions, 2u);
+  EXPECT_EQ(wr.contentions, 1u);
+  EXPECT_GT(wr.wait_ns_total, 0u);
+  EXPECT_EQ(rd.acquisitions, 2u);
+  EXPECT_EQ(rd.contentions, 1u);
+  EXPECT_GT(rd.wait_ns_total, 0u);
 }
 
 }  // namespace
