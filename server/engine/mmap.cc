@@ -11,6 +11,12 @@
 
 namespace vmspace {
 
+/// do_vmi_munmap() with `unlock` (vma.cc): removes [start, end) under mmap_lock write,
+/// downgrades it to read for the page-table teardown, and releases it in every case.
+/// Returns 0 or ENOMEM (a middle split at max_map_count: nothing removed). (Belongs in
+/// mm.h beside UnmapRangeLocked; declared here to leave mm.h alone.)
+int DoVmiMunmapUnlock(MmStruct& m, uint64_t start, uint64_t end) ABSL_UNLOCK_FUNCTION(m.mmap_lock);
+
 namespace {
 constexpr int kMapType = 0x0f;
 std::atomic<uint64_t> g_next_inode{1};
@@ -308,8 +314,7 @@ SysResult AddressSpace::Munmap(uint64_t addr, uint64_t len) {
     return SysResult::Err(EINVAL);
   }
   m.MmapWriteLock();
-  int e = m.UnmapRangeLocked(addr, end, /*free_tables=*/true, nullptr);
-  m.MmapWriteUnlock();
+  const int e = DoVmiMunmapUnlock(m, addr, end);
   CountOp(OpType::kMunmap, e);
   return e ? SysResult::Err(e) : SysResult::Ok();
 }

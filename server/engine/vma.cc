@@ -1,6 +1,7 @@
 // VMA tree changes: link, unlink, set range, split, merge and unmap (mm/vma.c, Linux
 // 6.18). Every function here needs mmap_lock for write and write-locks each VMA it
-// changes (vma_start_write); the page tables are only touched by UnmapRangeLocked.
+// changes (vma_start_write); the page tables are only touched by the unmap at the end,
+// which munmap runs with mmap_lock downgraded to read (DoVmiMunmapUnlock).
 #include "mm.h"
 
 namespace vmspace {
@@ -154,35 +155,97 @@ Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, u
   return middle;
 }
 
-int MmStruct::UnmapRangeLocked(uint64_t start, uint64_t end, bool free_tables, uint64_t* nr_accounted) {
-  Vma* v = FindVmaIntersectionLocked(start, end);
+namespace {
+
+// What vms_gather_munmap_vmas() collects (struct vma_munmap_struct).
+struct VmaMunmap {
+  std::vector<Vma*> vmas;           // detached, in address order
+  uint64_t start = 0, end = 0;      // their span
+  uint64_t floor = 0, ceiling = 0;  // free_pgtables() bounds: prev's end, next's start
+};
+
+// vms_gather_munmap_vmas() and the tree half of vms_complete_munmap_vmas(): splits at
+// the boundaries, write-locks, accounts and detaches every VMA in [start, end). After
+// it no lookup (mmap_lock, RCU or VMA lock) can find them. Returns 0 or ENOMEM.
+int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* nr_accounted,
+                           VmaMunmap* vms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
+  Vma* v = m.FindVmaIntersectionLocked(start, end);
   if (!v) return 0;
   if (start > v->vm_start) {
-    if (end < v->vm_end && map_count.load(std::memory_order_relaxed) >= opts.max_map_count) return ENOMEM;
-    SplitVmaLocked(v, start, true);  // v is now [start, ...)
+    if (end < v->vm_end && m.map_count.load(std::memory_order_relaxed) >= m.opts.max_map_count) return ENOMEM;
+    m.SplitVmaLocked(v, start, true);  // v is now [start, ...)
   }
   // Collect, splitting the last one if it extends past end.
-  std::vector<Vma*> doomed;
-  for (Vma* w = v; w && w->vm_start < end; w = VmaNextLocked(w)) {
-    if (w->vm_end > end) SplitVmaLocked(w, end, false);
-    VmaStartWriteLocked(w);
-    doomed.push_back(w);
+  for (Vma* w = v; w && w->vm_start < end; w = m.VmaNextLocked(w)) {
+    if (w->vm_end > end) m.SplitVmaLocked(w, end, false);
+    m.VmaStartWriteLocked(w);
+    vms->vmas.push_back(w);
   }
-  const uint64_t first = doomed.front()->vm_start, last = doomed.back()->vm_end;
-  Vma* prev = VmaPrevLocked(first);
-  Vma* next = VmaNextFromLocked(last);
-  MmuGather& g = GatherLocked();
-  for (Vma* w : doomed) {
+  vms->start = vms->vmas.front()->vm_start;
+  vms->end = vms->vmas.back()->vm_end;
+  Vma* prev = m.VmaPrevLocked(vms->start);
+  Vma* next = m.VmaNextFromLocked(vms->end);
+  vms->floor = prev ? prev->vm_end : 0;
+  vms->ceiling = next ? next->vm_start : kUserPgtablesCeiling;
+  for (Vma* w : vms->vmas) {
     if (nr_accounted && (w->vm_flags & VM_ACCOUNT)) *nr_accounted += w->pages();
-    total_vm.store(total_vm.load(std::memory_order_relaxed) - w->pages(), std::memory_order_relaxed);
-    VmaRemoveLocked(w);  // detach first: no new lockless reader can find it
-    ZapRangeLocked(w, w->vm_start, w->vm_end, g.pages);
+    m.total_vm.store(m.total_vm.load(std::memory_order_relaxed) - w->pages(), std::memory_order_relaxed);
+    m.VmaRemoveLocked(w);  // detach first: no new lockless reader can find it
   }
-  if (free_tables) {
-    const uint64_t floor = prev ? prev->vm_end : 0;
-    const uint64_t ceiling = next ? next->vm_start : kUserPgtablesCeiling;
-    pt.FreePgtables(first, last, floor, ceiling, g.tables);
+  return 0;
+}
+
+// vms_clear_ptes(): unmap_vmas() + free_pgtables() of the detached VMAs, into `g`.
+// Needs only mmap_lock read: no VMA covers [floor, ceiling) any more, so no fault can
+// map a page there or install a table that FreePgtables frees (LOCKING.md).
+void ClearPtesLocked(MmStruct& m, const VmaMunmap& vms, bool free_tables, MmuGather& g)
+    ABSL_SHARED_LOCKS_REQUIRED(m.mmap_lock) {
+  for (Vma* w : vms.vmas) m.ZapRangeLocked(w, w->vm_start, w->vm_end, g.pages);
+  if (free_tables) m.pt.FreePgtables(vms.start, vms.end, vms.floor, vms.ceiling, g.tables);
+}
+
+// mmap_write_downgrade(): what MmapWriteUnlock does before it unlocks (publish the
+// index, retire its replaced nodes, vma_end_write_all), then downgrade_write().
+void MmapWriteDowngrade(MmStruct& m) ABSL_UNLOCK_FUNCTION(m.mmap_lock) ABSL_SHARED_LOCK_FUNCTION(m.mmap_lock) {
+  m.idx->Commit();
+  m.idx->TakeRetired(m.GatherLocked().nodes);
+  m.mm_lock_seq.fetch_add(1, std::memory_order_seq_cst);  // vma_end_write_all()
+  m.mmap_lock.DowngradeWrite();
+}
+
+// MmapWriteUnlock's batching of the gather, after the downgraded teardown. The analysis
+// is off here: after mmap_write_downgrade the munmap still owns mm->gather (only
+// mmap_lock writers touch it, and none can run before this thread's up_read), which
+// the compiler cannot know once the capability is shared.
+void FlushGatherDowngraded(MmStruct& m) ABSL_SHARED_LOCKS_REQUIRED(m.mmap_lock) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const MmuGather& g = m.GatherLocked();
+  if (g.size() >= MmStruct::kDeferBatch || g.pages.size() >= MmStruct::kDeferFrames) m.FlushGatherLocked();
+}
+
+}  // namespace
+
+int MmStruct::UnmapRangeLocked(uint64_t start, uint64_t end, bool free_tables, uint64_t* nr_accounted) {
+  VmaMunmap vms;
+  if (int e = GatherMunmapVmasLocked(*this, start, end, nr_accounted, &vms)) return e;
+  if (!vms.vmas.empty()) ClearPtesLocked(*this, vms, free_tables, GatherLocked());
+  return 0;
+}
+
+// do_vmi_munmap() with `unlock` (declared in mmap.cc): the tree changes under mmap_lock
+// write, then, as vms_complete_munmap_vmas(), mmap_write_downgrade() before the zap and
+// free_pgtables(), and mmap_read_unlock() after.
+int DoVmiMunmapUnlock(MmStruct& m, uint64_t start, uint64_t end) ABSL_UNLOCK_FUNCTION(m.mmap_lock) {
+  VmaMunmap vms;
+  const int err = GatherMunmapVmasLocked(m, start, end, nullptr, &vms);
+  if (err || vms.vmas.empty()) {
+    m.MmapWriteUnlock();
+    return err;
   }
+  MmuGather& g = m.GatherLocked();
+  MmapWriteDowngrade(m);
+  ClearPtesLocked(m, vms, /*free_tables=*/true, g);
+  FlushGatherDowngraded(m);
+  m.mmap_lock.UnlockRead();
   return 0;
 }
 

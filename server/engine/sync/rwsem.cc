@@ -1,4 +1,18 @@
+// Linux's rw_semaphore (kernel/locking/rwsem.c, 6.18) in user space; see rwsem.h for
+// what is the kernel's and what differs. Function comments name the kernel function
+// each one mirrors.
+//
+// Memory order: the fast paths acquire (down) and release (up) on the count word, as
+// the kernel's atomic_long_*_acquire / _release. Every other change of the count is a
+// read-modify-write with acq_rel, so it continues the release sequence of the last
+// unlock; a reader granted from the queue acquires through its waiter's `task` word
+// (store-release by the waker, load-acquire by the reader: smp_store_release /
+// smp_load_acquire in the kernel). ThreadSanitizer sees exactly these edges.
 #include "sync/rwsem.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "sync/lock_timing.h"
 
@@ -6,57 +20,541 @@ namespace vmspace {
 
 using sync_internal::EndHold;
 using sync_internal::HoldStamp;
-using sync_internal::TimedWait;
 
 namespace {
 // Acquisition stamp of the read lock each class is currently held in by this thread
 // (a thread holds at most one read lock per class at a time; see LOCKING.md).
 thread_local uint64_t tls_read_acquired[static_cast<size_t>(LockClass::kCount)];
-}  // namespace
 
-RwSem::RwSem(LockClass cls, LockRank rank) : cls_(cls), rank_(rank) {
-  pthread_rwlockattr_t a;
-  pthread_rwlockattr_init(&a);
-  pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-  pthread_rwlock_init(&rw_, &a);
-  pthread_rwlockattr_destroy(&a);
+// `current`: a per-thread address, the task in the owner word (its low bits are free).
+alignas(8) thread_local char tls_task;
+inline uintptr_t Current() { return reinterpret_cast<uintptr_t>(&tls_task); }
+
+// Owner word flags.
+constexpr uintptr_t kReaderOwned = 1;   // RWSEM_READER_OWNED
+constexpr uintptr_t kNonspinnable = 2;  // RWSEM_NONSPINNABLE
+
+constexpr uint64_t kWriterMask = RwSem::kWriterLocked;
+constexpr uint64_t kReaderMask = ~(RwSem::kReaderBias - 1);
+constexpr uint64_t kLockMask = kWriterMask | kReaderMask;
+constexpr uint64_t kReadFailedMask =
+    kWriterMask | RwSem::kFlagWaiters | RwSem::kFlagHandoff | RwSem::kFlagReadFail;
+constexpr int kMaxReadersWakeup = 256;  // MAX_READERS_WAKEUP
+
+// The kernel breaks off optimistic spinning when the spinner should yield the CPU
+// (need_resched()). User space cannot know: one optimistic spin lasts at most this long
+// over all owners it sees (the kernel's longest reader-owned spin, 25 us).
+constexpr uint64_t kSpinLimitNs = 25'000;
+
+enum WakeType { kWakeAny, kWakeReaders, kWakeReadOwned };  // enum rwsem_wake_type
+
+const uint64_t& OwnerSpinTicks() {
+  static const uint64_t t = NsToTicks(RwSem::kOwnerSpinNs);
+  return t;
+}
+const uint64_t& SpinLimitTicks() {
+  static const uint64_t t = NsToTicks(kSpinLimitNs);
+  return t;
+}
+const uint64_t& HalfMicrosecondTicks() {
+  static const uint64_t t = NsToTicks(500);
+  return t;
 }
 
-RwSem::~RwSem() { pthread_rwlock_destroy(&rw_); }
+inline void CpuRelax() { __builtin_ia32_pause(); }
+inline void Inc(std::atomic<uint64_t>& c, uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
+
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+// Sleeps while *word == val (or until a wake-up, possibly spurious: callers re-check).
+void FutexWait(std::atomic<uint32_t>& word, uint32_t val) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, val, nullptr, nullptr, 0);
+}
+// Wakes a sleeper on word. The word may already be gone (its waiter saw the grant and
+// returned): waking an address nobody sleeps on does nothing, and a new sleeper there
+// re-checks its own condition.
+void FutexWake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+}  // namespace
+
+// enum owner_state.
+enum RwSem::OwnerState : int {
+  kOwnerNull = 1 << 0,
+  kOwnerWriter = 1 << 1,
+  kOwnerReader = 1 << 2,
+  kOwnerNonspinnable = 1 << 3,
+};
+namespace {
+constexpr int kOwnerSpinnable = 1 | 2 | 4;  // OWNER_SPINNABLE
+}  // namespace
+
+// struct rwsem_waiter, on the waiting thread's stack; linked into the queue under
+// wait_lock.
+struct RwSem::Waiter {
+  Waiter* prev = nullptr;
+  Waiter* next = nullptr;
+  bool write = false;
+  uintptr_t task_id = 0;
+  // Readers: 1 while waiting, 0 once granted (the kernel clears waiter->task). The
+  // reader sleeps on it.
+  std::atomic<uint32_t> task{1};
+  // Writers: the futex word they sleep on; a waker sets 1 (wake_q_add + wake_up_q).
+  std::atomic<uint32_t> wake{0};
+  std::atomic<bool> handoff_set{false};
+  uint64_t timeout = 0;  // NowTicks() after which the waiter may ask for the handoff
+};
+
+// DEFINE_WAKE_Q: the futex words to wake once wait_lock is dropped.
+struct RwSem::WakeQ {
+  std::atomic<uint32_t>* words[kMaxReadersWakeup];
+  int n = 0;
+  bool empty() const { return n == 0; }
+  void Add(std::atomic<uint32_t>* w) { words[n++] = w; }
+  void WakeUp() {  // wake_up_q
+    for (int i = 0; i < n; i++) FutexWake(words[i]);
+    n = 0;
+  }
+};
+
+RwSem::RwSem(LockClass cls, LockRank rank, uint64_t wait_timeout_ns)
+    : wait_timeout_ticks_(NsToTicks(wait_timeout_ns)), cls_(cls), rank_(rank) {}
+
+// ------------------------------------------------------------------ owner word
+
+// rwsem_set_owner()
+void RwSem::SetOwner() { owner_.store(Current(), std::memory_order_relaxed); }
+
+// __rwsem_set_reader_owned(): keeps the nonspinnable bit. Skips the store when the
+// word already says so (the same thread reading again).
+void RwSem::SetReaderOwned(uintptr_t task) {
+  const uintptr_t o = owner_.load(std::memory_order_relaxed);
+  const uintptr_t v = task | kReaderOwned | (o & kNonspinnable);
+  if (o != v) owner_.store(v, std::memory_order_relaxed);
+}
+
+// rwsem_set_nonspinnable(): only while reader-owned.
+void RwSem::SetNonspinnable() {
+  uintptr_t o = owner_.load(std::memory_order_relaxed);
+  do {
+    if (!(o & kReaderOwned) || (o & kNonspinnable)) return;
+  } while (!owner_.compare_exchange_weak(o, o | kNonspinnable, std::memory_order_relaxed));
+}
+
+// clear_nonspinnable()
+void RwSem::ClearNonspinnable() {
+  if (owner_.load(std::memory_order_relaxed) & kNonspinnable)
+    owner_.fetch_and(~kNonspinnable, std::memory_order_relaxed);
+}
+
+// ------------------------------------------------------------------ wait queue
+
+void RwSem::AddWaiter(Waiter* w) {  // rwsem_add_waiter (the caller sets WAITERS)
+  w->next = nullptr;
+  w->prev = wait_tail_;
+  if (wait_tail_) wait_tail_->next = w;
+  else wait_head_ = w;
+  wait_tail_ = w;
+}
+
+void RwSem::DelWaiter(Waiter* w) {  // list_del
+  if (w->prev) w->prev->next = w->next;
+  else wait_head_ = w->next;
+  if (w->next) w->next->prev = w->prev;
+  else wait_tail_ = w->prev;
+}
+
+bool RwSem::QueueEmpty() const { return wait_head_ == nullptr; }
+RwSem::Waiter* RwSem::FirstWaiter() const { return wait_head_; }
+
+// rwsem_mark_wake(): grants the lock to the waiter(s) at the head and queues their
+// wake-ups. A writer at the head is only woken (it takes the lock itself, and may be
+// beaten to it); readers are granted here, all of them (up to 256, also those behind
+// writers) in one batch.
+void RwSem::MarkWake(int wake_type, WakeQ& q) {
+  Waiter* first = FirstWaiter();
+  if (first->write) {
+    // Woken already and not yet back to sleep (every unlock with WAITERS calls here):
+    // it will try again anyway, no second futex wake needed.
+    if (wake_type == kWakeAny && first->wake.exchange(1, std::memory_order_acq_rel) == 0) {
+      q.Add(&first->wake);
+      Inc(ev_.wake_writer);
+    }
+    return;
+  }
+  if (static_cast<int64_t>(count_.load(std::memory_order_relaxed)) < 0) return;  // too many readers
+  uint64_t adjustment = 0;
+  if (wake_type != kWakeReadOwned) {
+    // Grant the first reader before counting the others, so a writer that stole the
+    // lock is noticed early.
+    adjustment = kReaderBias;
+    const uint64_t old = count_.fetch_add(adjustment, std::memory_order_acq_rel);
+    if (old & kWriterMask) {
+      // Waited "too" long for writers to give the lock up: ask for the handoff.
+      if (NowTicks() > first->timeout) {
+        if (!(old & kFlagHandoff)) {
+          adjustment -= kFlagHandoff;
+          Inc(ev_.rlock_handoff);
+        }
+        first->handoff_set.store(true, std::memory_order_relaxed);
+      }
+      count_.fetch_sub(adjustment, std::memory_order_acq_rel);
+      return;
+    }
+    SetReaderOwned(first->task_id);
+  }
+  // Phase-fair: every queued reader is eligible, whatever its place (writers keep
+  // their order). First take them off the queue and count them, and add their biases
+  // before any of them can run (and unlock).
+  Waiter* granted[kMaxReadersWakeup];
+  int woken = 0;
+  for (Waiter* w = wait_head_; w && woken < kMaxReadersWakeup;) {
+    Waiter* next = w->next;
+    if (!w->write) {
+      DelWaiter(w);
+      granted[woken++] = w;
+    }
+    w = next;
+  }
+  Inc(ev_.wake_reader, static_cast<uint64_t>(woken));
+  adjustment = static_cast<uint64_t>(woken) * kReaderBias - adjustment;
+  // HANDOFF and WAITERS only change under wait_lock: this read cannot race with them.
+  const uint64_t old = count_.load(std::memory_order_relaxed);
+  if (QueueEmpty()) {
+    adjustment -= kFlagWaiters;
+    if (old & kFlagHandoff) adjustment -= kFlagHandoff;
+  } else if (woken && (old & kFlagHandoff)) {
+    adjustment -= kFlagHandoff;  // a reader got it: writers need not be forced out
+  }
+  if (adjustment) count_.fetch_add(adjustment, std::memory_order_acq_rel);
+  // Second pass: once `task` is 0 the reader may return and its waiter vanish; only
+  // the address (for the futex wake) is used afterwards.
+  for (int i = 0; i < woken; i++) {
+    std::atomic<uint32_t>* word = &granted[i]->task;
+    word->store(0, std::memory_order_release);
+    q.Add(word);
+  }
+}
+
+// rwsem_cond_wake_waiter(): after a slow path changed the count, wake the head if the
+// lock is not writer-owned: readers only while readers hold it, anyone if it is free.
+void RwSem::CondWakeWaiter(uint64_t count, WakeQ& q) {
+  if (count & kWriterMask) return;
+  int wake_type;
+  if (count & kReaderMask) {
+    wake_type = kWakeReaders;
+  } else {
+    wake_type = kWakeAny;
+    ClearNonspinnable();
+  }
+  MarkWake(wake_type, q);
+}
+
+// rwsem_wake(): an unlock that saw WAITERS.
+void RwSem::Wake() {
+  WakeQ q;
+  wait_lock_.Lock();
+  if (!QueueEmpty()) MarkWake(kWakeAny, q);
+  wait_lock_.Unlock();
+  q.WakeUp();
+}
+
+// rwsem_try_write_lock(): under wait_lock. Takes the lock (and leaves the queue), or
+// sets the handoff bit if w has waited past its timeout and finds the lock taken.
+bool RwSem::TryWriteLock(Waiter* w) {
+  Waiter* first = FirstWaiter();
+  uint64_t count = count_.load(std::memory_order_relaxed);
+  uint64_t next;
+  do {
+    const bool has_handoff = count & kFlagHandoff;
+    // Honour the handoff only if the first waiter set it (for itself).
+    if (has_handoff && first->handoff_set.load(std::memory_order_relaxed) && w != first) return false;
+    next = count;
+    if (count & kLockMask) {
+      if (has_handoff || NowTicks() <= w->timeout) return false;
+      next |= kFlagHandoff;
+    } else {
+      next |= kWriterLocked;
+      next &= ~kFlagHandoff;
+      if (wait_head_ == wait_tail_) next &= ~kFlagWaiters;  // list_is_singular
+    }
+  } while (!count_.compare_exchange_weak(count, next, std::memory_order_acq_rel, std::memory_order_relaxed));
+  if (next & kFlagHandoff) {
+    first->handoff_set.store(true, std::memory_order_relaxed);
+    Inc(ev_.wlock_handoff);
+    return false;
+  }
+  DelWaiter(w);
+  SetOwner();
+  return true;
+}
+
+// ------------------------------------------------------------------ optimistic spinning
+
+// rwsem_owner_state()
+RwSem::OwnerState RwSem::StateOf(uintptr_t owner) {
+  if (owner & kNonspinnable) return kOwnerNonspinnable;
+  if (owner & kReaderOwned) return kOwnerReader;
+  return owner ? kOwnerWriter : kOwnerNull;
+}
+
+// rwsem_try_write_lock_unqueued(): steal the lock from the queue unless it is held or
+// handed off.
+bool RwSem::TryWriteLockUnqueued() {
+  uint64_t count = count_.load(std::memory_order_relaxed);
+  while (!(count & (kLockMask | kFlagHandoff))) {
+    if (count_.compare_exchange_weak(count, count | kWriterLocked, std::memory_order_acquire,
+                                     std::memory_order_relaxed)) {
+      SetOwner();
+      Inc(ev_.opt_lock);
+      return true;
+    }
+  }
+  return false;
+}
+
+// rwsem_can_spin_on_owner(): not if spinning was disabled on a reader-owned lock. A
+// writer owner is taken to be running (the kernel asks owner_on_cpu(); the bounded
+// spin in SpinOnOwner stands in for it).
+bool RwSem::CanSpinOnOwner() {
+  if (owner_.load(std::memory_order_relaxed) & kNonspinnable) {
+    Inc(ev_.opt_fail);
+    return false;
+  }
+  return true;
+}
+
+// rwsem_spin_on_owner(): spins while the same writer owns the lock and is "running":
+// here, for at most kOwnerSpinNs (the kernel spins while owner->on_cpu, which user
+// space cannot see). Returns the state of the new owner, or nonspinnable.
+RwSem::OwnerState RwSem::SpinOnOwner() const {
+  const uintptr_t owner = owner_.load(std::memory_order_relaxed);
+  const OwnerState state = StateOf(owner);
+  if (state != kOwnerWriter) return state;
+  const uint64_t deadline = NowTicks() + OwnerSpinTicks();
+  for (unsigned i = 1;; i++) {
+    const uintptr_t now = owner_.load(std::memory_order_relaxed);
+    if (now != owner) return StateOf(now);
+    if (!(i & 0xf) && NowTicks() > deadline) return kOwnerNonspinnable;  // !owner_on_cpu()
+    CpuRelax();
+  }
+}
+
+// rwsem_optimistic_spin(): spin on the owner and try for the lock whenever it changes.
+// Stops when the writer owner is taken not to be running, when readers have held it
+// past the threshold ((10 + readers/2) us, at most 25 us; the lock then becomes
+// nonspinnable until the readers are gone), or at kSpinLimitNs in all. One spinner at
+// a time (the osq, reduced to a flag: others queue).
+bool RwSem::OptimisticSpin() {
+  if (osq_.exchange(true, std::memory_order_acquire)) {
+    Inc(ev_.opt_fail);
+    return false;
+  }
+  bool taken = false;
+  int prev_state = kOwnerNull;
+  unsigned loop = 0;
+  const uint64_t start = NowTicks();
+  uint64_t rspin_threshold = 0;
+  for (;;) {
+    const OwnerState state = SpinOnOwner();
+    if (!(state & kOwnerSpinnable)) break;
+    taken = TryWriteLockUnqueued();
+    if (taken) break;
+    if (state == kOwnerReader) {
+      if (prev_state != kOwnerReader) {
+        // Re-armed at every reader phase (a writer may get in between two).
+        if (owner_.load(std::memory_order_relaxed) & kNonspinnable) break;
+        // rwsem_rspin_threshold()
+        uint64_t readers = count_.load(std::memory_order_relaxed) >> kReaderShift;
+        if (readers > 30) readers = 30;
+        rspin_threshold = NowTicks() + (20 + readers) * HalfMicrosecondTicks();
+        loop = 0;
+      } else if (!(++loop & 0xf) && NowTicks() > rspin_threshold) {
+        SetNonspinnable();
+        Inc(ev_.opt_nospin);
+        break;
+      }
+    }
+    if (NowTicks() - start > SpinLimitTicks()) break;  // need_resched()
+    prev_state = state;
+    CpuRelax();
+  }
+  osq_.store(false, std::memory_order_release);
+  if (!taken) Inc(ev_.opt_fail);
+  return taken;
+}
+
+// ------------------------------------------------------------------ slow paths
+
+// rwsem_down_read_slowpath(): `count` is the count after our reader bias was added.
+// Returns whether the reader queued (a contended acquisition); *wait_ticks is then the
+// time from queueing to the grant (0 with lock stats off).
+bool RwSem::DownReadSlowpath(uint64_t count, uint64_t* wait_ticks) {
+  uint64_t adjustment = -kReaderBias;
+  const uint64_t rcnt = count >> kReaderShift;
+  WakeQ q;
+  // Do not steal from a sleeping waiter while other readers visibly hold the lock (a
+  // stream of readers would starve it): queue.
+  const bool reader_owned = owner_.load(std::memory_order_relaxed) & kReaderOwned;
+  if (!(reader_owned && rcnt > 1 && !(count & kWriterLocked)) &&
+      !(count & (kWriterLocked | kFlagHandoff))) {
+    // Reader lock stealing: our bias already counts, no writer, no handoff.
+    SetReaderOwned(Current());
+    Inc(ev_.rlock_steal);
+    if (rcnt == 1 && (count & kFlagWaiters)) {  // first reader in: bring the queued ones
+      wait_lock_.Lock();
+      if (!QueueEmpty()) MarkWake(kWakeReadOwned, q);
+      wait_lock_.Unlock();
+      q.WakeUp();
+    }
+    return false;
+  }
+
+  Waiter w;
+  w.task_id = Current();
+  const uint64_t t0 = NowTicks();
+  w.timeout = t0 + wait_timeout_ticks_;
+  wait_lock_.Lock();
+  if (QueueEmpty()) {
+    // No one waits and no writer holds it: our bias already counts, we have it.
+    if (!(count_.load(std::memory_order_acquire) & kWriterMask)) {
+      wait_lock_.Unlock();
+      SetReaderOwned(Current());
+      Inc(ev_.rlock_fast);
+      return false;
+    }
+    adjustment += kFlagWaiters;
+  }
+  AddWaiter(&w);
+  // Waiting now, no longer actively locking: take our bias back (and set WAITERS).
+  count = count_.fetch_add(adjustment, std::memory_order_acq_rel) + adjustment;
+  CondWakeWaiter(count, q);
+  wait_lock_.Unlock();
+  q.WakeUp();
+  while (w.task.load(std::memory_order_acquire)) {
+    FutexWait(w.task, 1);
+    Inc(ev_.sleep_reader);
+  }
+  if (LockStatsEnabled()) {
+    const uint64_t t1 = NowTicks();
+    *wait_ticks = t1 > t0 ? t1 - t0 : 1;
+  }
+  return true;
+}
+
+// rwsem_down_write_slowpath(): optimistic spinning, then the queue. Returns whether
+// the writer spun or slept (a contended acquisition) and the time it took.
+bool RwSem::DownWriteSlowpath(uint64_t* wait_ticks) {
+  const uint64_t t0 = NowTicks();
+  auto finish = [&](bool contended) {
+    if (contended && LockStatsEnabled()) {
+      const uint64_t t1 = NowTicks();
+      *wait_ticks = t1 > t0 ? t1 - t0 : 1;
+    }
+    return contended;
+  };
+  // A lock that is free (only WAITERS set) is taken by the first try without spinning:
+  // like a stealing reader, that is not a contended acquisition.
+  const uint64_t c = count_.load(std::memory_order_relaxed);
+  if (!(c & (kLockMask | kFlagHandoff)) && TryWriteLockUnqueued()) return finish(false);
+  if (CanSpinOnOwner() && OptimisticSpin()) return finish(true);
+
+  Waiter w;
+  w.write = true;
+  w.task_id = Current();
+  w.timeout = NowTicks() + wait_timeout_ticks_;
+  WakeQ q;
+  wait_lock_.Lock();
+  AddWaiter(&w);
+  if (FirstWaiter() != &w) {
+    // Not first: the lock may have become free (or reader-owned) while we queued.
+    CondWakeWaiter(count_.load(std::memory_order_acquire), q);
+    if (!q.empty()) {
+      wait_lock_.Unlock();
+      q.WakeUp();
+      wait_lock_.Lock();
+    }
+  } else {
+    count_.fetch_or(kFlagWaiters, std::memory_order_acq_rel);
+  }
+  while (!TryWriteLock(&w)) {
+    wait_lock_.Unlock();
+    // After setting the handoff, spin on a writer owner: when it lets go (OWNER_NULL),
+    // try again without sleeping.
+    const bool retry = w.handoff_set.load(std::memory_order_relaxed) && SpinOnOwner() == kOwnerNull;
+    if (!retry) {
+      FutexWait(w.wake, 0);  // returns at once if a waker already set it
+      Inc(ev_.sleep_writer);
+      w.wake.store(0, std::memory_order_relaxed);  // set_current_state(): the next wake-up counts
+    }
+    wait_lock_.Lock();
+  }
+  wait_lock_.Unlock();
+  return finish(true);
+}
+
+// ------------------------------------------------------------------ API
 
 void RwSem::LockRead() {
   LockdepAcquire(rank_, this);
-  bool contended = pthread_rwlock_tryrdlock(&rw_) != 0;
-  uint64_t wait = contended ? TimedWait([&] { pthread_rwlock_rdlock(&rw_); }) : 0;
+  // __down_read_common() / rwsem_read_trylock()
+  const uint64_t count = count_.fetch_add(kReaderBias, std::memory_order_acquire) + kReaderBias;
+  bool contended = false;
+  uint64_t wait = 0;
+  if (__builtin_expect(!(count & kReadFailedMask), 1)) SetReaderOwned(Current());
+  else contended = DownReadSlowpath(count, &wait);
   RecordLock(cls_, LockMode::kRead, contended, wait, 0);
   tls_read_acquired[static_cast<size_t>(cls_)] = HoldStamp();
 }
 
 void RwSem::UnlockRead() {
   EndHold(cls_, LockMode::kRead, tls_read_acquired[static_cast<size_t>(cls_)]);
-  pthread_rwlock_unlock(&rw_);
+  // __up_read(): the last reader out wakes the queue.
+  const uint64_t count = count_.fetch_sub(kReaderBias, std::memory_order_release) - kReaderBias;
+  if (__builtin_expect((count & (kLockMask | kFlagWaiters)) == kFlagWaiters, 0)) {
+    ClearNonspinnable();
+    Wake();
+  }
   LockdepRelease(rank_, this);
 }
 
 void RwSem::LockWrite() {
   LockdepAcquire(rank_, this);
-  bool contended = pthread_rwlock_trywrlock(&rw_) != 0;
-  uint64_t wait = contended ? TimedWait([&] { pthread_rwlock_wrlock(&rw_); }) : 0;
+  // __down_write_common() / rwsem_write_trylock()
+  uint64_t expected = 0;
+  bool contended = false;
+  uint64_t wait = 0;
+  if (__builtin_expect(count_.compare_exchange_strong(expected, kWriterLocked, std::memory_order_acquire,
+                                                      std::memory_order_relaxed), 1))
+    SetOwner();
+  else
+    contended = DownWriteSlowpath(&wait);
   RecordLock(cls_, LockMode::kWrite, contended, wait, 0);
   write_acquired_ticks_ = HoldStamp();
-#if defined(VMSPACE_LOCKDEP)
-  writer_ = pthread_self();
-  write_held_ = true;
-#endif
 }
 
 void RwSem::UnlockWrite() {
-#if defined(VMSPACE_LOCKDEP)
-  write_held_ = false;
-#endif
   EndHold(cls_, LockMode::kWrite, write_acquired_ticks_);
-  pthread_rwlock_unlock(&rw_);
+  // __up_write()
+  owner_.store(0, std::memory_order_relaxed);
+  const uint64_t old = count_.fetch_sub(kWriterLocked, std::memory_order_release);
+  if (__builtin_expect(old & kFlagWaiters, 0)) Wake();
   LockdepRelease(rank_, this);
+}
+
+void RwSem::DowngradeWrite() {
+  EndHold(cls_, LockMode::kWrite, write_acquired_ticks_);
+  // __downgrade_write(): nothing of the write section may leak past it (release).
+  const uint64_t old = count_.fetch_add(kReaderBias - kWriterLocked, std::memory_order_release);
+  SetReaderOwned(Current());
+  if (old & kFlagWaiters) {  // rwsem_downgrade_wake()
+    WakeQ q;
+    wait_lock_.Lock();
+    if (!QueueEmpty()) MarkWake(kWakeReadOwned, q);
+    wait_lock_.Unlock();
+    q.WakeUp();
+  }
+  RecordLock(cls_, LockMode::kRead, false, 0, 0);
+  tls_read_acquired[static_cast<size_t>(cls_)] = HoldStamp();
 }
 
 void RwSem::AssertHeld() const {
@@ -64,10 +562,34 @@ void RwSem::AssertHeld() const {
 }
 
 void RwSem::AssertWriteHeld() const {
-#if defined(VMSPACE_LOCKDEP)
-  VMSPACE_LOCK_ASSERT(LockdepHeld(this) && write_held_ && pthread_equal(writer_, pthread_self()),
+  VMSPACE_LOCK_ASSERT(LockdepHeld(this) && (count_.load(std::memory_order_relaxed) & kWriterLocked) &&
+                          owner_.load(std::memory_order_relaxed) == Current(),
                       "mmap_assert_write_locked: lock not held for write");
-#endif
+}
+
+size_t RwSem::waiters() {
+  wait_lock_.Lock();
+  size_t n = 0;
+  for (Waiter* w = wait_head_; w; w = w->next) n++;
+  wait_lock_.Unlock();
+  return n;
+}
+
+RwSemEvents RwSem::events() const {
+  auto r = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
+  RwSemEvents e;
+  e.opt_lock = r(ev_.opt_lock);
+  e.opt_fail = r(ev_.opt_fail);
+  e.opt_nospin = r(ev_.opt_nospin);
+  e.rlock_steal = r(ev_.rlock_steal);
+  e.rlock_fast = r(ev_.rlock_fast);
+  e.rlock_handoff = r(ev_.rlock_handoff);
+  e.wlock_handoff = r(ev_.wlock_handoff);
+  e.sleep_reader = r(ev_.sleep_reader);
+  e.sleep_writer = r(ev_.sleep_writer);
+  e.wake_reader = r(ev_.wake_reader);
+  e.wake_writer = r(ev_.wake_writer);
+  return e;
 }
 
 }  // namespace vmspace

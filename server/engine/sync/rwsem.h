@@ -1,16 +1,38 @@
-// RwSem: the reader-writer semaphore behind mmap_lock (include/linux/rwsem.h), with
-// lock_stat-like instrumentation and the clang thread-safety capability the compiler
-// checks (-Wthread-safety).
+// RwSem: the reader-writer semaphore behind mmap_lock, Linux's rw_semaphore
+// (include/linux/rwsem.h, kernel/locking/rwsem.c as of 6.18), with lock_stat-like
+// instrumentation and the clang thread-safety capability the compiler checks
+// (-Wthread-safety).
 //
-// Today it is glibc's writer-preferring rwlock (PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP):
-// once a writer waits, new readers queue behind it, so a stream of readers cannot starve
-// mmap/munmap. It does NOT yet have Linux's optimistic spinning, reader lock stealing or
-// handoff bit (kernel/locking/rwsem.c). Not recursive.
+// The kernel's algorithm, in user space:
+//  * one count word: bit 0 writer-locked, bit 1 waiters present, bit 2 handoff, bits
+//    8-62 the reader count (bit 63 read-fail guard); an owner word (the holder's task,
+//    bit 0 reader-owned, bit 1 nonspinnable).
+//  * down_read fast path: add a reader bias and check (one atomic add); down_write
+//    fast path: compare-and-swap 0 -> writer-locked.
+//  * writer optimistic spinning (rwsem_optimistic_spin) while the owner is a writer
+//    that is "running", or readers for at most (10 + readers/2) us, then sleep. User
+//    space has no owner->on_cpu: a writer owner counts as running while it still holds
+//    the lock, for at most kOwnerSpinNs of spinning on that owner (about what a futex
+//    sleep and wake-up costs, so spinning never loses more than sleeping would have).
+//    The kernel queues extra spinners on an MCS lock (osq); here one thread spins at a
+//    time and the others go to the wait queue.
+//  * reader lock stealing in the slow path while no writer holds the lock and no waiter
+//    has set the handoff bit (and the lock is not visibly reader-owned by others).
+//  * the handoff bit: a waiter that has waited longer than the wait timeout
+//    (RWSEM_WAIT_TIMEOUT, 4 ms: one jiffy at HZ=250) and still finds the lock taken
+//    sets it; then nobody may steal (fast paths, spinning writers, stealing readers
+//    fail) and the lock goes to the first waiter.
+//  * a FIFO wait queue under a wait lock: on release, the first waiter if it is a
+//    writer, else every waiting reader (up to 256, also those queued behind writers,
+//    the kernel's phase-fair reader batch), is woken. Waiters sleep on a futex.
+//  * downgrade_write(): the writer becomes a reader and wakes the readers at the head
+//    of the queue.
+// Not recursive; a thread holds at most one RwSem of a class (LOCKING.md).
 #pragma once
 
-#include <pthread.h>
-
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 
 #include "absl/base/thread_annotations.h"
 #include "engine/stats.h"
@@ -18,37 +40,128 @@
 
 namespace vmspace {
 
+/// Counts of the slow-path events of one RwSem, named after the kernel's lock events
+/// (kernel/locking/lock_events_list.h, CONFIG_LOCK_EVENT_COUNTS). A snapshot.
+struct RwSemEvents {
+  uint64_t opt_lock = 0;       // rwsem_opt_lock: writer got the lock by optimistic spinning
+  uint64_t opt_fail = 0;       // rwsem_opt_fail: writer gave up spinning (or could not spin)
+  uint64_t opt_nospin = 0;     // rwsem_opt_nospin: reader-owned spin timed out: nonspinnable
+  uint64_t rlock_steal = 0;    // rwsem_rlock_steal: reader stole the lock in the slow path
+  uint64_t rlock_fast = 0;     // rwsem_rlock_fast: reader found an empty queue and no writer
+  uint64_t rlock_handoff = 0;  // rwsem_rlock_handoff: handoff set for the reader at the head
+  uint64_t wlock_handoff = 0;  // rwsem_wlock_handoff: handoff set by a waiting writer
+  uint64_t sleep_reader = 0;   // rwsem_sleep_reader: futex sleeps of queued readers
+  uint64_t sleep_writer = 0;   // rwsem_sleep_writer: futex sleeps of queued writers
+  uint64_t wake_reader = 0;    // rwsem_wake_reader: readers granted the lock from the queue
+  uint64_t wake_writer = 0;    // rwsem_wake_writer: wake-ups of the writer at the head
+};
+
 class ABSL_LOCKABLE RwSem {
  public:
-  RwSem(LockClass cls, LockRank rank);
-  ~RwSem();
+  // The count word (kernel/locking/rwsem.c).
+  static constexpr uint64_t kWriterLocked = 1ull << 0;  // RWSEM_WRITER_LOCKED
+  static constexpr uint64_t kFlagWaiters = 1ull << 1;   // RWSEM_FLAG_WAITERS
+  static constexpr uint64_t kFlagHandoff = 1ull << 2;   // RWSEM_FLAG_HANDOFF
+  static constexpr uint64_t kFlagReadFail = 1ull << 63; // RWSEM_FLAG_READFAIL
+  static constexpr int kReaderShift = 8;                 // RWSEM_READER_SHIFT
+  static constexpr uint64_t kReaderBias = 1ull << kReaderShift;
+  /// RWSEM_WAIT_TIMEOUT: how long a waiter waits before it may set the handoff bit.
+  static constexpr uint64_t kWaitTimeoutNs = 4'000'000;
+  /// How long a spinning writer treats a writer owner as running (see above).
+  static constexpr uint64_t kOwnerSpinNs = 10'000;
+
+  /// `wait_timeout_ns` is RWSEM_WAIT_TIMEOUT (tests pass 0: a waiter that finds the
+  /// lock taken may set the handoff bit at once, as the kernel's RT tasks do).
+  RwSem(LockClass cls, LockRank rank, uint64_t wait_timeout_ns = kWaitTimeoutNs);
+  ~RwSem() = default;
   RwSem(const RwSem&) = delete;
   RwSem& operator=(const RwSem&) = delete;
 
-  /// down_read / up_read. Counted (and, contended, timed) in the lock stats.
+  /// down_read / up_read. Counted in the lock stats: contended when the reader had to
+  /// queue (it waited in the queue, sleeping if not granted at once), with the wait
+  /// time from queueing to the grant (a reader that steals the lock did not wait).
   void LockRead() ABSL_SHARED_LOCK_FUNCTION();
   void UnlockRead() ABSL_UNLOCK_FUNCTION();
-  /// down_write / up_write.
+  /// down_write / up_write. Contended when the fast path failed and the writer had to
+  /// spin or queue; the wait time is all of its spinning and sleeping.
   void LockWrite() ABSL_EXCLUSIVE_LOCK_FUNCTION();
   void UnlockWrite() ABSL_UNLOCK_FUNCTION();
+  /// downgrade_write(): the write holder becomes a read holder without letting a writer
+  /// in, and the readers at the head of the queue are granted the lock with it. The
+  /// write hold ends (its hold time is recorded) and an uncontended read acquisition
+  /// is counted, whose hold ends at UnlockRead. (The analysis has no downgrade
+  /// attribute: release of the exclusive capability plus acquisition of the shared one.)
+  void DowngradeWrite() ABSL_UNLOCK_FUNCTION() ABSL_SHARED_LOCK_FUNCTION();
 
   /// mmap_assert_locked(): the caller holds it (read or write). Checked at run time in
   /// lockdep builds; tells the compiler's analysis the lock is held.
   void AssertHeld() const ABSL_ASSERT_SHARED_LOCK();
-  /// mmap_assert_write_locked(): the caller holds it for write.
+  /// mmap_assert_write_locked(): the caller holds it for write (the owner word names
+  /// the calling thread). Checked in lockdep builds.
   void AssertWriteHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK();
 
+  /// The count word, for tests and debugging (bits above).
+  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  /// This lock's slow-path event counts so far.
+  RwSemEvents events() const;
+  /// The number of threads in the wait queue (takes the wait lock), for tests.
+  size_t waiters();
+
  private:
-  pthread_rwlock_t rw_;
+  struct Waiter;
+  struct WakeQ;
+  enum OwnerState : int;
+  /// rwsem's raw wait_lock: protects the wait queue. A plain mutex (the kernel's is a
+  /// spinlock with interrupts off; a user-space holder can be preempted).
+  class ABSL_LOCKABLE WaitLock {
+   public:
+    void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
+    void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+
+   private:
+    std::mutex mu_;
+  };
+  struct alignas(64) EventCounters {
+    std::atomic<uint64_t> opt_lock{0}, opt_fail{0}, opt_nospin{0}, rlock_steal{0}, rlock_fast{0},
+        rlock_handoff{0}, wlock_handoff{0}, sleep_reader{0}, sleep_writer{0}, wake_reader{0},
+        wake_writer{0};
+  };
+
+  bool DownReadSlowpath(uint64_t count, uint64_t* wait_ticks);
+  bool DownWriteSlowpath(uint64_t* wait_ticks);
+  void Wake();
+  void MarkWake(int wake_type, WakeQ& q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_lock_);
+  void CondWakeWaiter(uint64_t count, WakeQ& q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_lock_);
+  bool TryWriteLock(Waiter* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_lock_);
+  bool TryWriteLockUnqueued();
+  bool CanSpinOnOwner();
+  static OwnerState StateOf(uintptr_t owner);
+  OwnerState SpinOnOwner() const;
+  bool OptimisticSpin();
+  void SetOwner();
+  void SetReaderOwned(uintptr_t task);
+  void SetNonspinnable();
+  void ClearNonspinnable();
+  void AddWaiter(Waiter* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_lock_);
+  void DelWaiter(Waiter* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_lock_);
+  bool QueueEmpty() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_lock_);
+  Waiter* FirstWaiter() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_lock_);
+
+  // One cache line, as struct rw_semaphore: the count, the owner, the spinner gate
+  // (the osq), the wait lock and queue.
+  alignas(64) std::atomic<uint64_t> count_{0};
+  std::atomic<uintptr_t> owner_{0};
+  std::atomic<bool> osq_{false};
+  WaitLock wait_lock_;
+  Waiter* wait_head_ ABSL_GUARDED_BY(wait_lock_) = nullptr;  // the queue: oldest waiter
+  Waiter* wait_tail_ ABSL_GUARDED_BY(wait_lock_) = nullptr;  // newest waiter
+  const uint64_t wait_timeout_ticks_;
   const LockClass cls_;
   const LockRank rank_;
   // Hold-time stamp of the current writer (0 = not sampled); readers keep theirs in a
   // thread-local per lock class.
   uint64_t write_acquired_ticks_ = 0;
-#if defined(VMSPACE_LOCKDEP)
-  pthread_t writer_{};  // debug: the write holder, for AssertWriteHeld
-  bool write_held_ = false;
-#endif
+  EventCounters ev_;
 };
 
 /// Scoped read hold of an RwSem.
