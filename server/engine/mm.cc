@@ -95,12 +95,20 @@ MmStruct::~MmStruct() {
 
 void MmStruct::MmapWriteLock() { mmap_lock.LockWrite(); }
 
-void MmStruct::MmapWriteUnlock() {
+void MmStruct::EndWriteSectionLocked() {
   idx->Commit();
-  MmuGather& g = GatherLocked();
-  idx->TakeRetired(g.nodes);
-  if (g.size() >= kDeferBatch || g.pages.size() >= kDeferFrames) FlushGatherLocked();
+  idx->TakeRetired(GatherLocked().nodes);
   mm_lock_seq.fetch_add(1, std::memory_order_seq_cst);  // vma_end_write_all()
+}
+
+void MmStruct::FlushGatherIfFullLocked() {
+  const MmuGather& g = GatherLocked();
+  if (g.size() >= kDeferBatch || g.pages.size() >= kDeferFrames) FlushGatherLocked();
+}
+
+void MmStruct::MmapWriteUnlock() {
+  EndWriteSectionLocked();
+  FlushGatherIfFullLocked();
   mmap_lock.UnlockWrite();
 }
 

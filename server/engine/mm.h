@@ -176,6 +176,13 @@ struct MmStruct {
   /// retired (in batches), advances mm_lock_seq (releasing the section's VMA write
   /// locks), then releases mmap_lock.
   void MmapWriteUnlock() ABSL_UNLOCK_FUNCTION(mmap_lock);
+  /// The end of a write section short of the unlock, shared by MmapWriteUnlock and
+  /// mmap_write_downgrade: publishes the index to RCU readers, moves its retired nodes
+  /// into the gather, and advances mm_lock_seq (vma_end_write_all).
+  void EndWriteSectionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// Hands the gather to call_rcu once it holds kDeferBatch objects or kDeferFrames
+  /// frames (else it keeps collecting across write sections).
+  void FlushGatherIfFullLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// This write section's gather, created on first use.
   MmuGather& GatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   void FlushGatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
@@ -288,8 +295,8 @@ struct MmStruct {
   /// under its table's PTE lock (ptep_get_and_clear), so a racing fault or zap can
   /// never make a frame be freed twice or not at all. Private anonymous frames go to
   /// `pages` (the caller frees them, after a grace period unless no reader can exist);
-  /// RSS counters follow. Caller holds mmap_lock (write for munmap, read for
-  /// MADV_DONTNEED).
+  /// RSS counters follow. Caller holds mmap_lock (read: munmap after its downgrade,
+  /// MADV_DONTNEED; write: MAP_FIXED replacement, exit).
   void ZapRangeLocked(Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages)
       ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
   /// handle_mm_fault() for one page of vmf.vma (access_error already checked).
@@ -320,5 +327,11 @@ struct MmStruct {
   /// The VmaInfo (maps line data) of v.
   VmaInfo VmaInfoLocked(const Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
 };
+
+/// do_vmi_munmap() with `unlock` (vma.cc): removes [start, end) under mmap_lock write,
+/// downgrades it to read for the page-table teardown (vms_complete_munmap_vmas), and
+/// releases it in every case. Returns 0 or ENOMEM (a middle split at max_map_count:
+/// nothing removed). Caller holds mmap_lock for write.
+int DoVmiMunmapUnlock(MmStruct& m, uint64_t start, uint64_t end) ABSL_UNLOCK_FUNCTION(m.mmap_lock);
 
 }  // namespace vmspace

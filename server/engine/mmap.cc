@@ -11,12 +11,6 @@
 
 namespace vmspace {
 
-/// do_vmi_munmap() with `unlock` (vma.cc): removes [start, end) under mmap_lock write,
-/// downgrades it to read for the page-table teardown, and releases it in every case.
-/// Returns 0 or ENOMEM (a middle split at max_map_count: nothing removed). (Belongs in
-/// mm.h beside UnmapRangeLocked; declared here to leave mm.h alone.)
-int DoVmiMunmapUnlock(MmStruct& m, uint64_t start, uint64_t end) ABSL_UNLOCK_FUNCTION(m.mmap_lock);
-
 namespace {
 constexpr int kMapType = 0x0f;
 std::atomic<uint64_t> g_next_inode{1};

@@ -6,8 +6,9 @@
 // PTE lock (pte_lockptr), that guards its entries. Walkers read upper-level entries
 // without locks (acquire loads) and must hold mmap_lock or a VMA lock that covers the
 // address, which keeps the tables they walk from being freed: tables are freed only by
-// FreePgtables under mmap_lock for write, and only where no VMA covers their span
-// (mm/memory.c free_pgd_range with floor/ceiling).
+// FreePgtables (under mmap_lock: munmap runs it after downgrading to read), and only
+// where no VMA covers their span (mm/memory.c free_pgd_range with floor/ceiling), so no
+// walker that holds a lock covering its address can be inside them.
 #pragma once
 
 #include <atomic>

@@ -207,9 +207,7 @@ void ClearPtesLocked(MmStruct& m, const VmaMunmap& vms, bool free_tables, MmuGat
 // mmap_write_downgrade(): what MmapWriteUnlock does before it unlocks (publish the
 // index, retire its replaced nodes, vma_end_write_all), then downgrade_write().
 void MmapWriteDowngrade(MmStruct& m) ABSL_UNLOCK_FUNCTION(m.mmap_lock) ABSL_SHARED_LOCK_FUNCTION(m.mmap_lock) {
-  m.idx->Commit();
-  m.idx->TakeRetired(m.GatherLocked().nodes);
-  m.mm_lock_seq.fetch_add(1, std::memory_order_seq_cst);  // vma_end_write_all()
+  m.EndWriteSectionLocked();
   m.mmap_lock.DowngradeWrite();
 }
 
@@ -218,8 +216,7 @@ void MmapWriteDowngrade(MmStruct& m) ABSL_UNLOCK_FUNCTION(m.mmap_lock) ABSL_SHAR
 // mmap_lock writers touch it, and none can run before this thread's up_read), which
 // the compiler cannot know once the capability is shared.
 void FlushGatherDowngraded(MmStruct& m) ABSL_SHARED_LOCKS_REQUIRED(m.mmap_lock) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  const MmuGather& g = m.GatherLocked();
-  if (g.size() >= MmStruct::kDeferBatch || g.pages.size() >= MmStruct::kDeferFrames) m.FlushGatherLocked();
+  m.FlushGatherIfFullLocked();
 }
 
 }  // namespace
@@ -231,7 +228,7 @@ int MmStruct::UnmapRangeLocked(uint64_t start, uint64_t end, bool free_tables, u
   return 0;
 }
 
-// do_vmi_munmap() with `unlock` (declared in mmap.cc): the tree changes under mmap_lock
+// do_vmi_munmap() with `unlock` (declared in mm.h): the tree changes under mmap_lock
 // write, then, as vms_complete_munmap_vmas(), mmap_write_downgrade() before the zap and
 // free_pgtables(), and mmap_read_unlock() after.
 int DoVmiMunmapUnlock(MmStruct& m, uint64_t start, uint64_t end) ABSL_UNLOCK_FUNCTION(m.mmap_lock) {
