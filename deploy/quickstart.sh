@@ -4,7 +4,7 @@
 # print the summary, and leave the daemon running so /metrics can be scraped.
 # Usage: bash deploy/quickstart.sh [extra `vmspace bench stress` options]
 # Environment: VMSPACE_LISTEN (default 127.0.0.1:50051), VMSPACE_METRICS (default
-# 127.0.0.1:9464), ROUNDS (default 200000).
+# 127.0.0.1:9464), ROUNDS (default 20000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LISTEN=${VMSPACE_LISTEN:-127.0.0.1:50051}

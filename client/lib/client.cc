@@ -32,7 +32,11 @@ std::string Error::Name() const {
 std::string Error::ToString() const {
   std::string s = Name();
   if (err != 0) s += " (" + std::to_string(err) + ")";
-  if (!message.empty()) s += ": " + message;
+  // The daemon's messages already start with the errno name ("EBADF: mmap: ..."): say it once.
+  std::string_view msg = message;
+  const std::string prefix = Name() + ": ";
+  if (msg.substr(0, prefix.size()) == prefix) msg.remove_prefix(prefix.size());
+  if (!msg.empty()) s += ": " + std::string(msg);
   return s;
 }
 

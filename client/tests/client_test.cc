@@ -113,7 +113,7 @@ TEST(DecodeStatus, UsesErrorDetails) {
   EXPECT_EQ(e.err, 12);
   EXPECT_EQ(e.errno_name, "ENOMEM");
   EXPECT_EQ(e.Name(), "ENOMEM");
-  EXPECT_EQ(e.ToString(), "ENOMEM (12): ENOMEM: no room below mmap_base");
+  EXPECT_EQ(e.ToString(), "ENOMEM (12): no room below mmap_base");  // the name once
   // Details carrying only the number get the engine's name for it.
   e = DecodeStatus(WithDetails(grpc::StatusCode::ALREADY_EXISTS, "exists", 17, ""));
   EXPECT_EQ(e.errno_name, "EEXIST");

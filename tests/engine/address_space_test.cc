@@ -51,7 +51,9 @@ struct Fixture : ::testing::TestWithParam<const char*> {
     return out;
   }
   void TearDown() override {
-    if (as) EXPECT_EQ(as->Validate(), "");
+    if (as) {
+      EXPECT_EQ(as->Validate(), "");
+    }
     testing_util::ExpectAllFramesFreed(as, frames);
   }
 };
