@@ -3,6 +3,7 @@
 #include "maple_tree.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <new>
 
 #include "fmt/format.h"
@@ -13,8 +14,7 @@ namespace {
 thread_local int64_t tls_linked_bytes = 0;
 }  // namespace
 
-// ======================================================================= node pools
-
+// ======================================================================= node caches
 
 NodeCache::~NodeCache() {
   if (!free_.empty()) put_(free_);
@@ -61,6 +61,31 @@ uint64_t MapleStats::stores_total() const {
   uint64_t s = 0;
   for (uint64_t n : stores) s += n;
   return s;
+}
+
+void MapleStats::Add(const MapleStats& o) {
+  for (int i = 0; i < static_cast<int>(MapleStoreType::kCount); i++) stores[i] += o.stores[i];
+  prealloc_nodes += o.prealloc_nodes;
+  used_nodes += o.used_nodes;
+  prealloc_short += o.prealloc_short;
+  retired_nodes += o.retired_nodes;
+}
+
+namespace {
+struct Totals {
+  Mutex mu{LockRank::kNodePool};
+  MapleStats sum ABSL_GUARDED_BY(mu);
+};
+Totals& DestroyedTrees() {
+  static Totals* t = new Totals;
+  return *t;
+}
+}  // namespace
+
+MapleStats MapleTree::DestroyedTotals() {
+  Totals& t = DestroyedTrees();
+  MutexLock l(t.mu);
+  return t.sum;
 }
 
 namespace {
@@ -149,12 +174,13 @@ uint64_t MaxGap(uintptr_t e, uint64_t min, uint64_t max) {
 }  // namespace
 
 /// A node on a walk (the ma_state's node, offset, end, min and max at one level).
+/// Trivial: walks keep arrays of them, filled as they descend.
 struct MapleTree::Pos {
-  uintptr_t enode = 0;
-  Node* n = nullptr;
-  bool leaf = true;
-  int off = 0, end = 0;
-  uint64_t min = 0, max = kMax;
+  uintptr_t enode;
+  Node* n;
+  bool leaf;
+  int off, end;
+  uint64_t min, max;
 
   void Set(uintptr_t e, uint64_t lo, uint64_t hi) {
     enode = e;
@@ -182,6 +208,7 @@ struct MapleTree::Big {
   uint64_t min = 0;
 
   void Add(uint64_t p, uintptr_t s, uint64_t g = 0) {
+    if (n == kCap) std::abort();  // more than three nodes' worth: a bug in the caller
     pivot[n] = p;
     slot[n] = s;
     gap[n] = g;
@@ -230,6 +257,11 @@ MapleTree::MapleTree(bool in_rcu)
              [](std::vector<void*>& v) { Pool::Get().PutBatch(v); }, kNodeSize) {}
 
 MapleTree::~MapleTree() {
+  {
+    Totals& t = DestroyedTrees();
+    MutexLock l(t.mu);
+    t.sum.Add(stats_);
+  }
   std::vector<void*> all;
   std::vector<uintptr_t> stack;
   if (uintptr_t r = root_.load(kRlx)) stack.push_back(r);
@@ -545,7 +577,7 @@ void MapleTree::StoreRootExpand(Write& w) {
   b.Add(w.last, reinterpret_cast<uintptr_t>(w.entry));
   if (w.last != kMax) b.Add(kMax, 0);
   const uintptr_t ne = MakeNode(true, b, 0, b.n - 1);
-  w.path[0].min = 0;
+  w.path[0] = Pos{};
   w.path[0].max = kMax;
   Publish(w.path, 0, ne);
   height_ = 1;
@@ -558,7 +590,7 @@ void MapleTree::NewRoot(Write& w) {
     Big b;
     b.Add(kMax, reinterpret_cast<uintptr_t>(w.entry));
     const uintptr_t ne = MakeNode(true, b, 0, 0);
-    w.path[0].min = 0;
+    w.path[0] = Pos{};
     w.path[0].max = kMax;
     Publish(w.path, 0, ne);
     height_ = 1;

@@ -74,6 +74,7 @@ struct MapleStats {
   uint64_t prealloc_short = 0;   // nodes a store needed beyond its preallocation (a bug if > 0)
   uint64_t retired_nodes = 0;    // nodes replaced or removed (RCU: freed after a grace period)
   uint64_t stores_total() const;
+  void Add(const MapleStats& o);
 };
 
 /// Free tree nodes shared by all trees of the process, carved from 64 KiB slabs (a
@@ -202,6 +203,9 @@ class MapleTree {
   }
 
   const MapleStats& stats() const { return stats_; }
+  /// The stats of every tree destroyed so far in the process, summed (for benchmarks:
+  /// added once per tree, when it is destroyed).
+  static MapleStats DestroyedTotals();
   bool in_rcu() const { return rcu_; }
   int height() const { return height_; }
   uint64_t nodes() const { return nodes_; }
