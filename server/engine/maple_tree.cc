@@ -1011,50 +1011,30 @@ void* MapleTree::Load(uint64_t index, uint64_t* first, uint64_t* last) const {
   return reinterpret_cast<void*>(L.Slot(L.off));
 }
 
-void* MapleTree::Find(uint64_t index, uint64_t* first, uint64_t* last) const {
+/// mas_find() / mas_find_rev(): from the slot holding index, the first non-NULL entry
+/// forwards (or backwards), moving to the next (previous) leaf as mas_next_node()
+/// (mas_prev_node()) does.
+void* MapleTree::FindFrom(uint64_t index, bool forward, uint64_t* first, uint64_t* last) const {
   const uintptr_t r = root_.load(kRlx);
   if (!r) return nullptr;
   Pos path[kMaxHeight];
   const int d = WalkTo(r, index, path) - 1;
+  const int step = forward ? 1 : -1;
   for (;;) {
     const Pos& L = path[d];
-    for (int i = L.off; i <= L.end; i++)
+    for (int i = L.off; forward ? i <= L.end : i >= 0; i += step)
       if (uintptr_t s = L.Slot(i)) {
         *first = L.SlotMin(i);
         *last = L.SlotMax(i);
         return reinterpret_cast<void*>(s);
       }
-    int a = d - 1;  // mas_next_node()
-    while (a >= 0 && path[a].off == path[a].end) a--;
+    int a = d - 1;
+    while (a >= 0 && path[a].off == (forward ? path[a].end : 0)) a--;
     if (a < 0) return nullptr;
-    path[a].off++;
+    path[a].off += step;
     for (int l = a; l < d; l++) {
       path[l].Descend(path[l + 1]);
-      path[l + 1].off = 0;
-    }
-  }
-}
-
-void* MapleTree::FindRev(uint64_t index, uint64_t* first, uint64_t* last) const {
-  const uintptr_t r = root_.load(kRlx);
-  if (!r) return nullptr;
-  Pos path[kMaxHeight];
-  const int d = WalkTo(r, index, path) - 1;
-  for (;;) {
-    const Pos& L = path[d];
-    for (int i = L.off; i >= 0; i--)
-      if (uintptr_t s = L.Slot(i)) {
-        *first = L.SlotMin(i);
-        *last = L.SlotMax(i);
-        return reinterpret_cast<void*>(s);
-      }
-    int a = d - 1;  // mas_prev_node()
-    while (a >= 0 && path[a].off == 0) a--;
-    if (a < 0) return nullptr;
-    path[a].off--;
-    for (int l = a; l < d; l++) {
-      path[l].Descend(path[l + 1]);
-      path[l + 1].off = path[l + 1].end;
+      path[l + 1].off = forward ? 0 : path[l + 1].end;
     }
   }
 }

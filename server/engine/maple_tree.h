@@ -175,9 +175,9 @@ class MapleTree {
   /// The entry at index (NULL in a gap); its range in *first, *last if non-null.
   void* Load(uint64_t index, uint64_t* first = nullptr, uint64_t* last = nullptr) const;
   /// mas_find(): the first non-NULL entry whose range ends at or above index.
-  void* Find(uint64_t index, uint64_t* first, uint64_t* last) const;
+  void* Find(uint64_t index, uint64_t* first, uint64_t* last) const { return FindFrom(index, true, first, last); }
   /// mas_find_rev(): the last non-NULL entry whose range starts at or below index.
-  void* FindRev(uint64_t index, uint64_t* first, uint64_t* last) const;
+  void* FindRev(uint64_t index, uint64_t* first, uint64_t* last) const { return FindFrom(index, false, first, last); }
   /// Every range in order, gaps included (entry NULL).
   void ForEachRange(const std::function<void(uint64_t first, uint64_t last, void* entry)>& fn) const;
   /// mas_empty_area_rev(): the exclusive end of the highest gap that holds `length`
@@ -214,6 +214,7 @@ class MapleTree {
   struct Write;
   struct Made;
 
+  void* FindFrom(uint64_t index, bool forward, uint64_t* first, uint64_t* last) const;
   MapleStoreType Classify(Write& w);
   int PreallocCalc(MapleStoreType t) const;
   Node* NewNode();

@@ -422,6 +422,7 @@ class MapleIndex final : public VmaIndex {
     });
     return err;
   }
+  MapleTree* maple_tree() override { return &mt_; }
   VmaIndexStats Stats() const override {
     VmaIndexStats s;
     s.nodes = mt_.nodes();
@@ -432,12 +433,21 @@ class MapleIndex final : public VmaIndex {
   }
 
  private:
-  /// A store of entry over [first, last]: a deferred clear it covers is dropped,
-  /// any other is made first.
+  /// A store of v over [first, last]. A deferred clear is dropped where the store
+  /// overwrites it; what it covers beyond the store is cleared after the store, so an
+  /// address in both the old and the new range is never seen empty (as MAP_FIXED over
+  /// a mapping: the new VMA overwrites the old ones in one store).
   void StoreOver(uint64_t first, uint64_t last, Vma* v) {
-    if (pending_ && (pend_first_ < first || pend_last_ > last)) Flush();
+    const bool pending = pending_;
     pending_ = false;
     mt_.Store(first, last, v);
+    if (!pending) return;
+    if (pend_last_ < first || pend_first_ > last) {  // disjoint
+      mt_.Store(pend_first_, pend_last_, nullptr);
+      return;
+    }
+    if (pend_first_ < first) mt_.Store(pend_first_, first - 1, nullptr);
+    if (pend_last_ > last) mt_.Store(last + 1, pend_last_, nullptr);
   }
   /// Defers a NULL store, merging it with a deferred one when no VMA lies between.
   void Clear(uint64_t first, uint64_t last) {

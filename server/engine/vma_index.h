@@ -75,7 +75,10 @@ class VmaIndex {
 
   /// RCU-safe lookup: the VMA whose stored range contains addr, or null. Caller is in an
   /// RCU read-side section; the VMA must then be locked and re-checked. Only "maple"
-  /// supports it (returns null otherwise).
+  /// supports it (returns null otherwise). Each store is visible as soon as it is made
+  /// (as in Linux), not at Commit: during a write section a reader may find a VMA the
+  /// section changes (it is write-locked: vma_start_read fails), or no VMA where one is
+  /// being replaced (the caller falls back to mmap_lock).
   virtual Vma* LookupRcu(uint64_t addr) const { return nullptr; }
 
   /// Ends a write section: makes a store the index deferred (see above). Call at
@@ -90,6 +93,8 @@ class VmaIndex {
   /// rbtree): "" or the first one broken. Caller holds mmap_lock.
   virtual std::string Check() const = 0;
   virtual VmaIndexStats Stats() const = 0;
+  /// The maple tree behind a "maple" index (tests set its step hook), else null.
+  virtual MapleTree* maple_tree() { return nullptr; }
 
   /// Bytes of index nodes the calling thread has linked into trees minus those it
   /// unlinked (all spaces; per thread, so no counter is shared between spaces).
