@@ -208,101 +208,68 @@ TEST(MapleStore, FirstEntryExpandsTheRoot) {
                          std::to_string(kMax) + ":0 ");
 }
 
-TEST(MapleStore, ExactFitRewritesTheSlotInPlace) {
-  MapleTree t(true);
-  RangeModel m;
-  Fill(t, m, 5);
-  const uint64_t nodes = t.nodes();
-  Delta d(t);
-  t.Store(1020, 1024, E(99));  // exactly entry 3's range
-  EXPECT_ONE_STORE(d, T::kExactFit);
-  EXPECT_EQ(d.prealloc(), 0u);
-  EXPECT_EQ(d.retired_nodes(), 0u);
-  EXPECT_EQ(t.nodes(), nodes);
-  EXPECT_EQ(t.Load(1022), E(99));
-  EXPECT_EQ(t.Validate(), "");
-}
+/// One store on a tree of `fill` entries [1000 + 10k, 1000 + 10k + 4] (after an
+/// optional earlier store): the store type the kernel's rules pick and its node cost.
+struct OneStore {
+  const char* name;
+  bool rcu;
+  int fill;
+  uint64_t first, last;  // the store; entry E(id), or NULL if id == 0
+  uint64_t id;
+  T type;
+  uint64_t prealloc, used, retired;
+  uint64_t before_first = 0, before_last = 0, before_id = 0;  // an earlier store, if before_last
+};
+void PrintTo(const OneStore& c, std::ostream* os) { *os << c.name; }
 
-TEST(MapleStore, MovingAVmaEndWithinItsGapIsASlotStore) {
-  // vma_expand of [1020, 1024] to [1020, 1027]: the entry keeps its slot, one pivot
-  // moves into the following gap, no new boundary (wr_slot_store).
-  for (bool rcu : {true, false}) {
-    MapleTree t(rcu);
-    RangeModel m;
-    Fill(t, m, 5);
-    Delta d(t);
-    Both(t, m, 1020, 1027, E(3));
-    EXPECT_ONE_STORE(d, T::kSlotStore);
-    EXPECT_EQ(d.prealloc(), 0u);
-    EXPECT_EQ(d.retired_nodes(), 0u);
-    EXPECT_EQ(Dump(t), m.Dump());
-    // The start moving down into the gap below: the other slot-store case.
-    Delta d2(t);
-    Both(t, m, 1017, 1027, E(3));
-    EXPECT_ONE_STORE(d2, T::kSlotStore);
-    // Shrinking the end back: a NULL over the tail joins the gap after it.
-    Delta d3(t);
-    Both(t, m, 1025, 1027, nullptr);
-    EXPECT_ONE_STORE(d3, T::kSlotStore);
-    EXPECT_EQ(Dump(t), m.Dump());
-    EXPECT_EQ(t.Validate(), "");
+class MapleOneStore : public ::testing::TestWithParam<OneStore> {};
+
+TEST_P(MapleOneStore, PicksTheKernelsStoreType) {
+  const OneStore c = GetParam();
+  MapleTree t(c.rcu);
+  RangeModel m;
+  Fill(t, m, c.fill);
+  if (c.before_last) Both(t, m, c.before_first, c.before_last, c.before_id ? E(c.before_id) : nullptr);
+  const int height = t.height();
+  Delta d(t);
+  Both(t, m, c.first, c.last, c.id ? E(c.id) : nullptr);
+  EXPECT_EQ(d.total(), 1u);
+  EXPECT_EQ(d.stores(c.type), 1u) << "got another type than " << MapleStoreTypeName(c.type);
+  EXPECT_EQ(d.prealloc(), c.prealloc);
+  EXPECT_EQ(d.used(), c.used);
+  EXPECT_EQ(d.retired_nodes(), c.retired);
+  EXPECT_EQ(Dump(t), m.Dump());
+  EXPECT_EQ(t.Validate(), "");
+  if (c.type == T::kSplitStore) {
+    EXPECT_EQ(t.height(), height + 1);
   }
 }
 
-TEST(MapleStore, NewBoundariesReplaceOneNode) {
-  // A range in the middle of a gap adds two boundaries: the leaf is rebuilt; with RCU
-  // a new leaf replaces it (one node preallocated, used, and one retired).
-  for (bool rcu : {true, false}) {
-    MapleTree t(rcu);
-    RangeModel m;
-    Fill(t, m, 4);
-    Delta d(t);
-    Both(t, m, 1006, 1007, E(50));
-    EXPECT_ONE_STORE(d, T::kNodeStore);
-    EXPECT_EQ(d.prealloc(), rcu ? 1u : 0u);
-    EXPECT_EQ(d.used(), rcu ? 1u : 0u);
-    EXPECT_EQ(d.retired_nodes(), rcu ? 1u : 0u);
-    EXPECT_EQ(Dump(t), m.Dump());
-    EXPECT_EQ(t.Validate(), "");
-  }
-}
-
-TEST(MapleStore, AppendAfterTheLastSlotWithoutRcu) {
-  MapleTree t(false);
-  RangeModel m;
-  Fill(t, m, 3);
-  // The last slot is the gap up to ULONG_MAX: a range inside it adds two boundaries
-  // at the node's end, written in place.
-  Delta d(t);
-  Both(t, m, 2000, 2009, E(7));
-  EXPECT_ONE_STORE(d, T::kAppend);
-  EXPECT_EQ(d.prealloc(), 0u);
-  EXPECT_EQ(Dump(t), m.Dump());
-  EXPECT_EQ(t.Validate(), "");
-  // In RCU mode the same store replaces the node (readers may cache the node's end).
-  MapleTree r(true);
-  RangeModel rm;
-  Fill(r, rm, 3);
-  Delta dr(r);
-  r.Store(2000, 2009, E(7));
-  EXPECT_ONE_STORE(dr, T::kNodeStore);
-}
-
-TEST(MapleStore, FullLeafSplitsAndTheTreeGrows) {
-  MapleTree t(true);
-  RangeModel m;
-  Fill(t, m, 7);  // 7 entries + 7 gaps + the leading gap = 15 slots
-  ASSERT_EQ(t.height(), 1);
-  Delta d(t);
-  Both(t, m, 1006, 1007, E(50));  // needs 17 slots
-  EXPECT_ONE_STORE(d, T::kSplitStore);
-  EXPECT_EQ(d.prealloc(), 3u);  // height 1: 2 * 1 + 1
-  EXPECT_EQ(d.used(), 3u);      // two leaves and a new root
-  EXPECT_EQ(d.retired_nodes(), 1u);
-  EXPECT_EQ(t.height(), 2);
-  EXPECT_EQ(Dump(t), m.Dump());
-  EXPECT_EQ(t.Validate(), "");
-}
+INSTANTIATE_TEST_SUITE_P(
+    Types, MapleOneStore,
+    ::testing::Values(
+        // exactly entry 3's range: the slot rewritten in place
+        OneStore{"exact_fit", true, 5, 1020, 1024, 99, T::kExactFit, 0, 0, 0},
+        // vma_expand of [1020, 1024] to [1020, 1027]: the entry keeps its slot, one
+        // pivot moves into the gap after it, no new boundary
+        OneStore{"slot_store_end", true, 5, 1020, 1027, 3, T::kSlotStore, 0, 0, 0},
+        OneStore{"slot_store_end_norcu", false, 5, 1020, 1027, 3, T::kSlotStore, 0, 0, 0},
+        // the start moving down into the gap below: the other slot-store case
+        OneStore{"slot_store_start", true, 5, 1017, 1024, 3, T::kSlotStore, 0, 0, 0},
+        // shrinking the end back: a NULL over the tail joins the gap after it
+        OneStore{"slot_store_shrink", true, 5, 1025, 1027, 0, T::kSlotStore, 0, 0, 0, 1020, 1027, 3},
+        // a range inside a gap adds two boundaries: with RCU a new leaf replaces the
+        // old one (one node preallocated, used and retired); without, in place
+        OneStore{"node_store", true, 4, 1006, 1007, 50, T::kNodeStore, 1, 1, 1},
+        OneStore{"node_store_norcu", false, 4, 1006, 1007, 50, T::kNodeStore, 0, 0, 0},
+        // two boundaries at the end of the node: appended in place without RCU; with
+        // RCU a node store (readers may have cached the node's end)
+        OneStore{"append_norcu", false, 3, 2000, 2009, 7, T::kAppend, 0, 0, 0},
+        OneStore{"append_rcu_is_node_store", true, 3, 2000, 2009, 7, T::kNodeStore, 1, 1, 1},
+        // 7 entries + 7 gaps + the leading gap = 15 slots; two more overflow the root
+        // leaf: two leaves and a new root (height 1: 2 * 1 + 1 preallocated)
+        OneStore{"split_store", true, 7, 1006, 1007, 50, T::kSplitStore, 3, 3, 1}),
+    [](const ::testing::TestParamInfo<OneStore>& i) { return std::string(i.param.name); });
 
 TEST(MapleStore, SplitPushesIntoASiblingWithRoom) {
   // Two leaves after the root split; entries appended at the right fill the right
@@ -944,22 +911,27 @@ TEST(VmaIndexRcu, ReadersSeeOldOrNewRangeDuringWrites) {
   VmaIndex::DeleteRetired(retired);  // the readers are gone
 }
 
+/// VMAs owned by a test (no readers remain when it ends).
+struct OwnedVmas {
+  std::vector<std::unique_ptr<Vma>> all;
+  Vma* Make(uint64_t start, uint64_t end) {
+    all.emplace_back(NewVma(start, end));
+    return all.back().get();
+  }
+  Vma* operator[](size_t i) const { return all[i].get(); }
+};
+
 TEST(VmaIndexMaple, SplitAndMunmapIssueTheKernelsStores) {
   std::unique_ptr<VmaIndex> idx = VmaIndex::Create(VmaIndexKind::kMaple);
-  std::vector<std::unique_ptr<Vma>> vmas;
-  auto make = [&](uint64_t s, uint64_t e) {
-    vmas.push_back(std::make_unique<Vma>());
-    vmas.back()->vm_start = s;
-    vmas.back()->vm_end = e;
-    return vmas.back().get();
-  };
+  OwnedVmas vmas;
+  auto make = [&](uint64_t s, uint64_t e) { return vmas.Make(s, e); };
   for (uint64_t k = 0; k < 8; k++) idx->Insert(make((100 + 20 * k) * P, (110 + 20 * k) * P));
   idx->Commit();
   auto stores = [&] { return idx->Stats().maple.stores_total(); };
   auto of = [&](T type) { return idx->Stats().maple.stores[static_cast<int>(type)]; };
   // __split_vma(): the VMA shrinks, the new VMA is stored over the part it lost: one
   // store (a node store: one new boundary), not a clear and a store.
-  Vma* v = vmas[2].get();
+  Vma* v = vmas[2];
   uint64_t s0 = stores(), node_stores = of(T::kNodeStore);
   const uint64_t os = v->vm_start, oe = v->vm_end;
   v->vm_end = os + 4 * P;
@@ -970,17 +942,17 @@ TEST(VmaIndexMaple, SplitAndMunmapIssueTheKernelsStores) {
   EXPECT_EQ(of(T::kNodeStore) - node_stores, 1u);
   // munmap of four neighbouring VMAs: one NULL store over the range.
   s0 = stores();
-  for (int k : {1, 2, 8, 3}) idx->Erase(vmas[k].get(), vmas[k]->vm_start, vmas[k]->vm_end);
+  for (int k : {1, 2, 8, 3}) idx->Erase(vmas[k], vmas[k]->vm_start, vmas[k]->vm_end);
   idx->Commit();
   EXPECT_EQ(stores() - s0, 1u);
-  EXPECT_EQ(idx->FindVma(vmas[1]->vm_start), vmas[4].get());
+  EXPECT_EQ(idx->FindVma(vmas[1]->vm_start), vmas[4]);
   EXPECT_EQ(idx->Check(), "");
   // vma_expand(): the end moves into the gap above: a slot store, in place.
   s0 = stores();
   const uint64_t slot_stores = of(T::kSlotStore);
   const uint64_t e0 = vmas[0]->vm_end;
   vmas[0]->vm_end = e0 + 2 * P;
-  idx->Update(vmas[0].get(), vmas[0]->vm_start, e0);
+  idx->Update(vmas[0], vmas[0]->vm_start, e0);
   idx->Commit();
   EXPECT_EQ(stores() - s0, 1u);
   EXPECT_EQ(of(T::kSlotStore) - slot_stores, 1u);
@@ -991,17 +963,12 @@ TEST(VmaIndexMaple, SplitAndMunmapIssueTheKernelsStores) {
 
 TEST(VmaIndexMaple, ReplacingAVmaNeverLeavesItsAddressesEmpty) {
   // The engine's sequences that replace one VMA by another (Erase + Insert over an
-  // overlapping range, as MAP_FIXED; Update + Insert, as __split_vma; Erase + Update,
-  // as a merge): after every step a lockless reader sees, at an address mapped both
-  // before and after, the old or the new VMA, never nothing.
+  // overlapping range, as MAP_FIXED; Update + Insert, as __split_vma) or move it
+  // (Update, as vma_expand / vma_shrink): after every step a lockless reader sees, at
+  // an address mapped both before and after, the old or the new VMA, never nothing.
   std::unique_ptr<VmaIndex> idx = VmaIndex::Create(VmaIndexKind::kMaple);
-  std::vector<std::unique_ptr<Vma>> vmas;
-  auto make = [&](uint64_t s, uint64_t e) {
-    vmas.push_back(std::make_unique<Vma>());
-    vmas.back()->vm_start = s;
-    vmas.back()->vm_end = e;
-    return vmas.back().get();
-  };
+  OwnedVmas vmas;
+  auto make = [&](uint64_t s, uint64_t e) { return vmas.Make(s, e); };
   constexpr int kSlots = 40;
   constexpr uint64_t kSpan = 64 * P, kBase = 1ull << 30;
   std::vector<Vma*> cur(kSlots);
