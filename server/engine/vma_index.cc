@@ -5,8 +5,7 @@
 #include <cstddef>
 #include <new>
 
-#include "sync/mutex.h"
-#include "sync/rcu.h"
+#include "fmt/format.h"
 
 namespace vmspace {
 
@@ -16,20 +15,16 @@ const char* VmaIndexKindName(VmaIndexKind k) {
 
 namespace {
 
-// ===================================================================== maple
-// Copy-on-write B+tree. Node layout (one struct for both kinds, 528 bytes): up to
-// kFanout entries. A leaf entry is a VMA's range and pointer; an interior entry is a
-// child with its subtree's lowest start (lo), highest end (hi) and largest gap between
-// two consecutive ranges inside it (gap). Fan-out 16 like the maple tree's range64
-// leaves; interior nodes carry the gap array that maple_arange_64 nodes carry.
-// Nodes are immutable once published: a write copies the path from the root to the
-// leaf it changes and publishes the new root; the old path is retired.
+// ===================================================================== rbtree
+// B+tree of ranges changed in place (the "rbtree" index). Node layout (one struct for
+// both kinds, 520 bytes): up to kFanout entries. A leaf entry is a VMA's range and
+// pointer; an interior entry is a child with its subtree's lowest start (lo), highest
+// end (hi) and largest gap between two consecutive ranges inside it (gap).
 constexpr int kFanout = 16;
 
 struct MNode {
   bool leaf = true;
   uint8_t n = 0;
-  uint64_t gen = 0;       // write section that created it: mutable in place while current
   uint64_t lo[kFanout];   // leaf: vm_start; interior: subtree lowest start
   uint64_t hi[kFanout];   // leaf: vm_end; interior: subtree highest end
   uint64_t gap[kFanout];  // interior only: largest inner gap of the child
@@ -54,74 +49,15 @@ struct MNode {
     gap[i] = c->InnerGap();
   }
 };
-
-// Free nodes, shared by all indexes of the process. Writers take nodes in batches into
-// a small per-index cache; nodes freed after a grace period come back here a batch at a
-// time. Keeps malloc (and cross-thread free) off the mmap/munmap path.
-class NodePool {
- public:
-  static NodePool& Get() {
-    static NodePool* p = new NodePool;  // never destroyed: RCU callbacks may run late
-    return *p;
-  }
-  void TakeBatch(std::vector<MNode*>& out, size_t n) {
-    {
-      MutexLock l(mu_);
-      while (n && !free_.empty()) {
-        out.push_back(free_.back());
-        free_.pop_back();
-        n--;
-      }
-    }
-    while (n--) out.push_back(static_cast<MNode*>(::operator new(sizeof(MNode))));
-  }
-  void PutBatch(std::vector<void*>& nodes) {
-    {
-      MutexLock l(mu_);
-      while (!nodes.empty() && free_.size() < kMaxFree) {
-        free_.push_back(static_cast<MNode*>(nodes.back()));
-        nodes.pop_back();
-      }
-    }
-    for (void* n : nodes) ::operator delete(n);  // beyond the bound: back to malloc
-    nodes.clear();
-  }
-  void PutBatch(std::vector<MNode*>& nodes) {
-    std::vector<void*> v(nodes.begin(), nodes.end());
-    nodes.clear();
-    PutBatch(v);
-  }
-  /// Free nodes kept for reuse at most (about 1.7 MB); the rest go back to malloc.
-  static constexpr size_t kMaxFree = 4096;
-
- private:
-  Mutex mu_{LockRank::kNodePool};
-  std::vector<MNode*> free_ ABSL_GUARDED_BY(mu_);
-};
+static_assert(sizeof(MNode) == 520, "update the node size in vma_index.h");
+using BTreePool = NodePool<sizeof(MNode), alignof(MNode)>;
 
 class BTreeIndex final : public VmaIndex {
  public:
-  explicit BTreeIndex(bool rcu) : rcu_(rcu) {}
-  ~BTreeIndex() override {
-    // No readers remain when a space is destroyed.
-    Destroy(wroot_);
-    cache_.insert(cache_.end(), retired_.begin(), retired_.end());
-    NodePool::Get().PutBatch(cache_);
-  }
-
-  Vma* LookupRcu(uint64_t addr) const override {
-    if (!rcu_) return nullptr;
-    const MNode* n = root_.load(std::memory_order_acquire);
-    if (!n) return nullptr;
-    while (!n->leaf) {
-      int i = 0;
-      while (i + 1 < n->n && n->hi[i] <= addr) i++;
-      n = n->child(i);
-    }
-    for (int i = 0; i < n->n; i++)
-      if (n->lo[i] <= addr && addr < n->hi[i]) return static_cast<Vma*>(n->p[i]);
-    return nullptr;
-  }
+  BTreeIndex()
+      : cache_([](std::vector<void*>& out, size_t n) { BTreePool::Get().TakeBatch(out, n); },
+               [](std::vector<void*>& v) { BTreePool::Get().PutBatch(v); }, sizeof(MNode)) {}
+  ~BTreeIndex() override { Destroy(wroot_); }
 
   Vma* FindVma(uint64_t addr) const override { return FirstEndAbove(wroot_, addr); }
   Vma* NextFrom(uint64_t addr) const override { return FirstStartAtLeast(wroot_, addr); }
@@ -136,7 +72,7 @@ class BTreeIndex final : public VmaIndex {
       leaf->lo[0] = v->vm_start;
       leaf->hi[0] = v->vm_end;
       leaf->p[0] = v;
-      Publish(leaf);
+      wroot_ = leaf;
       return;
     }
     MNode* split = nullptr;
@@ -148,14 +84,14 @@ class BTreeIndex final : public VmaIndex {
       top->SetChild(1, split);
       nroot = top;
     }
-    Publish(nroot);
+    wroot_ = nroot;
   }
 
   /// A range update never changes the order of the (non-overlapping) entries, so the
   /// entry is rewritten where it is, and the path above it re-summarised.
   void Update(Vma* v, uint64_t old_start, uint64_t old_end) override {
     if (!wroot_) return;
-    Publish(UpdateRec(wroot_, old_start, v));
+    UpdateRec(wroot_, old_start, v);
   }
 
   void Erase(Vma* v, uint64_t start, uint64_t end) override {
@@ -165,10 +101,10 @@ class BTreeIndex final : public VmaIndex {
     // Collapse interior roots with a single child (the tree only shrinks at the top).
     while (nroot && !nroot->leaf && nroot->n == 1) {
       MNode* c = nroot->child(0);
-      Retire(nroot);
+      Free(nroot);
       nroot = c;
     }
-    Publish(nroot);
+    wroot_ = nroot;
   }
 
   uint64_t HighestGapEnd(uint64_t length, uint64_t low, uint64_t high) const override {
@@ -184,66 +120,64 @@ class BTreeIndex final : public VmaIndex {
     return Clip(0, root->Lo(), length, low, high);
   }
 
-  /// Publishes the writer's tree to lockless readers (rcu_assign_pointer) and starts a
-  /// new write section: nodes created from now on are copies again.
-  void Commit() override {
-    if (rcu_) root_.store(wroot_, std::memory_order_release);
-    gen_++;
+  std::string Check() const override {
+    if (!wroot_) return nodes_ ? "nodes counted in an empty tree" : "";
+    std::string err;
+    uint64_t count = 0, prev_end = 0;
+    int leaf_depth = -1;
+    std::function<void(const MNode*, int)> check = [&](const MNode* n, int depth) {
+      count++;
+      if (n->n == 0 || n->n > kFanout - 1) err = "node fill " + std::to_string(n->n);
+      for (int i = 0; i < n->n && err.empty(); i++) {
+        if (n->lo[i] >= n->hi[i] || n->lo[i] < prev_end) err = "ranges out of order";
+        if (n->leaf) {
+          prev_end = n->hi[i];
+          if (leaf_depth < 0) leaf_depth = depth;
+          if (leaf_depth != depth) err = "leaves at different depths";
+          continue;
+        }
+        const MNode* c = n->child(i);
+        if (c->Lo() != n->lo[i] || c->Hi() != n->hi[i] || c->InnerGap() != n->gap[i]) err = "stale summary";
+        else check(c, depth + 1);
+      }
+    };
+    check(wroot_, 0);
+    if (err.empty() && count != nodes_) err = "node count";
+    return err;
   }
 
-  void TakeRetired(std::vector<void*>& out) override {
-    out.insert(out.end(), retired_.begin(), retired_.end());
-    retired_.clear();
+  VmaIndexStats Stats() const override {
+    VmaIndexStats s;
+    s.nodes = nodes_;
+    s.node_bytes = sizeof(MNode);
+    for (const MNode* n = wroot_; n; n = n->leaf ? nullptr : n->child(0)) s.height++;
+    return s;
   }
 
  private:
-  MNode* Alloc() {
-    if (cache_.empty()) NodePool::Get().TakeBatch(cache_, 32);
-    MNode* n = cache_.back();
-    cache_.pop_back();
+  MNode* NewNode(bool leaf) {
+    MNode* n = new (cache_.Alloc()) MNode;
+    n->leaf = leaf;
+    nodes_++;
+    cache_.CountLinked(1);
     return n;
   }
   void Free(MNode* n) {
-    cache_.push_back(n);
-    if (cache_.size() > 128) {
-      std::vector<MNode*> give(cache_.end() - 64, cache_.end());
-      cache_.resize(cache_.size() - 64);
-      NodePool::Get().PutBatch(give);
-    }
+    nodes_--;
+    cache_.CountLinked(-1);
+    cache_.Free(n);
   }
-  MNode* NewNode(bool leaf) {
-    MNode* n = new (Alloc()) MNode;
-    n->leaf = leaf;
-    n->gen = gen_;
-    return n;
-  }
-  /// The node to modify: n itself if this write section created it (readers cannot
-  /// see it yet) or the index is not RCU-readable; else a copy, and n is retired.
-  MNode* Mutable(MNode* n) {
-    if (!rcu_ || n->gen == gen_) return n;
-    MNode* c = new (Alloc()) MNode(*n);
-    c->gen = gen_;
-    Retire(n);
-    return c;
-  }
-  void Retire(MNode* n) {
-    if (rcu_) retired_.push_back(n);
-    else Free(n);
-  }
-  /// The writer's new root; readers see it at Commit().
-  void Publish(MNode* root) { wroot_ = root; }
   void Destroy(MNode* n) {
     if (!n) return;
     if (!n->leaf)
       for (int i = 0; i < n->n; i++) Destroy(n->child(i));
-    cache_.push_back(n);
+    Free(n);
   }
 
-  // Insert v under n; returns the copy of n; *split receives a new right sibling if the
-  // copy overflowed.
+  // Insert v under n; returns n; *split receives a new right sibling if n overflowed.
   MNode* InsertRec(MNode* n, Vma* v, MNode** split) {
     *split = nullptr;
-    MNode* c = Mutable(n);
+    MNode* c = n;
     if (c->leaf) {
       int pos = 0;
       while (pos < c->n && c->lo[pos] < v->vm_start) pos++;
@@ -295,10 +229,9 @@ class BTreeIndex final : public VmaIndex {
     c->n--;
   }
 
-  // Removes the entry starting at `start`; returns the copy of n, or null if it
-  // became empty.
+  // Removes the entry starting at `start`; returns n, or null if it became empty.
   MNode* EraseRec(MNode* n, uint64_t start) {
-    MNode* c = Mutable(n);
+    MNode* c = n;
     if (c->leaf) {
       for (int k = 0; k < c->n; k++)
         if (c->lo[k] == start) {
@@ -319,24 +252,24 @@ class BTreeIndex final : public VmaIndex {
         MNode* left = c->child(l);
         MNode* right = c->child(r);
         if (left->n + right->n <= kFanout - 1) {
-          MNode* m = Mutable(left);
+          MNode* m = left;
           for (int k = 0; k < right->n; k++)
             InsertAt(m, m->n, right->lo[k], right->hi[k], right->gap[k], right->p[k]);
-          Retire(right);
+          Free(right);
           c->SetChild(l, m);
           RemoveAt(c, r);
         }
       }
     }
     if (c->n == 0) {
-      Retire(c);
+      Free(c);
       return nullptr;
     }
     return c;
   }
 
   MNode* UpdateRec(MNode* n, uint64_t old_start, Vma* v) {
-    MNode* c = Mutable(n);
+    MNode* c = n;
     if (c->leaf) {
       for (int k = 0; k < c->n; k++)
         if (c->lo[k] == old_start) {
@@ -415,23 +348,156 @@ class BTreeIndex final : public VmaIndex {
     return ~0ull;
   }
 
-  const bool rcu_;                   // "maple": copy-on-write + RCU publication
-  std::atomic<MNode*> root_{nullptr};  // published root: what LookupRcu readers see
-  MNode* wroot_ = nullptr;           // guarded by mmap_lock: the writer's current tree
-  uint64_t gen_ = 1;                 // guarded by mmap_lock write: current write section
-  std::vector<MNode*> retired_;      // guarded by mmap_lock write
-  std::vector<MNode*> cache_;        // guarded by mmap_lock write: free nodes
+  MNode* wroot_ = nullptr;  // guarded by mmap_lock
+  uint64_t nodes_ = 0;      // guarded by mmap_lock
+  NodeCache cache_;         // guarded by mmap_lock write: free nodes
 };
-static_assert(sizeof(MNode) == 528, "update the node size in vma_index.h");
+
+// ===================================================================== maple
+class MapleIndex final : public VmaIndex {
+ public:
+  explicit MapleIndex(bool rcu) : mt_(rcu) {}
+
+  Vma* FindVma(uint64_t addr) const override {
+    Settle();
+    uint64_t first, last;
+    return static_cast<Vma*>(mt_.Find(addr, &first, &last));
+  }
+  Vma* NextFrom(uint64_t addr) const override {
+    Settle();
+    uint64_t first, last;
+    void* e = mt_.Find(addr, &first, &last);
+    if (e && first < addr) e = last == ~0ull ? nullptr : mt_.Find(last + 1, &first, &last);
+    return static_cast<Vma*>(e);
+  }
+  Vma* PrevOf(uint64_t addr) const override {
+    Settle();
+    uint64_t first, last;
+    return addr ? static_cast<Vma*>(mt_.FindRev(addr - 1, &first, &last)) : nullptr;
+  }
+  void ForEach(const std::function<void(Vma*)>& fn) const override {
+    Settle();
+    mt_.ForEachRange([&](uint64_t, uint64_t, void* e) {
+      if (e) fn(static_cast<Vma*>(e));
+    });
+  }
+
+  /// vma_iter_store(): v over [vm_start, vm_end - 1].
+  void Insert(Vma* v) override { StoreOver(v->vm_start, v->vm_end - 1, v); }
+  /// vma_iter_clear(): NULL over [start, end - 1] (deferred, see vma_index.h).
+  void Erase(Vma*, uint64_t start, uint64_t end) override { Clear(start, end - 1); }
+  /// vma_shrink() clears what v lost; vma_expand() stores v over its whole new range.
+  void Update(Vma* v, uint64_t os, uint64_t oe) override {
+    const uint64_t ns = v->vm_start, ne = v->vm_end;
+    if (ne <= os || ns >= oe) {
+      Clear(os, oe - 1);
+    } else {
+      if (ns > os) Clear(os, ns - 1);
+      if (ne < oe) Clear(ne, oe - 1);
+    }
+    if (ns < os || ne > oe || ne <= os || ns >= oe) StoreOver(ns, ne - 1, v);
+  }
+
+  uint64_t HighestGapEnd(uint64_t length, uint64_t low, uint64_t high) const override {
+    Settle();
+    return mt_.EmptyAreaRevEnd(length, low, high);
+  }
+
+  Vma* LookupRcu(uint64_t addr) const override {
+    return mt_.in_rcu() ? static_cast<Vma*>(mt_.LoadRcu(addr)) : nullptr;
+  }
+  void Commit() override { Flush(); }
+  void TakeRetired(std::vector<void*>& out) override {
+    Flush();
+    mt_.TakeRetired(out);
+  }
+
+  std::string Check() const override {
+    Settle();
+    std::string err = mt_.Validate();
+    mt_.ForEachRange([&](uint64_t first, uint64_t last, void* e) {
+      const Vma* v = static_cast<const Vma*>(e);
+      if (err.empty() && v && (v->vm_start != first || v->vm_end - 1 != last))
+        err = fmt::format("entry [{:#x}, {:#x}] maps VMA [{:#x}, {:#x})", first, last, v->vm_start, v->vm_end);
+    });
+    return err;
+  }
+  MapleTree* maple_tree() override { return &mt_; }
+  VmaIndexStats Stats() const override {
+    VmaIndexStats s;
+    s.nodes = mt_.nodes();
+    s.node_bytes = MapleTree::kNodeSize;
+    s.height = mt_.height();
+    s.maple = mt_.stats();
+    return s;
+  }
+
+ private:
+  /// A store of v over [first, last]. A deferred clear is dropped where the store
+  /// overwrites it; what it covers beyond the store is cleared after the store, so an
+  /// address in both the old and the new range is never seen empty (as MAP_FIXED over
+  /// a mapping: the new VMA overwrites the old ones in one store).
+  void StoreOver(uint64_t first, uint64_t last, Vma* v) {
+    const bool pending = pending_;
+    pending_ = false;
+    mt_.Store(first, last, v);
+    if (!pending) return;
+    if (pend_last_ < first || pend_first_ > last) {  // disjoint
+      mt_.Store(pend_first_, pend_last_, nullptr);
+      return;
+    }
+    if (pend_first_ < first) mt_.Store(pend_first_, first - 1, nullptr);
+    if (pend_last_ > last) mt_.Store(last + 1, pend_last_, nullptr);
+  }
+  /// Defers a NULL store, merging it with a deferred one when no VMA lies between.
+  void Clear(uint64_t first, uint64_t last) {
+    if (pending_) {
+      if (first > pend_last_ && Empty(pend_last_ + 1, first - 1)) {
+        pend_last_ = last;
+        return;
+      }
+      if (last < pend_first_ && Empty(last + 1, pend_first_ - 1)) {
+        pend_first_ = first;
+        return;
+      }
+      Flush();
+    }
+    pending_ = true;
+    pend_first_ = first;
+    pend_last_ = last;
+  }
+  bool Empty(uint64_t first, uint64_t last) const {
+    if (first > last) return true;
+    uint64_t f, l;
+    return !mt_.Find(first, &f, &l) || f > last;
+  }
+  void Flush() {
+    if (!pending_) return;
+    pending_ = false;
+    mt_.Store(pend_first_, pend_last_, nullptr);
+  }
+  /// Queries see the deferred store made. Under mmap_lock read nothing is deferred
+  /// (Commit ran at the last write unlock), so this only writes under mmap_lock write.
+  void Settle() const { const_cast<MapleIndex*>(this)->Flush(); }
+
+  MapleTree mt_;               // guarded by mmap_lock (LookupRcu: RCU)
+  bool pending_ = false;       // guarded by mmap_lock write: a deferred NULL store
+  uint64_t pend_first_ = 0, pend_last_ = 0;
+};
 
 }  // namespace
 
-void VmaIndex::DeleteRetired(std::vector<void*>& nodes) {
-  if (!nodes.empty()) NodePool::Get().PutBatch(nodes);
+void VmaIndex::DeleteRetired(std::vector<void*>& nodes) { MapleTree::FreeNodes(nodes); }
+
+uint64_t VmaIndex::PoolSlabBytes() {
+  return MapleTree::Pool::Get().slab_bytes() + BTreePool::Get().slab_bytes();
 }
 
 std::unique_ptr<VmaIndex> VmaIndex::Create(VmaIndexKind kind) {
-  return std::make_unique<BTreeIndex>(kind == VmaIndexKind::kMaple);
+  if (kind == VmaIndexKind::kRbtree) return std::make_unique<BTreeIndex>();
+  return CreateMaple(true);
 }
+
+std::unique_ptr<VmaIndex> VmaIndex::CreateMaple(bool in_rcu) { return std::make_unique<MapleIndex>(in_rcu); }
 
 }  // namespace vmspace

@@ -9,14 +9,20 @@
 //   BM_Seed004_Ratio/...                 one run of each (the kernel in a forked
 //                                        child), counters engine/native rounds/s and
 //                                        their ratio
-//   BM_EngineMemoryPerVma/vmas:N/profile:P  heap bytes per VMA (mallinfo2 delta), rbtree
-//                                        (linux-6.0) and maple (linux-6.6) VMA index
+//   BM_EngineMemoryPerVma/vmas:N/profile:P  bytes per VMA, every profile: the VMA and
+//                                        other heap (mallinfo2 delta without the node
+//                                        slabs) plus the index nodes in the tree
+//   BM_EngineMemorySeed004/profile:P     index bytes per VMA in seed 004's steady state
+//                                        (1024 slots of 1-32 KiB, neighbours merged, gaps
+//                                        between)
 //   BM_EngineMemoryPerPage/pages:N       bytes per resident page: frames, host chunks,
 //                                        heap (page tables), pgtable_bytes
 //
 // Each round: pick slot k = rand() % 1024; with page_fault write every 128th byte of
 // it; munmap it; mmap 1024 * (rand() % 32 + 1) bytes into it. Rates are per second of
-// wall time; "rounds_per_s" is the figure to compare with `vmspace bench stress`.
+// wall time; "rounds_per_s" is the figure to compare with `vmspace bench stress`. The
+// engine runs also count, per round, the maple stores of each type (maple profiles)
+// and the index nodes preallocated and used.
 // The engine's first rounds with page faults are slower: a fresh FrameAllocator carves
 // frames from new host chunks, so every first use of a frame is also a host page fault
 // (run long enough, e.g. --benchmark_min_time=2, to reach the recycled steady state).
@@ -31,8 +37,8 @@
 
 #include "engine/address_space.h"
 #include "engine/frame_allocator.h"
-#include "engine/address_space.h"
 #include "lib/seed004.h"
+#include "vma_index.h"
 
 namespace {
 
@@ -57,16 +63,45 @@ vmspace::SpaceOptions ProfileOptions(benchmark::State& state, int64_t index) {
   return opts;
 }
 
-void BM_Seed004_Engine(benchmark::State& state) {
-  const bool page_fault = state.range(0) != 0;
-  vmspace::FrameAllocator frames;
-  vmspace::AddressSpace as(frames, ProfileOptions(state, state.range(1)));
-  Seed004Sequence seq(1);
-  std::vector<Slot> slots(Seed004Sequence::kSlots);
+/// Fills the seed's 1024 slots.
+void Seed004Setup(vmspace::AddressSpace& as, Seed004Sequence& seq, std::vector<Slot>& slots) {
   for (Slot& s : slots) {
     s.len = seq.NextSize();
     s.addr = as.Mmap(0, s.len, kProt, kFlags).value;
   }
+}
+
+/// One seed round without faults: munmap a slot, mmap a new size. False on error.
+bool Seed004Round(vmspace::AddressSpace& as, Seed004Sequence& seq, std::vector<Slot>& slots) {
+  Slot& s = slots[static_cast<size_t>(seq.NextSlot())];
+  if (!as.Munmap(s.addr, s.len).ok()) return false;
+  s.len = seq.NextSize();
+  vmspace::SysResult r = as.Mmap(0, s.len, kProt, kFlags);
+  s.addr = r.value;
+  return r.ok();
+}
+
+/// Per-round maple counters from the trees destroyed since `before`.
+void MapleCounters(benchmark::State& state, const vmspace::MapleStats& before, double rounds) {
+  vmspace::MapleStats after = vmspace::MapleTree::DestroyedTotals();
+  if (after.stores_total() == before.stores_total()) return;  // rbtree
+  for (int i = 0; i < static_cast<int>(vmspace::MapleStoreType::kCount); i++) {
+    double n = static_cast<double>(after.stores[i] - before.stores[i]);
+    if (n > 0) state.counters[vmspace::MapleStoreTypeName(static_cast<vmspace::MapleStoreType>(i))] = n / rounds;
+  }
+  state.counters["nodes_prealloc"] = static_cast<double>(after.prealloc_nodes - before.prealloc_nodes) / rounds;
+  state.counters["nodes_used"] = static_cast<double>(after.used_nodes - before.used_nodes) / rounds;
+}
+
+void BM_Seed004_Engine(benchmark::State& state) {
+  const bool page_fault = state.range(0) != 0;
+  vmspace::FrameAllocator frames;
+  const vmspace::MapleStats maple_before = vmspace::MapleTree::DestroyedTotals();
+  auto space = std::make_unique<vmspace::AddressSpace>(frames, ProfileOptions(state, state.range(1)));
+  vmspace::AddressSpace& as = *space;
+  Seed004Sequence seq(1);
+  std::vector<Slot> slots(Seed004Sequence::kSlots);
+  Seed004Setup(as, seq, slots);
   uint64_t faults = 0;
   for (auto _ : state) {
     Slot& s = slots[static_cast<size_t>(seq.NextSlot())];
@@ -84,6 +119,8 @@ void BM_Seed004_Engine(benchmark::State& state) {
   state.counters["faults_per_round"] =
       benchmark::Counter(static_cast<double>(faults) / static_cast<double>(std::max<int64_t>(1, state.iterations())));
   state.counters["map_count"] = static_cast<double>(as.Counters().map_count);
+  space.reset();
+  MapleCounters(state, maple_before, static_cast<double>(std::max<int64_t>(1, state.iterations())));
 }
 BENCHMARK(BM_Seed004_Engine)->ArgNames({"page_fault", "profile"})->ArgsProduct({{0, 1}, {0, 1, 2, 3}});
 
@@ -156,45 +193,90 @@ uint64_t HeapBytes() {
   return mi.uordblks + mi.hblkhd;
 }
 
-// Heap bytes per VMA: N single-page VMAs that cannot merge (protections alternate),
-// measured after an RCU barrier so index nodes retired by copy-on-write updates are
-// freed (heap_bytes_per_vma_raw: before the barrier).
+/// Memory per VMA of a space between two points: the heap the space allocated apart
+/// from the index node slabs (VMAs, anon_vmas, vectors), plus the index nodes in its
+/// tree (nodes x node size; slabs are shared by all spaces and never shrink, so the
+/// heap delta alone would count free nodes left by earlier spaces, or miss them).
+struct MemoryProbe {
+  uint64_t heap = 0, slabs = 0;
+  int64_t nodes = 0;
+  static MemoryProbe Now() {
+    vmspace::RcuBarrier();  // nodes and VMAs retired so far are freed
+    return {HeapBytes(), vmspace::VmaIndex::PoolSlabBytes(), vmspace::VmaIndex::ThreadNodeBytes()};
+  }
+  static void Report(benchmark::State& state, const MemoryProbe& a, const MemoryProbe& b, double vmas) {
+    const double other = (static_cast<double>(b.heap) - static_cast<double>(a.heap)) -
+                         (static_cast<double>(b.slabs) - static_cast<double>(a.slabs));
+    const double nodes = static_cast<double>(b.nodes - a.nodes);
+    state.counters["index_bytes_per_vma"] = nodes / vmas;
+    state.counters["other_heap_bytes_per_vma"] = other / vmas;
+    state.counters["bytes_per_vma"] = (nodes + other) / vmas;
+  }
+};
+
+// N single-page VMAs that cannot merge (protections alternate), placed top-down next
+// to each other (no gaps between them).
 void BM_EngineMemoryPerVma(benchmark::State& state) {
   const uint64_t n = static_cast<uint64_t>(state.range(0));
-  double per_vma = 0, per_vma_raw = 0;
   for (auto _ : state) {
     vmspace::FrameAllocator frames;
     vmspace::SpaceOptions opts = ProfileOptions(state, state.range(1));
     opts.max_map_count = n + 16;
     auto as = std::make_unique<vmspace::AddressSpace>(frames, opts);
-    uint64_t before_vmas = as->Counters().map_count;
-    vmspace::RcuBarrier();
-    uint64_t before = HeapBytes();
+    const uint64_t before_vmas = as->Counters().map_count;
+    const MemoryProbe before = MemoryProbe::Now();
     for (uint64_t i = 0; i < n; ++i) {
       if (!as->Mmap(0, 4096, (i & 1) ? PROT_READ : kProt, kFlags).ok()) {
         state.SkipWithError("mmap failed");
         return;
       }
     }
-    uint64_t raw = HeapBytes();
-    vmspace::RcuBarrier();
-    uint64_t after = HeapBytes();
-    uint64_t vmas = as->Counters().map_count - before_vmas;
+    const MemoryProbe after = MemoryProbe::Now();
+    const uint64_t vmas = as->Counters().map_count - before_vmas;
     if (vmas != n) state.SkipWithError("VMAs merged unexpectedly");
-    per_vma = (static_cast<double>(after) - static_cast<double>(before)) / static_cast<double>(vmas);
-    per_vma_raw = (static_cast<double>(raw) - static_cast<double>(before)) / static_cast<double>(vmas);
+    MemoryProbe::Report(state, before, after, static_cast<double>(vmas));
     state.PauseTiming();
     as.reset();
     state.ResumeTiming();
   }
-  state.counters["heap_bytes_per_vma"] = per_vma;
-  state.counters["heap_bytes_per_vma_raw"] = per_vma_raw;
 }
 BENCHMARK(BM_EngineMemoryPerVma)
     ->ArgNames({"vmas", "profile"})
-    ->ArgsProduct({{1000, 60000}, {0, 3}})
+    ->ArgsProduct({{1000, 60000}, {0, 1, 2, 3}})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
+
+// Seed 004's steady state: 1024 slots after 100000 rounds (neighbours merge, munmaps
+// leave gaps), memory per VMA of the whole space.
+void BM_EngineMemorySeed004(benchmark::State& state) {
+  for (auto _ : state) {
+    vmspace::FrameAllocator frames;
+    const MemoryProbe before = MemoryProbe::Now();
+    auto as = std::make_unique<vmspace::AddressSpace>(frames, ProfileOptions(state, state.range(0)));
+    const MemoryProbe empty = MemoryProbe::Now();
+    Seed004Sequence seq(1);
+    std::vector<Slot> slots(Seed004Sequence::kSlots);
+    Seed004Setup(*as, seq, slots);
+    for (int i = 0; i < 100000; i++)
+      if (!Seed004Round(*as, seq, slots)) {
+        state.SkipWithError("seed round failed");
+        return;
+      }
+    const MemoryProbe after = MemoryProbe::Now();
+    const double vmas = static_cast<double>(as->Counters().map_count);
+    state.counters["index_bytes_per_vma"] = static_cast<double>(after.nodes - empty.nodes) / vmas;
+    state.counters["map_count"] = vmas;
+    state.counters["empty_space_bytes"] = static_cast<double>(empty.heap - before.heap);
+    // VMAs, plus what the current write-section batch holds until it is queued for
+    // freeing (up to MmStruct::kDeferBatch objects): not per VMA.
+    state.counters["other_heap_bytes"] = (static_cast<double>(after.heap) - static_cast<double>(empty.heap)) -
+                                         (static_cast<double>(after.slabs) - static_cast<double>(empty.slabs));
+    state.PauseTiming();
+    as.reset();
+    state.ResumeTiming();
+  }
+}
+BENCHMARK(BM_EngineMemorySeed004)->ArgName("profile")->DenseRange(0, 3)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 // Bytes per resident page: one large rw mapping written every 4 KiB.
 void BM_EngineMemoryPerPage(benchmark::State& state) {
