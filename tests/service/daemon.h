@@ -154,8 +154,13 @@ class Daemon {
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetMaxReceiveMessageSize(64 << 20);
     args.SetMaxSendMessageSize(64 << 20);
-    return v1::VmSpace::NewStub(
-        grpc::CreateCustomChannel(grpc_addr_, grpc::InsecureChannelCredentials(), args));
+    auto channel = grpc::CreateCustomChannel(grpc_addr_, grpc::InsecureChannelCredentials(), args);
+    // Connect before the first call: on a loaded machine a first connect attempt can fail
+    // (seen in CI as "failed to connect to all addresses"), and an RPC without
+    // wait_for_ready fails at once instead of retrying. Bounded: a dead daemon still
+    // yields a stub whose calls fail UNAVAILABLE.
+    channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return v1::VmSpace::NewStub(channel);
   }
 
  private:
