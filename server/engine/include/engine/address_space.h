@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/file.h"
 #include "engine/frame_allocator.h"
 #include "engine/profile.h"
 #include "engine/types.h"
@@ -49,6 +50,11 @@ struct SpaceOptions {
   /// builds (seen: a paravirtualised 6.18 guest) allocate a page instead; set false to
   /// model those (the oracle tests do so when the kernel they run on does).
   bool zero_page = true;
+  /// Fault-around window (mm/memory.c fault_around_bytes, debugfs default 64 KiB): a
+  /// read fault on a file VMA also maps the neighbouring pages already in the page
+  /// cache, within this naturally aligned window, the VMA and one page table. A power
+  /// of two in [4096, 2 MiB]; 4096 turns fault-around off.
+  uint64_t fault_around_bytes = 65536;
   /// Locking design (VMA index, per-VMA lock use in faults).
   LockingProfile profile;
 };
@@ -124,6 +130,24 @@ class AddressSpace {
   /// FIXED beyond TASK_SIZE, overcommit), EPERM (FIXED below dac_mmap_min_addr),
   /// EEXIST (MAP_FIXED_NOREPLACE overlap). Takes mmap_lock for write.
   SysResult Mmap(uint64_t addr, uint64_t len, int prot, int flags, uint64_t offset = 0);
+
+  /// mmap(2) of an open file (`file` non-null, MAP_ANONYMOUS clear), with `offset` in
+  /// bytes (page aligned). Checks in the kernel's order on top of the anonymous ones:
+  /// EBADF (file null), EOVERFLOW (offset + len wraps in pages), EACCES (MAP_SHARED
+  /// with PROT_WRITE on a handle not opened for write; any mapping of a handle not
+  /// opened for read), ENODEV (a file that cannot be mapped). MAP_PRIVATE pages are
+  /// read from the page cache until written (copy-on-write); MAP_SHARED writes go to
+  /// the page cache. The VMA joins the file's i_mmap. Takes mmap_lock for write, then
+  /// i_mmap_rwsem for write (mm/vma.c __mmap_region, vma_link_file).
+  SysResult Mmap(uint64_t addr, uint64_t len, int prot, int flags, uint64_t offset,
+                 std::shared_ptr<OpenFile> file);
+
+  /// msync(2) (mm/msync.c): with MS_SYNC or MS_ASYNC writes back the dirty page-cache
+  /// pages that shared file VMAs of [addr, addr+len) map. EINVAL: addr unaligned, bad
+  /// flags, MS_SYNC|MS_ASYNC; ENOMEM: the range has unmapped holes (after doing the
+  /// mapped parts); EBUSY: MS_INVALIDATE on a VM_LOCKED VMA; EIO: the backing store
+  /// refused a write. Takes mmap_lock for read.
+  SysResult Msync(uint64_t addr, uint64_t len, int flags);
 
   /// munmap(2) (mm/vma.c do_vmi_munmap). EINVAL: addr unaligned, len 0, range beyond
   /// TASK_SIZE; ENOMEM: would split a VMA in the middle at map_count >= max.

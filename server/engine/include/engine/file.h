@@ -1,0 +1,123 @@
+// Files: an inode with a page cache (Linux's struct inode + struct address_space), the
+// open-file handles that mmap takes (struct file), and the daemon's table of them.
+//
+// A File's page cache holds 4 KiB frames indexed by page offset. Lookups take no lock
+// (RCU-readable, like the i_pages xarray: filemap_get_entry / filemap_map_pages);
+// inserts and removals take the i_pages lock. Each File keeps the VMAs that map it in
+// its reverse map (i_mmap, under i_mmap_rwsem), which truncate walks to unmap the
+// pages beyond the new size from every space (unmap_mapping_range).
+//
+// Backing stores: a host file under the table's data directory (read on a page-cache
+// miss: a major fault; written back by fsync/msync/munmap/close/shutdown), or memory
+// only (shmem: memfd/tmpfs; also the object behind MAP_SHARED|MAP_ANONYMOUS).
+//
+// Sizes and offsets are in bytes unless a name says pages. Errors are positive Linux
+// errnos, as the syscall of the same name returns them (fs/open.c, mm/filemap.c,
+// mm/truncate.c, fs/sync.c; Linux 6.18). All calls are thread-safe and take the locks
+// they need; none may be called with an engine lock held.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/frame_allocator.h"
+#include "engine/types.h"
+
+namespace vmspace {
+
+class FileTable;
+struct File;  // engine-internal (server/engine/filemap.h): inode, page cache, i_mmap
+
+/// stat(2)-like figures of a file, read without blocking faults.
+struct FileStat {
+  uint64_t file_id = 0;
+  std::string path;            // relative to the data directory; "" for unnamed shmem
+  bool shmem = false;          // memory only (no host file)
+  uint64_t size_bytes = 0;     // i_size
+  uint64_t inode = 0;          // i_ino, as the maps line shows it
+  uint32_t dev_major = 0, dev_minor = 0;
+  uint64_t cached_pages = 0;   // pages in the page cache (nrpages)
+  uint64_t dirty_pages = 0;    // pages dirty and not yet written back
+  uint64_t mapped_vmas = 0;    // VMAs in i_mmap
+  uint64_t open_handles = 0;   // OpenFile handles not yet closed
+};
+
+/// How Open() opens a file (the O_* flags that matter here).
+struct OpenFlags {
+  bool write = false;      // O_RDWR (else O_RDONLY)
+  bool create = false;     // O_CREAT
+  bool exclusive = false;  // O_EXCL (with create: EEXIST if it exists)
+  bool truncate = false;   // O_TRUNC (needs write)
+};
+
+/// An open file (struct file): the File plus the access mode it was opened with.
+/// mmap checks the mode (EACCES for MAP_SHARED+PROT_WRITE on a read-only open, and
+/// for any mapping of a file not opened for read). Shared by every VMA created from
+/// it; the File lives while any handle or VMA refers to it.
+struct OpenFile {
+  std::shared_ptr<File> file;
+  bool readable = true;
+  bool writable = false;
+};
+
+/// The daemon's files: a namespace of host files under one data directory plus
+/// unnamed shmem objects, and the open handles by id (a file descriptor table shared
+/// by all spaces). Ids are never reused while the table lives.
+class FileTable {
+ public:
+  /// `data_dir`: directory holding the host files ("" = none: Open() of a host file
+  /// fails with EACCES; shmem still works). Page-cache frames come from `frames`.
+  FileTable(FrameAllocator& frames, std::string data_dir);
+  /// Writes back every dirty page (as SyncAll) and drops the page caches. No other call
+  /// may run meanwhile; spaces mapping these files must be destroyed first.
+  ~FileTable();
+  FileTable(const FileTable&) = delete;
+  FileTable& operator=(const FileTable&) = delete;
+
+  /// open(2) of `path` relative to the data directory. Returns the new handle's id.
+  /// EINVAL: empty path, an absolute path, a ".." component, or a NUL byte; EACCES: no
+  /// data directory, or a symlink that leads out of it; ENOENT: missing without
+  /// create; EEXIST: create+exclusive and it exists; EISDIR: a directory;
+  /// ENAMETOOLONG; EINVAL: truncate without write.
+  SysResult Open(const std::string& path, const OpenFlags& flags);
+  /// memfd_create(2) + ftruncate: an unnamed shmem file of `size_bytes`, opened
+  /// read-write. `name` appears in maps as "/memfd:NAME (deleted)". EINVAL: name
+  /// longer than 249 bytes.
+  SysResult CreateShmem(const std::string& name, uint64_t size_bytes);
+  /// close(2). EBADF: unknown id. Mappings made from the handle stay valid.
+  int Close(uint64_t id);
+  /// The handle `id`, or nullptr (EBADF) if unknown.
+  std::shared_ptr<OpenFile> Get(uint64_t id) const;
+
+  /// ftruncate(2) (mm/truncate.c truncate_setsize + truncate_pagecache): sets i_size;
+  /// shrinking unmaps the pages beyond the new size from every VMA that maps the file
+  /// (through i_mmap), drops them from the page cache and the host file, and drops
+  /// private COW pages beyond it (as unmap_mapping_range with even_cows). EBADF;
+  /// EINVAL: not opened for write, or size beyond the file-size limit (2^44 bytes).
+  int Truncate(uint64_t id, uint64_t size_bytes);
+  /// pread(2)/pwrite(2) through the page cache. Returns bytes copied (a read stops at
+  /// EOF; a write extends the file). EBADF: unknown id or wrong access mode; EIO: the
+  /// backing store failed; EFBIG: a write past the file-size limit; ENOMEM: no frame.
+  SysResult Read(uint64_t id, uint64_t offset, void* dst, uint64_t len);
+  SysResult Write(uint64_t id, uint64_t offset, const void* src, uint64_t len);
+  /// fsync(2): writes back the file's dirty pages. EBADF; EIO when the backing store
+  /// refused a write (reported once per failure, like errseq_t).
+  int Fsync(uint64_t id);
+  /// The file's figures. EBADF in `error` if unknown.
+  SysResult Stat(uint64_t id, FileStat* out) const;
+  /// Every open handle's Stat, by id.
+  std::vector<FileStat> List() const;
+  /// Writes back every dirty page of every file (sync(2)); returns 0 or EIO if any
+  /// write failed (the others are still written).
+  int SyncAll();
+
+  FrameAllocator& frames() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace vmspace
