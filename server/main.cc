@@ -6,8 +6,9 @@
 // (metrics=off when disabled); with port 0 the chosen ports appear there. A port in use
 // is a start-up error (exit status 1). SIGTERM/SIGINT drain: health turns NOT_SERVING,
 // new calls are refused, in-flight calls (open Batch streams included) get up to
-// --shutdown-grace-ms, then the rest are cancelled, idle connections are closed and the
-// process exits 0.
+// --shutdown-grace-ms, then the rest are cancelled, idle connections are closed, every
+// space is destroyed and every dirty file page is written back to --data-dir
+// (FileTable::SyncAll), and the process exits 0 (1 if a write-back failed: EIO).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -30,6 +31,7 @@
 
 #include "engine/frame_allocator.h"
 #include "engine/stats.h"
+#include "engine/types.h"
 #include "metrics/collector.h"
 #include "metrics/rpc_stats.h"
 #include "rpc/log.h"
@@ -64,6 +66,13 @@ ABSL_FLAG(int64_t, shutdown_grace_ms, 5000,
 ABSL_FLAG(std::string, locking_profile, "linux-6.6",
           "Locking profile of spaces created without one: linux-6.0|linux-6.1|linux-6.4|"
           "linux-6.6, optionally with overrides such as \"linux-6.4,vma_lock=off\"");
+ABSL_FLAG(std::string, data_dir, "",
+          "Directory of the host files OpenFile opens (paths are relative to it and may not "
+          "leave it); \"\" = none: OpenFile of a host file is EACCES, CreateShmemFile "
+          "still works. Dirty pages are written back on fsync/msync/munmap and at shutdown");
+ABSL_FLAG(uint64_t, fault_around_bytes, 65536,
+          "Fault-around window of spaces created without one: a power of two in "
+          "[4096, 2097152] (4096 = off)");
 ABSL_FLAG(bool, reflection, true, "Serve gRPC server reflection (v1alpha)");
 ABSL_FLAG(std::string, shard, "0",
           "This daemon's shard among several, 0..8191: the high bits of its space ids "
@@ -177,6 +186,12 @@ int main(int argc, char** argv) {
     if (!ParseShard(absl::GetFlag(FLAGS_shard), &shard, &err)) return Fail("--shard: " + err);
   }
   options.version = VMSPACE_VERSION;
+  options.fault_around_bytes = absl::GetFlag(FLAGS_fault_around_bytes);
+  if (!vmspace::rpc::ValidFaultAroundBytes(options.fault_around_bytes))
+    return Fail("--fault-around-bytes must be a power of two in [4096, 2097152]");
+  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  if (!data_dir.empty() && access(data_dir.c_str(), R_OK | W_OK | X_OK) != 0)
+    return Fail("--data-dir " + data_dir + ": not a writable directory");
   const int64_t grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
   if (grace_ms < 0) return Fail("--shutdown-grace-ms must be >= 0");
 
@@ -190,7 +205,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   vmspace::FrameAllocator frames(absl::GetFlag(FLAGS_max_frame_bytes));
-  vmspace::rpc::SpaceRegistry registry(frames, max_spaces, shard);
+  vmspace::rpc::SpaceRegistry registry(frames, max_spaces, shard, data_dir);
   vmspace::rpc::VmSpaceService service(registry, options);
 
   // Metrics first: a busy metrics port then fails before gRPC accepts anything.
@@ -242,13 +257,13 @@ int main(int argc, char** argv) {
   fflush(stderr);
   Logf(LogLevel::kInfo,
        "version %s, shard=%u, max-spaces=%llu max-frame-bytes=%llu max-io-bytes=%llu max-batch=%llu "
-       "max-message-bytes=%llu lock-stats=%s locking-profile=%s",
+       "max-message-bytes=%llu lock-stats=%s locking-profile=%s data-dir=%s",
        VMSPACE_VERSION, shard, static_cast<unsigned long long>(max_spaces),
        static_cast<unsigned long long>(frames.limit_bytes()),
        static_cast<unsigned long long>(options.max_io_bytes),
        static_cast<unsigned long long>(options.max_batch),
        static_cast<unsigned long long>(options.max_message_bytes), lock_stats.c_str(),
-       options.default_profile.Describe().c_str());
+       options.default_profile.Describe().c_str(), data_dir.empty() ? "(none)" : data_dir.c_str());
 
   std::chrono::steady_clock::time_point stop_t0;
   std::thread stopper([&] {
@@ -288,5 +303,13 @@ int main(int argc, char** argv) {
   Logf(LogLevel::kInfo, "stopped: gRPC drained in %lld ms, metrics closed in %lld ms (%llu spaces)",
        ms(drained - stop_t0), ms(std::chrono::steady_clock::now() - drained),
        static_cast<unsigned long long>(registry.size()));
+  // Nothing lost: destroying the spaces unmaps their file mappings, then every dirty
+  // page of every file goes back to its host file.
+  const auto synced_t0 = std::chrono::steady_clock::now();
+  registry.DestroyAll();
+  if (const int err = registry.files().SyncAll(); err != 0)
+    return Fail(std::string("shutdown: writing dirty file pages back failed: ") +
+                vmspace::ErrnoName(err) + " (some data in --data-dir is lost)");
+  Logf(LogLevel::kInfo, "files synced in %lld ms", ms(std::chrono::steady_clock::now() - synced_t0));
   return 0;
 }

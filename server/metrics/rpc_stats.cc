@@ -23,6 +23,16 @@ const char* RpcMethodName(RpcMethod m) {
     case RpcMethod::kMadvise: return "Madvise";
     case RpcMethod::kGetLockStats: return "GetLockStats";
     case RpcMethod::kGetServerInfo: return "GetServerInfo";
+    case RpcMethod::kOpenFile: return "OpenFile";
+    case RpcMethod::kCreateShmemFile: return "CreateShmemFile";
+    case RpcMethod::kCloseFile: return "CloseFile";
+    case RpcMethod::kTruncateFile: return "TruncateFile";
+    case RpcMethod::kStatFile: return "StatFile";
+    case RpcMethod::kListFiles: return "ListFiles";
+    case RpcMethod::kReadFile: return "ReadFile";
+    case RpcMethod::kWriteFile: return "WriteFile";
+    case RpcMethod::kFsyncFile: return "FsyncFile";
+    case RpcMethod::kMsync: return "Msync";
     case RpcMethod::kCount: break;
   }
   return "?";

@@ -35,6 +35,16 @@ enum class RpcMethod : uint8_t {
   kMadvise,
   kGetLockStats,
   kGetServerInfo,
+  kOpenFile,
+  kCreateShmemFile,
+  kCloseFile,
+  kTruncateFile,
+  kStatFile,
+  kListFiles,
+  kReadFile,
+  kWriteFile,
+  kFsyncFile,
+  kMsync,
   kCount
 };
 inline constexpr size_t kRpcMethodCount = static_cast<size_t>(RpcMethod::kCount);

@@ -1,6 +1,8 @@
 #include "rpc/service.h"
 
+#include <absl/strings/str_format.h>
 #include <absl/strings/str_split.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -81,8 +83,15 @@ void FillFault(const FaultResult& f, v1::FaultInfo* out) {
 
 // ---- operations on one space (shared by the unary handlers and Batch) ----
 
-OpStatus DoMmap(Space& sp, const v1::MmapRequest& r, v1::MmapResponse* out) {
-  const SysResult res = sp.as.Mmap(r.addr(), r.len(), r.prot(), r.flags(), r.offset());
+OpStatus DoMmap(Space& sp, const v1::MmapRequest& r, v1::MmapResponse* out,
+               SpaceRegistry& reg) {
+  // As the kernel ignores fd with MAP_ANONYMOUS, file_id is ignored then; an unknown
+  // file id reaches the engine as a null file, which answers EBADF in the kernel's order.
+  const bool file = (r.flags() & MAP_ANONYMOUS) == 0 && r.file_id() != 0;
+  const SysResult res =
+      file ? sp.as.Mmap(r.addr(), r.len(), r.prot(), r.flags(), r.offset(),
+                        reg.files().Get(reg.TableFileId(r.file_id())))
+           : sp.as.Mmap(r.addr(), r.len(), r.prot(), r.flags(), r.offset());
   if (!res.ok()) return ErrnoError(res.error, "mmap");
   out->set_addr(res.value);
   return {};
@@ -103,6 +112,12 @@ OpStatus DoMprotect(Space& sp, const v1::MprotectRequest& r, v1::MprotectRespons
 OpStatus DoMadvise(Space& sp, const v1::MadviseRequest& r, v1::MadviseResponse*) {
   const SysResult res = sp.as.Madvise(r.addr(), r.len(), r.advice());
   if (!res.ok()) return ErrnoError(res.error, "madvise");
+  return {};
+}
+
+OpStatus DoMsync(Space& sp, const v1::MsyncRequest& r, v1::MsyncResponse*) {
+  const SysResult res = sp.as.Msync(r.addr(), r.len(), r.flags());
+  if (!res.ok()) return ErrnoError(res.error, "msync");
   return {};
 }
 
@@ -236,6 +251,10 @@ OpStatus ToSpaceOptions(const v1::SpaceSettings& s, const LockingProfile& defaul
   if (s.has_mmap_min_addr()) o->mmap_min_addr = s.mmap_min_addr();
   if (s.has_dac_mmap_min_addr()) o->dac_mmap_min_addr = s.dac_mmap_min_addr();
   if (s.has_cap_sys_rawio()) o->cap_sys_rawio = s.cap_sys_rawio();
+  if (s.has_fault_around_bytes()) o->fault_around_bytes = s.fault_around_bytes();
+  if (!ValidFaultAroundBytes(o->fault_around_bytes))
+    return ErrnoErrorDetail(EINVAL, "CreateSpace",
+                            "fault_around_bytes must be a power of two in [4096, 2097152]");
   if (!PageAligned(o->mmap_base) || o->mmap_base == 0 || o->mmap_base > kTaskSize)
     return ErrnoErrorDetail(EINVAL, "CreateSpace",
                             "mmap_base must be page aligned and in (0, 0x7ffffffff000]");
@@ -297,9 +316,59 @@ uint64_t OpSpaceId(const v1::Op& op) {
     case v1::Op::kRead: return op.read().space_id();
     case v1::Op::kWrite: return op.write().space_id();
     case v1::Op::kMadvise: return op.madvise().space_id();
+    case v1::Op::kMsync: return op.msync().space_id();
     case v1::Op::OP_NOT_SET: break;
   }
   return 0;
+}
+
+// ---- files (the registry's FileTable; ids as clients see them, see TableFileId) ----
+
+// Runs `fn()` as the handler of RPC `m`, recording its metrics.
+template <typename Fn>
+grpc::Status Handle(RpcMethod m, Fn&& fn) {
+  RpcScope scope(m);
+  const OpStatus s = fn();
+  scope.Finish(static_cast<int>(s.code));
+  return ToGrpcStatus(s);
+}
+
+// The error of open(2) of `path`, with the reason spelt out where the errno alone
+// would puzzle (no --data-dir, a path that leaves it).
+OpStatus OpenError(int err, const std::string& path, const std::string& data_dir) {
+  if (err == EACCES && data_dir.empty())
+    return ErrnoErrorDetail(err, "open",
+                            "vmspaced runs without --data-dir: host files are off "
+                            "(CreateShmemFile still works)");
+  if (err == EACCES)
+    return ErrnoErrorDetail(err, "open", "'" + path + "' leads out of --data-dir or is not accessible");
+  if (err == EINVAL) {
+    bool dotdot = false;
+    for (absl::string_view part : absl::StrSplit(path, '/')) dotdot = dotdot || part == "..";
+    if (path.empty() || path[0] == '/' || dotdot)
+      return ErrnoErrorDetail(err, "open",
+                              "'" + path + "': want a relative path under --data-dir without '..'");
+  }
+  return ErrnoError(err, "open");
+}
+
+void FillFileInfo(const FileStat& st, uint64_t public_id, bool writable, v1::FileInfo* out) {
+  out->set_file_id(public_id);
+  out->set_path(st.path);
+  out->set_shmem(st.shmem);
+  out->set_size(st.size_bytes);
+  out->set_inode(st.inode);
+  out->set_dev(absl::StrFormat("%02x:%02x", st.dev_major, st.dev_minor));
+  out->set_cached_pages(st.cached_pages);
+  out->set_dirty_pages(st.dirty_pages);
+  out->set_mapped_vmas(st.mapped_vmas);
+  out->set_open_handles(st.open_handles);
+  out->set_writable(writable);
+}
+
+OpStatus IoTooLarge(const char* what, uint64_t n, uint64_t max_io) {
+  return ErrnoErrorDetail(EINVAL, what,
+                          std::to_string(n) + " bytes exceed --max-io-bytes=" + std::to_string(max_io));
 }
 
 }  // namespace
@@ -313,6 +382,7 @@ grpc::Status VmSpaceService::CreateSpace(grpc::ServerContext*,
   RpcScope scope(RpcMethod::kCreateSpace);
   OpStatus s;
   SpaceOptions opts;
+  opts.fault_around_bytes = opts_.fault_around_bytes;
   if (req->label().size() > kMaxLabelBytes) {
     s = ErrnoErrorDetail(EINVAL, "CreateSpace", "label longer than 64 bytes");
   } else {
@@ -378,7 +448,7 @@ grpc::Status VmSpaceService::ListSpaces(grpc::ServerContext*, const v1::ListSpac
 grpc::Status VmSpaceService::Mmap(grpc::ServerContext*, const v1::MmapRequest* req,
                                   v1::MmapResponse* resp) {
   return OnSpace(registry_, RpcMethod::kMmap, req->space_id(),
-                 [&](Space& sp) { return DoMmap(sp, *req, resp); });
+                 [&](Space& sp) { return DoMmap(sp, *req, resp, registry_); });
 }
 
 grpc::Status VmSpaceService::Munmap(grpc::ServerContext*, const v1::MunmapRequest* req,
@@ -462,7 +532,9 @@ grpc::Status VmSpaceService::Batch(
         s = SpaceNotFound(OpSpaceId(op));
       } else {
         switch (op.op_case()) {
-          case v1::Op::kMmap: s = DoMmap(*sp, op.mmap(), res->mutable_mmap()); break;
+          case v1::Op::kMmap:
+            s = DoMmap(*sp, op.mmap(), res->mutable_mmap(), registry_);
+            break;
           case v1::Op::kMunmap: s = DoMunmap(*sp, op.munmap(), res->mutable_munmap()); break;
           case v1::Op::kMprotect:
             s = DoMprotect(*sp, op.mprotect(), res->mutable_mprotect());
@@ -487,6 +559,7 @@ grpc::Status VmSpaceService::Batch(
           case v1::Op::kMadvise:
             s = DoMadvise(*sp, op.madvise(), res->mutable_madvise());
             break;
+          case v1::Op::kMsync: s = DoMsync(*sp, op.msync(), res->mutable_msync()); break;
           case v1::Op::OP_NOT_SET: break;
         }
       }
@@ -575,6 +648,123 @@ grpc::Status VmSpaceService::GetServerInfo(grpc::ServerContext*, const v1::GetSe
   resp->set_version(opts_.version);
   scope.Finish(0);
   return grpc::Status::OK;
+}
+
+grpc::Status VmSpaceService::OpenFile(grpc::ServerContext*, const v1::OpenFileRequest* req,
+                                      v1::OpenFileResponse* resp) {
+  return Handle(RpcMethod::kOpenFile, [&]() -> OpStatus {
+    OpenFlags f;
+    f.write = req->write();
+    f.create = req->create();
+    f.exclusive = req->exclusive();
+    f.truncate = req->truncate();
+    const SysResult r = registry_.files().Open(req->path(), f);
+    if (!r.ok()) return OpenError(r.error, req->path(), registry_.data_dir());
+    resp->set_file_id(registry_.PublicFileId(r.value));
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::CreateShmemFile(grpc::ServerContext*,
+                                             const v1::CreateShmemFileRequest* req,
+                                             v1::CreateShmemFileResponse* resp) {
+  return Handle(RpcMethod::kCreateShmemFile, [&]() -> OpStatus {
+    const SysResult r = registry_.files().CreateShmem(req->name(), req->size());
+    if (!r.ok()) return ErrnoError(r.error, "memfd_create");
+    resp->set_file_id(registry_.PublicFileId(r.value));
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::CloseFile(grpc::ServerContext*, const v1::CloseFileRequest* req,
+                                       v1::CloseFileResponse*) {
+  return Handle(RpcMethod::kCloseFile, [&]() -> OpStatus {
+    const int err = registry_.files().Close(registry_.TableFileId(req->file_id()));
+    return err == 0 ? OpStatus{} : ErrnoError(err, "close");
+  });
+}
+
+grpc::Status VmSpaceService::TruncateFile(grpc::ServerContext*,
+                                          const v1::TruncateFileRequest* req,
+                                          v1::TruncateFileResponse*) {
+  return Handle(RpcMethod::kTruncateFile, [&]() -> OpStatus {
+    const int err =
+        registry_.files().Truncate(registry_.TableFileId(req->file_id()), req->size());
+    return err == 0 ? OpStatus{} : ErrnoError(err, "ftruncate");
+  });
+}
+
+grpc::Status VmSpaceService::StatFile(grpc::ServerContext*, const v1::StatFileRequest* req,
+                                      v1::StatFileResponse* resp) {
+  return Handle(RpcMethod::kStatFile, [&]() -> OpStatus {
+    const uint64_t id = registry_.TableFileId(req->file_id());
+    FileStat st;
+    const SysResult r = registry_.files().Stat(id, &st);
+    if (!r.ok()) return ErrnoError(r.error, "fstat");
+    const std::shared_ptr<vmspace::OpenFile> f = registry_.files().Get(id);
+    FillFileInfo(st, req->file_id(), f && f->writable, resp->mutable_file());
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::ListFiles(grpc::ServerContext*, const v1::ListFilesRequest*,
+                                       v1::ListFilesResponse* resp) {
+  return Handle(RpcMethod::kListFiles, [&]() -> OpStatus {
+    for (const FileStat& st : registry_.files().List()) {
+      const std::shared_ptr<vmspace::OpenFile> f = registry_.files().Get(st.file_id);
+      FillFileInfo(st, registry_.PublicFileId(st.file_id), f && f->writable, resp->add_files());
+    }
+    if (resp->ByteSizeLong() > opts_.max_message_bytes) {
+      resp->Clear();
+      return ErrnoErrorDetail(ENOMEM, "ListFiles", "response exceeds --max-message-bytes");
+    }
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::ReadFile(grpc::ServerContext*, const v1::ReadFileRequest* req,
+                                      v1::ReadFileResponse* resp) {
+  return Handle(RpcMethod::kReadFile, [&]() -> OpStatus {
+    if (req->len() > opts_.max_io_bytes) return IoTooLarge("pread", req->len(), opts_.max_io_bytes);
+    std::string* data = resp->mutable_data();
+    data->resize(req->len());
+    const SysResult r = registry_.files().Read(registry_.TableFileId(req->file_id()),
+                                               req->offset(), data->data(), req->len());
+    if (!r.ok()) {
+      resp->clear_data();
+      return ErrnoError(r.error, "pread");
+    }
+    data->resize(r.value);
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::WriteFile(grpc::ServerContext*, const v1::WriteFileRequest* req,
+                                       v1::WriteFileResponse* resp) {
+  return Handle(RpcMethod::kWriteFile, [&]() -> OpStatus {
+    if (req->data().size() > opts_.max_io_bytes)
+      return IoTooLarge("pwrite", req->data().size(), opts_.max_io_bytes);
+    const SysResult r = registry_.files().Write(registry_.TableFileId(req->file_id()),
+                                                req->offset(), req->data().data(),
+                                                req->data().size());
+    if (!r.ok()) return ErrnoError(r.error, "pwrite");
+    resp->set_bytes_written(r.value);
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::FsyncFile(grpc::ServerContext*, const v1::FsyncFileRequest* req,
+                                       v1::FsyncFileResponse*) {
+  return Handle(RpcMethod::kFsyncFile, [&]() -> OpStatus {
+    const int err = registry_.files().Fsync(registry_.TableFileId(req->file_id()));
+    return err == 0 ? OpStatus{} : ErrnoError(err, "fsync");
+  });
+}
+
+grpc::Status VmSpaceService::Msync(grpc::ServerContext*, const v1::MsyncRequest* req,
+                                   v1::MsyncResponse* resp) {
+  return OnSpace(registry_, RpcMethod::kMsync, req->space_id(),
+                 [&](Space& sp) { return DoMsync(sp, *req, resp); });
 }
 
 }  // namespace vmspace::rpc

@@ -28,9 +28,16 @@ struct ServiceOptions {
   uint64_t max_message_bytes = 16ull << 20;
   /// Locking profile of spaces created without one (--locking-profile).
   LockingProfile default_profile;
+  /// Fault-around window of spaces created without one (--fault-around-bytes), bytes.
+  uint64_t fault_around_bytes = 65536;
   /// Version reported by GetServerInfo.
   std::string version = "unknown";
 };
+
+/// Whether `bytes` is a valid fault-around window: a power of two in [4096, 2 MiB].
+inline bool ValidFaultAroundBytes(uint64_t bytes) {
+  return bytes >= 4096 && bytes <= (2u << 20) && (bytes & (bytes - 1)) == 0;
+}
 
 class VmSpaceService final : public v1::VmSpace::Service {
  public:
@@ -77,6 +84,31 @@ class VmSpaceService final : public v1::VmSpace::Service {
   /// The registry's shard, live spaces and limit, and the version.
   grpc::Status GetServerInfo(grpc::ServerContext* ctx, const v1::GetServerInfoRequest* req,
                              v1::GetServerInfoResponse* resp) override;
+
+  // Files: the registry's FileTable (engine/file.h), errors as its syscalls'. File ids
+  // carry the shard (SpaceRegistry::PublicFileId); one of another daemon is EBADF.
+  // ReadFile/WriteFile move at most max_io_bytes (more is EINVAL), like ReadMemory.
+  grpc::Status OpenFile(grpc::ServerContext* ctx, const v1::OpenFileRequest* req,
+                        v1::OpenFileResponse* resp) override;
+  grpc::Status CreateShmemFile(grpc::ServerContext* ctx, const v1::CreateShmemFileRequest* req,
+                               v1::CreateShmemFileResponse* resp) override;
+  grpc::Status CloseFile(grpc::ServerContext* ctx, const v1::CloseFileRequest* req,
+                         v1::CloseFileResponse* resp) override;
+  grpc::Status TruncateFile(grpc::ServerContext* ctx, const v1::TruncateFileRequest* req,
+                            v1::TruncateFileResponse* resp) override;
+  grpc::Status StatFile(grpc::ServerContext* ctx, const v1::StatFileRequest* req,
+                        v1::StatFileResponse* resp) override;
+  grpc::Status ListFiles(grpc::ServerContext* ctx, const v1::ListFilesRequest* req,
+                         v1::ListFilesResponse* resp) override;
+  grpc::Status ReadFile(grpc::ServerContext* ctx, const v1::ReadFileRequest* req,
+                        v1::ReadFileResponse* resp) override;
+  grpc::Status WriteFile(grpc::ServerContext* ctx, const v1::WriteFileRequest* req,
+                         v1::WriteFileResponse* resp) override;
+  grpc::Status FsyncFile(grpc::ServerContext* ctx, const v1::FsyncFileRequest* req,
+                         v1::FsyncFileResponse* resp) override;
+  /// msync(2) on one space (AddressSpace::Msync); also a Batch op.
+  grpc::Status Msync(grpc::ServerContext* ctx, const v1::MsyncRequest* req,
+                     v1::MsyncResponse* resp) override;
 
  private:
   SpaceRegistry& registry_;

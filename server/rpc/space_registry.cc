@@ -5,8 +5,10 @@
 
 namespace vmspace::rpc {
 
-SpaceRegistry::SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces, uint32_t shard)
-    : frames_(frames), max_spaces_(max_spaces), shard_(shard),
+SpaceRegistry::SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces, uint32_t shard,
+                             std::string data_dir)
+    : frames_(frames), data_dir_(std::move(data_dir)), files_(frames, data_dir_),
+      max_spaces_(max_spaces), shard_(shard),
       next_id_((static_cast<uint64_t>(shard) << kShardShift) + 1) {}
 
 SpaceRegistry::~SpaceRegistry() = default;
@@ -47,6 +49,12 @@ bool SpaceRegistry::Destroy(uint64_t id) {
   count_.fetch_sub(1, std::memory_order_relaxed);
   victim.reset();  // tears the space down outside the shard lock (unless in use)
   return true;
+}
+
+uint64_t SpaceRegistry::DestroyAll() {
+  uint64_t n = 0;
+  for (const std::shared_ptr<Space>& sp : List()) n += Destroy(sp->id) ? 1 : 0;
+  return n;
 }
 
 std::vector<std::shared_ptr<Space>> SpaceRegistry::List() const {

@@ -4,6 +4,8 @@
 // its own reader-writer lock, so requests on different spaces do not share a lock word.
 // (These table shards are not the daemon's shard, --shard, which names it among several
 // daemons and is the high bits of its space ids.)
+// The registry also owns the daemon's FileTable (engine/file.h): the files every space
+// of the daemon shares. Its public file ids carry the shard like space ids.
 // A lookup returns a shared_ptr: an operation in flight keeps its space alive, and a
 // destroyed space is freed (frames returned) when its last in-flight operation ends.
 #pragma once
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "engine/address_space.h"
+#include "engine/file.h"
 #include "engine/frame_allocator.h"
 
 namespace vmspace::rpc {
@@ -49,12 +52,16 @@ inline constexpr unsigned kShardShift = 40;
 inline constexpr uint32_t kMaxShard = (1u << (53 - kShardShift)) - 1;  // 8191
 /// The shard a space id belongs to.
 inline constexpr uint32_t ShardOfSpace(uint64_t id) { return static_cast<uint32_t>(id >> kShardShift); }
+/// File ids seen by clients: shard << kShardShift | the FileTable's id (as space ids).
+inline constexpr uint64_t kLocalIdMask = (uint64_t{1} << kShardShift) - 1;
 
 class SpaceRegistry {
  public:
   /// `frames` must outlive the registry. At most `max_spaces` spaces live at once. New
-  /// ids carry `shard` (<= kMaxShard) in their high bits.
-  SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces, uint32_t shard = 0);
+  /// ids carry `shard` (<= kMaxShard) in their high bits. `data_dir` is the FileTable's
+  /// directory of host files ("" = none: opening a host file is EACCES).
+  SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces, uint32_t shard = 0,
+                std::string data_dir = "");
   ~SpaceRegistry();
   SpaceRegistry(const SpaceRegistry&) = delete;
   SpaceRegistry& operator=(const SpaceRegistry&) = delete;
@@ -71,6 +78,9 @@ class SpaceRegistry {
   /// any more (here, unless an operation is in flight). Takes one shard lock for write.
   bool Destroy(uint64_t id);
 
+  /// Destroys every space (clean shutdown, before FileTable::SyncAll); returns how many.
+  uint64_t DestroyAll();
+
   /// All live spaces, ordered by id. Takes each shard lock for read in turn.
   std::vector<std::shared_ptr<Space>> List() const;
 
@@ -82,6 +92,18 @@ class SpaceRegistry {
   uint64_t max_spaces() const { return max_spaces_; }
   /// The daemon's shard number (--shard).
   uint32_t shard() const { return shard_; }
+  /// The daemon's files, shared by all spaces (thread-safe).
+  FileTable& files() { return files_; }
+  const std::string& data_dir() const { return data_dir_; }
+  /// A FileTable id as clients see it (the shard in the high bits).
+  uint64_t PublicFileId(uint64_t table_id) const {
+    return (static_cast<uint64_t>(shard_) << kShardShift) | table_id;
+  }
+  /// The FileTable id of a client's file id; 0 (no such file: EBADF) if it names
+  /// another shard.
+  uint64_t TableFileId(uint64_t public_id) const {
+    return ShardOfSpace(public_id) == shard_ ? (public_id & kLocalIdMask) : 0;
+  }
 
   static constexpr size_t kShards = 64;
 
@@ -94,6 +116,9 @@ class SpaceRegistry {
   const Shard& ShardFor(uint64_t id) const { return shards_[id % kShards]; }
 
   FrameAllocator& frames_;
+  const std::string data_dir_;
+  // Declared before the spaces: destroyed after them (~FileTable needs no space left).
+  FileTable files_;
   const uint64_t max_spaces_;
   const uint32_t shard_;
   std::atomic<uint64_t> next_id_;
