@@ -177,6 +177,11 @@ std::string Lower(std::string s) {
   return s;
 }
 
+std::string Upper(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return s;
+}
+
 std::string OutcomeName(v1::FaultOutcome o) { return Lower(StripPrefix(v1::FaultOutcome_Name(o), "FAULT_OUTCOME_")); }
 std::string LockPathName(v1::LockPath p) { return Lower(StripPrefix(v1::LockPath_Name(p), "LOCK_PATH_")); }
 bool IsSignal(v1::FaultOutcome o) { return o == v1::FAULT_OUTCOME_SIGSEGV || o == v1::FAULT_OUTCOME_SIGBUS; }
@@ -312,10 +317,11 @@ int CmdMmap(Ctx& c) {
   uint64_t addr = c.U64("addr", 0);
   uint64_t len = c.U64("len");
   int prot = c.Prot("prot", "rw");
-  int flags = c.MapFlags("flags", "private,anonymous");
+  const uint64_t file = c.U64("file", 0);
+  int flags = c.MapFlags("flags", file != 0 ? "private" : "private,anonymous");
   uint64_t offset = c.U64("offset", 0);
   Client cl(c.client);
-  auto r = cl.Mmap(space, addr, len, prot, flags, offset);
+  auto r = cl.Mmap(space, addr, len, prot, flags, offset, file);
   if (!r.ok()) return Fail(c, r.error());
   if (c.json) c.out << Json{{"addr", r.value()}, {"addr_hex", Hex(r.value())}}.dump() << "\n";
   else c.out << Hex(r.value()) << "\n";
@@ -409,25 +415,27 @@ int CmdRead(Ctx& c) {
   return kExitOk;
 }
 
+/// The bytes to write: exactly one of --data TEXT, --hex HEX, --`path_option` PATH.
+std::string DataArg(const Ctx& c, const std::string& path_option) {
+  int sources = c.args.Has("data") + c.args.Has("hex") + c.args.Has(path_option);
+  if (sources != 1) throw UsageError{"give exactly one of --data, --hex, --" + path_option};
+  if (c.args.Has("data")) return c.args.Get("data");
+  if (c.args.Has("hex")) {
+    auto d = client::ParseHexBytes(c.args.Get("hex"));
+    if (!d) throw UsageError{"--hex: not an even-length hex string"};
+    return *d;
+  }
+  std::ifstream f(c.args.Get(path_option), std::ios::binary);
+  if (!f) throw UsageError{"--" + path_option + ": cannot open '" + c.args.Get(path_option) + "'"};
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 int CmdWrite(Ctx& c) {
   uint64_t space = c.Space();
   uint64_t addr = c.U64("addr");
-  int sources = c.args.Has("data") + c.args.Has("hex") + c.args.Has("file");
-  if (sources != 1) throw UsageError{"give exactly one of --data, --hex, --file"};
-  std::string data;
-  if (c.args.Has("data")) {
-    data = c.args.Get("data");
-  } else if (c.args.Has("hex")) {
-    auto d = client::ParseHexBytes(c.args.Get("hex"));
-    if (!d) throw UsageError{"--hex: not an even-length hex string"};
-    data = *d;
-  } else {
-    std::ifstream f(c.args.Get("file"), std::ios::binary);
-    if (!f) throw UsageError{"--file: cannot open '" + c.args.Get("file") + "'"};
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    data = ss.str();
-  }
+  const std::string data = DataArg(c, "file");
   Client cl(c.client);
   auto r = cl.WriteMemory(space, addr, data);
   if (!r.ok()) return Fail(c, r.error());
@@ -498,6 +506,168 @@ int CmdHealth(Ctx& c) {
   if (c.json) c.out << Json{{"service", service}, {"status", r.value()}, {"serving", serving}}.dump() << "\n";
   else c.out << r.value() << "\n";
   return serving ? kExitOk : kExitFailed;
+}
+
+int CmdMsync(Ctx& c) {
+  uint64_t space = c.Space();
+  uint64_t addr = c.U64("addr");
+  uint64_t len = c.U64("len");
+  std::string f = c.args.Get("flags", "sync");
+  auto flags = client::ParseMsyncFlags(f);
+  if (!flags) throw UsageError{"--flags: bad msync flags '" + f + "' (sync, async, invalidate or a number)"};
+  Client cl(c.client);
+  auto r = cl.Msync(space, addr, len, *flags);
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"ok", true}}.dump() << "\n";
+  else c.out << "ok\n";
+  return kExitOk;
+}
+
+// ---- file ----
+
+/// The file id: --file, or the first positional argument.
+uint64_t FileId(const Ctx& c) {
+  if (!c.args.Has("file")) throw UsageError{"a file id is required (--file ID or first argument)"};
+  auto v = client::ParseU64(c.args.Get("file"));
+  if (!v || *v == 0) throw UsageError{"bad file id '" + c.args.Get("file") + "'"};
+  return *v;
+}
+
+Json FileJson(const v1::FileInfo& f) {
+  return {{"file_id", f.file_id()},      {"path", f.path()},
+          {"shmem", f.shmem()},          {"size", f.size()},
+          {"inode", f.inode()},          {"dev", f.dev()},
+          {"cached_pages", f.cached_pages()}, {"dirty_pages", f.dirty_pages()},
+          {"mapped_vmas", f.mapped_vmas()},   {"open_handles", f.open_handles()},
+          {"writable", f.writable()}};
+}
+
+std::string FileName(const v1::FileInfo& f) { return f.shmem() ? "(shmem)" : f.path(); }
+
+/// Prints the id of a new file (open, create-shmem).
+int PrintFileId(Ctx& c, const client::Result<uint64_t>& r) {
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"file_id", r.value()}}.dump() << "\n";
+  else c.out << r.value() << "\n";
+  return kExitOk;
+}
+
+/// Prints the outcome of a call that returns nothing on file `id` (close, truncate, fsync).
+int PrintFileOk(Ctx& c, const client::Result<client::Unit>& r, uint64_t id) {
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"ok", true}, {"file_id", id}}.dump() << "\n";
+  else c.out << "ok\n";
+  return kExitOk;
+}
+
+int CmdFileOpen(Ctx& c) {
+  if (!c.args.Has("path")) throw UsageError{"a path is required (--path PATH or first argument)"};
+  v1::OpenFileRequest req;
+  req.set_path(c.args.Get("path"));
+  req.set_write(c.args.Flag("write"));
+  req.set_create(c.args.Flag("create"));
+  req.set_exclusive(c.args.Flag("exclusive"));
+  req.set_truncate(c.args.Flag("truncate"));
+  Client cl(c.client);
+  return PrintFileId(c, cl.OpenFile(req, c.U64("near", 0)));
+}
+
+int CmdFileCreateShmem(Ctx& c) {
+  Client cl(c.client);
+  return PrintFileId(c, cl.CreateShmemFile(c.args.Get("name"), c.U64("size", 0), c.U64("near", 0)));
+}
+
+int CmdFileClose(Ctx& c) {
+  const uint64_t id = FileId(c);
+  Client cl(c.client);
+  return PrintFileOk(c, cl.CloseFile(id), id);
+}
+
+int CmdFileTruncate(Ctx& c) {
+  const uint64_t id = FileId(c);
+  const uint64_t size = c.U64("size");
+  Client cl(c.client);
+  return PrintFileOk(c, cl.TruncateFile(id, size), id);
+}
+
+int CmdFileFsync(Ctx& c) {
+  const uint64_t id = FileId(c);
+  Client cl(c.client);
+  return PrintFileOk(c, cl.FsyncFile(id), id);
+}
+
+int CmdFileStat(Ctx& c) {
+  const uint64_t id = FileId(c);
+  Client cl(c.client);
+  auto r = cl.StatFile(id);
+  if (!r.ok()) return Fail(c, r.error());
+  const v1::FileInfo& f = r.value();
+  if (c.json) {
+    c.out << FileJson(f).dump() << "\n";
+    return kExitOk;
+  }
+  c.out << "file " << f.file_id() << ": " << FileName(f) << (f.writable() ? " (read-write)" : " (read-only)") << "\n"
+        << "  size " << f.size() << " (" << HumanBytes(f.size()) << "), inode " << f.inode() << ", dev " << f.dev()
+        << "\n"
+        << "  page cache " << f.cached_pages() << " pages, " << f.dirty_pages() << " dirty; " << f.mapped_vmas()
+        << " VMAs map it; " << f.open_handles() << " open ids\n";
+  return kExitOk;
+}
+
+int CmdFileList(Ctx& c) {
+  Client cl(c.client);
+  auto r = cl.ListFiles();
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) {
+    Json arr = Json::array();
+    for (const v1::FileInfo& f : r.value()) arr.push_back(FileJson(f));
+    c.out << Json{{"files", arr}}.dump() << "\n";
+    return kExitOk;
+  }
+  char line[512];
+  snprintf(line, sizeof line, "%16s %2s %12s %10s %10s %6s %10s  %s\n", "ID", "RW", "SIZE", "CACHED", "DIRTY", "VMAS",
+           "INODE", "PATH");
+  c.out << line;
+  for (const v1::FileInfo& f : r.value()) {
+    snprintf(line, sizeof line, "%16llu %2s %12s %10llu %10llu %6llu %10llu  %s\n",
+             static_cast<unsigned long long>(f.file_id()), f.writable() ? "rw" : "r",
+             HumanBytes(f.size()).c_str(), static_cast<unsigned long long>(f.cached_pages()),
+             static_cast<unsigned long long>(f.dirty_pages()), static_cast<unsigned long long>(f.mapped_vmas()),
+             static_cast<unsigned long long>(f.inode()), FileName(f).c_str());
+    c.out << line;
+  }
+  return kExitOk;
+}
+
+int CmdFileRead(Ctx& c) {
+  const uint64_t id = FileId(c);
+  const uint64_t offset = c.U64("offset", 0);
+  const uint64_t len = c.U64("len");
+  Client cl(c.client);
+  auto r = cl.ReadFile(id, offset, len);
+  if (!r.ok()) return Fail(c, r.error());
+  const std::string& data = r.value();
+  if (c.json) {
+    c.out << Json{{"file_id", id}, {"offset", offset}, {"len", data.size()}, {"data_hex", client::HexBytes(data)}}.dump()
+          << "\n";
+  } else if (c.args.Flag("raw")) {
+    c.out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  } else {
+    HexDump(c.out, offset, data);
+  }
+  return kExitOk;
+}
+
+int CmdFileWrite(Ctx& c) {
+  const uint64_t id = FileId(c);
+  const uint64_t offset = c.U64("offset", 0);
+  const std::string data = DataArg(c, "from");
+  Client cl(c.client);
+  auto r = cl.WriteFile(id, offset, data);
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"bytes_written", r.value()}}.dump() << "\n";
+  else c.out << "wrote " << r.value() << " of " << data.size() << " bytes\n";
+  return kExitOk;
 }
 
 // ---- bench stress ----
@@ -1261,8 +1431,45 @@ const std::vector<Command>& Commands() {
         {"len", "LEN", "length in bytes (rounded up to pages)"},
         {"prot", "PROT", "rw, r-x, none, read,write or a number (default rw)"},
         {"flags", "FLAGS", "private,anonymous,fixed,... or a number (default private,anonymous)"},
-        {"offset", "OFF", "file offset (page aligned; ignored for anonymous)"}},
+        {"offset", "OFF", "file offset (page aligned; ignored for anonymous)"},
+        {"file", "ID", "map this open file (vmspace file open); flags default to private"}},
        CmdMmap},
+      {"msync", "SPACE --addr ADDR --len LEN [--flags sync|async|invalidate]",
+       "msync(2): write back the dirty pages of shared file mappings in a range",
+       {{"space", "ID", "the space (or first argument)"}, {"addr", "ADDR", "start (page aligned)"},
+        {"len", "LEN", "length in bytes"}, {"flags", "FLAGS", "sync (default), async, invalidate, or a number"}},
+       CmdMsync},
+      {"file open", "PATH [--write] [--create] [--exclusive] [--truncate]",
+       "open(2) a file under vmspaced's --data-dir; prints its file id",
+       {{"path", "PATH", "relative to --data-dir (or first argument)"},
+        {"write", "", "open read-write (O_RDWR; default read-only)"},
+        {"create", "", "create it if missing (O_CREAT)"},
+        {"exclusive", "", "with --create: fail EEXIST if it exists (O_EXCL)"},
+        {"truncate", "", "truncate to 0 (O_TRUNC; needs --write)"},
+        {"near", "SPACE", "several daemons: open on the daemon of this space (default: shard 0's)"}},
+       CmdFileOpen},
+      {"file create-shmem", "[--name NAME] [--size SIZE]",
+       "memfd_create(2): a memory-only file, opened read-write; prints its file id",
+       {{"name", "NAME", "shown in maps as /memfd:NAME (deleted)"}, {"size", "SIZE", "bytes (default 0)"},
+        {"near", "SPACE", "several daemons: create on the daemon of this space (default: shard 0's)"}},
+       CmdFileCreateShmem},
+      {"file close", "FILE", "close(2) a file id (its mappings stay)", {{"file", "ID", "the file id"}}, CmdFileClose},
+      {"file truncate", "FILE --size SIZE", "ftruncate(2); shrinking unmaps the pages beyond from every space",
+       {{"file", "ID", "the file id (or first argument)"}, {"size", "SIZE", "the new size in bytes"}}, CmdFileTruncate},
+      {"file stat", "FILE", "size, inode, page-cache and dirty pages, mappings of an open file",
+       {{"file", "ID", "the file id"}}, CmdFileStat},
+      {"file ls", "", "list the daemon's open files", {}, CmdFileList},
+      {"file read", "FILE --len LEN [--offset OFF] [--raw]", "pread(2) through the page cache (hex dump, or raw)",
+       {{"file", "ID", "the file id (or first argument)"}, {"offset", "OFF", "file offset (default 0)"},
+        {"len", "LEN", "bytes (fewer at end of file)"}, {"raw", "", "write the bytes as they are to stdout"}},
+       CmdFileRead},
+      {"file write", "FILE [--offset OFF] (--data TEXT | --hex HEX | --from PATH)", "pwrite(2) through the page cache",
+       {{"file", "ID", "the file id (or first argument)"}, {"offset", "OFF", "file offset (default 0)"},
+        {"data", "TEXT", "the bytes of TEXT"}, {"hex", "HEX", "bytes in hex, e.g. 00ff10"},
+        {"from", "PATH", "the bytes of a local file"}},
+       CmdFileWrite},
+      {"file fsync", "FILE", "fsync(2): write the file's dirty pages back to its host file",
+       {{"file", "ID", "the file id"}}, CmdFileFsync},
       {"munmap", "SPACE --addr ADDR --len LEN", "munmap(2)",
        {{"space", "ID", "the space (or first argument)"}, {"addr", "ADDR", "start (page aligned)"},
         {"len", "LEN", "length in bytes"}},
@@ -1392,10 +1599,12 @@ struct CommandLine {
         leaf = c.name.substr(sp + 1);
         CLI::App*& g = groups[group];
         if (g == nullptr) {
-          g = app.add_subcommand(group, "the benchmarks (`vmspace " + group + " WORKLOAD --help`)");
+          const bool bench = group == "bench";
+          g = app.add_subcommand(group, bench ? "the benchmarks (`vmspace bench WORKLOAD --help`)"
+                                              : "the daemon's files (`vmspace " + group + " COMMAND --help`)");
           g->require_subcommand(1);
           g->group("Commands");
-          help->synopsis[g] = "WORKLOAD [options]";
+          help->synopsis[g] = bench ? "WORKLOAD [options]" : "COMMAND [options]";
           AddGlobal(g);
         }
         parent = g;
@@ -1404,21 +1613,23 @@ struct CommandLine {
       sub->group("Commands");
       help->synopsis[sub] = c.synopsis;
       commands[sub] = &c;
-      bool space_arg = c.synopsis.rfind("SPACE", 0) == 0;
-      for (const OptionSpec& o : c.options) Add(sub, o, space_arg && o.name == "space");
+      // The synopsis's first word names the option that is also the first argument
+      // ("SPACE --len LEN": --space, "FILE": --file, "PATH": --path).
+      const std::string first = c.synopsis.substr(0, c.synopsis.find(' '));
+      for (const OptionSpec& o : c.options) Add(sub, o, first == Upper(o.name));
       AddGlobal(sub);
     }
   }
 
-  /// Adds one option; `space_arg`: also the command's first positional argument.
-  CLI::Option* Add(CLI::App* a, const OptionSpec& o, bool space_arg = false) {
+  /// Adds one option; `positional`: also the command's first positional argument.
+  CLI::Option* Add(CLI::App* a, const OptionSpec& o, bool positional = false) {
     if (o.arg.empty()) {
       bool& v = flag_values.emplace_back(false);
       CLI::Option* opt = a->add_flag("--" + o.name, v, o.help);
       flags[opt] = &v;
       return opt;
     }
-    return a->add_option((space_arg ? "SPACE,--" : "--") + o.name, o.help)->type_name(o.arg);
+    return a->add_option((positional ? Upper(o.name) + ",--" : "--") + o.name, o.help)->type_name(o.arg);
   }
   void AddGlobal(CLI::App* a) {
     for (const OptionSpec& o : GlobalOptions()) Add(a, o)->group("Global options");
@@ -1473,7 +1684,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
         err << app.help();
         return kExitUsage;
       }
-      if (dynamic_cast<const CLI::RequiredError*>(&e)) return usage_error(a, a ? "a workload is required" : "a command is required");
+      if (dynamic_cast<const CLI::RequiredError*>(&e))
+        return usage_error(a, a && a->get_name() == "bench" ? "a workload is required" : "a command is required");
     }
     return usage_error(a, e.what());
   }

@@ -411,7 +411,7 @@ Result<std::vector<v1::SpaceInfo>> Client::ListSpaces() {
 }
 
 Result<uint64_t> Client::Mmap(uint64_t space_id, uint64_t addr, uint64_t len, int prot, int flags,
-                              uint64_t offset) {
+                              uint64_t offset, uint64_t file_id) {
   v1::MmapRequest req;
   req.set_space_id(space_id);
   req.set_addr(addr);
@@ -419,6 +419,7 @@ Result<uint64_t> Client::Mmap(uint64_t space_id, uint64_t addr, uint64_t len, in
   req.set_prot(prot);
   req.set_flags(flags);
   req.set_offset(offset);
+  req.set_file_id(file_id);
   v1::MmapResponse resp;
   VMSPACE_CALL(Mmap, space_id, req, resp);
   return resp.addr();
@@ -584,6 +585,100 @@ Result<std::vector<v1::GetServerInfoResponse>> Client::GetServerInfo() {
     out.push_back(r.value());
   }
   return out;
+}
+
+Result<Unit> Client::Msync(uint64_t space_id, uint64_t addr, uint64_t len, int flags) {
+  v1::MsyncRequest req;
+  req.set_space_id(space_id);
+  req.set_addr(addr);
+  req.set_len(len);
+  req.set_flags(flags);
+  v1::MsyncResponse resp;
+  VMSPACE_CALL(Msync, space_id, req, resp);
+  return Unit{};
+}
+
+Result<uint64_t> Client::OpenFile(const v1::OpenFileRequest& req, uint64_t near_space) {
+  v1::OpenFileResponse resp;
+  VMSPACE_CALL(OpenFile, near_space, req, resp);
+  return resp.file_id();
+}
+
+Result<uint64_t> Client::CreateShmemFile(const std::string& name, uint64_t size, uint64_t near_space) {
+  v1::CreateShmemFileRequest req;
+  req.set_name(name);
+  req.set_size(size);
+  v1::CreateShmemFileResponse resp;
+  VMSPACE_CALL(CreateShmemFile, near_space, req, resp);
+  return resp.file_id();
+}
+
+Result<Unit> Client::CloseFile(uint64_t file_id) {
+  v1::CloseFileRequest req;
+  req.set_file_id(file_id);
+  v1::CloseFileResponse resp;
+  VMSPACE_CALL(CloseFile, file_id, req, resp);
+  return Unit{};
+}
+
+Result<Unit> Client::TruncateFile(uint64_t file_id, uint64_t size) {
+  v1::TruncateFileRequest req;
+  req.set_file_id(file_id);
+  req.set_size(size);
+  v1::TruncateFileResponse resp;
+  VMSPACE_CALL(TruncateFile, file_id, req, resp);
+  return Unit{};
+}
+
+Result<v1::FileInfo> Client::StatFile(uint64_t file_id) {
+  v1::StatFileRequest req;
+  req.set_file_id(file_id);
+  v1::StatFileResponse resp;
+  VMSPACE_CALL(StatFile, file_id, req, resp);
+  return resp.file();
+}
+
+Result<std::vector<v1::FileInfo>> Client::ListFiles() {
+  if (setup_error_) return *setup_error_;
+  std::vector<v1::FileInfo> out;
+  for (auto& b : backends_) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::ListFilesResponse resp;
+    grpc::Status st = b->stub->ListFiles(&ctx, v1::ListFilesRequest{}, &resp);
+    if (!st.ok()) return Tagged(*b, DecodeStatus(st));
+    out.insert(out.end(), resp.files().begin(), resp.files().end());
+  }
+  std::sort(out.begin(), out.end(), [](const v1::FileInfo& x, const v1::FileInfo& y) { return x.file_id() < y.file_id(); });
+  return out;
+}
+
+Result<std::string> Client::ReadFile(uint64_t file_id, uint64_t offset, uint64_t len) {
+  v1::ReadFileRequest req;
+  req.set_file_id(file_id);
+  req.set_offset(offset);
+  req.set_len(len);
+  v1::ReadFileResponse resp;
+  VMSPACE_CALL(ReadFile, file_id, req, resp);
+  return std::move(*resp.mutable_data());
+}
+
+Result<uint64_t> Client::WriteFile(uint64_t file_id, uint64_t offset, const std::string& data) {
+  v1::WriteFileRequest req;
+  req.set_file_id(file_id);
+  req.set_offset(offset);
+  req.set_data(data);
+  v1::WriteFileResponse resp;
+  VMSPACE_CALL(WriteFile, file_id, req, resp);
+  return resp.bytes_written();
+}
+
+Result<Unit> Client::FsyncFile(uint64_t file_id) {
+  v1::FsyncFileRequest req;
+  req.set_file_id(file_id);
+  v1::FsyncFileResponse resp;
+  VMSPACE_CALL(FsyncFile, file_id, req, resp);
+  return Unit{};
 }
 
 #undef VMSPACE_CALL

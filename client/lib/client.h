@@ -166,9 +166,31 @@ class Client {
                                const std::string& placement_key = "");
   Result<Unit> DestroySpace(uint64_t space_id);
   Result<std::vector<v1::SpaceInfo>> ListSpaces();
-  /// mmap(2); returns the mapped address.
+  /// mmap(2); returns the mapped address. `file_id` (0 = none) with MAP_ANONYMOUS clear
+  /// maps that open file at `offset` (the file must be on the space's daemon: EBADF).
   Result<uint64_t> Mmap(uint64_t space_id, uint64_t addr, uint64_t len, int prot, int flags,
-                        uint64_t offset = 0);
+                        uint64_t offset = 0, uint64_t file_id = 0);
+  /// msync(2) of a range of a space (MS_ASYNC 1, MS_INVALIDATE 2, MS_SYNC 4).
+  Result<Unit> Msync(uint64_t space_id, uint64_t addr, uint64_t len, int flags);
+
+  // Files: each daemon has one table of open files shared by its spaces. File ids carry
+  // their daemon's shard like space ids, so calls on a file go to its daemon; OpenFile
+  // and CreateShmemFile go to the daemon of `near_space` (0: shard 0's daemon).
+  /// open(2) of req.path() under the daemon's --data-dir; returns the file id.
+  Result<uint64_t> OpenFile(const v1::OpenFileRequest& req, uint64_t near_space = 0);
+  /// memfd_create(2) + ftruncate(2) of `size` bytes; returns the file id.
+  Result<uint64_t> CreateShmemFile(const std::string& name, uint64_t size, uint64_t near_space = 0);
+  Result<Unit> CloseFile(uint64_t file_id);
+  /// ftruncate(2) to `size` bytes.
+  Result<Unit> TruncateFile(uint64_t file_id, uint64_t size);
+  Result<v1::FileInfo> StatFile(uint64_t file_id);
+  /// The open files of every daemon, ordered by id.
+  Result<std::vector<v1::FileInfo>> ListFiles();
+  /// pread(2): up to `len` bytes at `offset` (fewer at EOF).
+  Result<std::string> ReadFile(uint64_t file_id, uint64_t offset, uint64_t len);
+  /// pwrite(2); returns the bytes written.
+  Result<uint64_t> WriteFile(uint64_t file_id, uint64_t offset, const std::string& data);
+  Result<Unit> FsyncFile(uint64_t file_id);
   Result<Unit> Munmap(uint64_t space_id, uint64_t addr, uint64_t len);
   Result<Unit> Mprotect(uint64_t space_id, uint64_t addr, uint64_t len, int prot);
   /// One simulated access; a SIGSEGV/SIGBUS outcome is a successful call.

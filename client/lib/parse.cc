@@ -178,7 +178,13 @@ std::optional<int> ParseProt(std::string_view raw) {
   return prot;
 }
 
-std::optional<int> ParseMapFlags(std::string_view raw) {
+namespace {
+
+/// Names (case and `prefix` optional, '-' = '_') or numbers joined by ',' or '|', each
+/// one of `names` (plus "anon" for "anonymous"); their bits ORed.
+template <size_t N>
+std::optional<int> ParseNamedBits(std::string_view raw, const std::array<NamedBit, N>& names,
+                                  std::string_view prefix) {
   std::string_view s = Trim(raw);
   if (s.empty()) return std::nullopt;
   int flags = 0;
@@ -192,15 +198,28 @@ std::optional<int> ParseMapFlags(std::string_view raw) {
       continue;
     }
     std::string name(piece);
-    if (name.rfind("map_", 0) == 0) name = name.substr(4);
+    if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
     std::replace(name.begin(), name.end(), '-', '_');
     if (name == "anon") name = "anonymous";
-    auto it = std::find_if(kMapFlagNames.begin(), kMapFlagNames.end(),
+    auto it = std::find_if(names.begin(), names.end(),
                            [&](const NamedBit& b) { return name == b.name; });
-    if (it == kMapFlagNames.end()) return std::nullopt;
+    if (it == names.end()) return std::nullopt;
     flags |= it->value;
   }
   return flags;
+}
+
+constexpr std::array<NamedBit, 3> kMsyncFlagNames = {
+    {{"async", MS_ASYNC}, {"invalidate", MS_INVALIDATE}, {"sync", MS_SYNC}}};
+
+}  // namespace
+
+std::optional<int> ParseMapFlags(std::string_view raw) {
+  return ParseNamedBits(raw, kMapFlagNames, "map_");
+}
+
+std::optional<int> ParseMsyncFlags(std::string_view raw) {
+  return ParseNamedBits(raw, kMsyncFlagNames, "ms_");
 }
 
 std::optional<int> ParseAccessType(std::string_view raw) {

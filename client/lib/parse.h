@@ -22,6 +22,10 @@ std::optional<int> ParseProt(std::string_view s);
 /// prefix and case are optional; "anon" = anonymous), or a number.
 std::optional<int> ParseMapFlags(std::string_view s);
 
+/// Parses msync flags: "sync", "async", "invalidate" (MS_ prefix and case optional)
+/// joined by ',' or '|', or a number.
+std::optional<int> ParseMsyncFlags(std::string_view s);
+
 /// Parses an access type: "read"/"r", "write"/"w", "exec"/"x"/"execute". Returns the
 /// vmspace.v1.AccessType number (0, 1, 2).
 std::optional<int> ParseAccessType(std::string_view s);
