@@ -39,6 +39,10 @@ using client::Hex;
 using Json = nlohmann::ordered_json;
 namespace v1 = ::vmspace::v1;
 
+/// Engine event names (EventName) of the file workloads' columns.
+constexpr const char* kEventFaultAround = "fault_around";  // pages mapped by fault-around
+constexpr const char* kEventRetry = "vma_lock_retry";      // VMA-lock faults redone under mmap_lock
+
 /// A usage error: printed with the command's usage, exit code 2.
 struct UsageError {
   std::string what;
@@ -854,6 +858,15 @@ std::string WorkloadUnit(bench::Workload w) {
     case bench::Workload::kMixed:
       return "op = one page written by a faulter (32 MiB region each, MADV_DONTNEED after each pass); "
              "churn = the churner's 16 KiB mmap+munmap pairs";
+    case bench::Workload::kPageFault2:
+      return "op = one 4 KiB page written (a copy-on-write fault); a MAP_PRIVATE mapping of the client's own 128 MiB "
+             "file per iteration";
+    case bench::Workload::kPageFault3:
+      return "op = one 4 KiB page written; a MAP_SHARED mapping of the client's own 128 MiB file per iteration";
+    case bench::Workload::kPageFault4:
+      return "op = one 4 KiB page read; a MAP_PRIVATE mapping of the client's own 128 MiB file per iteration "
+             "(fault-around maps cached neighbours)";
+    case bench::Workload::kMmap2: return "op = one mmap+munmap pair of the client's own 128 MiB file (MAP_PRIVATE)";
   }
   return "";
 }
@@ -879,16 +892,26 @@ Json BenchResultJson(const bench::BenchResult& r, bool mixed) {
   return j;
 }
 
-int CmdBenchFileWorkload(Ctx& c) {
-  std::string w = StripPrefix(c.command, "bench ");
-  c.err << "vmspace " << c.command << ": " << w
-        << " needs file mappings (will-it-scale maps a sparse 128 MiB file per task), which vmspace does not "
-           "model yet (mmap without MAP_ANONYMOUS is EBADF); run page_fault1, mmap1 or mixed\n";
-  if (c.json) {
-    c.out << Json{{"workload", w}, {"error", w + " needs file mappings, which vmspace does not model yet"}}.dump()
-          << "\n";
+/// Fields of the file workloads' results: major faults, fault-around pages, retries,
+/// the files used.
+void AddFileFields(Json& j, const bench::BenchResult& r) {
+  j["pgmajfault"] = r.major_faults;
+  j["fault_around_pages"] = r.locks ? Json(r.locks->event(kEventFaultAround)) : Json(nullptr);
+  j["retries"] = r.locks ? Json(r.locks->event(kEventRetry)) : Json(nullptr);
+  j["files"] = {{"count", r.files}, {"shmem", r.shmem_files}};
+}
+
+/// The file workloads' extra table columns (the header with r null).
+std::string FileColumns(const bench::BenchResult* r, std::optional<double> x_native) {
+  char b[128];
+  if (r == nullptr) {
+    snprintf(b, sizeof b, " %9s %10s %10s %9s", "x native", "majflt", "fa-pages", "retries");
+  } else {
+    snprintf(b, sizeof b, " %9s %10llu %10s %9s", Num(x_native, "%.3fx").c_str(),
+             static_cast<unsigned long long>(r->major_faults), Count(r->locks, kEventFaultAround).c_str(),
+             Count(r->locks, kEventRetry).c_str());
   }
-  return kExitFailed;
+  return b;
 }
 
 int CmdBenchWorkload(Ctx& c) {
@@ -942,9 +965,22 @@ int CmdBenchWorkload(Ctx& c) {
         return bench::RunBench(one, *backend);
       });
 
+  // The file workloads run once more on this machine's kernel (files under /var/tmp).
+  const bool files = bench::UsesFiles(*workload);
+  std::optional<bench::BenchResult> native;
+  if (files && !c.args.Flag("skip-native")) {
+    if (progress) c.err << "vmspace bench: " << wname << " on the kernel (native, once)\n" << std::flush;
+    native = bench::RunBenchNative(cfg);
+  }
+  auto ratio = [&](const bench::BenchResult& r) -> std::optional<double> {
+    if (!native || !native->ok() || native->ops_per_s() <= 0 || !r.ok()) return std::nullopt;
+    return r.ops_per_s() / native->ops_per_s();
+  };
+
   std::string error;
   for (const bench::BenchResult& r : results)
     if (!r.ok() && error.empty()) error = r.profile + ": " + r.error;
+  if (native && !native->ok() && error.empty()) error = "native: " + native->error;
 
   std::string plot_error;
   if (c.args.Has("plot")) {
@@ -994,8 +1030,20 @@ int CmdBenchWorkload(Ctx& c) {
     j["unit"] = WorkloadUnit(*workload);
     j["compare"] = c.args.Has("compare");
     Json arr = Json::array();
-    for (const bench::BenchResult& r : results) arr.push_back(BenchResultJson(r, mixed));
+    for (const bench::BenchResult& r : results) {
+      Json rj = BenchResultJson(r, mixed);
+      if (files) {
+        AddFileFields(rj, r);
+        rj["ratio_vs_native"] = OptJson(ratio(r));
+      }
+      arr.push_back(std::move(rj));
+    }
     j["results"] = arr;
+    if (files) {
+      Json nj = native ? BenchResultJson(*native, false) : Json(nullptr);
+      if (native) AddFileFields(nj, *native);
+      j["native"] = nj;
+    }
     j["plot"] = c.args.Has("plot") && plot_error.empty() ? Json(c.args.Get("plot")) : Json(nullptr);
     j["error"] = error.empty() ? Json(nullptr) : Json(error);
     c.out << j.dump() << "\n";
@@ -1011,8 +1059,10 @@ int CmdBenchWorkload(Ctx& c) {
     o << "\n";
     char line[512];
     std::string hdr_churn = mixed ? "     churn/s" : "";
-    snprintf(line, sizeof line, "%-26s %13s %8s %13s%s %11s %10s %10s %8s %8s\n", "profile", "ops/s", "x first",
-             "faults/s", hdr_churn.c_str(), "cont/1kflt", "wait-s/op", "vl-success", "vl-abort", "vl-miss");
+    std::string hdr_files = files ? FileColumns(nullptr, std::nullopt) : "";
+    snprintf(line, sizeof line, "%-26s %13s %8s %13s%s %11s %10s %10s %8s %8s%s\n", "profile", "ops/s", "x first",
+             "faults/s", hdr_churn.c_str(), "cont/1kflt", "wait-s/op", "vl-success", "vl-abort", "vl-miss",
+             hdr_files.c_str());
     o << line;
     double first = results.empty() ? 0 : results[0].ops_per_s();
     std::vector<std::string> notes;
@@ -1022,19 +1072,36 @@ int CmdBenchWorkload(Ctx& c) {
         continue;
       }
       std::string churn = mixed ? " " + Num(r.churn_ops_per_s(), "%12.0f") : "";
-      snprintf(line, sizeof line, "%-26s %13.0f %8s %13.0f%s %11s %10s %10s %8s %8s\n",
+      snprintf(line, sizeof line, "%-26s %13.0f %8s %13.0f%s %11s %10s %10s %8s %8s%s\n",
                Abbrev(r.profile, 26).c_str(), r.ops_per_s(),
                first > 0 ? Num(r.ops_per_s() / first, "%.2fx").c_str() : "-", r.faults_per_s(), churn.c_str(),
                Num(r.contentions_per_1k_faults(), "%.3g").c_str(), Num(r.mmap_lock_wait_s_per_op(), "%.3g").c_str(),
                Count(r.locks, "vma_lock_success").c_str(), Count(r.locks, "vma_lock_abort").c_str(),
-               Count(r.locks, "vma_lock_miss").c_str());
+               Count(r.locks, "vma_lock_miss").c_str(), files ? FileColumns(&r, ratio(r)).c_str() : "");
       o << line;
       if (!r.ok()) o << "  error: " << r.error << "\n";
       notes.push_back(r.locks_note);
     }
+    if (native && (native->ok() || native->seconds > 0)) {
+      snprintf(line, sizeof line, "%-26s %13.0f %8s %13.0f %11s %10s %10s %8s %8s%s\n", "native (kernel, once)",
+               native->ops_per_s(), "-", native->faults_per_s(), "-", "-", "-", "-", "-",
+               FileColumns(&*native, 1.0).c_str());
+      o << line;
+    }
+    if (files) {
+      for (const bench::BenchResult& r : results)
+        if (r.shmem_files > 0) {
+          notes.push_back("the daemon has no --data-dir: its files were shmem (memory only), the kernel's on /var/tmp");
+          break;
+        }
+    }
     o << WorkloadUnit(*workload) << "\n"
       << "x first = ops/s relative to the first row; cont/1kflt = mmap_lock contentions (read+write) per 1000 "
          "faults; wait-s/op = mmap_lock wait seconds per op; vl-* = VMA_LOCK_SUCCESS/ABORT/MISS\n";
+    if (files)
+      o << "x native = ops/s / the kernel's (same loops on files under /var/tmp, once in this invocation); majflt = "
+           "major faults (pgmajfault); fa-pages = pages mapped by fault-around; retries = faults retried under "
+           "mmap_lock\n";
     PrintNotes(o, notes);
     if (c.args.Has("plot") && plot_error.empty()) o << "chart: " << c.args.Get("plot") << "\n";
     c.out << o.str();
@@ -1394,8 +1461,7 @@ int CmdBenchStress(Ctx& c) {
 
 // ---- table of commands ----
 
-/// Options of `bench page_fault1 | mmap1 | mixed` (and the file workloads, which only
-/// print why they cannot run).
+/// Options of `bench page_fault1 | mmap1 | mixed` and the file workloads.
 std::vector<OptionSpec> BenchOptions() {
   return {
       {"mode", "M", "threads: all clients in one space (default); processes: one space each"},
@@ -1409,6 +1475,13 @@ std::vector<OptionSpec> BenchOptions() {
       {"pin", "", "pin client c to CPU c mod ncpus, as will-it-scale (default: on for inprocess; --pin=false)"},
       {"quiet", "", "no progress lines on stderr"},
   };
+}
+
+/// Options of the file workloads: BenchOptions() and --skip-native.
+std::vector<OptionSpec> FileBenchOptions() {
+  std::vector<OptionSpec> o = BenchOptions();
+  o.push_back({"skip-native", "", "do not run the same loops on this machine's kernel"});
+  return o;
 }
 
 const std::vector<Command>& Commands() {
@@ -1531,9 +1604,17 @@ const std::vector<Command>& Commands() {
       {"bench mixed", "[options]",
        "C-1 clients fault their own regions of ONE space while one client mmaps/munmaps in it",
        BenchOptions(), CmdBenchWorkload},
-      {"bench page_fault2", "", "(needs file mappings: not modelled yet)", BenchOptions(), CmdBenchFileWorkload},
-      {"bench page_fault3", "", "(needs file mappings: not modelled yet)", BenchOptions(), CmdBenchFileWorkload},
-      {"bench mmap2", "", "(needs file mappings: not modelled yet)", BenchOptions(), CmdBenchFileWorkload},
+      {"bench page_fault2", "[options]",
+       "will-it-scale page_fault2: MAP_PRIVATE 128 MiB file, write each page (COW), munmap; beside the kernel",
+       FileBenchOptions(), CmdBenchWorkload},
+      {"bench page_fault3", "[options]",
+       "will-it-scale page_fault3: MAP_SHARED 128 MiB file, write each page, munmap; beside the kernel",
+       FileBenchOptions(), CmdBenchWorkload},
+      {"bench page_fault4", "[options]",
+       "will-it-scale page_fault4: MAP_PRIVATE 128 MiB file, read each page (fault-around), munmap; beside the kernel",
+       FileBenchOptions(), CmdBenchWorkload},
+      {"bench mmap2", "[options]", "will-it-scale mmap2: mmap+munmap of a 128 MiB file (MAP_PRIVATE); beside the kernel",
+       FileBenchOptions(), CmdBenchWorkload},
       {"lockstat", "[--profile P]", "the daemon's lock statistics, like /proc/lock_stat (GetLockStats)",
        {{"profile", "P", "one locking profile's spaces (linux-6.0..linux-6.6, custom); default all"}},
        CmdLockstat},

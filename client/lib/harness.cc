@@ -3,6 +3,7 @@
 // The engine headers come before <sys/wait.h>: glibc's <signal.h> defines `si_addr` as a
 // macro, which would break FaultResult::si_addr in engine/types.h.
 #include "engine/address_space.h"
+#include "engine/file.h"
 #include "engine/frame_allocator.h"
 #include "engine/stats.h"
 #include "engine/types.h"
@@ -18,6 +19,7 @@
 
 #include <algorithm>
 #include <barrier>
+#include <filesystem>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -109,16 +111,17 @@ bool SyncSession::Fail(const std::string& what) {
   return false;
 }
 
-uint64_t SyncSession::Mmap(uint64_t len, int prot, uint64_t* addr) {
-  if (error_.empty() && DoMmap(len, prot, addr)) counters_.addr_hash = HashAddr(counters_.addr_hash, *addr);
+uint64_t SyncSession::Mmap(uint64_t len, int prot, int flags, uint64_t file, uint64_t* addr) {
+  if (error_.empty() && DoMmap(len, prot, flags, file, addr))
+    counters_.addr_hash = HashAddr(counters_.addr_hash, *addr);
   return ++ops_;
 }
 uint64_t SyncSession::Munmap(uint64_t addr, uint64_t len) {
   if (error_.empty()) DoMunmap(addr, len);
   return ++ops_;
 }
-uint64_t SyncSession::Access(uint64_t addr, uint64_t len, uint64_t stride) {
-  if (error_.empty()) DoAccess(addr, len, stride);
+uint64_t SyncSession::Access(uint64_t addr, uint64_t len, uint64_t stride, bool write) {
+  if (error_.empty()) DoAccess(addr, len, stride, write);
   return ++ops_;
 }
 uint64_t SyncSession::MadviseDontneed(uint64_t addr, uint64_t len) {
@@ -130,17 +133,36 @@ std::string Workload::ClientName(int client, int) const { return "client " + std
 
 namespace {
 
-constexpr int kAnon = MAP_PRIVATE | MAP_ANONYMOUS;
+static_assert(Session::kAnonFlags == (MAP_PRIVATE | MAP_ANONYMOUS));
 
 // ---- in-process (the engine) ----
 
 class EngineSession : public SyncSession {
  public:
-  explicit EngineSession(AddressSpace& as) : as_(as) {}
+  /// `files` in `dir`; `name` prefixes this session's file names.
+  EngineSession(AddressSpace& as, FileTable& files, std::string name)
+      : as_(as), files_(files), name_(std::move(name)) {}
+
+  bool OpenFile(uint64_t bytes, uint64_t* file, bool* shmem) override {
+    OpenFlags f;
+    f.write = f.create = f.exclusive = f.truncate = true;
+    const std::string path = name_ + "-" + std::to_string(++nfiles_);
+    SysResult r = files_.Open(path, f);
+    if (!r.ok()) return Fail(ErrnoText(("open " + path).c_str(), r.error));
+    *file = r.value;
+    *shmem = false;
+    const int err = files_.Truncate(r.value, bytes);
+    return err == 0 || Fail(ErrnoText("ftruncate", err));
+  }
+  void CloseFile(uint64_t file) override {
+    (void)files_.Truncate(file, 0);  // as unlink: nothing to write back
+    (void)files_.Close(file);
+  }
 
  protected:
-  bool DoMmap(uint64_t len, int prot, uint64_t* addr) override {
-    SysResult r = as_.Mmap(0, len, prot, kAnon);
+  bool DoMmap(uint64_t len, int prot, int flags, uint64_t file, uint64_t* addr) override {
+    SysResult r = (flags & MAP_ANONYMOUS) ? as_.Mmap(0, len, prot, flags)
+                                          : as_.Mmap(0, len, prot, flags, 0, files_.Get(file));
     if (!r.ok()) return Fail(ErrnoText("mmap", r.error));
     *addr = r.value;
     return true;
@@ -149,8 +171,8 @@ class EngineSession : public SyncSession {
     SysResult r = as_.Munmap(addr, len);
     return r.ok() || Fail(ErrnoText("munmap", r.error));
   }
-  bool DoAccess(uint64_t addr, uint64_t len, uint64_t stride) override {
-    AccessResult ar = as_.Access(addr, len, stride, AccessType::kWrite);
+  bool DoAccess(uint64_t addr, uint64_t len, uint64_t stride, bool write) override {
+    AccessResult ar = as_.Access(addr, len, stride, write ? AccessType::kWrite : AccessType::kRead);
     counters_.bytes_touched += ar.accesses;
     counters_.faults += ar.faults;
     counters_.major_faults += ar.major_faults;
@@ -163,14 +185,28 @@ class EngineSession : public SyncSession {
 
  private:
   AddressSpace& as_;
+  FileTable& files_;
+  const std::string name_;
+  uint64_t nfiles_ = 0;
 };
+
+/// A fresh directory under /var/tmp for the in-process backend's files ("" if none
+/// could be made: file workloads then fail at OpenFile with EACCES).
+std::string MakeTempDir() {
+  char dir[] = "/var/tmp/vmspace-bench.XXXXXX";
+  return mkdtemp(dir) ? dir : "";
+}
 
 class InprocessBackend : public Backend {
  public:
-  InprocessBackend() : frames_(0) {}
+  InprocessBackend() : frames_(0), dir_(MakeTempDir()) {}
   ~InprocessBackend() override {
-    std::lock_guard lk(mu_);
-    spaces_.clear();
+    {
+      std::lock_guard lk(mu_);
+      spaces_.clear();
+    }
+    files_.reset();  // writes back what is dirty, then the files go
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
   std::string CreateSpace(const std::string& profile, const std::string&, uint64_t* space) override {
     SpaceOptions opts;
@@ -190,7 +226,7 @@ class InprocessBackend : public Backend {
   std::string OpenSession(uint64_t space, std::unique_ptr<Session>* out) override {
     std::lock_guard lk(mu_);
     if (space >= spaces_.size() || !spaces_[space]) return "no such space";
-    *out = std::make_unique<EngineSession>(*spaces_[space]);
+    *out = std::make_unique<EngineSession>(*spaces_[space], *files_, "client" + std::to_string(++sessions_));
     return "";
   }
   void Prepare(uint64_t bytes) override {
@@ -212,8 +248,11 @@ class InprocessBackend : public Backend {
 
  private:
   FrameAllocator frames_;
+  std::string dir_;
+  std::unique_ptr<FileTable> files_ = std::make_unique<FileTable>(frames_, dir_);
   std::mutex mu_;
   std::vector<std::unique_ptr<AddressSpace>> spaces_;
+  uint64_t sessions_ = 0;
 };
 
 // ---- native (the real kernel, in this process) ----
@@ -231,8 +270,9 @@ class NativeSession : public SyncSession {
   }
 
  protected:
-  bool DoMmap(uint64_t len, int prot, uint64_t* addr) override {
-    void* p = mmap(nullptr, len, prot, kAnon, -1, 0);
+  bool DoMmap(uint64_t len, int prot, int flags, uint64_t file, uint64_t* addr) override {
+    const int fd = (flags & MAP_ANONYMOUS) ? -1 : static_cast<int>(file);
+    void* p = mmap(nullptr, len, prot, flags, fd, 0);
     if (p == MAP_FAILED) return Fail(ErrnoText("native mmap", errno));
     *addr = reinterpret_cast<uint64_t>(p);
     return true;
@@ -240,11 +280,12 @@ class NativeSession : public SyncSession {
   bool DoMunmap(uint64_t addr, uint64_t len) override {
     return munmap(reinterpret_cast<void*>(addr), len) == 0 || Fail(ErrnoText("native munmap", errno));
   }
-  bool DoAccess(uint64_t addr, uint64_t len, uint64_t stride) override {
-    // The seed's accessit(): addr[i] = i for every stride-th byte.
+  bool DoAccess(uint64_t addr, uint64_t len, uint64_t stride, bool write) override {
+    // The seed's accessit(): addr[i] = i for every stride-th byte (or a volatile read).
     volatile char* p = reinterpret_cast<volatile char*>(addr);
     for (uint64_t j = 0; j < len; j += stride) {
-      p[j] = static_cast<char>(j);
+      if (write) p[j] = static_cast<char>(j);
+      else (void)p[j];
       ++counters_.bytes_touched;
     }
     return true;
@@ -253,6 +294,19 @@ class NativeSession : public SyncSession {
     return madvise(reinterpret_cast<void*>(addr), len, MADV_DONTNEED) == 0 ||
            Fail(ErrnoText("native madvise", errno));
   }
+
+ public:
+  /// will-it-scale's tmpfile, on a real filesystem (/var/tmp: /tmp may be tmpfs).
+  bool OpenFile(uint64_t bytes, uint64_t* file, bool* shmem) override {
+    char path[] = "/var/tmp/vmspace-bench.XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return Fail(ErrnoText("native mkstemp", errno));
+    unlink(path);
+    *file = static_cast<uint64_t>(fd);
+    *shmem = false;
+    return ftruncate(fd, static_cast<off_t>(bytes)) == 0 || Fail(ErrnoText("native ftruncate", errno));
+  }
+  void CloseFile(uint64_t file) override { close(static_cast<int>(file)); }
 };
 
 // ---- the runner ----
@@ -371,6 +425,8 @@ void Merge(const std::vector<ClientFigures>& figs, const Workload& w, bool hash,
     r.teardown_munmaps += f.teardown_munmaps;
     r.messages += f.messages;
     r.waits += f.waits;
+    r.files += f.files;
+    r.shmem_files += f.shmem_files;
     if (hash) r.addr_hash ^= f.addr_hash;
   }
   r.seconds = t1 > t0 ? static_cast<double>(t1 - t0) / 1e9 : 0;

@@ -62,6 +62,7 @@ struct ClientFigures {
   uint64_t setup_mmaps = 0, teardown_munmaps = 0;
   uint64_t messages = 0;     // Batch messages sent in the timed phase (stream sessions)
   uint64_t waits = 0;        // steps that waited for an earlier op's result
+  uint64_t files = 0, shmem_files = 0;  // files opened in set-up; of them shmem (Session::OpenFile)
   uint64_t addr_hash = 0;    // HashAddr over every mmap address of the session, in order
   char error[200] = {};
   bool ok() const { return error[0] == 0; }
@@ -108,6 +109,9 @@ struct RunResult {
   uint64_t setup_mmaps = 0, teardown_munmaps = 0;
   uint64_t messages = 0;     // stream: Batch messages sent in the timed phase
   uint64_t waits = 0;        // stream: steps that waited for an unanswered mmap
+  /// Files the clients opened (page_fault2/3/4: one each); of them memory-only shmem
+  /// (a daemon without --data-dir) rather than files on a filesystem.
+  uint64_t files = 0, shmem_files = 0;
   /// XOR of the clients' address hashes: equal across runners that place mappings
   /// identically (engine and daemon, separate spaces). 0 for the kernel and shared spaces.
   uint64_t addr_hash = 0;
@@ -150,11 +154,16 @@ class Session {
   virtual ~Session() = default;
   /// mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS); the address is stored in
   /// *addr when the op is done (Done/Wait), so *addr must stay valid until then.
-  virtual uint64_t Mmap(uint64_t len, int prot, uint64_t* addr) = 0;
+  uint64_t Mmap(uint64_t len, int prot, uint64_t* addr) { return Mmap(len, prot, kAnonFlags, 0, addr); }
+  /// mmap(NULL, len, prot, flags, file, 0): `file` is an OpenFile() handle when `flags`
+  /// lacks MAP_ANONYMOUS (else ignored).
+  virtual uint64_t Mmap(uint64_t len, int prot, int flags, uint64_t file, uint64_t* addr) = 0;
   /// munmap(addr, len).
   virtual uint64_t Munmap(uint64_t addr, uint64_t len) = 0;
-  /// Writes one byte every `stride` bytes of [addr, addr + len) (taking the faults).
-  virtual uint64_t Access(uint64_t addr, uint64_t len, uint64_t stride) = 0;
+  /// Writes (or with `write` false reads) one byte every `stride` bytes of
+  /// [addr, addr + len), taking the faults.
+  uint64_t Access(uint64_t addr, uint64_t len, uint64_t stride) { return Access(addr, len, stride, true); }
+  virtual uint64_t Access(uint64_t addr, uint64_t len, uint64_t stride, bool write) = 0;
   /// madvise(addr, len, MADV_DONTNEED).
   virtual uint64_t MadviseDontneed(uint64_t addr, uint64_t len) = 0;
   /// True once op `op` is done (never blocks).
@@ -168,15 +177,27 @@ class Session {
   virtual SessionCounters counters() = 0;
   /// Ends the session (stream: half-close, drain, final status). Idempotent.
   virtual void Close() {}
+  /// Set-up only, runs at once: this client's own read-write file of `bytes` bytes,
+  /// sparse and nameless to others, as will-it-scale's mkstemp + ftruncate + unlink
+  /// (kernel: under /var/tmp; engine and daemon: a host file in the data directory, or
+  /// shmem where there is none, *shmem set). Stores its handle for Mmap in *file;
+  /// false after a failure (the session's error).
+  virtual bool OpenFile(uint64_t bytes, uint64_t* file, bool* shmem) = 0;
+  /// Tear-down: drops the file (its mappings must be gone).
+  virtual void CloseFile(uint64_t file) = 0;
+
+  static constexpr int kAnonFlags = 0x22;  // MAP_PRIVATE | MAP_ANONYMOUS
 };
 
 /// A Session whose ops run when queued (in-process, unary, native). Subclasses do the
 /// ops; each returns false after Fail().
 class SyncSession : public Session {
  public:
-  uint64_t Mmap(uint64_t len, int prot, uint64_t* addr) final;
+  using Session::Access;
+  using Session::Mmap;
+  uint64_t Mmap(uint64_t len, int prot, int flags, uint64_t file, uint64_t* addr) final;
   uint64_t Munmap(uint64_t addr, uint64_t len) final;
-  uint64_t Access(uint64_t addr, uint64_t len, uint64_t stride) final;
+  uint64_t Access(uint64_t addr, uint64_t len, uint64_t stride, bool write) final;
   uint64_t MadviseDontneed(uint64_t addr, uint64_t len) final;
   bool Done(uint64_t) final { return true; }
   bool Wait(uint64_t = kAll) final { return error_.empty(); }
@@ -185,10 +206,10 @@ class SyncSession : public Session {
   SessionCounters counters() override { return counters_; }
 
  protected:
-  virtual bool DoMmap(uint64_t len, int prot, uint64_t* addr) = 0;
+  virtual bool DoMmap(uint64_t len, int prot, int flags, uint64_t file, uint64_t* addr) = 0;
   virtual bool DoMunmap(uint64_t addr, uint64_t len) = 0;
   /// Adds the bytes touched and faults taken to counters_.
-  virtual bool DoAccess(uint64_t addr, uint64_t len, uint64_t stride) = 0;
+  virtual bool DoAccess(uint64_t addr, uint64_t len, uint64_t stride, bool write) = 0;
   virtual bool DoMadviseDontneed(uint64_t addr, uint64_t len) = 0;
   /// Records the first failure; returns false.
   bool Fail(const std::string& what);

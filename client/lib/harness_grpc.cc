@@ -2,7 +2,11 @@
 
 #include <sys/mman.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
@@ -16,7 +20,32 @@ namespace {
 using client::Client;
 using client::ClientOptions;
 
-constexpr int kAnon = MAP_PRIVATE | MAP_ANONYMOUS;
+/// The client's own file on the daemon (Session::OpenFile): a host file under its
+/// --data-dir, opened with create + exclusive, or, if the daemon has no --data-dir
+/// (EACCES), a shmem file. Returns "" or the error.
+std::string OpenDaemonFile(Client& cl, uint64_t space, uint64_t bytes, uint64_t* file, bool* shmem) {
+  static std::atomic<uint64_t> n{0};
+  v1::OpenFileRequest req;
+  req.set_path("vmspace-bench-" + std::to_string(getpid()) + "-" + std::to_string(++n));
+  req.set_write(true);
+  req.set_create(true);
+  req.set_exclusive(true);
+  auto r = cl.OpenFile(req, space);
+  *shmem = !r.ok() && r.error().err == EACCES;
+  if (*shmem) r = cl.CreateShmemFile("vmspace-bench", bytes, space);
+  if (!r.ok()) return (*shmem ? "memfd_create: " : "open: ") + r.error().ToString();
+  *file = r.value();
+  if (*shmem) return "";
+  auto t = cl.TruncateFile(*file, bytes);
+  return t.ok() ? "" : "ftruncate: " + t.error().ToString();
+}
+
+/// Tear-down of OpenDaemonFile: truncated to 0 first (as unlink, nothing is written back;
+/// an empty file stays in --data-dir, which has no unlink call), then closed.
+void CloseDaemonFile(Client& cl, uint64_t file) {
+  (void)cl.TruncateFile(file, 0);
+  (void)cl.CloseFile(file);
+}
 
 /// The error of an access that stopped on a signal or OOM ("" if it did not).
 std::string AccessStop(const v1::AccessResponse& a) {
@@ -30,9 +59,15 @@ class UnarySession : public SyncSession {
  public:
   UnarySession(const ClientOptions& opts, uint64_t space) : cl_(opts), space_(space) {}
 
+  bool OpenFile(uint64_t bytes, uint64_t* file, bool* shmem) override {
+    std::string e = OpenDaemonFile(cl_, space_, bytes, file, shmem);
+    return e.empty() || Fail(e);
+  }
+  void CloseFile(uint64_t file) override { CloseDaemonFile(cl_, file); }
+
  protected:
-  bool DoMmap(uint64_t len, int prot, uint64_t* addr) override {
-    auto r = cl_.Mmap(space_, 0, len, prot, kAnon);
+  bool DoMmap(uint64_t len, int prot, int flags, uint64_t file, uint64_t* addr) override {
+    auto r = cl_.Mmap(space_, 0, len, prot, flags, 0, file);
     if (!r.ok()) return Fail("mmap: " + r.error().ToString());
     *addr = r.value();
     return true;
@@ -41,8 +76,8 @@ class UnarySession : public SyncSession {
     auto r = cl_.Munmap(space_, addr, len);
     return r.ok() || Fail("munmap: " + r.error().ToString());
   }
-  bool DoAccess(uint64_t addr, uint64_t len, uint64_t stride) override {
-    auto r = cl_.Access(space_, addr, len, stride, v1::ACCESS_WRITE);
+  bool DoAccess(uint64_t addr, uint64_t len, uint64_t stride, bool write) override {
+    auto r = cl_.Access(space_, addr, len, stride, write ? v1::ACCESS_WRITE : v1::ACCESS_READ);
     if (!r.ok()) return Fail("access: " + r.error().ToString());
     counters_.bytes_touched += r.value().accesses();
     counters_.faults += r.value().faults();
@@ -73,12 +108,15 @@ class StreamSession : public Session {
   }
   ~StreamSession() override { Close(); }
 
-  uint64_t Mmap(uint64_t len, int prot, uint64_t* addr) override {
+  using Session::Access;
+  using Session::Mmap;
+  uint64_t Mmap(uint64_t len, int prot, int flags, uint64_t file, uint64_t* addr) override {
     v1::MmapRequest* m = cur_.add_ops()->mutable_mmap();
     m->set_space_id(space_);
     m->set_len(len);
     m->set_prot(prot);
-    m->set_flags(kAnon);
+    m->set_flags(flags);
+    m->set_file_id(file);
     return Queue("mmap", addr);
   }
   uint64_t Munmap(uint64_t addr, uint64_t len) override {
@@ -88,13 +126,13 @@ class StreamSession : public Session {
     u->set_len(len);
     return Queue("munmap", nullptr);
   }
-  uint64_t Access(uint64_t addr, uint64_t len, uint64_t stride) override {
+  uint64_t Access(uint64_t addr, uint64_t len, uint64_t stride, bool write) override {
     v1::AccessRequest* a = cur_.add_ops()->mutable_access();
     a->set_space_id(space_);
     a->set_addr(addr);
     a->set_len(len);
     a->set_stride(stride);
-    a->set_access(v1::ACCESS_WRITE);
+    a->set_access(write ? v1::ACCESS_WRITE : v1::ACCESS_READ);
     return Queue("access", nullptr);
   }
   uint64_t MadviseDontneed(uint64_t addr, uint64_t len) override {
@@ -104,6 +142,19 @@ class StreamSession : public Session {
     m->set_len(len);
     m->set_advice(MADV_DONTNEED);
     return Queue("madvise", nullptr);
+  }
+
+  /// Set-up and tear-down only: unary calls beside the stream, after every queued op.
+  bool OpenFile(uint64_t bytes, uint64_t* file, bool* shmem) override {
+    if (!Wait(kAll)) return false;
+    std::string e = OpenDaemonFile(cl_, space_, bytes, file, shmem);
+    if (e.empty()) return true;
+    std::lock_guard lk(mu_);
+    Fail(e);
+    return false;
+  }
+  void CloseFile(uint64_t file) override {
+    if (Wait(kAll)) CloseDaemonFile(cl_, file);
   }
 
   bool Done(uint64_t op) override {

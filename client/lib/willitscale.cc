@@ -9,18 +9,24 @@ const char* WorkloadName(Workload w) {
     case Workload::kPageFault1: return "page_fault1";
     case Workload::kMmap1: return "mmap1";
     case Workload::kMixed: return "mixed";
+    case Workload::kPageFault2: return "page_fault2";
+    case Workload::kPageFault3: return "page_fault3";
+    case Workload::kPageFault4: return "page_fault4";
+    case Workload::kMmap2: return "mmap2";
   }
   return "?";
 }
 
 std::optional<Workload> ParseWorkload(std::string_view name) {
-  for (Workload w : {Workload::kPageFault1, Workload::kMmap1, Workload::kMixed})
+  for (Workload w : {Workload::kPageFault1, Workload::kMmap1, Workload::kMixed, Workload::kPageFault2,
+                     Workload::kPageFault3, Workload::kPageFault4, Workload::kMmap2})
     if (name == WorkloadName(w)) return w;
   return std::nullopt;
 }
 
-bool NeedsFileMappings(std::string_view name) {
-  return name == "page_fault2" || name == "page_fault3" || name == "mmap2";
+bool UsesFiles(Workload w) {
+  return w == Workload::kPageFault2 || w == Workload::kPageFault3 || w == Workload::kPageFault4 ||
+         w == Workload::kMmap2;
 }
 
 const char* ModeName(Mode m) { return m == Mode::kThreads ? "threads" : "processes"; }
@@ -37,27 +43,53 @@ constexpr int kRw = PROT_READ | PROT_WRITE;
 // done (Wait), as the program's syscalls are: on a Batch stream an iteration's ops after
 // its mmap travel in one message, and no iteration is queued ahead of the previous one.
 
-/// Queues one page write per 4 KiB of [addr, addr + len), one Access op per `chunk`
-/// bytes, until `stop`. Returns true if every chunk was queued.
+/// Queues one page write (or read) per 4 KiB of [addr, addr + len), one Access op per
+/// `chunk` bytes, until `stop`. Returns true if every chunk was queued.
 bool TouchPages(Session& s, uint64_t addr, uint64_t len, uint64_t chunk, const std::atomic<bool>& stop,
-                ClientFigures& f) {
+                ClientFigures& f, bool write = true) {
   for (uint64_t off = 0; off < len; off += chunk) {
     if (stop.load(std::memory_order_relaxed)) return false;
-    s.Access(addr + off, std::min(chunk, len - off), kPageBytes);
+    s.Access(addr + off, std::min(chunk, len - off), kPageBytes, write);
     ++f.accesses;
   }
   return true;
 }
 
-/// page_fault1: mmap 128 MiB; write every page; munmap.
-class PageFault1Client : public ClientLoop {
+/// A loop whose mappings use `flags`: without MAP_ANONYMOUS the client's own 128 MiB
+/// file, opened in set-up and closed in tear-down (will-it-scale's per-task tmpfile).
+class MappingLoop : public ClientLoop {
  public:
-  explicit PageFault1Client(uint64_t chunk) : chunk_(chunk) {}
+  explicit MappingLoop(int flags) : flags_(flags) {}
+  void Setup(Session& s, ClientFigures& f) override {
+    if (flags_ & MAP_ANONYMOUS) return;
+    bool shmem = false;
+    if (!s.OpenFile(kPageFaultBytes, &file_, &shmem)) return;
+    ++f.files;
+    f.shmem_files += shmem ? 1 : 0;
+    open_ = true;
+  }
+  void Teardown(Session& s, ClientFigures&) override {
+    if (open_) s.CloseFile(file_);
+  }
+
+ protected:
+  const int flags_;
+  uint64_t file_ = 0;
+
+ private:
+  bool open_ = false;
+};
+
+/// page_fault1..4: mmap 128 MiB (anonymous or the file); write (read) every page; munmap.
+class PageFaultClient : public MappingLoop {
+ public:
+  /// `flags`: the mmap flags (MAP_ANONYMOUS: no file); `write`: write or read each page.
+  PageFaultClient(uint64_t chunk, int flags, bool write) : MappingLoop(flags), chunk_(chunk), write_(write) {}
   bool Step(Session& s, const std::atomic<bool>& stop, ClientFigures& f) override {
     uint64_t addr = 0;
-    if (!s.Wait(s.Mmap(kPageFaultBytes, kRw, &addr))) return false;
+    if (!s.Wait(s.Mmap(kPageFaultBytes, kRw, flags_, file_, &addr))) return false;
     ++f.mmaps;
-    bool full = TouchPages(s, addr, kPageFaultBytes, chunk_, stop, f);
+    bool full = TouchPages(s, addr, kPageFaultBytes, chunk_, stop, f, write_);
     s.Munmap(addr, kPageFaultBytes);
     ++f.munmaps;
     if (s.Wait() && full) ++f.rounds;
@@ -66,15 +98,18 @@ class PageFault1Client : public ClientLoop {
 
  private:
   uint64_t chunk_;
+  bool write_;
 };
 
-/// mmap1 (and the mixed churner with 16 KiB PROT_READ): mmap; munmap.
-class MmapMunmapClient : public ClientLoop {
+/// mmap1, mmap2 (the file, MAP_PRIVATE) and the mixed churner (16 KiB PROT_READ):
+/// mmap; munmap.
+class MmapMunmapClient : public MappingLoop {
  public:
-  MmapMunmapClient(uint64_t len, int prot) : len_(len), prot_(prot) {}
+  MmapMunmapClient(uint64_t len, int prot, int flags = MAP_PRIVATE | MAP_ANONYMOUS)
+      : MappingLoop(flags), len_(len), prot_(prot) {}
   bool Step(Session& s, const std::atomic<bool>&, ClientFigures& f) override {
     uint64_t addr = 0;
-    if (!s.Wait(s.Mmap(len_, prot_, &addr))) return false;
+    if (!s.Wait(s.Mmap(len_, prot_, flags_, file_, &addr))) return false;
     s.Munmap(addr, len_);
     ++f.mmaps;
     ++f.munmaps;
@@ -118,8 +153,16 @@ class WillItScale : public harness::Workload {
   explicit WillItScale(const BenchConfig& cfg) : cfg_(cfg) {}
   std::unique_ptr<ClientLoop> NewClient(int client, int clients) const override {
     switch (cfg_.workload) {
-      case bench::Workload::kPageFault1: return std::make_unique<PageFault1Client>(cfg_.chunk_bytes);
+      case bench::Workload::kPageFault1:
+        return std::make_unique<PageFaultClient>(cfg_.chunk_bytes, MAP_PRIVATE | MAP_ANONYMOUS, true);
+      case bench::Workload::kPageFault2:
+        return std::make_unique<PageFaultClient>(cfg_.chunk_bytes, MAP_PRIVATE, true);
+      case bench::Workload::kPageFault3:
+        return std::make_unique<PageFaultClient>(cfg_.chunk_bytes, MAP_SHARED, true);
+      case bench::Workload::kPageFault4:
+        return std::make_unique<PageFaultClient>(cfg_.chunk_bytes, MAP_PRIVATE, false);
       case bench::Workload::kMmap1: return std::make_unique<MmapMunmapClient>(kPageFaultBytes, kRw);
+      case bench::Workload::kMmap2: return std::make_unique<MmapMunmapClient>(kPageFaultBytes, kRw, MAP_PRIVATE);
       case bench::Workload::kMixed:
         if (client + 1 < clients) return std::make_unique<FaulterClient>(cfg_.chunk_bytes);
         return std::make_unique<MmapMunmapClient>(kChurnBytes, PROT_READ);
@@ -129,16 +172,24 @@ class WillItScale : public harness::Workload {
   uint64_t FrameBytes(int clients) const override {
     uint64_t n = static_cast<uint64_t>(clients);
     switch (cfg_.workload) {
-      case bench::Workload::kPageFault1: return kPageFaultBytes * n;
+      case bench::Workload::kPageFault1:
+      case bench::Workload::kPageFault3:
+      case bench::Workload::kPageFault4: return kPageFaultBytes * n;  // anon pages / the page cache
+      case bench::Workload::kPageFault2: return 2 * kPageFaultBytes * n;  // page cache + COW copies
       case bench::Workload::kMixed: return kMixedRegionBytes * (n - 1);
-      case bench::Workload::kMmap1: break;
+      case bench::Workload::kMmap1:
+      case bench::Workload::kMmap2: break;
     }
     return 0;
   }
   void Summarize(const std::vector<ClientFigures>& clients, harness::RunResult& r) const override {
     switch (cfg_.workload) {
-      case bench::Workload::kPageFault1: r.ops = r.bytes_touched; break;  // pages written
-      case bench::Workload::kMmap1: r.ops = r.rounds; break;
+      case bench::Workload::kPageFault1:
+      case bench::Workload::kPageFault2:
+      case bench::Workload::kPageFault3:
+      case bench::Workload::kPageFault4: r.ops = r.bytes_touched; break;  // pages written (read)
+      case bench::Workload::kMmap1:
+      case bench::Workload::kMmap2: r.ops = r.rounds; break;
       case bench::Workload::kMixed:
         r.ops = r.bytes_touched;  // the faulters' pages (the churner writes none)
         r.churn_ops = clients.back().rounds;
@@ -155,33 +206,45 @@ class WillItScale : public harness::Workload {
   BenchConfig cfg_;
 };
 
+/// Checks `cfg` and fills the harness's RunSpec and `res`'s profile fields; false with
+/// res->error set if it cannot run.
+bool Prepare(const BenchConfig& cfg, harness::RunSpec* spec, BenchResult* res) {
+  res->profile = cfg.profile.empty() ? "linux-6.6" : cfg.profile;
+  res->error = CheckProfile(res->profile, &res->profile_name, &res->profile_desc);
+  if (!res->ok()) return false;
+  const bool mixed = cfg.workload == Workload::kMixed;
+  if (cfg.clients < 1 || (mixed && cfg.clients < 2)) {
+    res->error = mixed ? "mixed needs at least 2 clients (faulters + 1 churner)" : "need at least 1 client";
+  } else if (mixed && cfg.mode != Mode::kThreads) {
+    res->error = "mixed runs all clients in one space (--mode threads)";
+  } else if (!(cfg.duration_s > 0) || cfg.chunk_bytes == 0 || cfg.chunk_bytes % kPageBytes != 0) {
+    res->error = "bad duration or chunk size";
+  }
+  spec->clients = cfg.clients;
+  spec->shared_space = cfg.mode == Mode::kThreads;
+  spec->profile = res->profile;
+  spec->duration_s = cfg.duration_s;
+  spec->pin = cfg.pin;
+  return res->ok();
+}
+
 }  // namespace
 
 BenchResult RunBench(const BenchConfig& cfg, Backend& backend) {
   BenchResult res;
-  res.profile = cfg.profile.empty() ? "linux-6.6" : cfg.profile;
-  res.error = CheckProfile(res.profile, &res.profile_name, &res.profile_desc);
-  if (!res.ok()) return res;
-  const bool mixed = cfg.workload == Workload::kMixed;
-  if (cfg.clients < 1 || (mixed && cfg.clients < 2)) {
-    res.error = mixed ? "mixed needs at least 2 clients (faulters + 1 churner)" : "need at least 1 client";
-    return res;
-  }
-  if (mixed && cfg.mode != Mode::kThreads) {
-    res.error = "mixed runs all clients in one space (--mode threads)";
-    return res;
-  }
-  if (!(cfg.duration_s > 0) || cfg.chunk_bytes == 0 || cfg.chunk_bytes % kPageBytes != 0) {
-    res.error = "bad duration or chunk size";
-    return res;
-  }
   harness::RunSpec spec;
-  spec.clients = cfg.clients;
-  spec.shared_space = cfg.mode == Mode::kThreads;
-  spec.profile = res.profile;
-  spec.duration_s = cfg.duration_s;
-  spec.pin = cfg.pin;
+  if (!Prepare(cfg, &spec, &res)) return res;
   return harness::Run(spec, WillItScale(cfg), backend);
+}
+
+BenchResult RunBenchNative(const BenchConfig& cfg) {
+  BenchResult res;
+  harness::RunSpec spec;
+  if (!Prepare(cfg, &spec, &res)) return res;
+  spec.profile.clear();
+  BenchResult r = harness::RunNative(spec, WillItScale(cfg));
+  r.profile = "native";
+  return r;
 }
 
 }  // namespace vmspace::bench

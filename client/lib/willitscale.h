@@ -3,6 +3,14 @@
 //
 //   page_fault1  per client, forever: mmap 128 MiB rw private anon; write one byte per
 //                4 KiB page; munmap. One op = one page written (one write fault).
+//   page_fault2  each client has its own sparse 128 MiB file (set-up: mkstemp,
+//                ftruncate, unlink); forever: mmap it rw MAP_PRIVATE; write one byte
+//                per page (copy-on-write of the page-cache page); munmap.
+//   page_fault3  the same with MAP_SHARED (writes go to the page cache: dirty pages).
+//   page_fault4  the same as page_fault2 but reading one byte per page (MAP_PRIVATE
+//                read faults: fault-around maps the neighbours already cached). These
+//                are will-it-scale's tests/page_fault{2,3,4}.c; one op = one page.
+//   mmap2        the file of page_fault2: mmap it rw MAP_PRIVATE; munmap (tests/mmap2.c).
 //   mmap1        per client, forever: mmap 128 MiB rw private anon; munmap.
 //                One op = one mmap+munmap pair.
 //   mixed        in ONE space: C-1 faulters, each with its own 32 MiB rw region mapped
@@ -30,15 +38,14 @@
 
 namespace vmspace::bench {
 
-/// The workloads. page_fault2/3 and mmap2 need file mappings (not modelled yet).
-enum class Workload { kPageFault1, kMmap1, kMixed };
-/// "page_fault1", "mmap1", "mixed".
+/// The workloads.
+enum class Workload { kPageFault1, kMmap1, kMixed, kPageFault2, kPageFault3, kPageFault4, kMmap2 };
+/// "page_fault1", "mmap1", "mixed", "page_fault2", ...
 const char* WorkloadName(Workload w);
 /// Parses a workload name; nullopt if unknown.
 std::optional<Workload> ParseWorkload(std::string_view name);
-/// True for will-it-scale workloads that need file mappings (page_fault2, page_fault3,
-/// mmap2), which vmspace does not model yet.
-bool NeedsFileMappings(std::string_view name);
+/// True for the workloads on files (page_fault2/3/4, mmap2): each client opens its own file.
+bool UsesFiles(Workload w);
 
 /// threads: all clients share one space; processes: one space per client.
 enum class Mode { kThreads, kProcesses };
@@ -81,5 +88,9 @@ using harness::MakeInprocessBackend;
 /// the timed phase, lock figures after, tear-down. Never throws; failures are in
 /// BenchResult::error.
 BenchResult RunBench(const BenchConfig& cfg, Backend& backend);
+
+/// Runs the same loops on this machine's kernel (harness::RunNative; files under
+/// /var/tmp). No lock figures; profile "native".
+BenchResult RunBenchNative(const BenchConfig& cfg);
 
 }  // namespace vmspace::bench

@@ -14,8 +14,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import grpc  # noqa: E402
 
-from vmspace_client import (MAP_ANONYMOUS, MAP_FIXED_NOREPLACE, MAP_PRIVATE, PROT_READ,  # noqa: E402
-                            PROT_WRITE, Client, VmspaceError)
+from vmspace_client import (MAP_ANONYMOUS, MAP_FIXED_NOREPLACE, MAP_PRIVATE, MAP_SHARED, MS_SYNC,  # noqa: E402
+                            PROT_READ, PROT_WRITE, Client, VmspaceError)
 
 PAGE = 4096
 
@@ -106,6 +106,28 @@ class ClientTest(unittest.TestCase):
         self.assertIn("999999", e.message)
         with Client("127.0.0.1:1", timeout=2) as dead:  # nothing listens on port 1
             self.assertRaisesErrno(grpc.StatusCode.UNAVAILABLE, "UNAVAILABLE", None, dead.ping)
+
+    def test_shmem_file_shared_mapping(self):
+        f = self.vm.create_shmem_file("py", 2 * PAGE)
+        self.addCleanup(self.vm.close_file, f)
+        self.assertEqual(self.vm.write_file(f, PAGE, b"from pwrite"), 11)
+        addr = self.vm.mmap(self.space, 2 * PAGE, flags=MAP_SHARED, file_id=f)
+        self.assertEqual(self.vm.read(self.space, addr + PAGE, 11), b"from pwrite")  # the page cache's page
+        self.assertEqual(self.vm.write(self.space, addr, b"from memory"), 11)
+        self.vm.msync(self.space, addr, 2 * PAGE, MS_SYNC)
+        self.assertEqual(self.vm.read_file(f, 0, 11), b"from memory")
+        self.assertEqual(self.vm.read_file(f, 2 * PAGE - 3, 100), b"\0\0\0")  # stops at EOF
+        st = self.vm.stat_file(f)
+        self.assertEqual((st.size, st.shmem, st.cached_pages, st.mapped_vmas, st.writable), (2 * PAGE, True, 2, 1, True))
+        self.assertIn(f, [x.file_id for x in self.vm.list_files()])
+        self.assertIn("/memfd:py (deleted)", self.vm.maps(self.space))
+
+    def test_file_errors(self):
+        self.assertRaisesErrno(grpc.StatusCode.PERMISSION_DENIED, "EACCES", 13, self.vm.open_file, "a.bin",
+                               create=True)  # no --data-dir
+        self.assertRaisesErrno(grpc.StatusCode.INVALID_ARGUMENT, "EBADF", 9, self.vm.read_file, 999, 0, 1)
+        self.assertRaisesErrno(grpc.StatusCode.INVALID_ARGUMENT, "EBADF", 9, self.vm.mmap, self.space, PAGE,
+                               flags=MAP_SHARED, file_id=999)
 
     def test_list_spaces(self):
         spaces = {s.space_id: s for s in self.vm.list_spaces()}

@@ -34,12 +34,14 @@ except ImportError as e:  # pragma: no cover - a setup problem, said plainly
                       f"(Debian: protobuf-compiler-grpc, python3-grpcio, python3-protobuf): {e}") from e
 
 __all__ = ["Client", "VmspaceError", "Fault", "pb", "PROT_NONE", "PROT_READ", "PROT_WRITE", "PROT_EXEC",
-           "MAP_SHARED", "MAP_PRIVATE", "MAP_FIXED", "MAP_ANONYMOUS", "MAP_FIXED_NOREPLACE", "MADV_DONTNEED"]
+           "MAP_SHARED", "MAP_PRIVATE", "MAP_FIXED", "MAP_ANONYMOUS", "MAP_FIXED_NOREPLACE", "MADV_DONTNEED",
+           "MS_ASYNC", "MS_INVALIDATE", "MS_SYNC"]
 
 # <sys/mman.h> values (x86-64 Linux), as the API takes them.
 PROT_NONE, PROT_READ, PROT_WRITE, PROT_EXEC = 0, 1, 2, 4
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE = 0x01, 0x02, 0x10, 0x20, 0x100000
 MADV_DONTNEED = 4
+MS_ASYNC, MS_INVALIDATE, MS_SYNC = 1, 2, 4
 
 _SYSCALL_ERROR = "type.googleapis.com/vmspace.v1.SyscallError"
 
@@ -131,10 +133,48 @@ class Client:
         return list(self._call("ListSpaces", pb.ListSpacesRequest()).spaces)
 
     def mmap(self, space_id, length, prot=PROT_READ | PROT_WRITE, flags=MAP_PRIVATE | MAP_ANONYMOUS, addr=0,
-             offset=0):
-        """mmap(2); returns the address."""
+             offset=0, file_id=0):
+        """mmap(2); returns the address. With file_id (and MAP_ANONYMOUS clear) maps that open file."""
         return self._call("Mmap", pb.MmapRequest(space_id=space_id, addr=addr, len=length, prot=prot, flags=flags,
-                                                 offset=offset)).addr
+                                                 offset=offset, file_id=file_id)).addr
+
+    def msync(self, space_id, addr, length, flags=MS_SYNC):
+        self._call("Msync", pb.MsyncRequest(space_id=space_id, addr=addr, len=length, flags=flags))
+
+    # Files: one table of open files per daemon, shared by all its spaces.
+
+    def open_file(self, path, write=False, create=False, exclusive=False, truncate=False):
+        """open(2) of `path` under vmspaced's --data-dir; returns the file id."""
+        return self._call("OpenFile", pb.OpenFileRequest(path=path, write=write, create=create, exclusive=exclusive,
+                                                         truncate=truncate)).file_id
+
+    def create_shmem_file(self, name="", size=0):
+        """memfd_create(2) + ftruncate(2); returns the file id."""
+        return self._call("CreateShmemFile", pb.CreateShmemFileRequest(name=name, size=size)).file_id
+
+    def close_file(self, file_id):
+        self._call("CloseFile", pb.CloseFileRequest(file_id=file_id))
+
+    def truncate_file(self, file_id, size):
+        self._call("TruncateFile", pb.TruncateFileRequest(file_id=file_id, size=size))
+
+    def stat_file(self, file_id):
+        """FileInfo: .size, .inode, .dev, .cached_pages, .dirty_pages, .mapped_vmas, ..."""
+        return self._call("StatFile", pb.StatFileRequest(file_id=file_id)).file
+
+    def list_files(self):
+        return list(self._call("ListFiles", pb.ListFilesRequest()).files)
+
+    def read_file(self, file_id, offset, length):
+        """pread(2): bytes (fewer at end of file)."""
+        return self._call("ReadFile", pb.ReadFileRequest(file_id=file_id, offset=offset, len=length)).data
+
+    def write_file(self, file_id, offset, data):
+        """pwrite(2): bytes written."""
+        return self._call("WriteFile", pb.WriteFileRequest(file_id=file_id, offset=offset, data=data)).bytes_written
+
+    def fsync_file(self, file_id):
+        self._call("FsyncFile", pb.FsyncFileRequest(file_id=file_id))
 
     def munmap(self, space_id, addr, length):
         self._call("Munmap", pb.MunmapRequest(space_id=space_id, addr=addr, len=length))
