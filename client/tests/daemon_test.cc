@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -114,7 +116,9 @@ class DaemonTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     daemon_ = new Daemon;
-    if (!daemon_->Start()) {
+    char dir[] = "/var/tmp/vmspace-daemon-test.XXXXXX";
+    data_dir_ = mkdtemp(dir) ? dir : "";
+    if (!daemon_->Start({"--data-dir=" + data_dir_})) {
       start_error_ = "vmspaced did not report its port; stderr:\n" + daemon_->log();
     }
   }
@@ -122,6 +126,8 @@ class DaemonTest : public ::testing::Test {
     daemon_->Stop();
     delete daemon_;
     daemon_ = nullptr;
+    std::error_code ec;
+    if (!data_dir_.empty()) std::filesystem::remove_all(data_dir_, ec);
   }
   void SetUp() override { ASSERT_TRUE(start_error_.empty()) << start_error_; }
 
@@ -143,10 +149,12 @@ class DaemonTest : public ::testing::Test {
 
   static Daemon* daemon_;
   static std::string start_error_;
+  static std::string data_dir_;  // the daemon's --data-dir
 };
 
 Daemon* DaemonTest::daemon_ = nullptr;
 std::string DaemonTest::start_error_;
+std::string DaemonTest::data_dir_;
 
 // `vmspace health`: the container HEALTHCHECK. Exit 0 only when the service is SERVING.
 TEST_F(DaemonTest, HealthIsServing) {
@@ -242,6 +250,93 @@ TEST_F(DaemonTest, ErrnoErrors) {
   r = Cli({"munmap", sid, "--addr", "0x1001", "--len", "4096"});
   EXPECT_NE(r.err.find("EINVAL"), std::string::npos) << r.err;
   CliJson({"destroy", sid});
+}
+
+// `vmspace file ...`, `mmap --file` and `msync` against a daemon with --data-dir.
+TEST_F(DaemonTest, FileSubcommands) {
+  const uint64_t f = CliJson({"file", "open", "notes.bin", "--write", "--create"})["file_id"].get<uint64_t>();
+  const std::string fid = std::to_string(f);
+  ProcResult text = Cli({"file", "open", "notes.bin"});  // read-only, text: the id alone
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out, fid + "\n");
+  json w = CliJson({"file", "write", fid, "--offset", "4096", "--data", "hello"});
+  EXPECT_EQ(w["bytes_written"], 5);
+  json st = CliJson({"file", "stat", fid});
+  EXPECT_EQ(st["file_id"], f);
+  EXPECT_EQ(st["path"], "notes.bin");
+  EXPECT_EQ(st["size"], 4101);
+  EXPECT_EQ(st["dirty_pages"], 1);
+  EXPECT_EQ(st["writable"], true);
+  CliJson({"file", "fsync", fid});
+  EXPECT_EQ(CliJson({"file", "stat", fid})["dirty_pages"], 0);
+  json rd = CliJson({"file", "read", fid, "--offset", "4096", "--len", "100"});
+  EXPECT_EQ(rd["data_hex"], "68656c6c6f");  // stops at EOF
+  ProcResult dump = Cli({"file", "read", fid, "--offset", "4096", "--len", "5"});
+  EXPECT_NE(dump.out.find("hello"), std::string::npos) << dump.out;
+  bool listed = false;
+  for (const json& x : CliJson({"file", "ls"})["files"]) listed |= x["file_id"] == f;
+  EXPECT_TRUE(listed);
+  ProcResult ls = Cli({"file", "ls"});
+  EXPECT_NE(ls.out.find("notes.bin"), std::string::npos) << ls.out;
+
+  // Map it shared in a space, write there, msync, and find the bytes in the host file.
+  const std::string sid = std::to_string(NewSpace());
+  json m = CliJson({"mmap", sid, "--len", "8K", "--file", fid, "--flags", "shared"});
+  const std::string a = m["addr_hex"];
+  json r = CliJson({"read", sid, "--addr", std::to_string(m["addr"].get<uint64_t>() + 4096), "--len", "5"});
+  EXPECT_EQ(r["data_hex"], "68656c6c6f");
+  CliJson({"write", sid, "--addr", a, "--data", "HI"});
+  CliJson({"msync", sid, "--addr", a, "--len", "8K"});
+  std::ifstream host(data_dir_ + "/notes.bin", std::ios::binary);
+  std::string head(2, '\0');
+  host.read(head.data(), 2);
+  EXPECT_EQ(head, "HI");
+  ProcResult maps = Cli({"maps", sid});
+  EXPECT_NE(maps.out.find("rw-s 00000000"), std::string::npos) << maps.out;
+  EXPECT_NE(maps.out.find("notes.bin"), std::string::npos) << maps.out;
+  // Truncate: the second page is beyond the end: SIGBUS.
+  CliJson({"file", "truncate", fid, "--size", "4096"});
+  json fault = CliJson({"fault", sid, "--addr", std::to_string(m["addr"].get<uint64_t>() + 4096)});
+  EXPECT_EQ(fault["outcome"], "sigbus");
+  EXPECT_EQ(fault["si_code"], "BUS_ADRERR");
+
+  const uint64_t shm = CliJson({"file", "create-shmem", "--name", "scratch", "--size", "16K"})["file_id"];
+  json sst = CliJson({"file", "stat", std::to_string(shm)});
+  EXPECT_EQ(sst["shmem"], true);
+  EXPECT_EQ(sst["size"], 16384);
+
+  CliJson({"file", "close", fid});
+  ProcResult closed = Cli({"file", "stat", fid, "--json"});
+  EXPECT_EQ(closed.exit_code, 1);
+  EXPECT_EQ(json::parse(closed.out)["error"]["errno_name"], "EBADF");
+  ProcResult escape = Cli({"file", "open", "../outside", "--create", "--write"});
+  EXPECT_EQ(escape.exit_code, 1);
+  EXPECT_NE(escape.err.find("EINVAL"), std::string::npos) << escape.err;
+  ProcResult usage = Cli({"file", "truncate", fid});  // --size missing
+  EXPECT_EQ(usage.exit_code, 2) << usage.err;
+  ProcResult bad_flags = Cli({"msync", sid, "--addr", a, "--len", "4K", "--flags", "sometimes"});
+  EXPECT_EQ(bad_flags.exit_code, 2) << bad_flags.err;
+  CliJson({"destroy", sid});
+}
+
+// A short page_fault4 run on the daemon: its host files under --data-dir, beside the kernel.
+TEST_F(DaemonTest, BenchPageFault4) {
+  for (const char* transport : {"unary", "stream"}) {
+    SCOPED_TRACE(transport);
+    json j = CliJson({"bench", "page_fault4", "--transport", transport, "--duration", "300ms", "--quiet"});
+    ASSERT_EQ(j["results"].size(), 1u);
+    const json& r = j["results"][0];
+    EXPECT_TRUE(r["error"].is_null()) << r["error"];
+    EXPECT_GT(r["ops"].get<uint64_t>(), 0u);
+    EXPECT_GT(r["faults"].get<uint64_t>(), 0u);
+    EXPECT_LE(r["faults"].get<uint64_t>(), r["ops"].get<uint64_t>());
+    EXPECT_EQ(r["files"]["count"], 1);
+    EXPECT_EQ(r["files"]["shmem"], 0);
+    EXPECT_GT(j["native"]["ops"].get<uint64_t>(), 0u);
+    EXPECT_GT(r["ratio_vs_native"].get<double>(), 0);
+  }
+  for (const json& x : CliJson({"file", "ls"})["files"])  // the bench closed its files
+    EXPECT_EQ(x["path"].get<std::string>().rfind("vmspace-bench-", 0), std::string::npos) << x.dump();
 }
 
 /// inprocess figures with the same seed, for comparison.
