@@ -395,19 +395,29 @@ Result<Unit> Client::DestroySpace(uint64_t space_id) {
   return Unit{};
 }
 
-Result<std::vector<v1::SpaceInfo>> Client::ListSpaces() {
+template <typename Item, typename Call, typename Id>
+Result<std::vector<Item>> Client::GatherAll(Call call, Id id) {
   if (setup_error_) return *setup_error_;
-  std::vector<v1::SpaceInfo> out;
+  std::vector<Item> out;
   for (auto& b : backends_) {
     grpc::ClientContext ctx;
     Prepare(&ctx);
-    v1::ListSpacesResponse resp;
-    grpc::Status st = b->stub->ListSpaces(&ctx, v1::ListSpacesRequest{}, &resp);
+    grpc::Status st = call(*b->stub, &ctx, &out);
     if (!st.ok()) return Tagged(*b, DecodeStatus(st));
-    out.insert(out.end(), resp.spaces().begin(), resp.spaces().end());
   }
-  std::sort(out.begin(), out.end(), [](const v1::SpaceInfo& x, const v1::SpaceInfo& y) { return x.space_id() < y.space_id(); });
+  std::sort(out.begin(), out.end(), [&](const Item& x, const Item& y) { return id(x) < id(y); });
   return out;
+}
+
+Result<std::vector<v1::SpaceInfo>> Client::ListSpaces() {
+  return GatherAll<v1::SpaceInfo>(
+      [](v1::VmSpace::Stub& stub, grpc::ClientContext* ctx, std::vector<v1::SpaceInfo>* out) {
+        v1::ListSpacesResponse resp;
+        grpc::Status st = stub.ListSpaces(ctx, v1::ListSpacesRequest{}, &resp);
+        out->insert(out->end(), resp.spaces().begin(), resp.spaces().end());
+        return st;
+      },
+      [](const v1::SpaceInfo& s) { return s.space_id(); });
 }
 
 Result<uint64_t> Client::Mmap(uint64_t space_id, uint64_t addr, uint64_t len, int prot, int flags,
@@ -639,18 +649,14 @@ Result<v1::FileInfo> Client::StatFile(uint64_t file_id) {
 }
 
 Result<std::vector<v1::FileInfo>> Client::ListFiles() {
-  if (setup_error_) return *setup_error_;
-  std::vector<v1::FileInfo> out;
-  for (auto& b : backends_) {
-    grpc::ClientContext ctx;
-    Prepare(&ctx);
-    v1::ListFilesResponse resp;
-    grpc::Status st = b->stub->ListFiles(&ctx, v1::ListFilesRequest{}, &resp);
-    if (!st.ok()) return Tagged(*b, DecodeStatus(st));
-    out.insert(out.end(), resp.files().begin(), resp.files().end());
-  }
-  std::sort(out.begin(), out.end(), [](const v1::FileInfo& x, const v1::FileInfo& y) { return x.file_id() < y.file_id(); });
-  return out;
+  return GatherAll<v1::FileInfo>(
+      [](v1::VmSpace::Stub& stub, grpc::ClientContext* ctx, std::vector<v1::FileInfo>* out) {
+        v1::ListFilesResponse resp;
+        grpc::Status st = stub.ListFiles(ctx, v1::ListFilesRequest{}, &resp);
+        out->insert(out->end(), resp.files().begin(), resp.files().end());
+        return st;
+      },
+      [](const v1::FileInfo& f) { return f.file_id(); });
 }
 
 Result<std::string> Client::ReadFile(uint64_t file_id, uint64_t offset, uint64_t len) {

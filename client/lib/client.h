@@ -242,6 +242,10 @@ class Client {
   void DiscoverLocked();
   /// `e` with the backend's target in front of its message (several daemons only).
   Error Tagged(const Backend& b, Error e) const;
+  /// `call(stub, ctx, &items)` on every daemon, the items gathered and ordered by
+  /// `id(item)`; the first failure is the result.
+  template <typename Item, typename Call, typename Id>
+  Result<std::vector<Item>> GatherAll(Call call, Id id);
 
   ClientOptions opts_;
   std::optional<Error> setup_error_;  // a bad target: every call returns it
