@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "engine/stats.h"
+#include "filemap.h"
 #include "mm.h"
 #include "sync/lock_timing.h"
 
@@ -35,26 +36,31 @@ FaultResult MapErr(uint64_t addr, LockPath path) {
 
 // ====================================================================== zap
 
-void MmStruct::ZapRangeLocked(Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages) {
-  const bool anon = v->is_anonymous();
+namespace {
+/// The RSS counter of v's page-cache pages.
+MmCounter FileCounter(const Vma* v) { return v->file()->shmem() ? MM_SHMEMPAGES : MM_FILEPAGES; }
+}  // namespace
+
+void MmStruct::ZapPteRange(Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages) {
   void* zero = FrameAllocator::ZeroPage();
   pt.ForEachTable(start, end, [&](PageTable::PteTable& t, int i0, int i1, uint64_t) {
-    int64_t unmapped = 0;
+    int64_t anon = 0, file = 0;
     {
       SpinGuard l(t.ptl);  // zap_pte_range: one PTE lock for the run
       for (int i = i0; i < i1; i++) {
         if (!(t.Get(i) & kPtePresent)) continue;
         const uint64_t old = t.Clear(i);  // the value we free is the one we cleared
         void* f = PteFrame(old);
-        if (!anon) {
-          unmapped++;  // the page stays in its shmem object
+        if (old & kPteFile) {
+          file++;  // the page stays in its page cache
         } else if (f != zero) {
           pages.push_back(f);
-          unmapped++;
+          anon++;
         }
       }
     }
-    if (unmapped) AddRss(anon ? MM_ANONPAGES : MM_SHMEMPAGES, -unmapped);
+    if (anon) AddRss(MM_ANONPAGES, -anon);
+    if (file) AddRss(FileCounter(v), -file);
   });
 }
 
@@ -73,36 +79,7 @@ FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
   const bool write = vmf.access == AccessType::kWrite;
   const uint64_t orig = t->Get(i);  // vmf->orig_pte; every change re-checks it (pte_same)
 
-  if (v->shmem) {  // shmem_fault / do_shared_fault / wp_page_shared
-    if (orig & kPtePresent) {
-      if (PteAllows(orig, vmf.access)) return FaultOutcome::kNone;
-      SpinGuard l(t->ptl);
-      if (t->Get(i) == orig) t->Set(i, MakePte(PteFrame(orig), PteBitsFor(*v, false)));
-      CountEvent(Event::kFaultShmem);
-      return FaultOutcome::kMinor;
-    }
-    const uint64_t pgoff = v->vm_pgoff + ((vmf.address - v->vm_start) >> kPageShift);
-    if (pgoff >= v->shmem->size_pages) {
-      CountEvent(Event::kFaultSigbus);
-      return FaultOutcome::kSigbus;
-    }
-    void* f = v->shmem->GetPage(pgoff);
-    if (!f) {
-      CountEvent(Event::kFaultOom);
-      return FaultOutcome::kOom;
-    }
-    bool installed = false;
-    {
-      SpinGuard l(t->ptl);
-      if (!(t->Get(i) & kPtePresent)) {
-        t->Set(i, MakePte(f, PteBitsFor(*v, false)));
-        installed = true;
-      }
-    }
-    if (installed) AddRss(MM_SHMEMPAGES, 1);
-    CountEvent(Event::kFaultShmem);
-    return FaultOutcome::kMinor;
-  }
+  if (v->vm_file) return DoFileFault(vmf, t, i, orig);
 
   // Private anonymous.
   auto anon_prepare = [&] {  // vmf_anon_prepare()
@@ -165,7 +142,161 @@ FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
   return FaultOutcome::kNone;
 }
 
-FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma_locked) {
+// do_fault() for file VMAs (mm/memory.c do_read_fault, do_cow_fault, do_shared_fault,
+// finish_fault; do_wp_page -> wp_page_shared / wp_page_copy for file pages;
+// mm/filemap.c filemap_fault). The folio lock is held from the lookup until the PTE is
+// installed, so truncate either removed the page first (we retry and see i_size) or
+// zaps our PTE in its second unmap pass.
+FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, uint64_t orig) {
+  Vma* v = vmf.vma;
+  File* file = v->file();
+  const bool write = vmf.access == AccessType::kWrite;
+  const bool shared = v->vm_flags & VM_SHARED;
+  const Event kind = file->shmem() ? Event::kFaultShmem : Event::kFaultFile;
+  const uint64_t pgoff = v->vm_pgoff + ((vmf.address - v->vm_start) >> kPageShift);
+  // Shared writable shmem maps its pages writable at once; regular files track dirty
+  // pages (vma_wants_writenotify: read faults map read-only, the first store faults).
+  const bool map_writable = shared && (v->vm_flags & VM_WRITE) && file->shmem();
+  auto retry = [&](Event why) {
+    CountEvent(why);
+    vmf.retry = true;
+    return FaultOutcome::kNone;
+  };
+  auto sigbus = [] {
+    CountEvent(Event::kFaultSigbus);
+    return FaultOutcome::kSigbus;
+  };
+  auto oom = [] {
+    CountEvent(Event::kFaultOom);
+    return FaultOutcome::kOom;
+  };
+  // Linux 6.5-6.5 form of vma_lock=anon: lock_vma_under_rcu takes file VMAs but do_fault
+  // answers VM_FAULT_RETRY ("mm: allow per-VMA locks on file-backed VMAs"); from 6.6
+  // file faults run under the VMA lock.
+  if (vmf.vma_locked && opts.profile.vma_lock != VmaLockMode::kAll) return retry(Event::kVmaLockRetryFile);
+  // The folio at pgoff, locked, as the fault saw it mapped at `frame` (null: the PTE
+  // changed under us; re-execute the access).
+  auto lock_mapped = [&](void* frame) -> Folio* {
+    RcuReadGuard g;
+    Folio* f = file->pages.Load(pgoff);
+    if (!f || f->frame != frame) return nullptr;
+    f->Lock();
+    if (f->removed.load(std::memory_order_acquire)) {
+      f->Unlock();
+      return nullptr;
+    }
+    return f;
+  };
+  // A private copy of `src` (wp_page_copy / do_cow_fault): needs the anon_vma, which
+  // the VMA-lock path cannot prepare (vmf_anon_prepare answers VM_FAULT_RETRY).
+  auto cow_prepare = [&]() -> bool {
+    if (v->anon()) return true;
+    if (vmf.vma_locked) return false;
+    mmap_lock.AssertHeld();
+    AnonVmaPrepareLocked(v);
+    return true;
+  };
+
+  if (orig & kPtePresent) {
+    if (PteAllows(orig, vmf.access)) return FaultOutcome::kNone;  // spurious
+    void* frame = PteFrame(orig);
+    if (!write) {  // a read the bits did not allow: refresh them, keeping write state
+      SpinGuard l(t->ptl);
+      if (t->Get(i) == orig)
+        t->Set(i, MakePte(frame, PteBitsFor(*v, !(orig & kPteWrite)) | (orig & kPteFile)));
+      return FaultOutcome::kNone;
+    }
+    if (!(orig & kPteFile)) {  // this VMA's own private copy: do_wp_page reuse (no fork)
+      SpinGuard l(t->ptl);
+      if (t->Get(i) == orig) t->Set(i, MakePte(frame, PteBitsFor(*v, false)));
+      CountEvent(Event::kFaultWpReuse);
+      return FaultOutcome::kMinor;
+    }
+    if (shared) {  // wp_page_shared: the page becomes dirty, the PTE writable
+      Folio* f = lock_mapped(frame);
+      if (!f) return FaultOutcome::kNone;
+      file->MarkDirty(f);
+      {
+        SpinGuard l(t->ptl);
+        if (t->Get(i) == orig) t->Set(i, MakePte(frame, PteBitsFor(*v, false) | kPteFile));
+      }
+      f->Unlock();
+      CountEvent(kind);
+      return FaultOutcome::kMinor;
+    }
+    // wp_page_copy of a page-cache page mapped read-only in a private VMA.
+    if (!cow_prepare()) return retry(Event::kVmaLockRetryAnonVma);
+    void* copy = frames.Alloc();  // before the folio lock (LOCKING.md)
+    if (!copy) return oom();
+    Folio* f = lock_mapped(frame);
+    bool used = false;
+    if (f) {
+      memcpy(copy, f->frame, kPageSize);
+      SpinGuard l(t->ptl);
+      if (t->Get(i) == orig) {
+        t->Set(i, MakePte(copy, PteBitsFor(*v, false)));
+        used = true;
+      }
+    }
+    if (f) f->Unlock();
+    if (used) {
+      AddRss(MM_ANONPAGES, 1);
+      AddRss(FileCounter(v), -1);
+      CountEvent(Event::kFaultFileCow);
+      return FaultOutcome::kMinor;
+    }
+    frames.Free(copy);
+    return FaultOutcome::kNone;
+  }
+
+  // do_fault(): no PTE yet.
+  if (pgoff >= file->size_pages()) return sigbus();  // filemap_fault: beyond EOF
+  const bool cow = write && !shared;
+  if (!write && opts.fault_around_bytes > kPageSize) {  // do_read_fault -> do_fault_around
+    DoFaultAround(vmf, t);
+    if (t->Get(i) & kPtePresent) {
+      CountEvent(kind);
+      return FaultOutcome::kMinor;  // VM_FAULT_NOPAGE: the page was cached
+    }
+  }
+  void* copy = nullptr;
+  if (cow) {  // do_cow_fault: the copy first
+    if (!cow_prepare()) return retry(Event::kVmaLockRetryAnonVma);
+    copy = frames.Alloc();
+    if (!copy) return oom();
+  }
+  bool major = false;
+  int err = 0;
+  Folio* f = file->GetLockedFolio(pgoff, &major, &err);
+  if (!f) {
+    if (copy) frames.Free(copy);
+    return err == ENOMEM ? oom() : sigbus();
+  }
+  if (major) CountEvent(Event::kPgmajfault);
+  if (pgoff >= file->size_pages()) {  // truncated while we read it in
+    f->Unlock();
+    if (copy) frames.Free(copy);
+    return sigbus();
+  }
+  if (copy) memcpy(copy, f->frame, kPageSize);
+  if (write && shared) file->MarkDirty(f);
+  bool installed = false;
+  {
+    SpinGuard l(t->ptl);  // finish_fault
+    if (!(t->Get(i) & kPtePresent)) {
+      if (copy) t->Set(i, MakePte(copy, PteBitsFor(*v, false)));
+      else t->Set(i, MakePte(f->frame, PteBitsFor(*v, !(write || map_writable)) | kPteFile));
+      installed = true;
+    }
+  }
+  f->Unlock();
+  if (installed) AddRss(copy ? MM_ANONPAGES : FileCounter(v), 1);
+  else if (copy) frames.Free(copy);
+  CountEvent(cow ? Event::kFaultFileCow : kind);
+  return major ? FaultOutcome::kMajor : FaultOutcome::kMinor;
+}
+
+FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma_locked, bool* retry) {
   FaultResult r;
   r.path = vma_locked ? LockPath::kVmaLock : LockPath::kMmapLock;
   auto segv = [&](int code) {
@@ -194,6 +325,11 @@ FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma
   const bool nx = acc == AccessType::kExec && !(v->vm_flags & VM_EXEC);
   VmFault vmf{v, addr, nx ? AccessType::kRead : acc, vma_locked};
   const FaultOutcome o = HandleMmFault(vmf);
+  if (vmf.retry) {
+    VMSPACE_LOCK_ASSERT(vma_locked && retry, "VM_FAULT_RETRY outside the VMA-lock path");
+    *retry = true;
+    return r;
+  }
   if (o == FaultOutcome::kSigbus) {
     r.outcome = o;
     r.sig_code = kBusAdrerr;
@@ -218,13 +354,17 @@ FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
       const bool sample = LockStatsEnabled() &&
                           (++tls_vma_hold_sample & (sync_internal::kHoldSampleEvery - 1)) == 0;
       const uint64_t t0 = sample ? NowTicks() : 0;
-      FaultResult r = FaultInVma(v, addr, acc, /*vma_locked=*/true);
+      bool retry = false;
+      FaultResult r = FaultInVma(v, addr, acc, /*vma_locked=*/true, &retry);
       if (sample)
         RecordHold(LockClass::kVmaLock, LockMode::kRead, NowTicks() - t0, sync_internal::kHoldSampleEvery);
       LockdepRelease(LockRank::kVmaLock, v);
       VmaEndRead(v);
-      CountEvent(Event::kVmaLockSuccess);
-      return r;
+      if (!retry) {
+        CountEvent(Event::kVmaLockSuccess);
+        return r;
+      }
+      // VM_FAULT_RETRY (counted by reason where it was decided): redo under mmap_lock.
     }
   }
   mmap_lock.LockRead();

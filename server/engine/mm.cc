@@ -71,6 +71,7 @@ MmStruct::~MmStruct() {
   std::vector<void*> pages;
   for (Vma* v = FindVmaLocked(0); v; v = VmaNextLocked(v)) {
     ZapRangeLocked(v, v->vm_start, v->vm_end, pages);
+    VmaUnlinkFileLocked(v);
     all.push_back(v);
   }
   for (void* p : pages) frames.Free(p);

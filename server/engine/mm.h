@@ -62,9 +62,8 @@ inline bool PteAllows(uint64_t pte, AccessType a) {
   return false;
 }
 
-/// RSS counter kinds (mm->rss_stat, include/linux/mm_types_task.h). MM_FILEPAGES comes
-/// with file mappings.
-enum MmCounter { MM_ANONPAGES = 0, MM_SHMEMPAGES = 1, NR_MM_COUNTERS = 2 };
+/// RSS counter kinds (mm->rss_stat, include/linux/mm_types_task.h).
+enum MmCounter { MM_ANONPAGES = 0, MM_SHMEMPAGES = 1, MM_FILEPAGES = 2, NR_MM_COUNTERS = 3 };
 
 /// A counter split into cache-line cells picked by the calling thread (Linux's
 /// percpu_counter, as mm->rss_stat is since 6.2): Add touches one cell, Sum adds them
@@ -115,6 +114,9 @@ struct VmFault {
   uint64_t address;      // the faulting byte
   AccessType access;     // as handled (an NX fetch is handled as a read)
   bool vma_locked;       // FAULT_FLAG_VMA_LOCK: under the VMA read lock, not mmap_lock
+  /// Set by the handler with outcome kNone: VM_FAULT_RETRY, the fault needs mmap_lock
+  /// (only with vma_locked); the event names the reason.
+  bool retry = false;
 };
 
 struct MmStruct {
@@ -146,6 +148,9 @@ struct MmStruct {
   const std::unique_ptr<VmaIndex> idx ABSL_PT_GUARDED_BY(mmap_lock);
   /// What this write section retires (see MmuGather).
   MmuGather* gather ABSL_GUARDED_BY(mmap_lock) = nullptr;
+  /// The File whose i_mmap_rwsem this write section holds across a multi-VMA change
+  /// (vma.cc IMmapSection), or null.
+  struct File* i_mmap_held ABSL_GUARDED_BY(mmap_lock) = nullptr;
   /// mm->map_count and mm->total_vm (pages): written under mmap_lock write, read
   /// without locks (Counters, a scrape).
   std::atomic<uint64_t> map_count{0};
@@ -246,8 +251,8 @@ struct MmStruct {
   /// vma_merge_new_range(): merges the new range [start, end) with flags, pgoff and no
   /// anon_vma into prev and/or next if compatible. Returns the VMA that now covers the
   /// range, or null if no merge was possible.
-  Vma* VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  Vma* VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
+                              const OpenFile* file = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// vma_modify_flags() -> vma_merge_existing_range() / split_vma(): gives [start, end)
   /// (inside `middle`) the flags `newflags` by merging with prev/next or splitting.
   /// Returns the VMA covering [start, end), or null with *err = ENOMEM (split at
@@ -262,12 +267,23 @@ struct MmStruct {
   int UnmapRangeLocked(uint64_t start, uint64_t end, bool free_tables, uint64_t* nr_accounted)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
 
+  /// vma_link_file() / __vma_link_file(): adds file VMA v to its File's i_mmap (no-op
+  /// for anonymous VMAs). Before v can install a PTE: v is new and write-locked.
+  void VmaLinkFileLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// unlink_file_vma(): removes v from its File's i_mmap, once its PTEs are zapped or
+  /// covered by a VMA that took its place (a merge). Takes i_mmap_rwsem for write.
+  void VmaUnlinkFileLocked(Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
+
   // ======================================================= rmap.cc (mm/rmap.c)
   /// find_mergeable_anon_vma(): an adjacent VMA's anon_vma if the two could merge.
   AnonVma* FindMergeableAnonVmaLocked(Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
   /// anon_vma_prepare(): gives v an anon_vma (reused from a neighbour or new). Takes
   /// anon_vma_lock.
   void AnonVmaPrepareLocked(Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) ABSL_LOCKS_EXCLUDED(anon_vma_lock);
+  /// page_mkclean_one(): write-protects the PTE at addr of shared file VMA v if it maps
+  /// a page-cache page writable. Caller holds v's File's i_mmap_rwsem (v is linked, so
+  /// its page tables stay); takes the PTE lock.
+  void PageMkcleanOne(Vma* v, uint64_t addr);
 
   // ======================================================= mmap.cc (mm/mmap.c)
   /// unmapped_area_topdown(): the highest gap in [low, high) holding `length`,
@@ -280,9 +296,10 @@ struct MmStruct {
   /// arch_get_unmapped_area_topdown() / arch_get_unmapped_area(): ~0 if none.
   uint64_t ArchGetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags)
       ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
-  /// __get_unmapped_area() for anonymous memory (with THP alignment). Returns the
-  /// address, or 0 with *err = ENOMEM / EINVAL / EPERM.
-  uint64_t GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags, int* err)
+  /// __get_unmapped_area() (with the THP alignment of private anonymous requests, and
+  /// of file mappings as thp_get_unmapped_area does for `off` bytes into a file).
+  /// Returns the address, or 0 with *err = ENOMEM / EINVAL / EPERM.
+  uint64_t GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags, bool file, uint64_t off, int* err)
       ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
   /// expand_downwards(): grows the VM_GROWSDOWN VMA v down to addr's page. Returns 0,
   /// EPERM (below mmap_min_addr) or ENOMEM (guard gap, rlimit, map_count), with the
@@ -298,7 +315,25 @@ struct MmStruct {
   /// RSS counters follow. Caller holds mmap_lock (read: munmap after its downgrade,
   /// MADV_DONTNEED; write: MAP_FIXED replacement, exit).
   void ZapRangeLocked(Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages)
-      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
+      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) {
+    ZapPteRange(v, start, end, pages);
+  }
+  /// The zap itself (zap_pte_range): PTEs mapping page-cache pages (kPteFile) are
+  /// cleared and uncounted; private anonymous frames (also COW copies in private file
+  /// VMAs) go to `pages`. Caller holds mmap_lock, or (unmap_mapping_range) the File's
+  /// i_mmap_rwsem with v linked, which keeps v's fields and page tables in place.
+  void ZapPteRange(Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages);
+  /// do_fault() for file VMAs (do_read_fault with do_fault_around, do_cow_fault,
+  /// do_shared_fault, and do_wp_page / wp_page_shared / wp_page_copy of file pages):
+  /// `t`, `i` the PTE slot, `orig` its value when the fault began. kMinor, kMajor (the
+  /// page was read from the backing store), kNone (spurious, or vmf.retry), kSigbus
+  /// (beyond EOF, or the read failed), kOom. Locks as HandleMmFault, plus the folio lock.
+  FaultOutcome DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, uint64_t orig);
+  /// do_fault_around() + filemap_map_pages(): maps the pages of the fault-around window
+  /// around vmf.address that are already cached and uptodate into empty PTEs of table
+  /// `t` (read-only unless shared shmem). Returns the number of PTEs installed. Under
+  /// RCU; folio trylock; the PTE lock once.
+  uint64_t DoFaultAround(VmFault& vmf, PageTable::PteTable* t);
   /// handle_mm_fault() for one page of vmf.vma (access_error already checked).
   /// Installs what the access needs: kMinor, kNone (spurious: the PTE already allows
   /// it, or it only needed its bits refreshed), kSigbus, kOom. Caller holds mmap_lock
@@ -306,7 +341,9 @@ struct MmStruct {
   FaultOutcome HandleMmFault(VmFault& vmf);
   /// access_error() + handle_mm_fault() for a VMA covering addr, pinned by the caller's
   /// lock (as HandleMmFault). Does not perform the access.
-  FaultResult FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma_locked);
+  /// With vma_locked, *retry (if given) is set when the fault must be redone under
+  /// mmap_lock (VM_FAULT_RETRY); nothing was done then.
+  FaultResult FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma_locked, bool* retry = nullptr);
   /// do_user_addr_fault(): one fault at addr, under the VMA read lock when the profile
   /// allows, else (or on VMA_LOCK_ABORT) under mmap_lock read, expanding a stack under
   /// mmap_lock write. Takes and releases every lock itself.

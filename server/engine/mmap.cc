@@ -7,13 +7,21 @@
 #include <cerrno>
 
 #include "engine/stats.h"
+#include "filemap.h"
 #include "mm.h"
 
 namespace vmspace {
 
 namespace {
 constexpr int kMapType = 0x0f;
-std::atomic<uint64_t> g_next_inode{1};
+/// LEGACY_MAP_MASK (include/linux/mman.h): the flags MAP_SHARED_VALIDATE accepts for a
+/// file without FOP_MMAP_SYNC (MAP_DENYWRITE 0x800, MAP_EXECUTABLE 0x1000,
+/// MAP_UNINITIALIZED 0x4000000, MAP_HUGE_MASK 0x3f << 26).
+constexpr uint64_t kLegacyMapMask = MAP_SHARED | MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS | 0x800 | 0x1000 |
+                                    0x4000000 | MAP_GROWSDOWN | MAP_LOCKED | MAP_NORESERVE | MAP_POPULATE |
+                                    MAP_NONBLOCK | MAP_STACK | MAP_HUGETLB | MAP_32BIT | (0x3full << 26);
+/// MAX_LFS_FILESIZE: file_mmap_ok()'s limit for regular files.
+constexpr uint64_t kMaxLfsFilesize = 0x7fffffffffffffffull;
 }  // namespace
 
 // ====================================================================== placement
@@ -101,22 +109,31 @@ uint64_t MmStruct::ArchGetUnmappedAreaLocked(uint64_t addr, uint64_t len, int fl
 /// __get_unmapped_area() (mm/mmap.c) for anonymous memory, including the THP
 /// alignment of private anonymous requests (thp_get_unmapped_area_vmflags,
 /// __thp_get_unmapped_area with off = 0). Returns the address or an errno via *err.
-uint64_t MmStruct::GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags, int* err) {
+uint64_t MmStruct::GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags, bool file, uint64_t off,
+                                         int* err) {
   *err = 0;
   if (len > kTaskSize) {
     *err = ENOMEM;
     return 0;
   }
   uint64_t r = ~0ull;
-  bool shared = flags & MAP_SHARED;  // shmem_get_unmapped_area (no THP for shmem here)
-  if (!shared && opts.thp_align_anon && !addr && (len % kPmdSize) == 0 &&
-      !(flags & MAP_FIXED)) {
-    uint64_t len_pad = len + kPmdSize;
-    uint64_t ret = ArchGetUnmappedAreaLocked(addr, len_pad, flags);
-    if (ret != ~0ull) {
-      uint64_t off_sub = (0 - ret) & (kPmdSize - 1);
-      r = off_sub == 0 ? ret + kPmdSize : ret + off_sub;
-    }
+  // __thp_get_unmapped_area(): search with a PMD of padding, then place the range so
+  // that file offset `off` lands PMD aligned (top-down: one PMD up if it already is).
+  auto thp_area = [&](uint64_t o) -> uint64_t {
+    const uint64_t len_pad = len + kPmdSize;
+    if (len_pad < len || o + len_pad < o) return ~0ull;
+    const uint64_t ret = ArchGetUnmappedAreaLocked(addr, len_pad, flags);
+    if (ret == ~0ull) return ~0ull;
+    if (ret == addr) return addr;
+    const uint64_t off_sub = (o - ret) & (kPmdSize - 1);
+    return off_sub == 0 ? ret + kPmdSize : ret + off_sub;
+  };
+  const bool shared = flags & MAP_SHARED;  // shmem_get_unmapped_area (no THP for shmem here)
+  if (file) {  // thp_get_unmapped_area (host files): when the range spans an aligned PMD
+    const uint64_t off_align = (off + kPmdSize - 1) & ~(kPmdSize - 1);
+    if (opts.thp_align_anon && off + len > off_align && off + len - off_align >= kPmdSize) r = thp_area(off);
+  } else if (!shared && opts.thp_align_anon && !addr && (len % kPmdSize) == 0 && !(flags & MAP_FIXED)) {
+    r = thp_area(0);
   }
   if (r == ~0ull) r = ArchGetUnmappedAreaLocked(addr, len, flags);
   if (r == ~0ull) {
@@ -175,13 +192,14 @@ namespace {
 /// The part of do_mmap / __mmap_region that runs under mmap_lock: placement, flag
 /// checks, accounting, MAP_FIXED replacement, merge or insert. Returns 0 with
 /// *addr_inout = the address and *vm_flags_out, or an errno.
-int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int flags,
-                 uint64_t* vm_flags_out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
+int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int flags, uint64_t offset,
+                 const std::shared_ptr<OpenFile>& file, uint64_t* vm_flags_out)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
   uint64_t addr = *addr_inout;
   const uint64_t pages = plen >> kPageShift;
   if (m.map_count.load(std::memory_order_relaxed) > m.opts.max_map_count) return (ENOMEM);
   int err = 0;
-  addr = m.GetUnmappedAreaLocked(addr, plen, flags, &err);
+  addr = m.GetUnmappedAreaLocked(addr, plen, flags, file && !file->file->shmem(), offset, &err);
   if (err) return (err);
   if ((flags & MAP_FIXED_NOREPLACE) && m.FindVmaIntersectionLocked(addr, addr + plen))
     return (EEXIST);
@@ -191,8 +209,30 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   if (flags & MAP_LOCKED) vm_flags |= VM_LOCKED;
   if (flags & MAP_STACK) vm_flags |= VM_NOHUGEPAGE;  // since Linux 6.7
   if (flags & MAP_SYNC) vm_flags |= VM_SYNC;          // calc_vm_flag_bits, any mapping
-  uint64_t pgoff;
-  switch (flags & kMapType) {
+  uint64_t pgoff = offset >> kPageShift;
+  if (file) {
+    // file_mmap_ok(): the range must fit below MAX_LFS_FILESIZE.
+    if (plen > kMaxLfsFilesize || pgoff > (kMaxLfsFilesize - plen) >> kPageShift) return (EOVERFLOW);
+    switch (flags & kMapType) {
+      case MAP_SHARED:
+        flags &= kLegacyMapMask;
+        [[fallthrough]];
+      case MAP_SHARED_VALIDATE:
+        if (static_cast<uint64_t>(flags) & ~kLegacyMapMask) return (EOPNOTSUPP);
+        if ((prot & PROT_WRITE) && !file->writable) return (EACCES);
+        vm_flags |= VM_SHARED | VM_MAYSHARE;
+        if (!file->writable) vm_flags &= ~(VM_MAYWRITE | VM_SHARED);
+        [[fallthrough]];
+      case MAP_PRIVATE:
+        if (!file->readable) return (EACCES);
+        // Every File here has ->mmap (host files are regular, FileTable refuses the
+        // rest), so no ENODEV.
+        if (vm_flags & VM_GROWSDOWN) return (EINVAL);
+        break;
+      default:
+        return (EINVAL);
+    }
+  } else switch (flags & kMapType) {
     case MAP_SHARED:
       if (vm_flags & VM_GROWSDOWN) return (EINVAL);
       pgoff = 0;
@@ -226,21 +266,24 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
     if (pages - replaced > m.commit_limit_pages) return (ENOMEM);
     vm_flags |= VM_ACCOUNT;
   }
-  if ((vm_flags & VM_SHARED) && !(vm_flags & VM_NORESERVE) && pages > m.commit_limit_pages)
+  if (!file && (vm_flags & VM_SHARED) && !(vm_flags & VM_NORESERVE) && pages > m.commit_limit_pages)
     return (ENOMEM);  // shmem_acct_size in shmem_zero_setup
   if (flags & MAP_FIXED) {
     if (int e = m.UnmapRangeLocked(addr, addr + plen, /*free_tables=*/false, nullptr)) return e;
   }
   Vma* v = nullptr;
-  if (!(vm_flags & VM_SHARED)) v = m.VmaMergeNewRangeLocked(addr, addr + plen, vm_flags, pgoff);
+  // A shared anonymous mapping is a new shmem file: it never merges.
+  if (file || !(vm_flags & VM_SHARED))
+    v = m.VmaMergeNewRangeLocked(addr, addr + plen, vm_flags, pgoff, file.get());
   if (!v) {
     v = new Vma;
     v->vm_start = addr;
     v->vm_end = addr + plen;
     v->vm_flags = vm_flags;
     v->vm_pgoff = pgoff;
-    if (vm_flags & VM_SHARED)
-      v->shmem = std::make_shared<ShmemObject>(m.frames, g_next_inode.fetch_add(1), pages);
+    if (file) v->vm_file = file;
+    else if (vm_flags & VM_SHARED) v->vm_file = NewShmemFile(m.frames, "/dev/zero (deleted)", plen);  // shmem_zero_setup
+    m.VmaLinkFileLocked(v);  // __mmap_new_vma: in i_mmap before it can map a page
     m.VmaInsertLocked(v);
   }
   m.total_vm.store(m.total_vm.load(std::memory_order_relaxed) + pages, std::memory_order_relaxed);
@@ -252,6 +295,11 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
 }  // namespace
 
 SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, uint64_t offset) {
+  return Mmap(addr, len, prot, flags, offset, nullptr);
+}
+
+SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, uint64_t offset,
+                             std::shared_ptr<OpenFile> file) {
   RcuThread();
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
@@ -261,9 +309,11 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
   };
   // arch/x86/kernel/sys_x86_64.c: SYSCALL_DEFINE6(mmap)
   if (offset & (kPageSize - 1)) return fail(EINVAL);
-  // ksys_mmap_pgoff: only anonymous memory for now (no file descriptors in the API yet).
-  if (!(flags & MAP_ANONYMOUS)) return fail(EBADF);
+  // ksys_mmap_pgoff: MAP_ANONYMOUS ignores the file; without it, fget() of the fd.
+  if (flags & MAP_ANONYMOUS) file = nullptr;
+  else if (!file || !file->file) return fail(EBADF);
   if (flags & MAP_HUGETLB) {
+    if (file) return fail(EINVAL);  // not a hugetlbfs file
     int log = (flags >> 26) & 0x3f;  // MAP_HUGE_SHIFT, MAP_HUGE_MASK
     if (log != 0 && log != 21 && log != 30) return fail(EINVAL);  // hstate_sizelog
   }
@@ -276,10 +326,12 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
   }
   uint64_t plen = PageAlign(len);
   if (plen == 0) return fail(ENOMEM);
+  const uint64_t pgoff = offset >> kPageShift;
+  if (pgoff + (plen >> kPageShift) < pgoff) return fail(EOVERFLOW);
 
   m.MmapWriteLock();
   uint64_t vm_flags = 0;
-  const int err = DoMmapLocked(m, &addr, plen, prot, flags, &vm_flags);
+  const int err = DoMmapLocked(m, &addr, plen, prot, flags, offset, file, &vm_flags);
   m.MmapWriteUnlock();
   if (err) return fail(err);
   CountOp(OpType::kMmap, 0);

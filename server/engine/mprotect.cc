@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include "engine/stats.h"
+#include "filemap.h"
 #include "mm.h"
 
 namespace vmspace {
@@ -19,7 +20,12 @@ void MmStruct::ChangeProtectionLocked(Vma* v, uint64_t start, uint64_t end) {
       const uint64_t cur = t.Get(i);
       if (!(cur & kPtePresent)) continue;
       void* f = PteFrame(cur);
-      t.Set(i, MakePte(f, PteBitsFor(*v, f == zero)));
+      // Page-cache pages stay read-only in private VMAs (COW) and in shared ones until
+      // a write fault dirties them (writenotify), except shmem (no dirty tracking).
+      const bool file = cur & kPteFile;
+      const bool ro = file ? !((v->vm_flags & VM_SHARED) && (v->file()->shmem() || (cur & kPteWrite)))
+                           : f == zero;
+      t.Set(i, MakePte(f, PteBitsFor(*v, ro) | (cur & kPteFile)));
     }
   });
 }

@@ -26,6 +26,9 @@ enum PteBits : uint64_t {
   kPteWrite = 1ull << 1,  // writable: a write needs no fault
   kPteRead = 1ull << 2,   // readable (x86: any of VM_READ/WRITE/EXEC; clear = PROT_NONE)
   kPteExec = 1ull << 3,   // executable (clear = NX)
+  /// Software bit (x86 leaves bits 9-11 to the OS): the frame is a page-cache page of
+  /// the VMA's file, not a private anonymous frame the PTE owns (!PageAnon).
+  kPteFile = 1ull << 9,
 };
 inline void* PteFrame(uint64_t pte) { return reinterpret_cast<void*>(pte & ~0xfffull); }
 inline uint64_t MakePte(void* frame, uint64_t bits) {

@@ -2,6 +2,7 @@
 // show_map_vma, show_smap_vma_flags; include/linux/mm.h get_mm_counter; Linux 6.18).
 #include <cstdio>
 
+#include "filemap.h"
 #include "mm.h"
 
 namespace vmspace {
@@ -22,13 +23,13 @@ VmaInfo MmStruct::VmaInfoLocked(const Vma* v) {
   i.flags = v->vm_flags;
   i.pgoff = v->vm_pgoff;
   i.anonymous = v->is_anonymous();
-  i.shmem = static_cast<bool>(v->shmem);
-  if (v->shmem) {
+  if (const File* f = v->file()) {
+    i.shmem = f->shmem();
     i.offset = v->vm_pgoff << kPageShift;
-    i.dev_major = 0;
-    i.dev_minor = 1;
-    i.inode = v->shmem->inode;
-    i.name = "/dev/zero (deleted)";
+    i.dev_major = f->dev_major;
+    i.dev_minor = f->dev_minor;
+    i.inode = f->ino;
+    i.name = f->maps_name;
   }
   i.rss_pages = RssLocked(v->vm_start, v->vm_end);
   AnonVma* a = v->anon();
@@ -63,10 +64,12 @@ SpaceCounters AddressSpace::Counters() const {
   c.total_vm_pages = m.total_vm.load(std::memory_order_relaxed);
   // A sum taken while faults run can be transiently negative (a cell decremented
   // before another's increment is seen): report 0 then, as get_mm_counter does.
-  const int64_t anon = m.rss[MM_ANONPAGES].Sum(), shmem = m.rss[MM_SHMEMPAGES].Sum();
+  const int64_t anon = m.rss[MM_ANONPAGES].Sum(), shmem = m.rss[MM_SHMEMPAGES].Sum(),
+                file = m.rss[MM_FILEPAGES].Sum();
   c.anon_pages = anon > 0 ? static_cast<uint64_t>(anon) : 0;
   c.shmem_pages = shmem > 0 ? static_cast<uint64_t>(shmem) : 0;
-  c.rss_pages = c.anon_pages + c.shmem_pages;
+  c.file_pages = file > 0 ? static_cast<uint64_t>(file) : 0;
+  c.rss_pages = c.anon_pages + c.shmem_pages + c.file_pages;
   c.pgtable_bytes = m.pt.table_pages() * kPageSize;
   return c;
 }

@@ -1,5 +1,6 @@
 // anon_vma: the object private anonymous pages belong to (mm/rmap.c, Linux 6.18). Only
 // its identity matters here (merging); there is no fork, so every chain is singular.
+// Also page_mkclean_one for file pages (the file rmap walk itself is in filemap.cc).
 #include <atomic>
 
 #include "mm.h"
@@ -11,7 +12,7 @@ std::atomic<uint64_t> g_next_anon_vma{1};
 
 /// anon_vma_compatible(): a and b adjacent and mergeable but for access flags.
 bool AnonVmaCompatible(const Vma* a, const Vma* b) {
-  return a->vm_end == b->vm_start && a->shmem == b->shmem &&
+  return a->vm_end == b->vm_start && a->vm_file == b->vm_file &&
          !((a->vm_flags ^ b->vm_flags) & ~VM_ACCESS_FLAGS) &&
          b->vm_pgoff == a->vm_pgoff + ((b->vm_start - a->vm_start) >> kPageShift);
 }
@@ -24,6 +25,16 @@ AnonVma* MmStruct::FindMergeableAnonVmaLocked(Vma* v) {
   Vma* prev = VmaPrevLocked(v->vm_start);
   if (prev && AnonVmaCompatible(prev, v) && prev->anon()) return prev->anon();
   return nullptr;
+}
+
+void MmStruct::PageMkcleanOne(Vma* v, uint64_t addr) {
+  PageTable::PteTable* t = pt.Lookup(addr, false);
+  if (!t) return;
+  const int i = PageTable::PteIndex(addr);
+  SpinGuard l(t->ptl);
+  const uint64_t pte = t->Get(i);
+  if ((pte & kPtePresent) && (pte & kPteFile) && (pte & kPteWrite)) t->Set(i, pte & ~kPteWrite);
+  (void)v;
 }
 
 void MmStruct::AnonVmaPrepareLocked(Vma* v) {

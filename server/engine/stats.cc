@@ -30,6 +30,12 @@ const char* EventName(Event e) {
     case Event::kFramesFreed: return "frames_freed";
     case Event::kPgtablesAllocated: return "pgtables_allocated";
     case Event::kPgtablesFreed: return "pgtables_freed";
+    case Event::kPgmajfault: return "pgmajfault";
+    case Event::kFaultFile: return "file";
+    case Event::kFaultFileCow: return "file_cow";
+    case Event::kFaultAroundPages: return "fault_around_pages";
+    case Event::kVmaLockRetryFile: return "vma_lock_retry_file";
+    case Event::kVmaLockRetryAnonVma: return "vma_lock_retry_anon_vma";
     case Event::kCount: break;
   }
   return "?";
@@ -58,6 +64,7 @@ const char* LockClassName(LockClass c) {
     case LockClass::kVmaLock: return "vma_lock";
     case LockClass::kPtl: return "ptl";
     case LockClass::kPageTableLock: return "page_table_lock";
+    case LockClass::kIMmapRwsem: return "i_mmap_rwsem";
     case LockClass::kCount: break;
   }
   return "?";

@@ -1,9 +1,11 @@
 // Invariant checker (mm/vma.c validate_mm, plus the accounting Linux checks at exit:
 // check_mm's "BUG: Bad rss-counter state").
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "fmt/format.h"
+#include "filemap.h"
 #include "mm.h"
 
 namespace vmspace {
@@ -18,7 +20,8 @@ std::string AddressSpace::Validate() {
 
   std::string err;
   uint64_t prev_end = 0, count = 0, total = 0;
-  uint64_t anon_frames = 0, shmem_ptes = 0, ptes = 0;
+  uint64_t anon_frames = 0, shmem_ptes = 0, file_ptes = 0, ptes = 0;
+  std::unordered_map<File*, uint64_t> file_vmas;  // this space's VMAs per file
   std::unordered_set<void*> frames_seen;
   void* zero = FrameAllocator::ZeroPage();
   for (Vma* v = m.FindVmaLocked(0); v && err.empty(); v = m.VmaNextLocked(v)) {
@@ -37,12 +40,26 @@ std::string AddressSpace::Validate() {
     prev_end = v->vm_end;
     count++;
     total += v->pages();
-    const bool anon = v->is_anonymous();
+    File* file = v->file();
+    if (file && err.empty()) {
+      file_vmas[file]++;
+      ReadGuard l(file->i_mmap_rwsem);
+      if (!file->i_mmap.count({v->vm_pgoff, v}) || v->vm_mm != &m)
+        err = fmt::format("file VMA [{:#x}, {:#x}) pgoff {:#x} missing from its i_mmap", v->vm_start,
+                          v->vm_end, v->vm_pgoff);
+    }
     m.pt.ForEachPresent(v->vm_start, v->vm_end, [&](uint64_t a, uint64_t pte) {
       ptes++;
       void* f = PteFrame(pte);
-      if (!anon) {
-        shmem_ptes++;
+      if (pte & kPteFile) {
+        (file && file->shmem() ? shmem_ptes : file_ptes)++;
+        // The frame must be the page cache's page at that offset (nothing maps a
+        // truncated or freed page).
+        const uint64_t pgoff = v->vm_pgoff + ((a - v->vm_start) >> kPageShift);
+        RcuReadGuard g;
+        Folio* folio = file ? file->pages.Load(pgoff) : nullptr;
+        if ((!folio || folio->frame != f) && err.empty())
+          err = fmt::format("PTE at {:#x} maps {} which is not the page cache's page {:#x}", a, f, pgoff);
       } else if (f != zero) {
         anon_frames++;
         if (!frames_seen.insert(f).second && err.empty())
@@ -54,7 +71,15 @@ std::string AddressSpace::Validate() {
   m.pt.ForEachPresent(0, kTaskSize, [&](uint64_t, uint64_t) { all_ptes++; });
   const uint64_t map_count = m.map_count.load(std::memory_order_relaxed);
   const uint64_t total_vm = m.total_vm.load(std::memory_order_relaxed);
-  const int64_t rss_anon = m.rss[MM_ANONPAGES].Sum(), rss_shmem = m.rss[MM_SHMEMPAGES].Sum();
+  for (const auto& [file, n] : file_vmas) {
+    if (!err.empty()) break;
+    uint64_t linked = 0;
+    ReadGuard l(file->i_mmap_rwsem);
+    for (const auto& [pgoff, v] : file->i_mmap) linked += v->vm_mm == &m;
+    if (linked != n) err = fmt::format("i_mmap of {} holds {} VMAs of this space, the tree {}", file->maps_name, linked, n);
+  }
+  const int64_t rss_anon = m.rss[MM_ANONPAGES].Sum(), rss_shmem = m.rss[MM_SHMEMPAGES].Sum(),
+                rss_file = m.rss[MM_FILEPAGES].Sum();
   if (err.empty() && count != map_count) err = fmt::format("map_count {} != {} VMAs", map_count, count);
   if (err.empty() && total != total_vm) err = fmt::format("total_vm {} != {} pages", total_vm, total);
   if (err.empty() && all_ptes != ptes)
@@ -63,6 +88,8 @@ std::string AddressSpace::Validate() {
     err = fmt::format("MM_ANONPAGES {} != {} anonymous frames mapped", rss_anon, anon_frames);
   if (err.empty() && rss_shmem != static_cast<int64_t>(shmem_ptes))
     err = fmt::format("MM_SHMEMPAGES {} != {} shmem PTEs", rss_shmem, shmem_ptes);
+  if (err.empty() && rss_file != static_cast<int64_t>(file_ptes))
+    err = fmt::format("MM_FILEPAGES {} != {} file PTEs", rss_file, file_ptes);
   m.MmapWriteUnlock();
   return err;
 }

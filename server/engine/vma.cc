@@ -2,6 +2,7 @@
 // 6.18). Every function here needs mmap_lock for write and write-locks each VMA it
 // changes (vma_start_write); the page tables are only touched by the unmap at the end,
 // which munmap runs with mmap_lock downgraded to read (DoVmiMunmapUnlock).
+#include "filemap.h"
 #include "mm.h"
 
 namespace vmspace {
@@ -12,14 +13,67 @@ constexpr uint64_t kUserPgtablesCeiling = 1ull << 48;
 
 bool AnonCompatible(AnonVma* a, AnonVma* b) { return !a || !b || a == b; }
 
-/// is_mergeable_vma(): same flags (no VM_SOFTDIRTY here), same backing object.
-bool Mergeable(const Vma* v, uint64_t flags, const ShmemObject* file) {
-  return v->vm_flags == flags && v->shmem.get() == file;
+/// is_mergeable_vma(): same flags (no VM_SOFTDIRTY here), same struct file.
+bool Mergeable(const Vma* v, uint64_t flags, const OpenFile* file) {
+  return v->vm_flags == flags && v->vm_file.get() == file;
 }
+
+// i_mmap updates (vma_prepare() .. vma_complete()): under the File's i_mmap_rwsem for
+// write, unless this write section already holds it across a change of several VMAs
+// (MmStruct::i_mmap_held). The analysis cannot follow "held by me or by my caller".
+void IMmapLock(MmStruct& m, File* f) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (f && f != m.i_mmap_held) f->i_mmap_rwsem.LockWrite();
+}
+void IMmapUnlock(MmStruct& m, File* f) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (f && f != m.i_mmap_held) f->i_mmap_rwsem.UnlockWrite();
+}
+void IMmapErase(File* f, Vma* v) ABSL_NO_THREAD_SAFETY_ANALYSIS { f->i_mmap.erase({v->vm_pgoff, v}); }
+void IMmapInsert(File* f, Vma* v) ABSL_NO_THREAD_SAFETY_ANALYSIS { f->i_mmap.emplace(v->vm_pgoff, v); }
+
+/// Holds middle's File's i_mmap_rwsem for write across a change that shrinks one VMA
+/// and grows its neighbour over the pages it gave up (rmap walkers must never see
+/// those pages in neither). The VMAs involved are write-locked first (rmap.c order).
+class IMmapSection {
+ public:
+  IMmapSection(MmStruct& m, Vma* middle, Vma* other) ABSL_NO_THREAD_SAFETY_ANALYSIS : m_(m), f_(middle->file()) {
+    if (!f_) return;
+    m_.VmaStartWriteLocked(middle);
+    m_.VmaStartWriteLocked(other);
+    IMmapLock(m_, f_);
+    m_.i_mmap_held = f_;
+  }
+  ~IMmapSection() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (!f_) return;
+    m_.i_mmap_held = nullptr;
+    IMmapUnlock(m_, f_);
+  }
+
+ private:
+  MmStruct& m_;
+  File* const f_;
+};
 
 }  // namespace
 
+void MmStruct::VmaLinkFileLocked(Vma* v) {
+  File* f = v->file();
+  if (!f) return;
+  v->vm_mm = this;
+  IMmapLock(*this, f);
+  IMmapInsert(f, v);
+  IMmapUnlock(*this, f);
+}
+
+void MmStruct::VmaUnlinkFileLocked(Vma* v) {
+  File* f = v->file();
+  if (!f) return;
+  IMmapLock(*this, f);
+  IMmapErase(f, v);
+  IMmapUnlock(*this, f);
+}
+
 void MmStruct::VmaInsertLocked(Vma* v) {
+  v->vm_mm = this;
   VmaInitLocked(v);
   idx->Insert(v);
   map_count.store(map_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -36,36 +90,46 @@ void MmStruct::VmaRemoveLocked(Vma* v) {
 void MmStruct::VmaSetRangeLocked(Vma* v, uint64_t start, uint64_t end) {
   VmaStartWriteLocked(v);
   const uint64_t os = v->vm_start, oe = v->vm_end;
+  // vma_prepare() .. vma_complete(): the i_mmap key changes under i_mmap_rwsem write.
+  File* f = v->file();
+  IMmapLock(*this, f);
+  if (f) IMmapErase(f, v);
   if (start != os) v->vm_pgoff = v->vm_pgoff + (start >> kPageShift) - (os >> kPageShift);
   v->vm_start = start;
   v->vm_end = end;
+  if (f) IMmapInsert(f, v);
+  IMmapUnlock(*this, f);
   idx->Update(v, os, oe);
 }
 
 Vma* MmStruct::SplitVmaLocked(Vma* v, uint64_t addr, bool new_below) {
   VmaStartWriteLocked(v);
   Vma* n = new Vma(*v);
+  // The new part joins i_mmap before v shrinks: rmap walkers always see the whole range.
   if (new_below) {
     n->vm_end = addr;
+    VmaLinkFileLocked(n);
     VmaSetRangeLocked(v, addr, v->vm_end);
   } else {
     n->vm_start = addr;
     n->vm_pgoff = v->vm_pgoff + ((addr - v->vm_start) >> kPageShift);
+    VmaLinkFileLocked(n);
     VmaSetRangeLocked(v, v->vm_start, addr);
   }
   VmaInsertLocked(n);
   return n;
 }
 
-Vma* MmStruct::VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff) {
+Vma* MmStruct::VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
+                                      const OpenFile* file) {
   if (flags & VM_SPECIAL) return nullptr;
   Vma* prev = VmaPrevLocked(start);
   if (prev && prev->vm_end != start) prev = nullptr;
   Vma* next = VmaNextFromLocked(end);
   if (next && next->vm_start != end) next = nullptr;
   const uint64_t pages = (end - start) >> kPageShift;
-  bool left = prev && Mergeable(prev, flags, nullptr) && prev->vm_pgoff + prev->pages() == pgoff;
-  bool right = next && Mergeable(next, flags, nullptr) && next->vm_pgoff == pgoff + pages;
+  bool left = prev && Mergeable(prev, flags, file) && prev->vm_pgoff + prev->pages() == pgoff;
+  bool right = next && Mergeable(next, flags, file) && next->vm_pgoff == pgoff + pages;
   if (left && right && !AnonCompatible(prev->anon(), next->anon())) right = false;
   if (left && right) {
     const uint64_t next_end = next->vm_end;
@@ -74,6 +138,7 @@ Vma* MmStruct::VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t fla
     if (a != prev->anon()) prev->set_anon(a);
     VmaRemoveLocked(next);
     VmaSetRangeLocked(prev, prev->vm_start, next_end);
+    VmaUnlinkFileLocked(next);  // prev covers its pages now
     return prev;
   }
   if (left) {
@@ -92,7 +157,7 @@ Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, u
   *err = 0;
   const bool left_side = start == middle->vm_start;
   const bool right_side = end == middle->vm_end;
-  const ShmemObject* file = middle->shmem.get();
+  const OpenFile* file = middle->vm_file.get();
   const uint64_t pgoff = middle->vm_pgoff + ((start - middle->vm_start) >> kPageShift);
   const uint64_t pages = (end - start) >> kPageShift;
   AnonVma* anon = middle->anon();
@@ -118,22 +183,28 @@ Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, u
       VmaRemoveLocked(middle);
       VmaRemoveLocked(next);
       VmaSetRangeLocked(prev, prev->vm_start, next_end);
+      VmaUnlinkFileLocked(middle);  // prev covers their pages now
+      VmaUnlinkFileLocked(next);
       return prev;
     }
     if (merge_left) {
+      IMmapSection section(*this, middle, prev);
       VmaStartWriteLocked(prev);
       if (!prev->anon() && anon) prev->set_anon(anon);
       if (delete_middle) VmaRemoveLocked(middle);
       else VmaSetRangeLocked(middle, end, middle->vm_end);
       VmaSetRangeLocked(prev, prev->vm_start, end);
+      if (delete_middle) VmaUnlinkFileLocked(middle);
       return prev;
     }
     if (merge_right) {
+      IMmapSection section(*this, middle, next);
       VmaStartWriteLocked(next);
       if (!next->anon() && anon) next->set_anon(anon);
       if (delete_middle) VmaRemoveLocked(middle);
       else VmaSetRangeLocked(middle, middle->vm_start, start);
       VmaSetRangeLocked(next, start, next->vm_end);
+      if (delete_middle) VmaUnlinkFileLocked(middle);
       return next;
     }
   }
@@ -200,7 +271,10 @@ int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* 
 // map a page there or install a table that FreePgtables frees (LOCKING.md).
 void ClearPtesLocked(MmStruct& m, const VmaMunmap& vms, bool free_tables, MmuGather& g)
     ABSL_SHARED_LOCKS_REQUIRED(m.mmap_lock) {
-  for (Vma* w : vms.vmas) m.ZapRangeLocked(w, w->vm_start, w->vm_end, g.pages);
+  for (Vma* w : vms.vmas) {
+    m.ZapRangeLocked(w, w->vm_start, w->vm_end, g.pages);
+    m.VmaUnlinkFileLocked(w);  // unlink_file_vma_batch: PTEs gone, before the tables go
+  }
   if (free_tables) m.pt.FreePgtables(vms.start, vms.end, vms.floor, vms.ceiling, g.tables);
 }
 

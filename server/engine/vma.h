@@ -7,9 +7,12 @@
 #include <memory>
 
 #include "engine/types.h"
-#include "shmem.h"
+#include "engine/file.h"
 
 namespace vmspace {
+
+struct MmStruct;
+struct File;
 
 /// Identity of an anon_vma (mm/rmap.c): the object that private anonymous pages of a
 /// VMA (and of VMAs split from it) belong to. Only its identity matters for merging
@@ -27,7 +30,7 @@ inline void PutAnonVma(AnonVma* a) {
 }
 
 /// A VMA (struct vm_area_struct). Field protection (LOCKING.md): vm_start, vm_end,
-/// vm_pgoff, vm_flags, anon_vma (set to non-null), shmem are written only with
+/// vm_pgoff, vm_flags, anon_vma (set to non-null), vm_file are written only with
 /// mmap_lock held for write AND the VMA write-locked (vma_start_write; checked by
 /// MmStruct::VmaAssertWriteLocked), except anon_vma, which a fault may set from null
 /// under mmap_lock read plus the space's anon_vma_lock. Readers hold mmap_lock (read
@@ -43,7 +46,13 @@ struct Vma {
   uint64_t vm_pgoff = 0;  // pages: for private anon, vm_start >> 12 at creation
   // Null until the first write fault (private anon). Holds a reference (GetAnonVma).
   std::atomic<AnonVma*> anon_vma{nullptr};
-  std::shared_ptr<ShmemObject> shmem;  // shared anonymous: the backing object
+  /// The open file mapped (struct file; for shared anonymous memory an unnamed shmem
+  /// file), null for private anonymous memory. vm_pgoff is the file offset in pages.
+  /// A file VMA is in its File's i_mmap from before it can map a page until after its
+  /// PTEs are zapped; vm_start, vm_end and vm_pgoff of a linked VMA change only under
+  /// i_mmap_rwsem write as well (rmap walkers read them under i_mmap_rwsem read).
+  std::shared_ptr<OpenFile> vm_file;
+  MmStruct* vm_mm = nullptr;  // the space (immutable once set at creation)
 
   // ---- per-VMA lock (Linux 6.15 form: include/linux/mmap_lock.h, mm/mmap_lock.c) ----
   /// 0: detached (not in the index); 1: attached, unlocked; 1 + n: n readers. A writer
@@ -58,7 +67,7 @@ struct Vma {
   Vma() = default;
   Vma(const Vma& o)  // vm_area_dup(): takes a new anon_vma reference; detached, unlocked
       : vm_start(o.vm_start), vm_end(o.vm_end), vm_flags(o.vm_flags), vm_pgoff(o.vm_pgoff),
-        anon_vma(GetAnonVma(o.anon())), shmem(o.shmem) {}
+        anon_vma(GetAnonVma(o.anon())), vm_file(o.vm_file), vm_mm(o.vm_mm) {}
   ~Vma() { PutAnonVma(anon_vma.load(std::memory_order_relaxed)); }
   Vma& operator=(const Vma&) = delete;
   AnonVma* anon() const { return anon_vma.load(std::memory_order_acquire); }
@@ -70,7 +79,9 @@ struct Vma {
 
   uint64_t pages() const { return (vm_end - vm_start) >> kPageShift; }
   /// vma_is_anonymous(): private anonymous (no vm_ops).
-  bool is_anonymous() const { return !shmem; }
+  bool is_anonymous() const { return !vm_file; }
+  /// The mapped file (inode), or null.
+  File* file() const { return vm_file ? vm_file->file.get() : nullptr; }
   /// vm_start_gap(): start minus the stack guard gap for VM_GROWSDOWN VMAs.
   uint64_t start_gap() const {
     if (!(vm_flags & VM_GROWSDOWN)) return vm_start;

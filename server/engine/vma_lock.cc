@@ -131,9 +131,9 @@ Vma* MmStruct::LockVmaUnderRcu(uint64_t addr) {
     // between the lookup and the lock.
     bool eligible = v->vm_start <= addr && addr < v->vm_end;
     // 6.4-6.9: anonymous VMAs need an anon_vma already (find_mergeable_anon_vma reads
-    // unlocked neighbours); other VMAs only when the profile handles all faults.
-    if (eligible)
-      eligible = v->is_anonymous() ? v->anon() != nullptr : opts.profile.vma_lock == VmaLockMode::kAll;
+    // unlocked neighbours). File VMAs are taken (6.5 "mm: allow per-VMA locks on
+    // file-backed VMAs"); with vma_lock=anon their fault answers VM_FAULT_RETRY.
+    if (eligible) eligible = !v->is_anonymous() || v->anon() != nullptr;
     if (!eligible) {
       VmaEndRead(v);
       CountEvent(Event::kVmaLockAbort);

@@ -15,15 +15,16 @@ namespace vmspace {
 /// lock, i_mmap_rwsem) fit where the comment at the top of mm/rmap.c (Linux 6.18)
 /// orders them. Lower ranks are taken first.
 enum class LockRank : uint8_t {
+  kIRwsem = 5,          // inode->i_rwsem (truncate, extending writes): above mmap_lock
   kMmapLock = 10,       // mm->mmap_lock
   kVmaLock = 20,        // a VMA read lock (lock_vma_under_rcu): stands in for mmap_lock
   kInvalidateLock = 30, // mapping->invalidate_lock (files; not yet modelled)
-  kFolioLock = 40,      // folio_lock (files; not yet modelled)
-  kIMmapRwsem = 50,     // mapping->i_mmap_rwsem (files; not yet modelled)
+  kFolioLock = 40,      // folio_lock (Folio::Lock)
+  kIMmapRwsem = 50,     // mapping->i_mmap_rwsem
   kAnonVmaLock = 60,    // mm->page_table_lock as __anon_vma_prepare uses it
   kPageTableLock = 70,  // mm->page_table_lock (installing upper-level tables)
   kPtl = 80,            // split PTE lock
-  kIPages = 90,         // mapping->i_pages lock (shmem object's page index)
+  kIPages = 90,         // mapping->i_pages lock (a File's page-cache tree)
   kFrameShard = 100,    // frame allocator shard (zone/pcp lock)
   kNodePool = 105,      // VMA-index free-node pool
   kFrameChunk = 110,    // frame allocator chunk list

@@ -71,7 +71,7 @@ struct VmaInfo {
   uint64_t inode = 0;
   std::string name;     // e.g. "/dev/zero (deleted)" for shared anonymous; "" for anon
   bool anonymous = true;   // private anonymous (vma_is_anonymous)
-  bool shmem = false;      // shared anonymous
+  bool shmem = false;      // a shmem file: shared anonymous memory or a memfd
   uint64_t rss_pages = 0;  // present PTEs in the VMA
   uint64_t anon_vma_id = 0;  // 0 = no anon_vma yet
 };
@@ -83,7 +83,8 @@ struct SpaceCounters {
   uint64_t total_vm_pages = 0;  // mapped pages (mm->total_vm)
   uint64_t anon_pages = 0;      // MM_ANONPAGES: private anonymous frames mapped (not the zero page)
   uint64_t shmem_pages = 0;     // MM_SHMEMPAGES: PTEs mapping shmem pages
-  uint64_t rss_pages = 0;       // anon_pages + shmem_pages (get_mm_rss)
+  uint64_t file_pages = 0;      // MM_FILEPAGES: PTEs mapping page-cache pages of host files
+  uint64_t rss_pages = 0;       // anon_pages + shmem_pages + file_pages (get_mm_rss)
   uint64_t pgtable_bytes = 0;   // page-table pages, 4 KiB each (like VmPTE + VmPMD)
 };
 

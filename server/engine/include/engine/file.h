@@ -17,6 +17,7 @@
 // they need; none may be called with an engine lock held.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -60,6 +61,9 @@ struct OpenFile {
   std::shared_ptr<File> file;
   bool readable = true;
   bool writable = false;
+  /// The file's writeback-error count this handle has reported (struct file's
+  /// f_wb_err): fsync/msync report EIO once per new failure. Sampled at open.
+  std::atomic<uint64_t> wb_err_seen{0};
 };
 
 /// The daemon's files: a namespace of host files under one data directory plus

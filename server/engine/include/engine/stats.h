@@ -38,6 +38,12 @@ enum class Event : uint16_t {
   kFramesFreed,
   kPgtablesAllocated,
   kPgtablesFreed,
+  kPgmajfault,        // faults that read the page from the backing store (vmstat pgmajfault)
+  kFaultFile,         // file page fault: read, or shared write (do_read_fault/do_shared_fault)
+  kFaultFileCow,      // write to a private file page: copy into an anon frame (do_cow_fault/wp_page_copy)
+  kFaultAroundPages,  // PTEs installed by fault-around (filemap_map_pages), the faulting one included
+  kVmaLockRetryFile,  // VMA-lock fault on a file VMA redone under mmap_lock (VM_FAULT_RETRY, vma_lock=anon)
+  kVmaLockRetryAnonVma,  // VMA-lock COW fault needing an anon_vma redone under mmap_lock (vmf_anon_prepare)
   kCount
 };
 const char* EventName(Event e);
@@ -54,7 +60,7 @@ inline constexpr std::array<int, 12> kTrackedErrnos = {0,  22 /*EINVAL*/, 12 /*E
 int ErrnoSlot(int err);
 
 /// Lock classes for lock_stat-like instrumentation.
-enum class LockClass : uint8_t { kMmapLock, kVmaLock, kPtl, kPageTableLock, kCount };
+enum class LockClass : uint8_t { kMmapLock, kVmaLock, kPtl, kPageTableLock, kIMmapRwsem, kCount };
 enum class LockMode : uint8_t { kRead, kWrite, kCount };
 const char* LockClassName(LockClass c);
 const char* LockModeName(LockMode m);

@@ -1,0 +1,304 @@
+// The daemon's open files: open/close, ftruncate, pread/pwrite through the page cache,
+// fsync, stat (fs/open.c do_sys_openat2, fs/file_table.c, fs/read_write.c,
+// mm/filemap.c filemap_read / generic_perform_write, fs/sync.c; Linux 6.18).
+//
+// Host files are opened with openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) relative
+// to the data directory: the kernel resolves the whole path, symlinks included, and
+// refuses any step that would leave the directory (EXDEV, reported as EACCES). This is
+// neither realpath + a prefix check (racy against renames) nor a hand-written
+// O_NOFOLLOW walk per component (which would refuse symlinks that stay inside).
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "filemap.h"
+#include "mm.h"
+
+namespace vmspace {
+
+struct FileTable::State {
+  State(FrameAllocator& f, std::string dir) : frames(f), data_dir(std::move(dir)) {}
+  FrameAllocator& frames;
+  std::string data_dir;  // absolute (realpath), "" = none
+  int dir_fd = -1;
+  /// files_struct->file_lock: the table only (never held while calling into a File).
+  mutable std::mutex mu;
+  std::map<uint64_t, std::shared_ptr<OpenFile>> handles;
+  /// The inode cache: one File per host inode, so every open of it shares the page cache.
+  std::map<std::pair<dev_t, ino_t>, std::weak_ptr<File>> inodes;
+  uint64_t next_id = 1;
+
+  uint64_t Install(std::shared_ptr<OpenFile> h) {
+    std::lock_guard<std::mutex> l(mu);
+    const uint64_t id = next_id++;
+    handles.emplace(id, std::move(h));
+    return id;
+  }
+};
+
+namespace {
+
+/// The checks on a table-relative path (EINVAL / ENAMETOOLONG), before any lookup.
+int CheckPath(const std::string& path) {
+  if (path.empty() || path.find('\0') != std::string::npos || path[0] == '/') return EINVAL;
+  if (path.size() >= PATH_MAX) return ENAMETOOLONG;
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t slash = path.find('/', pos);
+    if (slash == std::string::npos) slash = path.size();
+    const std::string comp = path.substr(pos, slash - pos);
+    if (comp == "..") return EINVAL;
+    if (comp.size() > NAME_MAX) return ENAMETOOLONG;
+    pos = slash + 1;
+  }
+  return 0;
+}
+
+int Openat2(int dir_fd, const std::string& path, uint64_t flags) {
+  struct open_how how = {};
+  how.flags = flags | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+  how.mode = (flags & O_CREAT) ? 0644 : 0;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  const long fd = syscall(SYS_openat2, dir_fd, path.c_str(), &how, sizeof how);
+  if (fd < 0) return errno == EXDEV ? -EACCES : -errno;  // a step out of the data directory
+  return static_cast<int>(fd);
+}
+
+}  // namespace
+
+FileTable::FileTable(FrameAllocator& frames, std::string data_dir) : s_(std::make_unique<State>(frames, "")) {
+  if (data_dir.empty()) return;
+  char* real = realpath(data_dir.c_str(), nullptr);
+  s_->data_dir = real ? real : data_dir;
+  free(real);
+  s_->dir_fd = open(s_->data_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (s_->dir_fd < 0) s_->data_dir.clear();
+}
+
+FileTable::~FileTable() {
+  SyncAll();
+  s_->handles.clear();
+  if (s_->dir_fd >= 0) close(s_->dir_fd);
+}
+
+FrameAllocator& FileTable::frames() const { return s_->frames; }
+
+SysResult FileTable::Open(const std::string& path, const OpenFlags& flags) {
+  if (int e = CheckPath(path)) return SysResult::Err(e);
+  if (flags.truncate && !flags.write) return SysResult::Err(EINVAL);
+  if (s_->dir_fd < 0) return SysResult::Err(EACCES);
+  uint64_t o = (flags.create ? O_CREAT : 0) | (flags.exclusive && flags.create ? O_EXCL : 0);
+  // The host file is opened read-write when it can be, whatever this handle asks: the
+  // File is shared by later opens and must be able to write back their pages.
+  int fd = Openat2(s_->dir_fd, path, o | O_RDWR);
+  bool host_writable = fd >= 0;
+  if (fd == -EACCES || fd == -EROFS || fd == -EISDIR || fd == -ETXTBSY) {
+    if (flags.write && fd != -EISDIR) return SysResult::Err(-fd);
+    const int e = fd;
+    fd = Openat2(s_->dir_fd, path, o & ~static_cast<uint64_t>(O_EXCL));
+    if (fd < 0) return SysResult::Err(-(fd == -EACCES ? e : fd));
+    host_writable = false;
+  }
+  if (fd < 0) return SysResult::Err(-fd);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
+    close(fd);
+    return SysResult::Err(e);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return SysResult::Err(S_ISDIR(st.st_mode) ? EISDIR : ENODEV);  // only regular files can be mapped
+  }
+  std::shared_ptr<File> file;
+  {
+    std::lock_guard<std::mutex> l(s_->mu);
+    auto key = std::make_pair(st.st_dev, st.st_ino);
+    file = s_->inodes[key].lock();
+    if (!file) {
+      file = std::make_shared<File>(s_->frames, st.st_ino, major(st.st_dev), minor(st.st_dev), path,
+                                    s_->data_dir + "/" + path, fd, host_writable, st.st_size);
+      s_->inodes[key] = file;
+      fd = -1;
+    }
+  }
+  if (fd >= 0) close(fd);  // the inode was open already: its File keeps its own fd
+  if (flags.write && !file->host_writable) return SysResult::Err(EACCES);
+  if (flags.truncate) {
+    MutexLock l(file->i_rwsem);
+    if (file->SetSizeLocked(0)) return SysResult::Err(EIO);
+  }
+  auto h = std::make_shared<OpenFile>();
+  h->file = file;
+  h->readable = true;
+  h->writable = flags.write;
+  h->wb_err_seen.store(file->wb_err.load(std::memory_order_acquire), std::memory_order_relaxed);
+  return SysResult::Ok(s_->Install(std::move(h)));
+}
+
+SysResult FileTable::CreateShmem(const std::string& name, uint64_t size_bytes) {
+  if (name.size() > 249 || name.find('\0') != std::string::npos) return SysResult::Err(EINVAL);  // MFD_NAME_MAX_LEN
+  if (size_bytes > kMaxFileSize) return SysResult::Err(EFBIG);
+  std::shared_ptr<OpenFile> h = NewShmemFile(s_->frames, "/memfd:" + name + " (deleted)", size_bytes);
+  return SysResult::Ok(s_->Install(std::move(h)));
+}
+
+int FileTable::Close(uint64_t id) {
+  std::shared_ptr<OpenFile> h;  // released after the table lock: may be the last reference
+  std::lock_guard<std::mutex> l(s_->mu);
+  auto it = s_->handles.find(id);
+  if (it == s_->handles.end()) return EBADF;
+  h = std::move(it->second);
+  s_->handles.erase(it);
+  return 0;
+}
+
+std::shared_ptr<OpenFile> FileTable::Get(uint64_t id) const {
+  std::lock_guard<std::mutex> l(s_->mu);
+  auto it = s_->handles.find(id);
+  return it == s_->handles.end() ? nullptr : it->second;
+}
+
+int FileTable::Truncate(uint64_t id, uint64_t size_bytes) {
+  std::shared_ptr<OpenFile> h = Get(id);
+  if (!h) return EBADF;
+  if (!h->writable) return EINVAL;  // do_sys_ftruncate: not open for writing
+  if (size_bytes > kMaxFileSize) return EFBIG;  // inode_newsize_ok
+  MutexLock l(h->file->i_rwsem);
+  return h->file->SetSizeLocked(size_bytes);
+}
+
+namespace {
+/// The page loop of filemap_read() / generic_perform_write(): for each page of
+/// [offset, offset + len), its folio, locked and uptodate, is handed to
+/// copy(folio, pos, in_page, done, n) which returns the bytes it copied (0 stops). A
+/// read stops at i_size before it would bring a page beyond EOF into the cache.
+template <typename Copy>
+SysResult ForEachFolio(File& f, uint64_t offset, uint64_t len, bool read, Copy&& copy) {
+  uint64_t done = 0;
+  while (done < len) {
+    const uint64_t pos = offset + done;
+    if (read && (pos < offset || pos >= f.i_size.load(std::memory_order_acquire))) break;
+    bool major;
+    int err;
+    Folio* folio = f.GetLockedFolio(pos >> kPageShift, &major, &err);
+    if (!folio) {
+      if (done) break;
+      return SysResult::Err(err == ENOMEM ? ENOMEM : EIO);
+    }
+    const uint64_t in_page = pos & (kPageSize - 1);
+    const uint64_t n = copy(folio, pos, in_page, done, std::min(kPageSize - in_page, len - done));
+    folio->Unlock();
+    if (n == 0) break;
+    done += n;
+  }
+  return SysResult::Ok(done);
+}
+}  // namespace
+
+SysResult FileTable::Read(uint64_t id, uint64_t offset, void* dst, uint64_t len) {
+  std::shared_ptr<OpenFile> h = Get(id);
+  if (!h || !h->readable) return SysResult::Err(EBADF);
+  RcuThread();
+  File& f = *h->file;
+  auto* out = static_cast<uint8_t*>(dst);
+  return ForEachFolio(f, offset, len, /*read=*/true,
+                      [&](Folio* folio, uint64_t pos, uint64_t in_page, uint64_t done, uint64_t n) -> uint64_t {
+                        const uint64_t size = f.i_size.load(std::memory_order_acquire);  // under the lock
+                        if (folio->removed.load(std::memory_order_relaxed) || pos >= size) return 0;
+                        n = std::min(n, size - pos);
+                        memcpy(out + done, static_cast<uint8_t*>(folio->frame) + in_page, n);
+                        return n;
+                      });
+}
+
+SysResult FileTable::Write(uint64_t id, uint64_t offset, const void* src, uint64_t len) {
+  std::shared_ptr<OpenFile> h = Get(id);
+  if (!h || !h->writable) return SysResult::Err(EBADF);
+  if (offset > kMaxFileSize || len > kMaxFileSize - offset) return SysResult::Err(EFBIG);
+  RcuThread();
+  File& f = *h->file;
+  const auto* in = static_cast<const uint8_t*>(src);
+  MutexLock l(f.i_rwsem);  // generic_perform_write under inode_lock
+  return ForEachFolio(f, offset, len, /*read=*/false,
+                      [&](Folio* folio, uint64_t pos, uint64_t in_page, uint64_t done, uint64_t n) -> uint64_t {
+                        memcpy(static_cast<uint8_t*>(folio->frame) + in_page, in + done, n);
+                        f.MarkDirty(folio);
+                        if (pos + n > f.i_size.load(std::memory_order_relaxed))
+                          f.i_size.store(pos + n, std::memory_order_release);
+                        return n;
+                      });
+}
+
+int FileTable::Fsync(uint64_t id) {
+  std::shared_ptr<OpenFile> h = Get(id);
+  if (!h) return EBADF;
+  RcuThread();
+  return VfsFsyncRange(*h, 0, ~0ull);
+}
+
+SysResult FileTable::Stat(uint64_t id, FileStat* out) const {
+  std::shared_ptr<OpenFile> h = Get(id);
+  if (!h) return SysResult::Err(EBADF);
+  const File& f = *h->file;
+  FileStat st;
+  st.file_id = id;
+  st.path = f.path;
+  st.shmem = f.shmem();
+  st.size_bytes = f.i_size.load(std::memory_order_acquire);
+  st.inode = f.ino;
+  st.dev_major = f.dev_major;
+  st.dev_minor = f.dev_minor;
+  st.cached_pages = f.nrpages.load(std::memory_order_relaxed);
+  st.dirty_pages = f.nrdirty.load(std::memory_order_relaxed);
+  {
+    ReadGuard l(const_cast<File&>(f).i_mmap_rwsem);
+    st.mapped_vmas = f.i_mmap.size();
+  }
+  {
+    std::lock_guard<std::mutex> l(s_->mu);
+    for (const auto& [hid, other] : s_->handles) st.open_handles += other->file == h->file;
+  }
+  *out = st;
+  return SysResult::Ok();
+}
+
+std::vector<FileStat> FileTable::List() const {
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard<std::mutex> l(s_->mu);
+    for (const auto& [id, h] : s_->handles) ids.push_back(id);
+  }
+  std::vector<FileStat> out;
+  for (uint64_t id : ids) {
+    FileStat st;
+    if (Stat(id, &st).ok()) out.push_back(st);
+  }
+  return out;
+}
+
+int FileTable::SyncAll() {
+  std::vector<std::shared_ptr<File>> files;
+  {
+    std::lock_guard<std::mutex> l(s_->mu);
+    for (const auto& [key, w] : s_->inodes)
+      if (auto f = w.lock()) files.push_back(f);
+  }
+  RcuThread();
+  int ret = 0;
+  for (auto& f : files)
+    if (f->WriteRange(0, ~0ull)) ret = EIO;
+  return ret;
+}
+
+}  // namespace vmspace

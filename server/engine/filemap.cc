@@ -1,0 +1,348 @@
+// The page cache: folio locks, the i_pages tree, reading pages in, dirtying and
+// writeback (mm/filemap.c filemap_get_folio / filemap_read_folio /
+// filemap_write_and_wait_range, mm/page-writeback.c folio_mark_dirty, mm/shmem.c
+// shmem_zero_setup; Linux 6.18).
+#include "filemap.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <algorithm>
+
+#include "engine/stats.h"
+#include "mm.h"
+
+namespace vmspace {
+
+namespace {
+
+std::atomic<uint64_t> g_next_shmem_ino{1};
+
+/// call_rcu callback of a removed folio: frees its frame and itself.
+void FreeFolioCallback(struct rcu_head* h) {
+  RcuCallbackBegin(h);
+  Folio* f = reinterpret_cast<Folio*>(reinterpret_cast<char*>(h) - offsetof(Folio, rcu));
+  f->frames->Free(f->frame);
+  delete f;
+#if defined(__SANITIZE_THREAD__)
+  __tsan_release(&rcu_internal::gp_token);
+#endif
+}
+
+}  // namespace
+
+void FreeFolioDeferred(Folio* f) { CallRcu(&f->rcu, &FreeFolioCallback); }
+
+// ====================================================================== Folio
+
+void Folio::Lock() {
+  LockdepAcquire(LockRank::kFolioLock, this);
+  for (;;) {
+    uint32_t expect = 0;
+    if (locked.compare_exchange_weak(expect, 1, std::memory_order_acquire)) return;
+    locked.wait(1, std::memory_order_relaxed);  // folio_wait_bit_common
+  }
+}
+
+bool Folio::TryLock() {
+  uint32_t expect = 0;
+  if (!locked.compare_exchange_strong(expect, 1, std::memory_order_acquire)) return false;
+  LockdepAcquire(LockRank::kFolioLock, this);
+  return true;
+}
+
+void Folio::Unlock() {
+  locked.store(0, std::memory_order_release);
+  locked.notify_all();
+  LockdepRelease(LockRank::kFolioLock, this);
+}
+
+// ====================================================================== PageCacheTree
+
+PageCacheTree::~PageCacheTree() {
+  for (auto& s : root_.slot)
+    if (void* c = s.load(std::memory_order_relaxed)) FreeNode(static_cast<Node*>(c), 1);
+}
+
+void PageCacheTree::FreeNode(Node* n, int level) {
+  if (level < kLevels - 1)
+    for (auto& s : n->slot)
+      if (void* c = s.load(std::memory_order_relaxed)) FreeNode(static_cast<Node*>(c), level + 1);
+  delete n;
+}
+
+Folio* PageCacheTree::Load(uint64_t index) const {
+  const Node* n = &root_;
+  for (int level = 0; level < kLevels - 1; level++) {
+    const int shift = (kLevels - 1 - level) * kBits;
+    n = static_cast<const Node*>(n->slot[(index >> shift) & (kSlots - 1)].load(std::memory_order_acquire));
+    if (!n) return nullptr;
+  }
+  return static_cast<Folio*>(n->slot[index & (kSlots - 1)].load(std::memory_order_acquire));
+}
+
+void PageCacheTree::Store(uint64_t index, Folio* f) {
+  Node* n = &root_;
+  for (int level = 0; level < kLevels - 1; level++) {
+    const int shift = (kLevels - 1 - level) * kBits;
+    auto& slot = n->slot[(index >> shift) & (kSlots - 1)];
+    Node* c = static_cast<Node*>(slot.load(std::memory_order_relaxed));
+    if (!c) {
+      if (!f) return;  // erasing what is not there
+      c = new Node;
+      nodes_.fetch_add(1, std::memory_order_relaxed);
+      slot.store(c, std::memory_order_release);  // publish the zeroed node
+    }
+    n = c;
+  }
+  n->slot[index & (kSlots - 1)].store(f, std::memory_order_release);
+}
+
+Folio* PageCacheTree::FindIn(const Node* n, int level, uint64_t base, uint64_t* index, uint64_t end) const {
+  const int shift = (kLevels - 1 - level) * kBits;
+  const uint64_t span = 1ull << shift;
+  for (uint64_t i = (*index > base ? (*index - base) >> shift : 0); i < kSlots; i++) {
+    const uint64_t cbase = base + i * span;
+    if (cbase >= end) return nullptr;
+    void* c = n->slot[i].load(std::memory_order_acquire);
+    if (!c) continue;
+    if (level == kLevels - 1) {
+      if (cbase < *index) continue;
+      *index = cbase;
+      return static_cast<Folio*>(c);
+    }
+    if (Folio* f = FindIn(static_cast<const Node*>(c), level + 1, cbase, index, end)) return f;
+  }
+  return nullptr;
+}
+
+Folio* PageCacheTree::Find(uint64_t* index, uint64_t end) const {
+  if (*index >= end) return nullptr;
+  return FindIn(&root_, 0, 0, index, end);
+}
+
+// ====================================================================== File
+
+File::File(FrameAllocator& f, uint64_t i, uint32_t maj, uint32_t min, std::string p, std::string name,
+           int host_fd, bool writable, uint64_t size)
+    : frames(f), ino(i), dev_major(maj), dev_minor(min), path(std::move(p)), maps_name(std::move(name)),
+      fd(host_fd), host_writable(writable), i_size(size) {}
+
+File::~File() {
+  // iput() of the last reference: nothing maps the file and no lookup can find it.
+  uint64_t index = 0;
+  std::vector<Folio*> all;
+  while (Folio* f = pages.Find(&index, ~0ull)) {
+    all.push_back(f);
+    index++;
+  }
+  int failed = 0;
+  const uint64_t size = i_size.load(std::memory_order_relaxed);
+  for (Folio* f : all) {
+    if (fd >= 0 && f->dirty.load(std::memory_order_relaxed) && f->index * kPageSize < size) {
+      const uint64_t off = f->index * kPageSize;
+      const uint64_t n = std::min<uint64_t>(kPageSize, size - off);
+      if (pwrite(fd, f->frame, n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) failed++;
+    }
+    frames.Free(f->frame);
+    delete f;
+  }
+  if (failed)
+    fprintf(stderr, "vmspace: %d dirty pages of %s could not be written back at its last close: %s\n",
+            failed, maps_name.c_str(), strerror(errno));
+  if (fd >= 0) close(fd);
+}
+
+Folio* File::GetLockedFolio(uint64_t index, bool* major, int* err) {
+  *major = false;
+  *err = 0;
+  for (;;) {
+    Folio* f;
+    {
+      // Lock inside the RCU section: the folio cannot be freed while we wait (no
+      // reference count is needed), and no folio-lock holder waits for a grace period
+      // or allocates a frame (LOCKING.md), so waiting here cannot hold one up.
+      RcuReadGuard g;
+      f = pages.Load(index);
+      if (f) f->Lock();
+    }
+    if (f) {
+      if (f->removed.load(std::memory_order_acquire)) {  // truncated while we waited
+        f->Unlock();
+        continue;
+      }
+      if (f->uptodate.load(std::memory_order_acquire)) return f;
+      // A reader of the backing store failed and left it not uptodate: retry the read.
+    } else {
+      void* frame = frames.Alloc();  // outside RCU: the allocator may wait for frees
+      if (!frame) {
+        *err = ENOMEM;
+        return nullptr;
+      }
+      f = new Folio(frames, frame, index);
+      f->Lock();
+      bool raced = false;
+      {
+        MutexLock l(i_pages_lock);
+        if (pages.Load(index)) {
+          raced = true;
+        } else {
+          pages.Store(index, f);
+          nrpages.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+      if (raced) {
+        f->Unlock();
+        frames.Free(frame);
+        delete f;
+        continue;
+      }
+    }
+    // filemap_read_folio(): the page is locked and not uptodate.
+    if (fd >= 0) {
+      const ssize_t n = pread(fd, f->frame, kPageSize, static_cast<off_t>(index * kPageSize));
+      if (n < 0) {
+        f->Unlock();
+        *err = EIO;
+        return nullptr;
+      }
+      *major = true;  // I/O was started: pgmajfault (counted by the fault path)
+    }
+    f->uptodate.store(true, std::memory_order_release);
+    return f;
+  }
+}
+
+void File::MarkDirty(Folio* f) {
+  if (shmem()) return;  // shmem has no backing store to write to
+  if (!f->dirty.exchange(true, std::memory_order_acq_rel)) nrdirty.fetch_add(1, std::memory_order_relaxed);
+}
+
+int File::WriteRange(uint64_t first, uint64_t last) {
+  if (shmem() || !host_writable) return 0;
+  // 1. Take the dirty bit off each dirty page (folio_clear_dirty_for_io), under its lock.
+  std::vector<uint64_t> todo;
+  {
+    RcuReadGuard g;
+    uint64_t index = first;
+    while (Folio* f = pages.Find(&index, last == ~0ull ? ~0ull : last + 1)) {
+      if (f->dirty.load(std::memory_order_acquire)) todo.push_back(index);
+      if (index == ~0ull) break;
+      index++;
+    }
+  }
+  if (todo.empty()) return 0;
+  std::vector<uint64_t> cleaned;
+  for (uint64_t index : todo) {
+    RcuReadGuard g;
+    Folio* f = pages.Load(index);
+    if (!f) continue;
+    f->Lock();
+    if (!f->removed.load(std::memory_order_relaxed) && f->dirty.exchange(false, std::memory_order_acq_rel)) {
+      nrdirty.fetch_sub(1, std::memory_order_relaxed);
+      cleaned.push_back(index);
+    }
+    f->Unlock();
+  }
+  if (cleaned.empty()) return 0;
+  // 2. page_mkclean(): write-protect them in every shared mapping, so the next store
+  //    faults and dirties the page again.
+  {
+    ReadGuard l(i_mmap_rwsem);
+    for (const auto& [pgoff, v] : i_mmap) {
+      if (!(v->vm_flags & VM_SHARED)) continue;  // private mappings map the cache read-only
+      const uint64_t vend = pgoff + v->pages();
+      for (uint64_t index : cleaned) {
+        if (index < pgoff || index >= vend) continue;
+        v->vm_mm->PageMkcleanOne(v, v->vm_start + ((index - pgoff) << kPageShift));
+      }
+    }
+  }
+  // 3. The TLB flush: stores through the old writable PTEs (lockless accessors in RCU
+  //    sections) are done after a grace period.
+  SynchronizeRcu();
+  // 4. Write each page out under its lock (truncate removes it under the same lock and
+  //    shrinks the host file only after: a write never re-extends a truncated file).
+  int ret = 0;
+  std::vector<uint8_t> buf(kPageSize);
+  for (uint64_t index : cleaned) {
+    RcuReadGuard g;
+    Folio* f = pages.Load(index);
+    if (!f) continue;
+    f->Lock();
+    const uint64_t off = index * kPageSize;
+    const uint64_t size = i_size.load(std::memory_order_acquire);
+    if (!f->removed.load(std::memory_order_relaxed) && off < size) {
+      // A bounce copy with atomic loads: a store racing with it (through a PTE made
+      // writable again by a new fault, which re-dirtied the page) is written next time.
+      for (uint64_t w = 0; w < kPageSize; w += 8)
+        __atomic_store_n(reinterpret_cast<uint64_t*>(buf.data() + w),
+                         __atomic_load_n(reinterpret_cast<const uint64_t*>(static_cast<uint8_t*>(f->frame) + w),
+                                         __ATOMIC_RELAXED),
+                         __ATOMIC_RELAXED);
+      const uint64_t n = std::min<uint64_t>(kPageSize, size - off);
+      if (pwrite(fd, buf.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) {
+        MarkDirty(f);  // keep it: the data is only here (mapping_set_error)
+        wb_err.fetch_add(1, std::memory_order_acq_rel);
+        ret = EIO;
+      }
+    }
+    f->Unlock();
+  }
+  return ret;
+}
+
+// ====================================================================== fault-around
+
+uint64_t MmStruct::DoFaultAround(VmFault& vmf, PageTable::PteTable* t) {
+  // do_fault_around() (mm/memory.c, 6.4+ form): the window of fault_around_bytes,
+  // naturally aligned in PTE indexes, clamped to the VMA and to this PTE table.
+  Vma* v = vmf.vma;
+  File* file = v->file();
+  const uint64_t nr = opts.fault_around_bytes >> kPageShift;
+  const uint64_t pte_off = static_cast<uint64_t>(PageTable::PteIndex(vmf.address));
+  const uint64_t vma_off = (vmf.address - v->vm_start) >> kPageShift;
+  const uint64_t from = std::max(pte_off & ~(nr - 1), pte_off - std::min(pte_off, vma_off));
+  const uint64_t to = std::min({from + nr, static_cast<uint64_t>(PageTable::kEntries), pte_off + v->pages() - vma_off});
+  const uint64_t pgoff = v->vm_pgoff + vma_off;
+  const uint64_t first = pgoff - (pte_off - from);
+  const bool map_writable = (v->vm_flags & VM_SHARED) && (v->vm_flags & VM_WRITE) && file->shmem();
+  const uint64_t bits = PteBitsFor(*v, !map_writable) | kPteFile;
+  // filemap_map_pages(): under RCU, only pages cached, uptodate, not locked (trylock),
+  // below i_size, into empty PTEs; never I/O.
+  uint64_t mapped = 0;
+  RcuReadGuard g;
+  for (uint64_t k = 0; k < to - from; k++) {
+    const uint64_t index = first + k;
+    Folio* f = file->pages.Load(index);
+    if (!f || !f->uptodate.load(std::memory_order_acquire) || !f->TryLock()) continue;
+    if (!f->removed.load(std::memory_order_acquire) && index < file->size_pages()) {
+      const int i = static_cast<int>(from + k);
+      SpinGuard l(t->ptl);
+      if (!(t->Get(i) & kPtePresent)) {
+        t->Set(i, MakePte(f->frame, bits));
+        mapped++;
+      }
+    }
+    f->Unlock();
+  }
+  if (mapped) {
+    AddRss(file->shmem() ? MM_SHMEMPAGES : MM_FILEPAGES, static_cast<int64_t>(mapped));
+    CountEvent(Event::kFaultAroundPages, mapped);
+  }
+  return mapped;
+}
+
+std::shared_ptr<OpenFile> NewShmemFile(FrameAllocator& frames, const std::string& maps_name, uint64_t size) {
+  auto h = std::make_shared<OpenFile>();
+  // shmem inodes live on the internal shm mount: device 00:01.
+  h->file = std::make_shared<File>(frames, g_next_shmem_ino.fetch_add(1, std::memory_order_relaxed), 0, 1, "",
+                                   maps_name, -1, false, size);
+  h->readable = true;
+  h->writable = true;
+  return h;
+}
+
+}  // namespace vmspace

@@ -1,0 +1,194 @@
+// File: an inode with its page cache and reverse map (Linux's struct inode + struct
+// address_space, include/linux/fs.h), internal to the engine; engine/file.h is the
+// public face (FileTable, OpenFile).
+//
+// The page cache (i_pages) is a radix tree of atomic slots, as the xarray: lookups run
+// under RCU alone (filemap_get_entry, filemap_map_pages); stores and removals take the
+// i_pages lock. Each page is a Folio (order 0) with its own lock (folio_lock), which a
+// fault holds from the lookup until its PTE is installed and truncate holds while it
+// removes the page: a fault either sees the page removed (and retries, finding i_size
+// below it: SIGBUS) or installs its PTE before the removal, and truncate's second
+// unmap pass then zaps it (mm/truncate.c truncate_pagecache). Removed folios and their
+// frames are freed after an RCU grace period (lockless accessors may still touch them).
+//
+// i_mmap (under i_mmap_rwsem) holds every VMA that can map the file's pages, keyed by
+// (vm_pgoff, VMA): an ordered set rather than Linux's interval tree (mm/interval_tree.c).
+// A walk for pages [first, last] visits the entries with vm_pgoff <= last and filters
+// by end; the VMAs per file are few here (one per mapping and split), so the
+// interval tree's O(log n + k) would not pay for its code. A VMA is linked before it
+// can install PTEs and unlinked only after its PTEs are zapped (LOCKING.md).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "engine/file.h"
+#include "engine/frame_allocator.h"
+#include "sync/mutex.h"
+#include "sync/rcu.h"
+#include "sync/rwsem.h"
+
+namespace vmspace {
+
+struct Vma;
+
+/// MAX_LFS_FILESIZE for this model: 2^44 bytes (2^32 pages; the page-cache tree's reach).
+inline constexpr uint64_t kMaxFileSize = 1ull << 44;
+
+/// One page of a file (struct folio of order 0). Its frame belongs to the page cache;
+/// PTEs mapping it carry kPteFile. Flags are atomics: `uptodate` and `removed` change
+/// under the folio lock (removed also under the i_pages lock), `dirty` under the folio
+/// lock or by a fault holding it. Freed after a grace period once removed.
+struct Folio {
+  Folio(FrameAllocator& fa, void* f, uint64_t i) : frames(&fa), frame(f), index(i) {}
+  FrameAllocator* const frames;  // where `frame` came from
+  void* const frame;       // 4 KiB of data
+  const uint64_t index;  // page offset in the file
+  std::atomic<bool> uptodate{false};  // PG_uptodate: frame holds the file's data
+  std::atomic<bool> dirty{false};     // PG_dirty: newer than the backing store
+  std::atomic<bool> removed{false};   // folio->mapping == NULL: truncated away
+  std::atomic<uint32_t> locked{0};    // PG_locked (1 = locked; waiters futex-wait on it)
+  struct rcu_head rcu;
+
+  /// folio_lock(): sleeps until the lock is free (lockdep rank kFolioLock).
+  void Lock();
+  /// folio_trylock() (filemap_map_pages never waits).
+  bool TryLock();
+  /// folio_unlock().
+  void Unlock();
+};
+
+/// Frees a folio removed from its page cache (and its frame) after a grace period.
+void FreeFolioDeferred(Folio* f);
+
+/// The page-cache index (i_pages): page offset -> Folio*, a fixed-height radix tree of
+/// 64-slot nodes (6 levels: 36 bits of index, more than kMaxFileSize needs). Lookups are
+/// lock-free (acquire loads; the caller is in an RCU section or holds the i_pages lock,
+/// which keeps the folio alive); stores need the owner's i_pages lock. Interior nodes
+/// stay until the tree is destroyed (a truncated file keeps its empty nodes: 512 bytes
+/// per 64 pages of the largest size it had), so readers never see a node freed.
+class PageCacheTree {
+ public:
+  PageCacheTree() = default;
+  ~PageCacheTree();
+  PageCacheTree(const PageCacheTree&) = delete;
+  PageCacheTree& operator=(const PageCacheTree&) = delete;
+
+  /// xa_load(): the folio at `index`, or null.
+  Folio* Load(uint64_t index) const;
+  /// xa_store(): sets the slot (null erases). Caller holds the i_pages lock.
+  void Store(uint64_t index, Folio* f);
+  /// xa_find(): the first folio at an index in [*index, end), setting *index to it; null
+  /// if none.
+  Folio* Find(uint64_t* index, uint64_t end) const;
+  /// Bytes of interior nodes (for memory-per-page figures).
+  uint64_t node_bytes() const { return nodes_.load(std::memory_order_relaxed) * sizeof(Node); }
+
+  static constexpr int kBits = 6;
+  static constexpr int kSlots = 1 << kBits;
+  static constexpr int kLevels = 6;
+
+ private:
+  struct Node {
+    std::atomic<void*> slot[kSlots];
+    Node() {
+      for (auto& s : slot) s.store(nullptr, std::memory_order_relaxed);
+    }
+  };
+  static void FreeNode(Node* n, int level);
+  Folio* FindIn(const Node* n, int level, uint64_t base, uint64_t* index, uint64_t end) const;
+  Node root_;
+  std::atomic<uint64_t> nodes_{0};
+};
+
+/// A file (inode + address_space). Created by FileTable (host files, memfd) or by a
+/// shared anonymous mmap (shmem_zero_setup); lives while an OpenFile refers to it.
+struct File {
+  /// `fd`: the host file (owned, closed by the destructor), or -1 for shmem.
+  File(FrameAllocator& frames, uint64_t ino, uint32_t dev_major, uint32_t dev_minor, std::string path,
+       std::string maps_name, int fd, bool host_writable, uint64_t size);
+  /// Writes back what is still dirty (iput -> write_inode_now; a failure is logged:
+  /// nobody is left to report it to), frees the page cache, closes the host file.
+  /// No VMA maps the file any more.
+  ~File();
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  FrameAllocator& frames;
+  const uint64_t ino;                   // i_ino
+  const uint32_t dev_major, dev_minor;  // s_dev
+  const std::string path;               // FileTable-relative; "" for unnamed shmem
+  const std::string maps_name;          // the maps path column
+  const int fd;                         // host file, -1 = shmem (memory only)
+  const bool host_writable;             // fd opened O_RDWR
+  bool shmem() const { return fd < 0; }
+
+  /// i_size in bytes. Written under i_rwsem; read anywhere (a fault re-reads it with
+  /// the folio locked, as filemap_fault does).
+  std::atomic<uint64_t> i_size;
+  /// inode->i_rwsem: serialises size changes (truncate, extending writes).
+  Mutex i_rwsem{LockRank::kIRwsem};
+
+  /// The i_pages xarray lock: stores into `pages`.
+  Mutex i_pages_lock{LockRank::kIPages};
+  PageCacheTree pages;
+  std::atomic<uint64_t> nrpages{0};  // folios in the cache
+  std::atomic<uint64_t> nrdirty{0};  // of them dirty
+
+  /// mapping->i_mmap_rwsem and i_mmap.
+  RwSem i_mmap_rwsem{LockClass::kIMmapRwsem, LockRank::kIMmapRwsem};
+  std::set<std::pair<uint64_t, Vma*>> i_mmap ABSL_GUARDED_BY(i_mmap_rwsem);
+
+  /// mapping->wb_err (errseq_t, simplified): the number of failed writebacks so far.
+  /// Each OpenFile remembers how many it has reported (OpenFile::wb_err_seen).
+  std::atomic<uint64_t> wb_err{0};
+
+  /// filemap_get_folio(FGP_LOCK | FGP_CREAT) + filemap_read_folio: the folio at
+  /// `index`, locked and uptodate, read from the backing store on a miss (*major =
+  /// true; shmem pages are zero-filled, not major). Null with *err = ENOMEM (no frame)
+  /// or EIO (the read failed). Does not check i_size (callers do, with it locked).
+  /// Takes i_pages_lock; may sleep on the folio lock.
+  Folio* GetLockedFolio(uint64_t index, bool* major, int* err);
+  /// folio_mark_dirty() (regular files; shmem pages are not tracked). Folio locked or
+  /// mapped writable by the caller's fault.
+  void MarkDirty(Folio* f);
+  /// filemap_write_and_wait_range() for pages [first, last]: write-protects the dirty
+  /// ones in every shared mapping (page_mkclean through i_mmap), waits a grace period
+  /// (lockless writers that loaded the writable PTE before are done: the TLB flush),
+  /// then writes them to the host file. A failed write leaves the page dirty and
+  /// counts a writeback error. Returns 0 or EIO (this call's writes failed). Takes
+  /// folio locks and i_mmap_rwsem (read); no engine lock may be held.
+  int WriteRange(uint64_t first, uint64_t last);
+  /// truncate_setsize() + truncate_pagecache() (mm/truncate.c): sets i_size; when it
+  /// shrinks, unmaps [round_up(size), EOF) from every VMA in i_mmap (private COW pages
+  /// too: even_cows), removes the page-cache pages there, zeroes the tail of a partial
+  /// last page, unmaps again, and truncates the host file. Caller holds i_rwsem.
+  /// Returns 0 or EIO (host ftruncate failed).
+  int SetSizeLocked(uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i_rwsem);
+  /// unmap_mapping_range(..., even_cows = 1): zaps the PTEs of pages [first, last] in
+  /// every VMA of i_mmap, private COW copies included (freed after a grace period).
+  /// Takes i_mmap_rwsem for read and each PTE lock.
+  void UnmapMappingRange(uint64_t first, uint64_t last);
+  /// Pages of i_size (the first index beyond EOF).
+  uint64_t size_pages() const {
+    return (i_size.load(std::memory_order_acquire) + kPageSize - 1) >> kPageShift;
+  }
+};
+
+/// vfs_fsync_range() on handle h for pages [first, last] (fs/sync.c, msync.c): writes
+/// them back, then reports EIO once if a writeback of the file failed since h last
+/// reported one (file_check_and_advance_wb_err). 0 or EIO.
+int VfsFsyncRange(OpenFile& h, uint64_t first, uint64_t last);
+
+/// A new unnamed shmem file (shmem_zero_setup for MAP_SHARED|MAP_ANONYMOUS, shown as
+/// "/dev/zero (deleted)"; memfd_create names it "/memfd:NAME (deleted)"), opened read-write.
+std::shared_ptr<OpenFile> NewShmemFile(FrameAllocator& frames, const std::string& maps_name,
+                                       uint64_t size);
+
+}  // namespace vmspace

@@ -1,0 +1,520 @@
+// Files in the engine: the FileTable (open rules, pread/pwrite through the page cache,
+// fsync), file mappings (private COW, shared writes, EOF and SIGBUS, major faults,
+// merges with offset continuity, maps lines), truncate through i_mmap, writeback and
+// its errors, fault-around per profile. Expected values are what Linux 6.18 does (see
+// tests/oracle for the same ops against the real kernel).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/address_space.h"
+#include "engine/file.h"
+#include "engine/stats.h"
+#include "profiles.h"
+#include "test_util.h"
+
+namespace vmspace {
+namespace {
+
+constexpr uint64_t kBase = 0x200000000000ull;
+constexpr uint64_t P = kPageSize;
+
+/// A temporary data directory, removed at the end.
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/vmspace-file-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string Host(const std::string& rel) const { return path + "/" + rel; }
+  /// A host file whose page k holds bytes (k+1) & 0xff (the shared cases' content).
+  void MakeFile(const std::string& rel, uint64_t size) const {
+    std::string data(size, 0);
+    for (uint64_t i = 0; i < size; i++) data[i] = static_cast<char>(((i / P) + 1) & 0xff);
+    int fd = open(Host(rel).c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+    close(fd);
+  }
+  /// pread of the host file itself (what is on "disk").
+  int HostByte(const std::string& rel, uint64_t off) const {
+    int fd = open(Host(rel).c_str(), O_RDONLY);
+    uint8_t b = 0;
+    const ssize_t n = pread(fd, &b, 1, static_cast<off_t>(off));
+    close(fd);
+    return n == 1 ? b : -1;
+  }
+  uint64_t HostSize(const std::string& rel) const {
+    struct stat st;
+    return stat(Host(rel).c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : ~0ull;
+  }
+  std::string path;
+};
+
+uint64_t Ev(Event e) { return ReadStats().event(e); }
+
+class FileTableTest : public ::testing::Test {
+ protected:
+  FrameAllocator frames_;
+  TempDir dir_;
+  std::unique_ptr<FileTable> files_ = std::make_unique<FileTable>(frames_, dir_.path);
+
+  uint64_t OpenOk(const std::string& p, OpenFlags f) {
+    SysResult r = files_->Open(p, f);
+    EXPECT_EQ(r.error, 0) << p;
+    return r.value;
+  }
+};
+
+TEST_F(FileTableTest, PathRules) {
+  OpenFlags rw{.write = true, .create = true};
+  EXPECT_EQ(files_->Open("", rw).error, EINVAL);
+  EXPECT_EQ(files_->Open("/etc/passwd", {}).error, EINVAL);
+  EXPECT_EQ(files_->Open("..", {}).error, EINVAL);
+  EXPECT_EQ(files_->Open("a/../b", rw).error, EINVAL);
+  EXPECT_EQ(files_->Open(std::string("a\0b", 3), rw).error, EINVAL);
+  EXPECT_EQ(files_->Open(std::string(256, 'x'), rw).error, ENAMETOOLONG);
+  EXPECT_EQ(files_->Open("missing", {}).error, ENOENT);
+  EXPECT_EQ(files_->Open("t", {.write = false, .truncate = true}).error, EINVAL);
+  // A symlink that leads out of the data directory, and one that stays inside.
+  ASSERT_EQ(symlink("/etc/passwd", dir_.Host("out").c_str()), 0);
+  EXPECT_EQ(files_->Open("out", {}).error, EACCES);
+  dir_.MakeFile("real", P);
+  ASSERT_EQ(symlink("real", dir_.Host("in").c_str()), 0);
+  const uint64_t a = OpenOk("in", {});
+  const uint64_t b = OpenOk("real", {});
+  FileStat sa, sb;
+  ASSERT_TRUE(files_->Stat(a, &sa).ok());
+  ASSERT_TRUE(files_->Stat(b, &sb).ok());
+  EXPECT_EQ(sa.inode, sb.inode);  // one inode, one page cache
+  EXPECT_EQ(sa.open_handles, 2u);
+  ASSERT_EQ(mkdir(dir_.Host("d").c_str(), 0755), 0);
+  EXPECT_EQ(files_->Open("d", {}).error, EISDIR);
+  EXPECT_EQ(files_->Open("real", {.write = true, .create = true, .exclusive = true}).error, EEXIST);
+  FileTable none(frames_, "");
+  EXPECT_EQ(none.Open("real", {}).error, EACCES);
+  EXPECT_TRUE(none.CreateShmem("x", P).ok());
+  EXPECT_EQ(files_->Close(12345), EBADF);
+  EXPECT_EQ(files_->Close(a), 0);
+  EXPECT_EQ(files_->Close(a), EBADF);
+}
+
+TEST_F(FileTableTest, ReadWriteThroughThePageCacheAndFsync) {
+  const uint64_t id = OpenOk("f", {.write = true, .create = true});
+  const std::string msg = "hello, page cache";
+  ASSERT_EQ(files_->Write(id, 5000, msg.data(), msg.size()).value, msg.size());
+  FileStat st;
+  ASSERT_TRUE(files_->Stat(id, &st).ok());
+  EXPECT_EQ(st.size_bytes, 5000 + msg.size());
+  EXPECT_EQ(st.cached_pages, 1u);  // only page 1 was written; page 0 is a hole
+  EXPECT_EQ(st.dirty_pages, 1u);
+  EXPECT_EQ(dir_.HostSize("f"), 0u);  // not written back yet
+  char buf[64] = {};
+  EXPECT_EQ(files_->Read(id, 4990, buf, sizeof buf).value, 10 + msg.size());  // stops at EOF
+  EXPECT_EQ(std::string(buf + 10, msg.size()), msg);
+  EXPECT_EQ(buf[0], 0);
+  EXPECT_EQ(files_->Fsync(id), 0);
+  ASSERT_TRUE(files_->Stat(id, &st).ok());
+  EXPECT_EQ(st.dirty_pages, 0u);
+  EXPECT_EQ(dir_.HostSize("f"), 5000 + msg.size());
+  EXPECT_EQ(dir_.HostByte("f", 5000), 'h');
+  // A read-only handle cannot write or truncate.
+  const uint64_t ro = OpenOk("f", {});
+  EXPECT_EQ(files_->Write(ro, 0, "x", 1).error, EBADF);
+  EXPECT_EQ(files_->Truncate(ro, 0), EINVAL);
+  EXPECT_EQ(files_->Truncate(id, 1ull << 45), EFBIG);
+  EXPECT_EQ(files_->Write(id, (1ull << 44) - 1, "xy", 2).error, EFBIG);
+}
+
+TEST_F(FileTableTest, LastCloseWritesBackAndFramesAreReturned) {
+  {
+    const uint64_t id = OpenOk("g", {.write = true, .create = true});
+    ASSERT_EQ(files_->Write(id, 0, "abc", 3).value, 3u);
+    EXPECT_GT(frames_.in_use_frames(), 0);
+    EXPECT_EQ(files_->Close(id), 0);  // the last reference: iput writes it back
+  }
+  RcuBarrier();
+  EXPECT_EQ(frames_.in_use_frames(), 0);
+  EXPECT_EQ(dir_.HostByte("g", 2), 'c');
+  // And a table destroyed with dirty pages writes them too (shutdown).
+  const uint64_t id = OpenOk("h", {.write = true, .create = true});
+  ASSERT_EQ(files_->Write(id, 0, "xyz", 3).value, 3u);
+  files_.reset();
+  RcuBarrier();
+  EXPECT_EQ(dir_.HostByte("h", 1), 'y');
+  EXPECT_EQ(frames_.in_use_frames(), 0);
+}
+
+/// Mapping tests, under every locking profile.
+class FileMapTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(LockingProfile::Parse(GetParam(), &opts_.profile, &err_)) << err_;
+    as_ = std::make_unique<AddressSpace>(frames_, opts_);
+  }
+  void TearDown() override {
+    if (as_) {
+      EXPECT_EQ(as_->Validate(), "");
+    }
+    as_.reset();
+    files_.reset();
+    RcuBarrier();
+    EXPECT_EQ(frames_.in_use_frames(), 0) << "frames leaked (>0) or freed twice (<0)";
+  }
+  std::shared_ptr<OpenFile> OpenFileOf(const std::string& rel, uint64_t size, bool write = true) {
+    dir_.MakeFile(rel, size);
+    SysResult r = files_->Open(rel, {.write = write});
+    EXPECT_EQ(r.error, 0);
+    return files_->Get(r.value);
+  }
+  SysResult Map(uint64_t off, uint64_t len, int prot, int flags, const std::shared_ptr<OpenFile>& f,
+                uint64_t foff) {
+    return as_->Mmap(kBase + off, len, prot, flags | MAP_FIXED, foff, f);
+  }
+  int ReadByte(uint64_t off) {
+    uint8_t b;
+    CopyResult r = as_->ReadMemory(kBase + off, &b, 1);
+    return r.ok() ? b : -1;
+  }
+  FaultResult WriteByte(uint64_t off, uint8_t v) {
+    CopyResult r = as_->WriteMemory(kBase + off, &v, 1);
+    return r.stop;
+  }
+  int FileByte(uint64_t id, uint64_t off) {
+    uint8_t b;
+    return files_->Read(id, off, &b, 1).value == 1 ? b : -1;
+  }
+  uint64_t IdOf(const std::shared_ptr<OpenFile>& f) {
+    for (const FileStat& s : files_->List())
+      if (files_->Get(s.file_id) == f) return s.file_id;
+    return 0;
+  }
+
+  std::string err_;
+  SpaceOptions opts_;
+  FrameAllocator frames_;
+  TempDir dir_;
+  std::unique_ptr<FileTable> files_ = std::make_unique<FileTable>(frames_, dir_.path);
+  std::unique_ptr<AddressSpace> as_;
+};
+
+TEST_P(FileMapTest, MmapErrnosInTheKernelsOrder) {
+  auto rw = OpenFileOf("f", 3 * P);
+  auto ro = OpenFileOf("r", 3 * P, /*write=*/false);
+  EXPECT_EQ(as_->Mmap(0, P, PROT_READ, MAP_SHARED, 0, nullptr).error, EBADF);
+  EXPECT_EQ(as_->Mmap(0, P, PROT_READ, MAP_SHARED, 100, rw).error, EINVAL);  // offset first
+  EXPECT_EQ(as_->Mmap(0, 0, PROT_READ, MAP_SHARED, 0, rw).error, EINVAL);
+  EXPECT_EQ(as_->Mmap(0, P, PROT_READ | PROT_WRITE, MAP_SHARED, 0, ro).error, EACCES);
+  EXPECT_EQ(as_->Mmap(0, P, PROT_READ, MAP_SHARED | MAP_GROWSDOWN, 0, rw).error, EINVAL);
+  EXPECT_EQ(as_->Mmap(0, P, PROT_READ, MAP_PRIVATE | MAP_GROWSDOWN, 0, rw).error, EINVAL);
+  EXPECT_EQ(as_->Mmap(0, P, PROT_READ, MAP_SHARED | MAP_HUGETLB, 0, rw).error, EINVAL);
+  EXPECT_EQ(as_->Mmap(0, P, PROT_READ, MAP_SHARED_VALIDATE | MAP_SYNC, 0, rw).error, EOPNOTSUPP);
+  EXPECT_EQ(as_->Mmap(0, P, PROT_READ, MAP_SHARED, 0x7ffffffffffff000ull, rw).error, EOVERFLOW);
+  EXPECT_EQ(as_->Mmap(0, P, PROT_READ, MAP_SHARED, 0xfffffffffffff000ull, rw).error, EOVERFLOW);
+  EXPECT_TRUE(as_->Mmap(0, P, PROT_READ, MAP_SHARED, 0x7fffffffffffe000ull, rw).ok());  // fits exactly
+  // PROT_WRITE on a private mapping of a read-only file is fine (COW); a read-only
+  // shared one cannot become writable.
+  EXPECT_TRUE(Map(0, P, PROT_READ | PROT_WRITE, MAP_PRIVATE, ro, 0).ok());
+  ASSERT_TRUE(Map(2 * P, P, PROT_READ, MAP_SHARED, ro, 0).ok());
+  EXPECT_EQ(as_->Mprotect(kBase + 2 * P, P, PROT_READ | PROT_WRITE).error, EACCES);
+  const std::vector<VmaInfo> maps = as_->Maps(kBase, kBase + 3 * P);
+  ASSERT_EQ(maps.size(), 2u);
+  EXPECT_EQ(AddressSpace::VmFlagsString(maps[1].flags), "rd mr me ms");  // no sh, no mw
+}
+
+TEST_P(FileMapTest, PrivateCopyOnWriteFollowsTheFileUntilWritten) {
+  // Shared case 15.
+  auto f = OpenFileOf("fileA", 3 * P);
+  const uint64_t id = IdOf(f);
+  ASSERT_TRUE(Map(0, 3 * P, PROT_READ | PROT_WRITE, MAP_PRIVATE, f, 0).ok());
+  ASSERT_TRUE(Map(4 * P, 3 * P, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0).ok());
+  std::vector<VmaInfo> m = as_->Maps(kBase, kBase + 8 * P);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(AddressSpace::VmFlagsString(m[0].flags), "rd wr mr mw me ac");
+  EXPECT_EQ(AddressSpace::VmFlagsString(m[1].flags), "rd wr sh mr mw me ms");
+  EXPECT_EQ(m[0].name, dir_.Host("fileA"));
+  struct stat st;
+  ASSERT_EQ(stat(dir_.Host("fileA").c_str(), &st), 0);
+  EXPECT_EQ(m[0].inode, st.st_ino);
+  EXPECT_EQ(ReadByte(0), 0x01);
+  EXPECT_FALSE(WriteByte(4 * P, 0x51).failed());
+  EXPECT_EQ(ReadByte(0), 0x51);  // the private page still shows the page cache
+  EXPECT_FALSE(WriteByte(P, 0x61).failed());  // COW of page 1
+  EXPECT_EQ(FileByte(id, P), 0x02);
+  EXPECT_EQ(ReadByte(5 * P), 0x02);
+  EXPECT_FALSE(WriteByte(5 * P, 0x52).failed());
+  EXPECT_EQ(ReadByte(P), 0x61);
+  EXPECT_EQ(FileByte(id, P), 0x52);
+  ASSERT_EQ(files_->Write(id, 2 * P, "\x71", 1).value, 1u);
+  EXPECT_EQ(ReadByte(2 * P), 0x71);
+  EXPECT_EQ(ReadByte(6 * P), 0x71);
+  ASSERT_TRUE(as_->Mprotect(kBase, 3 * P, PROT_READ).ok());
+  EXPECT_EQ(ReadByte(P), 0x61);  // mprotect keeps the copy
+  ASSERT_EQ(files_->Write(id, P, "\x72", 1).value, 1u);
+  EXPECT_EQ(ReadByte(P), 0x61);
+  EXPECT_EQ(ReadByte(0), 0x51);
+  const SpaceCounters c = as_->Counters();
+  EXPECT_EQ(c.anon_pages, 1u);  // the one COW copy
+  EXPECT_EQ(as_->Validate(), "");
+}
+
+TEST_P(FileMapTest, SigbusBeyondEofAndTruncateShrinkGrow) {
+  // Shared case 19.
+  auto f = OpenFileOf("fileA", 3 * P);
+  const uint64_t id = IdOf(f);
+  ASSERT_TRUE(Map(0, 3 * P, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0).ok());
+  ASSERT_TRUE(Map(8 * P, 3 * P, PROT_READ, MAP_PRIVATE, f, 0).ok());
+  std::vector<uint8_t> fill(3 * P, 0x21);
+  ASSERT_TRUE(as_->WriteMemory(kBase, fill.data(), fill.size()).ok());
+  EXPECT_EQ(ReadByte(8 * P + 0x10), 0x21);
+  EXPECT_EQ(ReadByte(9 * P), 0x21);
+  ASSERT_EQ(files_->Truncate(id, 0x10), 0);
+  EXPECT_EQ(ReadByte(0xf), 0x21);
+  EXPECT_EQ(ReadByte(0x10), 0x00);  // the EOF page's tail is zeroed
+  EXPECT_EQ(ReadByte(0xfff), 0x00);
+  FaultResult r = as_->Fault(kBase + P, AccessType::kRead);
+  EXPECT_EQ(r.outcome, FaultOutcome::kSigbus);
+  EXPECT_EQ(r.sig_code, kBusAdrerr);
+  EXPECT_EQ(r.sig_addr, kBase + P);
+  EXPECT_EQ(WriteByte(2 * P, 0x22).outcome, FaultOutcome::kSigbus);
+  EXPECT_EQ(ReadByte(8 * P + 0x10), 0x00);
+  EXPECT_EQ(as_->Fault(kBase + 9 * P, AccessType::kRead).outcome, FaultOutcome::kSigbus);
+  uint8_t b;
+  EXPECT_EQ(files_->Read(id, 0x10, &b, 1).value, 0u);
+  EXPECT_EQ(as_->Validate(), "");
+  ASSERT_EQ(files_->Truncate(id, 3 * P), 0);
+  EXPECT_EQ(ReadByte(P), 0x00);  // the data beyond the old EOF is gone
+  EXPECT_EQ(ReadByte(0x10), 0x00);
+  EXPECT_FALSE(WriteByte(2 * P, 0x23).failed());
+  EXPECT_EQ(FileByte(id, 2 * P), 0x23);
+  EXPECT_EQ(ReadByte(10 * P), 0x23);
+  ASSERT_TRUE(as_->Munmap(kBase, 3 * P).ok());
+  ASSERT_EQ(files_->Truncate(id, 0x10), 0);
+  FileStat st;
+  ASSERT_TRUE(files_->Stat(id, &st).ok());
+  EXPECT_EQ(st.size_bytes, 0x10u);
+  EXPECT_EQ(st.mapped_vmas, 1u);
+  EXPECT_EQ(dir_.HostSize("fileA"), 0x10u);
+}
+
+TEST_P(FileMapTest, MappingLongerThanTheFile) {
+  auto f = OpenFileOf("short", 100);
+  ASSERT_TRUE(Map(0, 4 * P, PROT_READ, MAP_SHARED, f, 0).ok());
+  EXPECT_EQ(ReadByte(200), 0);  // inside the EOF page: zero tail, no signal
+  EXPECT_EQ(ReadByte(99), 1);
+  FaultResult r = as_->Fault(kBase + P + 7, AccessType::kRead);
+  EXPECT_EQ(r.outcome, FaultOutcome::kSigbus);
+  EXPECT_EQ(r.sig_addr, kBase + P + 7);
+}
+
+TEST_P(FileMapTest, SharedCoherenceWithPreadPwrite) {
+  // Shared case 21.
+  auto f = OpenFileOf("fileA", 3 * P);
+  const uint64_t id = IdOf(f);
+  ASSERT_TRUE(Map(0, 3 * P, PROT_READ, MAP_SHARED, f, 0).ok());
+  ASSERT_TRUE(Map(8 * P, 2 * P, PROT_READ | PROT_WRITE, MAP_SHARED, f, P).ok());
+  ASSERT_TRUE(Map(16 * P, 3 * P, PROT_READ, MAP_PRIVATE, f, 0).ok());
+  EXPECT_EQ(ReadByte(0), 0x01);
+  ASSERT_EQ(files_->Write(id, 0, "\x2a", 1).value, 1u);
+  EXPECT_EQ(ReadByte(0), 0x2a);
+  EXPECT_EQ(ReadByte(16 * P), 0x2a);
+  EXPECT_FALSE(WriteByte(8 * P, 0x3b).failed());
+  EXPECT_EQ(FileByte(id, P), 0x3b);
+  EXPECT_EQ(ReadByte(P), 0x3b);
+  EXPECT_EQ(ReadByte(17 * P), 0x3b);
+  FaultResult r = WriteByte(0, 0x5d);
+  EXPECT_EQ(r.outcome, FaultOutcome::kSigsegv);
+  EXPECT_EQ(r.sig_code, kSegvAccerr);
+  ASSERT_TRUE(as_->Munmap(kBase + 8 * P, 2 * P).ok());
+  EXPECT_EQ(FileByte(id, P), 0x3b);  // munmap keeps the dirty page in the cache
+  FileStat st;
+  ASSERT_TRUE(files_->Stat(id, &st).ok());
+  EXPECT_EQ(st.dirty_pages, 2u);  // page 0 (pwrite) and page 1 (the store)
+  EXPECT_EQ(dir_.HostByte("fileA", P), 0x02);
+  EXPECT_EQ(files_->Fsync(id), 0);
+  EXPECT_EQ(dir_.HostByte("fileA", P), 0x3b);
+}
+
+TEST_P(FileMapTest, MadviseDontneedDropsPrivateCopies) {
+  // Shared case 23.
+  auto f = OpenFileOf("fileA", 4 * P);
+  const uint64_t id = IdOf(f);
+  ASSERT_TRUE(Map(0, 5 * P, PROT_READ | PROT_WRITE, MAP_PRIVATE, f, 0).ok());
+  ASSERT_TRUE(Map(8 * P, 2 * P, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0).ok());
+  std::vector<uint8_t> fill(4 * P, 0x71);
+  ASSERT_TRUE(as_->WriteMemory(kBase, fill.data(), fill.size()).ok());
+  EXPECT_EQ(FileByte(id, P), 0x02);
+  ASSERT_TRUE(as_->Madvise(kBase + P, P, MADV_DONTNEED).ok());
+  EXPECT_EQ(ReadByte(P), 0x02);
+  EXPECT_EQ(ReadByte(0), 0x71);
+  ASSERT_EQ(files_->Write(id, P, "\x62", 1).value, 1u);
+  EXPECT_EQ(ReadByte(P), 0x62);
+  ASSERT_EQ(files_->Write(id, 2 * P, "\x63", 1).value, 1u);
+  EXPECT_EQ(ReadByte(2 * P), 0x71);
+  EXPECT_FALSE(WriteByte(8 * P, 0x81).failed());
+  ASSERT_TRUE(as_->Madvise(kBase + 8 * P, 2 * P, MADV_DONTNEED).ok());
+  EXPECT_EQ(ReadByte(8 * P), 0x81);
+  ASSERT_TRUE(as_->Madvise(kBase + 4 * P, P, MADV_DONTNEED).ok());
+  EXPECT_EQ(as_->Fault(kBase + 4 * P, AccessType::kRead).outcome, FaultOutcome::kSigbus);
+  ASSERT_TRUE(as_->Madvise(kBase, 4 * P, MADV_DONTNEED).ok());
+  EXPECT_EQ(ReadByte(0), 0x81);
+  EXPECT_EQ(ReadByte(2 * P), 0x63);
+  EXPECT_EQ(as_->Counters().anon_pages, 0u);
+}
+
+TEST_P(FileMapTest, MergeNeedsTheSameFileAndContinuousOffsets) {
+  auto f = OpenFileOf("m", 8 * P);
+  auto g = OpenFileOf("n", 8 * P);
+  ASSERT_TRUE(Map(0, P, PROT_READ, MAP_PRIVATE, f, 0).ok());
+  ASSERT_TRUE(Map(P, P, PROT_READ, MAP_PRIVATE, f, P).ok());      // continues: merges
+  ASSERT_TRUE(Map(2 * P, P, PROT_READ, MAP_PRIVATE, f, 5 * P).ok());  // a jump: no merge
+  ASSERT_TRUE(Map(3 * P, P, PROT_READ, MAP_PRIVATE, g, 6 * P).ok());  // another file
+  std::vector<VmaInfo> m = as_->Maps(kBase, kBase + 4 * P);
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0].end, kBase + 2 * P);
+  EXPECT_EQ(m[1].offset, 5 * P);
+  EXPECT_EQ(m[2].offset, 6 * P);
+  // A split by mprotect keeps the offsets; restoring merges back.
+  ASSERT_TRUE(Map(8 * P, 4 * P, PROT_READ, MAP_SHARED, f, P).ok());
+  ASSERT_TRUE(as_->Mprotect(kBase + 9 * P, P, PROT_NONE).ok());
+  m = as_->Maps(kBase + 8 * P, kBase + 12 * P);
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[1].offset, 2 * P);
+  EXPECT_EQ(m[2].offset, 3 * P);
+  EXPECT_EQ(as_->Validate(), "");
+  ASSERT_TRUE(as_->Mprotect(kBase + 9 * P, P, PROT_READ).ok());
+  EXPECT_EQ(as_->Maps(kBase + 8 * P, kBase + 12 * P).size(), 1u);
+  FileStat st;
+  ASSERT_TRUE(files_->Stat(IdOf(f), &st).ok());
+  EXPECT_EQ(st.mapped_vmas, 3u);
+  EXPECT_EQ(AddressSpace::FormatMapsLine(as_->Maps(kBase + 8 * P, kBase + 9 * P)[0]).substr(0, 40),
+            "200000008000-20000000c000 r--s 00001000 ");
+}
+
+TEST_P(FileMapTest, MajorFaultOnMissMinorOnHitAndFaultAround) {
+  auto f = OpenFileOf("big", 64 * P);
+  ASSERT_TRUE(Map(0, 64 * P, PROT_READ, MAP_SHARED, f, 0).ok());
+  const uint64_t maj0 = Ev(Event::kPgmajfault), fa0 = Ev(Event::kFaultAroundPages);
+  AccessResult a = as_->Access(kBase, P, P, AccessType::kRead);  // nothing cached yet
+  EXPECT_EQ(a.major_faults, 1u);
+  EXPECT_EQ(Ev(Event::kPgmajfault) - maj0, 1u);
+  EXPECT_EQ(Ev(Event::kFaultAroundPages) - fa0, 0u);  // no neighbour was cached
+  // Read the whole file into the cache, drop the PTEs: now one read fault maps the
+  // 16-page window (fault_around_bytes 64 KiB) of cached pages.
+  std::vector<uint8_t> buf(64 * P);
+  ASSERT_EQ(files_->Read(IdOf(f), 0, buf.data(), buf.size()).value, buf.size());
+  ASSERT_TRUE(as_->Madvise(kBase, 64 * P, MADV_DONTNEED).ok());
+  a = as_->Access(kBase, 64 * P, P, AccessType::kRead);
+  EXPECT_EQ(a.faults, 4u);  // 64 pages / 16 per fault
+  EXPECT_EQ(a.major_faults, 0u);
+  EXPECT_EQ(Ev(Event::kFaultAroundPages) - fa0, 64u);
+  EXPECT_EQ(as_->Counters().file_pages, 64u);
+  // Writes to the shared mapping each fault once (read-only PTEs: dirty tracking).
+  ASSERT_TRUE(as_->Mprotect(kBase, 64 * P, PROT_READ).ok());
+  EXPECT_EQ(as_->Validate(), "");
+}
+
+TEST_P(FileMapTest, FaultAroundWindowIsClampedToTheVma) {
+  // A mapping starting 3 pages into a 16-page block: a fault on its page 5 maps its
+  // pages 0..15 (the window starts at the VMA), so the next fault is at page 16.
+  auto f = OpenFileOf("w", 64 * P);
+  std::vector<uint8_t> buf(64 * P);
+  ASSERT_EQ(files_->Read(IdOf(f), 0, buf.data(), buf.size()).value, buf.size());
+  ASSERT_TRUE(Map(3 * P, 40 * P, PROT_READ, MAP_PRIVATE, f, 0).ok());
+  ASSERT_FALSE(as_->Fault(kBase + 8 * P, AccessType::kRead).failed());
+  EXPECT_EQ(as_->Counters().file_pages, 16u);
+  EXPECT_EQ(as_->Fault(kBase + 18 * P, AccessType::kRead).outcome, FaultOutcome::kNone);
+  EXPECT_EQ(as_->Fault(kBase + 19 * P, AccessType::kRead).outcome, FaultOutcome::kMinor);
+}
+
+TEST_P(FileMapTest, FileFaultLockPathPerProfile) {
+  auto f = OpenFileOf("p", 4 * P);
+  ASSERT_TRUE(Map(0, 4 * P, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0).ok());
+  const uint64_t retry0 = Ev(Event::kVmaLockRetryFile);
+  FaultResult r = as_->Fault(kBase, AccessType::kRead);
+  ASSERT_EQ(r.outcome, FaultOutcome::kMajor);
+  const LockingProfile& p = opts_.profile;
+  if (p.vma_lock == VmaLockMode::kAll) {
+    EXPECT_EQ(r.path, LockPath::kVmaLock);
+    EXPECT_EQ(Ev(Event::kVmaLockRetryFile) - retry0, 0u);
+  } else {
+    EXPECT_EQ(r.path, LockPath::kMmapLock);
+    EXPECT_EQ(Ev(Event::kVmaLockRetryFile) - retry0, p.vma_lock == VmaLockMode::kAnon ? 1u : 0u);
+  }
+}
+
+TEST_P(FileMapTest, MsyncWritesBackSharedDirtyPages) {
+  auto f = OpenFileOf("s", 2 * P);
+  ASSERT_TRUE(Map(0, 2 * P, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0).ok());
+  EXPECT_FALSE(WriteByte(P + 1, 0x99).failed());
+  EXPECT_EQ(dir_.HostByte("s", P + 1), 0x02);
+  EXPECT_EQ(as_->Msync(kBase, 2 * P, MS_ASYNC).error, 0);
+  EXPECT_EQ(as_->Msync(kBase + 1, P, MS_SYNC).error, EINVAL);
+  EXPECT_EQ(as_->Msync(kBase, P, MS_SYNC | MS_ASYNC).error, EINVAL);
+  EXPECT_EQ(as_->Msync(kBase, P, 8).error, EINVAL);
+  EXPECT_EQ(as_->Msync(kBase, 2 * P, MS_SYNC).error, 0);
+  EXPECT_EQ(dir_.HostByte("s", P + 1), 0x99);
+  // After writeback the PTE is write-protected: the next store dirties the page again.
+  EXPECT_EQ(as_->Fault(kBase + P + 2, AccessType::kWrite).outcome, FaultOutcome::kMinor);
+  EXPECT_FALSE(WriteByte(P + 2, 0x98).failed());
+  FileStat st;
+  ASSERT_TRUE(files_->Stat(IdOf(f), &st).ok());
+  EXPECT_EQ(st.dirty_pages, 1u);
+  EXPECT_EQ(as_->Msync(kBase, 4 * P, MS_SYNC).error, ENOMEM);  // a hole after the mapping
+  EXPECT_EQ(dir_.HostByte("s", P + 2), 0x98);
+}
+
+TEST_P(FileMapTest, SharedAnonymousIsAnUnnamedShmemFile) {
+  ASSERT_TRUE(as_->Mmap(kBase, 2 * P, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED).ok());
+  std::vector<VmaInfo> m = as_->Maps(kBase, kBase + 2 * P);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].name, "/dev/zero (deleted)");
+  EXPECT_TRUE(m[0].shmem);
+  EXPECT_EQ(m[0].dev_minor, 1u);
+  EXPECT_EQ(ReadByte(P), 0);
+  EXPECT_FALSE(WriteByte(P, 7).failed());
+  EXPECT_EQ(as_->Counters().shmem_pages, 1u);
+  SysResult mfd = files_->CreateShmem("mfdA", P);
+  ASSERT_TRUE(mfd.ok());
+  ASSERT_TRUE(Map(4 * P, P, PROT_READ | PROT_WRITE, MAP_SHARED, files_->Get(mfd.value), 0).ok());
+  EXPECT_EQ(as_->Maps(kBase + 4 * P, kBase + 5 * P)[0].name, "/memfd:mfdA (deleted)");
+  EXPECT_FALSE(WriteByte(4 * P, 0x44).failed());
+  EXPECT_EQ(FileByte(mfd.value, 0), 0x44);
+  EXPECT_EQ(as_->Fault(kBase + 4 * P, AccessType::kWrite).outcome, FaultOutcome::kNone);  // writable at once
+}
+
+TEST_P(FileMapTest, TruncateReachesEverySpace) {
+  auto f = OpenFileOf("t", 8 * P);
+  const uint64_t id = IdOf(f);
+  AddressSpace other(frames_, opts_);
+  ASSERT_TRUE(Map(0, 8 * P, PROT_READ | PROT_WRITE, MAP_PRIVATE, f, 0).ok());
+  ASSERT_TRUE(other.Mmap(kBase, 8 * P, PROT_READ, MAP_SHARED | MAP_FIXED, 0, f).ok());
+  std::vector<uint8_t> fill(8 * P, 0x5a);
+  ASSERT_TRUE(as_->WriteMemory(kBase, fill.data(), fill.size()).ok());  // 8 COW copies
+  ASSERT_TRUE(other.Access(kBase, 8 * P, P, AccessType::kRead).ok());
+  EXPECT_EQ(as_->Counters().anon_pages, 8u);
+  ASSERT_EQ(files_->Truncate(id, 2 * P), 0);
+  EXPECT_EQ(as_->Counters().anon_pages, 2u);  // COW copies beyond EOF are gone (even_cows)
+  EXPECT_EQ(other.Counters().file_pages, 2u);
+  EXPECT_EQ(as_->Fault(kBase + 5 * P, AccessType::kRead).outcome, FaultOutcome::kSigbus);
+  EXPECT_EQ(other.Fault(kBase + 2 * P, AccessType::kRead).outcome, FaultOutcome::kSigbus);
+  EXPECT_EQ(ReadByte(P), 0x5a);  // the copies below EOF stay
+  EXPECT_EQ(as_->Validate(), "");
+  EXPECT_EQ(other.Validate(), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, FileMapTest, testing_profiles::AllProfiles(), testing_profiles::ProfileName());
+
+}  // namespace
+}  // namespace vmspace
