@@ -224,8 +224,12 @@ int main(int argc, char** argv) {
         &frames,
         [&registry] {
           const vmspace::rpc::SpaceTotals t = registry.Totals();
-          return vmspace::metrics::SpaceGauges{t.spaces, t.vmas, t.resident_bytes,
-                                               t.pagetable_bytes};
+          return vmspace::metrics::SpaceGauges{t.spaces,
+                                               t.vmas,
+                                               t.resident_bytes,
+                                               t.pagetable_bytes,
+                                               t.page_cache_pages * 4096,
+                                               t.page_cache_dirty_pages * 4096};
         },
         VMSPACE_VERSION);
     exposer->RegisterCollectable(collector, "/metrics");

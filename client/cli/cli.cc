@@ -39,9 +39,14 @@ using client::Hex;
 using Json = nlohmann::ordered_json;
 namespace v1 = ::vmspace::v1;
 
-/// Engine event names (EventName) of the file workloads' columns.
-constexpr const char* kEventFaultAround = "fault_around";  // pages mapped by fault-around
-constexpr const char* kEventRetry = "vma_lock_retry";      // VMA-lock faults redone under mmap_lock
+/// Engine event name (EventName) of the pages fault-around mapped (the faulting one included).
+constexpr const char* kEventFaultAround = "fault_around_pages";
+
+/// VMA-lock faults redone under mmap_lock, every reason (nullopt without lock figures).
+std::optional<uint64_t> Retries(const std::optional<bench::LockFigures>& l) {
+  if (!l) return std::nullopt;
+  return l->event("vma_lock_retry_file") + l->event("vma_lock_retry_anon_vma");
+}
 
 /// A usage error: printed with the command's usage, exit code 2.
 struct UsageError {
@@ -897,7 +902,7 @@ Json BenchResultJson(const bench::BenchResult& r, bool mixed) {
 void AddFileFields(Json& j, const bench::BenchResult& r) {
   j["pgmajfault"] = r.major_faults;
   j["fault_around_pages"] = r.locks ? Json(r.locks->event(kEventFaultAround)) : Json(nullptr);
-  j["retries"] = r.locks ? Json(r.locks->event(kEventRetry)) : Json(nullptr);
+  j["retries"] = Retries(r.locks) ? Json(*Retries(r.locks)) : Json(nullptr);
   j["files"] = {{"count", r.files}, {"shmem", r.shmem_files}};
 }
 
@@ -909,7 +914,7 @@ std::string FileColumns(const bench::BenchResult* r, std::optional<double> x_nat
   } else {
     snprintf(b, sizeof b, " %9s %10llu %10s %9s", Num(x_native, "%.3fx").c_str(),
              static_cast<unsigned long long>(r->major_faults), Count(r->locks, kEventFaultAround).c_str(),
-             Count(r->locks, kEventRetry).c_str());
+             Retries(r->locks) ? std::to_string(*Retries(r->locks)).c_str() : "-");
   }
   return b;
 }

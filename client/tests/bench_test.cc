@@ -138,12 +138,18 @@ TEST(BenchCli, FileWorkloadsInprocessBesideNative) {
     EXPECT_GT(j["native"]["ops"].get<uint64_t>(), 0u);
     EXPECT_GT(r["ratio_vs_native"].get<double>(), 0);
     const bool mmap_only = std::string(w) == "mmap2";
-    for (const json* x : {&r, &j["native"]}) {
+    const json& native = j["native"];
+    for (const json* x : {&r, &native}) {
       // A fault per page at most (fault-around maps several per read fault); none for mmap2.
-      if (mmap_only) EXPECT_EQ((*x)["faults"], 0);
-      else EXPECT_LE((*x)["faults"].get<uint64_t>(), (*x)["ops"].get<uint64_t>());
+      if (mmap_only) {
+        EXPECT_EQ((*x)["faults"], 0);
+      } else {
+        EXPECT_LE((*x)["faults"].get<uint64_t>(), (*x)["ops"].get<uint64_t>());
+      }
     }
-    if (!mmap_only) EXPECT_GT(r["faults"].get<uint64_t>(), 0u);
+    if (!mmap_only) {
+      EXPECT_GT(r["faults"].get<uint64_t>(), 0u);
+    }
   }
   CliRun skip = Cli({"bench", "page_fault3", "--duration", "100ms", "--skip-native", "--json", "--quiet"});
   ASSERT_EQ(skip.code, kExitOk) << skip.err;

@@ -63,11 +63,13 @@ struct FaultEventLabel {
   Event event;
   const char* outcome;
 };
-// vmspace_faults_total{type, outcome}: the type is the engine's event name.
+// vmspace_faults_total{type, outcome}: the type is the engine's event name. File faults
+// are "handled": minor or major (the major ones are also vmspace_pgmajfault_total).
 constexpr FaultEventLabel kFaultEvents[] = {
     {Event::kFaultAnonZero, "minor"},    {Event::kFaultAnonWrite, "minor"},
     {Event::kFaultWpZero, "minor"},      {Event::kFaultWpReuse, "minor"},
-    {Event::kFaultShmem, "minor"},       {Event::kFaultSegvMaperr, "sigsegv"},
+    {Event::kFaultShmem, "minor"},       {Event::kFaultFile, "handled"},
+    {Event::kFaultFileCow, "handled"},   {Event::kFaultSegvMaperr, "sigsegv"},
     {Event::kFaultSegvAccerr, "sigsegv"}, {Event::kFaultSigbus, "sigbus"},
     {Event::kFaultOom, "oom"},
 };
@@ -129,7 +131,7 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
   // Faults.
   auto faults = Family("vmspace_faults_total",
                        "Simulated accesses by handler path (type) and outcome "
-                       "(minor, sigsegv, sigbus, oom).",
+                       "(minor, handled = minor or major, sigsegv, sigbus, oom).",
                        MetricType::Counter);
   for (const auto& [profile, ps] : slots)
     for (const auto& fe : kFaultEvents)
@@ -141,10 +143,28 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
     AddValue(f, {}, static_cast<double>(s.event(e)));
     out.push_back(std::move(f));
   };
-  // No pgmajfault and no vma_lock retry series: nothing produces them until file
-  // mappings (I/O, VM_FAULT_RETRY) are modelled.
   single("vmspace_pgfault_total", "Page faults handled, as /proc/vmstat pgfault.",
          Event::kPgfault);
+  single("vmspace_pgmajfault_total",
+         "Page faults that read the page from a file's backing store, as /proc/vmstat pgmajfault.",
+         Event::kPgmajfault);
+  auto around = Family("vmspace_fault_around_pages_total",
+                       "PTEs installed by fault-around (filemap_map_pages), the faulting page included.",
+                       MetricType::Counter);
+  auto retries = Family("vmspace_fault_retries_total",
+                        "Per-VMA-lock faults redone under mmap_lock (VM_FAULT_RETRY), by reason: file "
+                        "(a file VMA the profile does not fault under the VMA lock), anon_vma (a COW "
+                        "fault that must allocate the anon_vma).",
+                        MetricType::Counter);
+  for (const auto& [profile, ps] : slots) {
+    AddValue(around, {{"profile", profile}}, static_cast<double>(ps.event(Event::kFaultAroundPages)));
+    AddValue(retries, {{"reason", "file"}, {"profile", profile}},
+             static_cast<double>(ps.event(Event::kVmaLockRetryFile)));
+    AddValue(retries, {{"reason", "anon_vma"}, {"profile", profile}},
+             static_cast<double>(ps.event(Event::kVmaLockRetryAnonVma)));
+  }
+  out.push_back(std::move(around));
+  out.push_back(std::move(retries));
   auto vmalock = Family("vmspace_vma_lock_total",
                         "Per-VMA-lock fault attempts by result (as /proc/vmstat "
                         "vma_lock_success/abort/miss).",
@@ -240,6 +260,10 @@ std::vector<MetricFamily> Collector::Collect() const {
   gauge("vmspace_resident_bytes", "Bytes of present PTEs in all spaces (rss).",
         g.resident_bytes);
   gauge("vmspace_pagetable_bytes", "Page-table bytes in all spaces.", g.pagetable_bytes);
+  gauge("vmspace_page_cache_bytes", "Bytes of file pages in the page caches of the daemon's files.",
+        g.page_cache_bytes);
+  gauge("vmspace_page_cache_dirty_bytes",
+        "Bytes of page-cache pages not yet written back to their host files.", g.page_cache_dirty_bytes);
   gauge("vmspace_frame_bytes", "Page-frame memory in use, bytes.",
         frames_ ? frames_->in_use_bytes() : 0);
   gauge("vmspace_frame_limit_bytes",

@@ -24,6 +24,8 @@ struct SpaceGauges {
   uint64_t vmas = 0;             // sum of map_count
   uint64_t resident_bytes = 0;   // sum of present PTEs * 4096
   uint64_t pagetable_bytes = 0;  // sum of page-table bytes
+  uint64_t page_cache_bytes = 0;        // pages in the files' page caches * 4096
+  uint64_t page_cache_dirty_bytes = 0;  // of them not yet written back * 4096
 };
 
 /// A prometheus-cpp Collectable exporting the families listed in collector.cc

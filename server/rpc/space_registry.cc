@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <mutex>
+#include <set>
+#include <tuple>
 
 namespace vmspace::rpc {
 
@@ -75,6 +77,12 @@ SpaceTotals SpaceRegistry::Totals() const {
     t.vmas += c.map_count;
     t.resident_bytes += c.rss_pages * kPageSize;
     t.pagetable_bytes += c.pgtable_bytes;
+  }
+  std::set<std::tuple<uint32_t, uint32_t, uint64_t>> seen;  // (dev major, minor, inode)
+  for (const FileStat& st : files_.List()) {
+    if (!seen.insert({st.dev_major, st.dev_minor, st.inode}).second) continue;
+    t.page_cache_pages += st.cached_pages;
+    t.page_cache_dirty_pages += st.dirty_pages;
   }
   return t;
 }

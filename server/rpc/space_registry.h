@@ -39,6 +39,8 @@ struct Space {
 
 /// Sums over all live spaces (for the metrics gauges).
 struct SpaceTotals {
+  uint64_t page_cache_pages = 0;  // over the open files, each file once
+  uint64_t page_cache_dirty_pages = 0;
   uint64_t spaces = 0;
   uint64_t vmas = 0;             // sum of map_count
   uint64_t resident_bytes = 0;   // sum of rss_pages * 4096
@@ -84,7 +86,8 @@ class SpaceRegistry {
   /// All live spaces, ordered by id. Takes each shard lock for read in turn.
   std::vector<std::shared_ptr<Space>> List() const;
 
-  /// Totals over List(): calls AddressSpace::Counters() on every space.
+  /// Totals over List(): calls AddressSpace::Counters() on every space; and the page
+  /// caches of the open files (FileTable::List, each inode once).
   SpaceTotals Totals() const;
 
   /// Number of live spaces (exact between Create/Destroy calls).

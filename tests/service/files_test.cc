@@ -373,6 +373,80 @@ TEST_F(FilesTest, RestartKeepsSharedWrites) {
   EXPECT_EQ(again.value().major_faults(), 0u);
 }
 
+// /metrics: page-cache gauges, pgmajfault, fault-around pages and retries by profile.
+TEST(FilesMetrics, CountTheFileWork) {
+  TempDir dir;
+  {
+    std::ofstream f(dir.path() + "/m.bin", std::ios::binary);
+    f << std::string(16 * kPage, 'm');
+  }
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--data-dir=" + dir.path(), "--metrics-listen=127.0.0.1:0"})) << d.stderr_text();
+  ClientOptions o;
+  o.target = d.grpc_addr();
+  Client cl(o);
+  auto scrape = [&] {
+    int status = 0;
+    Samples s = ParseMetrics(HttpGet(d.metrics_port(), "/metrics", &status));
+    EXPECT_EQ(status, 200);
+    return s;
+  };
+  const std::string cache = SeriesKey("vmspace_page_cache_bytes");
+  const std::string dirty = SeriesKey("vmspace_page_cache_dirty_bytes");
+  const std::string majflt = SeriesKey("vmspace_pgmajfault_total");
+  auto around = [](const std::string& p) { return SeriesKey("vmspace_fault_around_pages_total", {{"profile", p}}); };
+  auto retry = [](const std::string& p) {
+    return SeriesKey("vmspace_fault_retries_total", {{"profile", p}, {"reason", "file"}});
+  };
+  Samples s0 = scrape();
+  EXPECT_EQ(Get(s0, cache), 0);
+  EXPECT_EQ(Get(s0, majflt), 0);
+  EXPECT_EQ(Get(s0, around("linux-6.6")), 0);
+  EXPECT_EQ(Get(s0, retry("linux-6.4")), 0);
+  EXPECT_EQ(Get(s0, SeriesKey("vmspace_lock_acquisitions_total",
+                              {{"lock", "i_mmap_rwsem"}, {"mode", "write"}, {"profile", "linux-6.6"}})),
+            0);
+
+  const uint64_t f = cl.OpenFile(Open("m.bin", true, false)).value();
+  v1::SpaceSettings v64;
+  v64.set_locking_profile("linux-6.4");
+  const uint64_t sp66 = cl.CreateSpace().value(), sp64 = cl.CreateSpace(v64).value();
+  constexpr uint64_t kAt = 0x10000000;  // 64 KiB aligned: the whole window is in the VMA
+  for (uint64_t sp : {sp66, sp64})
+    ASSERT_TRUE(cl.Mmap(sp, kAt, 16 * kPage, PROT_READ, MAP_SHARED | MAP_FIXED, 0, f).ok());
+  // A miss reads the host file: one major fault.
+  auto first = cl.Fault(sp66, kAt, v1::ACCESS_READ);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first.value().outcome(), v1::FAULT_OUTCOME_MAJOR);
+  Samples s1 = scrape();
+  EXPECT_EQ(Get(s1, majflt), 1);
+  // The rest of the file into the page cache, then a read fault in each profile maps the
+  // whole 64 KiB window; under linux-6.4 only after a retry under mmap_lock.
+  ASSERT_EQ(cl.ReadFile(f, 0, 16 * kPage).value().size(), 16 * kPage);
+  EXPECT_EQ(Get(scrape(), cache), 16 * kPage);
+  const Samples s2 = scrape();
+  ASSERT_TRUE(cl.Fault(sp66, kAt + 5 * kPage, v1::ACCESS_READ).ok());
+  auto f64 = cl.Fault(sp64, kAt + 5 * kPage, v1::ACCESS_READ);
+  ASSERT_TRUE(f64.ok());
+  EXPECT_EQ(f64.value().outcome(), v1::FAULT_OUTCOME_MINOR);
+  EXPECT_EQ(f64.value().lock_path(), v1::LOCK_PATH_MMAP_LOCK);
+  const Samples s3 = scrape();
+  EXPECT_EQ(Get(s3, majflt), 1);
+  EXPECT_EQ(Get(s3, around("linux-6.6")) - Get(s2, around("linux-6.6")), 15);  // page 0 was mapped already
+  EXPECT_EQ(Get(s3, around("linux-6.4")) - Get(s2, around("linux-6.4")), 16);
+  EXPECT_EQ(Get(s3, retry("linux-6.4")) - Get(s2, retry("linux-6.4")), 1);
+  EXPECT_EQ(Get(s3, retry("linux-6.6")), 0);
+  EXPECT_GE(Get(s3, SeriesKey("vmspace_lock_acquisitions_total",
+                              {{"lock", "i_mmap_rwsem"}, {"mode", "write"}, {"profile", "linux-6.6"}})),
+            1);
+  // A pwrite dirties a page until fsync.
+  ASSERT_TRUE(cl.WriteFile(f, 0, "d").ok());
+  EXPECT_EQ(Get(scrape(), dirty), kPage);
+  ASSERT_TRUE(cl.FsyncFile(f).ok());
+  EXPECT_EQ(Get(scrape(), dirty), 0);
+  EXPECT_EQ(d.Stop(), 0);
+}
+
 // Without --data-dir host files are off (EACCES, saying so); shmem files still work.
 TEST(FilesNoDataDir, HostFilesRefused) {
   Daemon d;
