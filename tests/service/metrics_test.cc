@@ -70,15 +70,20 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
         "vmspace_pagetable_bytes", "vmspace_frame_bytes", "vmspace_frame_limit_bytes",
         "vmspace_lock_acquisitions_total", "vmspace_lock_contentions_total",
         "vmspace_lock_wait_seconds", "vmspace_lock_hold_seconds", "vmspace_faults_total",
-        "vmspace_pgfault_total", "vmspace_vma_lock_total",
+        "vmspace_pgfault_total", "vmspace_vma_lock_total", "vmspace_pgmajfault_total",
+        "vmspace_fault_around_pages_total", "vmspace_fault_retries_total", "vmspace_page_cache_bytes",
+        "vmspace_page_cache_dirty_bytes",
         "vmspace_ops_total", "grpc_server_started_total", "grpc_server_handled_total",
         "grpc_server_handling_seconds", "grpc_server_msg_received_total",
         "grpc_server_msg_sent_total"}) {
     EXPECT_NE(body.find(std::string("# TYPE ") + family + " "), std::string::npos) << family;
   }
-  // Nothing produces major faults or VMA-lock retries until file mappings land: no series.
-  EXPECT_EQ(body.find("pgmajfault"), std::string::npos);
-  EXPECT_EQ(body.find("result=\"retry\""), std::string::npos);
+  // Anonymous work only: no major fault, no fault-around, no retry, no page cache.
+  const Samples anon = ParseMetrics(body);
+  EXPECT_EQ(Get(anon, SeriesKey("vmspace_pgmajfault_total")), 0);
+  EXPECT_EQ(Get(anon, SeriesKey("vmspace_fault_around_pages_total", {{"profile", "linux-6.6"}})), 0);
+  EXPECT_EQ(Get(anon, SeriesKey("vmspace_fault_retries_total", {{"profile", "linux-6.6"}, {"reason", "file"}})), 0);
+  EXPECT_EQ(Get(anon, SeriesKey("vmspace_page_cache_bytes")), 0);
   const Samples s = ParseMetrics(body);
   EXPECT_EQ(Get(s, SeriesKey("vmspace_build_info", {{"version", "0.1.0"}})), 1);
   EXPECT_GE(Get(s, SeriesKey("vmspace_lock_acquisitions_total",
