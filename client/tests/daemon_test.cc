@@ -274,7 +274,8 @@ TEST_F(DaemonTest, FileSubcommands) {
   ProcResult dump = Cli({"file", "read", fid, "--offset", "4096", "--len", "5"});
   EXPECT_NE(dump.out.find("hello"), std::string::npos) << dump.out;
   bool listed = false;
-  for (const json& x : CliJson({"file", "ls"})["files"]) listed |= x["file_id"] == f;
+  const json files = CliJson({"file", "ls"});
+  for (const json& x : files["files"]) listed |= x["file_id"] == f;
   EXPECT_TRUE(listed);
   ProcResult ls = Cli({"file", "ls"});
   EXPECT_NE(ls.out.find("notes.bin"), std::string::npos) << ls.out;
@@ -335,7 +336,8 @@ TEST_F(DaemonTest, BenchPageFault4) {
     EXPECT_GT(j["native"]["ops"].get<uint64_t>(), 0u);
     EXPECT_GT(r["ratio_vs_native"].get<double>(), 0);
   }
-  for (const json& x : CliJson({"file", "ls"})["files"])  // the bench closed its files
+  const json files = CliJson({"file", "ls"});
+  for (const json& x : files["files"])  // the bench closed its files
     EXPECT_EQ(x["path"].get<std::string>().rfind("vmspace-bench-", 0), std::string::npos) << x.dump();
 }
 
