@@ -21,7 +21,9 @@
 
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
+#include <absl/flags/reflection.h>
 #include <absl/flags/usage.h>
+#include <absl/strings/match.h>
 #include <absl/synchronization/mutex.h>
 #include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -40,8 +42,10 @@
 
 // Last: glibc's <signal.h> defines si_addr as a macro, which breaks the generated
 // FaultInfo::si_addr() accessor if it comes first.
+#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #ifndef VMSPACE_VERSION
@@ -54,9 +58,21 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics listen address host:port; \"\" or \"off\" disables");
 ABSL_FLAG(uint64_t, max_spaces, 1024, "Most address spaces alive at once");
 ABSL_FLAG(uint64_t, max_frame_bytes, 4ull << 30,
-          "Daemon-wide limit on page-frame memory in bytes (0 = unlimited)");
+          "Daemon-wide limit on page-frame memory in bytes, page tables included (0 = unlimited)");
 ABSL_FLAG(uint64_t, max_io_bytes, 1ull << 20, "Most bytes per ReadMemory/WriteMemory");
 ABSL_FLAG(uint64_t, max_batch, 4096, "Most ops per Batch message");
+ABSL_FLAG(uint64_t, max_access_touches, 1ull << 30,
+          "Most touches (len / stride) of one Access call or op; more is INVALID_ARGUMENT");
+ABSL_FLAG(uint64_t, max_streams, 64,
+          "Most Batch streams open at once; one more is RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint64_t, max_calls_per_connection, 100,
+          "Most calls in flight on one client connection (HTTP/2 max concurrent streams; "
+          "the client queues more)");
+ABSL_FLAG(uint64_t, max_map_count_limit, 65530,
+          "Highest max_map_count a space may ask for, and every space's default");
+ABSL_FLAG(int64_t, deferred_flush_ms, 200,
+          "How often frees a space keeps for batching are handed to RCU (an idle space's "
+          "last batch is uncharged within this plus a grace period)");
 ABSL_FLAG(uint64_t, max_message_bytes, 16ull << 20,
           "Largest gRPC message received or sent, bytes");
 ABSL_FLAG(std::string, lock_stats, "on", "Lock wait/hold timing: on|off");
@@ -144,12 +160,69 @@ int Fail(const std::string& msg) {
   return 1;
 }
 
+/// --help / -h: the usage message and this file's flags (spelt with dashes), with
+/// their defaults, on stdout. (Abseil's own --help lists only flags of a file named
+/// like the program, none here, and exits 1.)
+bool HandleHelp(int argc, char** argv) {
+  bool help = false;
+  for (int i = 1; i < argc; i++) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h" || a == "--helpfull") help = true;
+  }
+  if (!help) return false;
+  printf("%s\n\nFlags:\n", absl::ProgramUsageMessage().data());
+  std::vector<const absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags())
+    if (absl::EndsWith(flag->Filename(), "server/main.cc")) flags.push_back(flag);
+  std::sort(flags.begin(), flags.end(),
+            [](const auto* a, const auto* b) { return a->Name() < b->Name(); });
+  for (const absl::CommandLineFlag* f : flags) {
+    std::string name(f->Name());
+    std::replace(name.begin(), name.end(), '_', '-');
+    printf("  --%s (%s; default: %s)\n", name.c_str(), f->Help().c_str(),
+           f->DefaultValue().c_str());
+  }
+  return true;
+}
+
+/// Destroys the metrics exposer promptly. civetweb's master thread polls its listening
+/// sockets with a 2 s timeout (SOCKET_TIMEOUT_QUANTUM) and looks at the stop flag only
+/// between polls, so mg_stop waits up to 2 s; a connection to the listener wakes the
+/// poll. Connects to `host:port` (a wildcard host as loopback) until the stop is done.
+void StopExposer(std::unique_ptr<prometheus::Exposer>& exposer, std::string host, int port) {
+  if (!exposer) return;
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (host.empty() || host == "0.0.0.0" || host == "localhost") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  std::atomic<bool> stopped{false};
+  std::thread waker([&] {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+    addrinfo* ai = nullptr;
+    if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &ai) != 0) return;
+    while (!stopped.load()) {
+      const int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd >= 0) {
+        connect(fd, ai->ai_addr, ai->ai_addrlen);
+        close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    freeaddrinfo(ai);
+  });
+  exposer.reset();
+  stopped.store(true);
+  waker.join();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "vmspaced: Linux-faithful virtual address spaces over gRPC.\n"
       "Flags may be spelt with dashes or underscores (--max-spaces = --max_spaces).");
+  if (HandleHelp(argc, argv)) return 0;
   std::vector<std::string> arg_store;
   std::vector<char*> args = DashesToUnderscores(argc, argv, arg_store);
   absl::ParseCommandLine(argc, args.data());
@@ -160,6 +233,7 @@ int main(int argc, char** argv) {
   if (!vmspace::rpc::ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level))
     return Fail("--log-level must be error, warn, info or debug");
   vmspace::rpc::SetLogLevel(level);
+  vmspace::rpc::RouteProtobufLogs();
 
   const std::string lock_stats = absl::GetFlag(FLAGS_lock_stats);
   if (lock_stats != "on" && lock_stats != "off") return Fail("--lock-stats must be on or off");
@@ -168,6 +242,14 @@ int main(int argc, char** argv) {
   vmspace::rpc::ServiceOptions options;
   options.max_io_bytes = absl::GetFlag(FLAGS_max_io_bytes);
   options.max_batch = absl::GetFlag(FLAGS_max_batch);
+  options.max_access_touches = absl::GetFlag(FLAGS_max_access_touches);
+  options.max_streams = absl::GetFlag(FLAGS_max_streams);
+  options.max_map_count_limit = absl::GetFlag(FLAGS_max_map_count_limit);
+  const uint64_t max_calls_per_connection = absl::GetFlag(FLAGS_max_calls_per_connection);
+  if (max_calls_per_connection < 1 || max_calls_per_connection > INT32_MAX)
+    return Fail("--max-calls-per-connection must be in [1, 2^31)");
+  const int64_t flush_ms = absl::GetFlag(FLAGS_deferred_flush_ms);
+  if (flush_ms < 1) return Fail("--deferred-flush-ms must be >= 1");
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   if (options.max_message_bytes < 4096 || options.max_message_bytes > INT32_MAX)
     return Fail("--max-message-bytes must be in [4096, 2^31)");
@@ -213,6 +295,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<prometheus::Exposer> exposer;
   std::shared_ptr<vmspace::metrics::Collector> collector;
   std::string metrics_addr = "off";
+  int metrics_port = 0;
   if (!metrics_listen.empty() && metrics_listen != "off") {
     try {
       exposer = std::make_unique<prometheus::Exposer>(metrics_listen, 2);
@@ -234,6 +317,7 @@ int main(int argc, char** argv) {
         VMSPACE_VERSION);
     exposer->RegisterCollectable(collector, "/metrics");
     const std::vector<int> ports = exposer->GetListeningPorts();
+    if (!ports.empty()) metrics_port = ports[0];
     metrics_addr = HostOf(metrics_listen) + ":" +
                    (ports.empty() ? std::string("?") : std::to_string(ports[0]));
   }
@@ -246,6 +330,9 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &grpc_port);
   // gRPC sets SO_REUSEPORT by default: a second daemon would silently share the port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(max_calls_per_connection));
+  builder.experimental().SetInterceptorCreators(vmspace::rpc::ServiceInterceptors());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   builder.RegisterService(&service);
@@ -268,6 +355,19 @@ int main(int argc, char** argv) {
        static_cast<unsigned long long>(options.max_batch),
        static_cast<unsigned long long>(options.max_message_bytes), lock_stats.c_str(),
        options.default_profile.Describe().c_str(), data_dir.empty() ? "(none)" : data_dir.c_str());
+
+  // Frees a space keeps back for batching (its mmu_gather) are handed to RCU every
+  // --deferred-flush-ms, so memory an idle space freed is uncharged.
+  absl::Mutex flush_mu;
+  bool flush_stop = false;
+  std::thread flusher([&] {
+    absl::MutexLock l(&flush_mu);
+    while (!flush_mu.AwaitWithTimeout(absl::Condition(&flush_stop), absl::Milliseconds(flush_ms))) {
+      flush_mu.Unlock();
+      frames.FlushDeferredFrees();
+      flush_mu.Lock();
+    }
+  });
 
   std::chrono::steady_clock::time_point stop_t0;
   std::thread stopper([&] {
@@ -299,8 +399,13 @@ int main(int argc, char** argv) {
   });
   server->Wait();
   stopper.join();
+  {
+    absl::MutexLock l(&flush_mu);
+    flush_stop = true;
+  }
+  flusher.join();
   const auto drained = std::chrono::steady_clock::now();
-  exposer.reset();  // civetweb's stop takes up to ~1 s
+  StopExposer(exposer, HostOf(metrics_listen), metrics_port);
   auto ms = [](auto d) {
     return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
   };

@@ -40,11 +40,18 @@ struct FrameAllocator::State {
   }
   void* CarveFrame();
   void* TakeFromGlobal(Shard& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Takes one frame of the limit from the shard's budget (refilled from the global
+  // limit); false if the limit is reached. Unreserve gives one back.
+  bool Reserve(Shard& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  void Unreserve(Shard& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   void DebugAlloc(void* f);
   void DebugFree(void* f);
 
   const uint64_t limit_frames;  // 0 = unlimited
-  std::atomic<uint64_t> reserved_frames{0};  // sum of budgets + frames in use
+  std::atomic<uint64_t> reserved_frames{0};  // sum of budgets + frames and tables in use
+  std::atomic<int64_t> table_frames{0};      // page-table pages charged (ChargeTable)
+  Mutex reclaim_mu{LockRank::kReclaim};
+  std::vector<DeferredFrees*> deferred ABSL_GUARDED_BY(reclaim_mu);
   std::array<Shard, kShards> shards;
   Mutex chunk_mu{LockRank::kFrameChunk};
   std::vector<void*> chunks ABSL_GUARDED_BY(chunk_mu);       // 2 MiB host mappings
@@ -108,24 +115,38 @@ void FrameAllocator::State::DebugFree(void* f) {
   }
 }
 
+bool FrameAllocator::State::Reserve(Shard& s) {
+  if (limit_frames == 0) return true;
+  if (s.budget == 0) {
+    // Reserve up to kBatch frames from the global limit.
+    uint64_t cur = reserved_frames.load(std::memory_order_relaxed);
+    uint64_t take;
+    do {
+      if (cur >= limit_frames) return false;
+      take = std::min<uint64_t>(kBatch, limit_frames - cur);
+    } while (!reserved_frames.compare_exchange_weak(cur, cur + take, std::memory_order_relaxed));
+    s.budget = take;
+  }
+  s.budget--;
+  return true;
+}
+
+void FrameAllocator::State::Unreserve(Shard& s) {
+  if (limit_frames == 0) return;
+  s.budget++;
+  if (s.budget > 2 * kBatch) {
+    reserved_frames.fetch_sub(kBatch, std::memory_order_relaxed);
+    s.budget -= kBatch;
+  }
+}
+
 void* FrameAllocator::Alloc() {
   State::Shard& s = s_->MyShard();
   void* f = nullptr;
   bool fresh = false;
   {
     MutexLock l(s.mu);
-    if (s.budget == 0 && s_->limit_frames != 0) {
-      // Reserve up to kBatch frames from the global limit.
-      uint64_t cur = s_->reserved_frames.load(std::memory_order_relaxed);
-      uint64_t take;
-      do {
-        if (cur >= s_->limit_frames) return nullptr;
-        take = std::min<uint64_t>(kBatch, s_->limit_frames - cur);
-      } while (!s_->reserved_frames.compare_exchange_weak(cur, cur + take,
-                                                          std::memory_order_relaxed));
-      s.budget = take;
-    }
-    if (s_->limit_frames != 0) s.budget--;
+    if (!s_->Reserve(s)) return nullptr;
     s.in_use.store(s.in_use.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if (s.free.empty()) {
       f = s_->TakeFromGlobal(s);
@@ -139,7 +160,7 @@ void* FrameAllocator::Alloc() {
     fresh = true;
     if (!f) {
       MutexLock l(s.mu);
-      if (s_->limit_frames != 0) s.budget++;
+      s_->Unreserve(s);
       s.in_use.store(s.in_use.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
       return nullptr;
     }
@@ -161,14 +182,43 @@ void FrameAllocator::Free(void* frame) {
     s.free.resize(s.free.size() - kBatch);
   }
   s.in_use.store(s.in_use.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-  if (s_->limit_frames != 0) {
-    s.budget++;
-    if (s.budget > 2 * kBatch) {
-      s_->reserved_frames.fetch_sub(kBatch, std::memory_order_relaxed);
-      s.budget -= kBatch;
-    }
-  }
+  s_->Unreserve(s);
   CountEvent(Event::kFramesFreed);
+}
+
+bool FrameAllocator::ChargeTable() {
+  State::Shard& s = s_->MyShard();
+  MutexLock l(s.mu);
+  if (!s_->Reserve(s)) return false;
+  s_->table_frames.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void FrameAllocator::UnchargeTable() {
+  State::Shard& s = s_->MyShard();
+  MutexLock l(s.mu);
+  s_->Unreserve(s);
+  s_->table_frames.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void FrameAllocator::AddDeferredFrees(DeferredFrees* d) {
+  MutexLock l(s_->reclaim_mu);
+  s_->deferred.push_back(d);
+}
+
+void FrameAllocator::RemoveDeferredFrees(DeferredFrees* d) {
+  MutexLock l(s_->reclaim_mu);
+  s_->deferred.erase(std::remove(s_->deferred.begin(), s_->deferred.end(), d), s_->deferred.end());
+}
+
+void FrameAllocator::FlushDeferredFrees() {
+  MutexLock l(s_->reclaim_mu);
+  for (DeferredFrees* d : s_->deferred) d->FlushDeferredFrees();
+}
+
+void FrameAllocator::Reclaim() {
+  FlushDeferredFrees();
+  RcuBarrier();
 }
 
 int64_t FrameAllocator::in_use_frames() const {
@@ -185,6 +235,11 @@ uint64_t FrameAllocator::in_use_bytes() const {
 uint64_t FrameAllocator::host_bytes() const {
   MutexLock l(s_->chunk_mu);
   return s_->chunks.size() * kChunk;
+}
+
+uint64_t FrameAllocator::table_bytes() const {
+  const int64_t n = s_->table_frames.load(std::memory_order_relaxed);
+  return n > 0 ? static_cast<uint64_t>(n) * kFrame : 0;
 }
 
 uint64_t FrameAllocator::limit_bytes() const { return s_->limit_frames * kFrame; }

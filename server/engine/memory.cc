@@ -10,6 +10,7 @@
 // then faults again, as on the hardware.
 #include <cstring>
 
+#include "engine/cancel.h"
 #include "engine/stats.h"
 #include "filemap.h"
 #include "mm.h"
@@ -395,6 +396,10 @@ namespace {
 /// One access of the page holding addr: `touch(frame)` performs it on the 4 KiB frame
 /// the PTE maps, under RCU (which keeps the frame and the tables alive), once the PTE
 /// allows it; each time it does not, one fault is taken and the access re-executed.
+/// A fault that found no frame (kOom) is retried once after FrameAllocator::Reclaim,
+/// here where no lock is held (pagefault_out_of_memory: frees already queued count as
+/// free memory). A retry polls the caller's stop check (CancelScope), and after
+/// kMaxFaultRetries the access ends kInterrupted.
 /// Returns the faults taken and, if the access could not be done, the failing fault.
 template <typename Touch>
 FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch) {
@@ -408,7 +413,8 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
     return r;
   }
   FaultResult res;
-  for (;;) {
+  bool reclaimed = false;
+  for (int tries = 0;; tries++) {
     {
       RcuReadGuard g;
       if (PageTable::PteTable* t = m.pt.Lookup(addr, false)) {
@@ -419,7 +425,16 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
         }
       }
     }
+    if (tries == kMaxFaultRetries || (tries > 0 && CancelScope::StopRequested())) {
+      res.outcome = FaultOutcome::kInterrupted;
+      return res;
+    }
     FaultResult r = m.DoUserAddrFault(addr, acc);
+    if (r.outcome == FaultOutcome::kOom && !reclaimed) {
+      reclaimed = true;
+      m.frames.Reclaim();
+      continue;
+    }
     r.faults += res.faults;
     if (r.failed()) return r;
     if (r.outcome == FaultOutcome::kNone) r.outcome = res.outcome;  // keep "minor" once faulted
@@ -450,21 +465,26 @@ AccessResult AddressSpace::Access(uint64_t addr, uint64_t len, uint64_t stride, 
   while (i < len) {
     const uint64_t a = addr + i;
     if (a < addr) break;  // wrapped
+    if (i != 0 && StopAtTable(a - stride, a)) {
+      res.stop.outcome = FaultOutcome::kInterrupted;
+      break;
+    }
     const uint64_t page = a & kPageMask;
-    // Offsets i, i+stride, ... that fall in this page.
+    // Offsets i, i+stride, ... that fall in this page: n of them, below `stop`.
     uint64_t page_end_i = (page + kPageSize) - addr;  // first offset past this page
     if (page + kPageSize < page) page_end_i = ~0ull;
-    const uint64_t stop = std::min(page_end_i, len);
+    const uint64_t stop = std::min(page_end_i, len);  // > i
     const uint64_t first = i;
-    const uint64_t n = (stop - first + stride - 1) / stride;
+    const uint64_t n = (stop - 1 - first) / stride + 1;  // no overflow, whatever the stride
     FaultResult r = AccessPage(*mm_, a, access, [&](uint8_t* frame) {
+      uint64_t k = first;
       if (access == AccessType::kWrite) {
-        for (uint64_t k = first; k < stop; k += stride)
+        for (uint64_t t = 0; t < n; t++, k += stride)
           __atomic_store_n(frame + ((addr + k) & (kPageSize - 1)), static_cast<uint8_t>(k),
                            __ATOMIC_RELAXED);
       } else {
         uint8_t sink = 0;
-        for (uint64_t k = first; k < stop; k += stride)
+        for (uint64_t t = 0; t < n; t++, k += stride)
           sink ^= __atomic_load_n(frame + ((addr + k) & (kPageSize - 1)), __ATOMIC_RELAXED);
         asm volatile("" : : "r"(sink));
       }
@@ -476,7 +496,8 @@ AccessResult AddressSpace::Access(uint64_t addr, uint64_t len, uint64_t stride, 
       break;
     }
     res.accesses += n;
-    i = first + n * stride;
+    // The next offset, first + n * stride; past 2^64 the walk is over.
+    if (__builtin_mul_overflow(n, stride, &i) || __builtin_add_overflow(first, i, &i)) break;
   }
   return res;
 }
@@ -491,6 +512,10 @@ CopyResult CopyPages(MmStruct& m, uint64_t addr, uint64_t len, AccessType acc, C
     const uint64_t a = addr + res.bytes;
     const uint64_t off = a & (kPageSize - 1);
     const uint64_t n = std::min(kPageSize - off, len - res.bytes);
+    if (res.bytes != 0 && StopAtTable(a - 1, a)) {
+      res.stop.outcome = FaultOutcome::kInterrupted;
+      break;
+    }
     FaultResult r = AccessPage(m, a, acc, [&](uint8_t* frame) { copy(frame + off, res.bytes, n); });
     res.faults += r.faults;
     if (r.failed()) {

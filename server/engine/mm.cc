@@ -60,11 +60,13 @@ MmStruct::MmStruct(FrameAllocator& f, const SpaceOptions& o)
       limit = ~0ull;
   }
   commit_limit_pages = limit >> kPageShift;
+  frames.AddDeferredFrees(this);
 }
 
 MmStruct::~MmStruct() {
   // exit_mmap(): no other call may be running on the space, so nothing can be reading
   // the page tables or VMAs locklessly: everything is freed at once.
+  frames.RemoveDeferredFrees(this);  // first: a Reclaim may be flushing this space
   StatsSlotScope slot_scope(stats_slot);
   MmapWriteLock();
   std::vector<Vma*> all;
@@ -105,6 +107,15 @@ void MmStruct::EndWriteSectionLocked() {
 void MmStruct::FlushGatherIfFullLocked() {
   const MmuGather& g = GatherLocked();
   if (g.size() >= kDeferBatch || g.pages.size() >= kDeferFrames) FlushGatherLocked();
+  else if (!g.empty()) deferred_pending.store(true, std::memory_order_relaxed);
+}
+
+void MmStruct::FlushDeferredFrees() {
+  if (!deferred_pending.exchange(false, std::memory_order_relaxed)) return;
+  StatsSlotScope slot_scope(stats_slot);
+  MmapWriteLock();
+  FlushGatherLocked();
+  mmap_lock.UnlockWrite();
 }
 
 void MmStruct::MmapWriteUnlock() {

@@ -22,6 +22,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "engine/address_space.h"
+#include "engine/cancel.h"
 #include "engine/frame_allocator.h"
 #include "page_table.h"
 #include "sync/mutex.h"
@@ -35,6 +36,13 @@ namespace vmspace {
 // ---------------------------------------------------------------- small helpers
 
 inline uint64_t PageAlign(uint64_t x) { return (x + kPageSize - 1) & kPageMask; }
+
+/// Whether a walk over a client's range that moved from `prev` to `addr` entered a new
+/// page table (2 MiB of addresses) and its caller asked to stop (CancelScope): the
+/// cancellation point of Access, ReadMemory/WriteMemory and MAP_POPULATE.
+inline bool StopAtTable(uint64_t prev, uint64_t addr) {
+  return (prev / kPmdSize) != (addr / kPmdSize) && CancelScope::StopRequested();
+}
 
 /// calc_vm_prot_bits(): PROT_READ/WRITE/EXEC have the VM_ values.
 inline uint64_t CalcVmProtBits(int prot) { return static_cast<uint64_t>(prot) & VM_ACCESS_FLAGS; }
@@ -119,7 +127,7 @@ struct VmFault {
   bool retry = false;
 };
 
-struct MmStruct {
+struct MmStruct final : FrameAllocator::DeferredFrees {
   MmStruct(FrameAllocator& f, const SpaceOptions& o);
   /// exit_mmap(): unmaps everything and frees it at once (no caller may be running).
   ~MmStruct();
@@ -170,7 +178,7 @@ struct MmStruct {
   Mutex anon_vma_lock{LockRank::kAnonVmaLock};
   /// The page tables: upper levels installed under their page_table_lock, PTEs under
   /// the split PTE locks (page_table.h).
-  PageTable pt;
+  PageTable pt{&frames};
   /// mm->rss_stat, changed wherever a PTE starts or stops mapping a counted page.
   PercpuCounter rss[NR_MM_COUNTERS];
 
@@ -192,6 +200,12 @@ struct MmStruct {
   MmuGather& GatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   void FlushGatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   void AddRss(MmCounter c, int64_t n) { rss[c].Add(n); }
+  /// Hands the gather kept across write sections to call_rcu now, if it holds anything
+  /// (FrameAllocator::Reclaim, the daemon's periodic flush). Takes mmap_lock for write;
+  /// caller holds no engine lock.
+  void FlushDeferredFrees() override ABSL_LOCKS_EXCLUDED(mmap_lock);
+  /// Set when a write section left retired objects in `gather` without queueing it.
+  std::atomic<bool> deferred_pending{false};
 
   // ======================================================= vma_lock.cc
   // (include/linux/mmap_lock.h, mm/mmap_lock.c; the 6.15 vm_refcnt form)

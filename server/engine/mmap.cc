@@ -338,9 +338,15 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
   const bool populate = ((flags & (MAP_POPULATE | MAP_NONBLOCK)) == MAP_POPULATE) || (vm_flags & VM_LOCKED);
   const bool populate_write = (vm_flags & (VM_WRITE | VM_SHARED)) == VM_WRITE;
   const bool accessible = vm_flags & VM_ACCESS_FLAGS;
-  if (populate && accessible) {  // __mm_populate after dropping mmap_lock; errors ignored
+  if (populate && accessible) {
+    // __mm_populate after dropping mmap_lock: stops at the first page that cannot be
+    // faulted in (populate_vma_page_range's error) or when the caller asks to stop
+    // (fatal_signal_pending); the mmap itself succeeds either way.
     AccessType a = populate_write ? AccessType::kWrite : AccessType::kRead;
-    for (uint64_t p = addr; p < addr + plen; p += kPageSize) m.FaultInPage(p, a);
+    for (uint64_t p = addr; p < addr + plen; p += kPageSize) {
+      if (p != addr && StopAtTable(p - kPageSize, p)) break;
+      if (m.FaultInPage(p, a).failed()) break;
+    }
   }
   return SysResult::Ok(addr);
 }

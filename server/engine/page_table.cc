@@ -9,7 +9,7 @@ constexpr int kShift[4] = {39, 30, 21, 12};  // PGD, PUD, PMD, PTE index shifts
 inline int Index(uint64_t addr, int level) { return static_cast<int>((addr >> kShift[level]) & 511); }
 }  // namespace
 
-PageTable::PageTable() = default;
+PageTable::PageTable(FrameAllocator* charge) : charge_(charge) {}
 
 PageTable::~PageTable() { DestroyLevel(&pgd_, 0); }
 
@@ -23,6 +23,7 @@ void PageTable::DestroyLevel(Dir* dir, int level) {
     } else {
       delete static_cast<PteTable*>(p);
     }
+    if (charge_) charge_->UnchargeTable();
     slot.store(nullptr, std::memory_order_relaxed);
   }
 }
@@ -34,6 +35,7 @@ PageTable::PteTable* PageTable::Lookup(uint64_t addr, bool alloc) {
     void* next = slot.load(std::memory_order_acquire);
     if (!next) {
       if (!alloc) return nullptr;
+      if (charge_ && !charge_->ChargeTable()) return nullptr;
       // Allocate outside the lock, install under page_table_lock if still empty
       // (mm/memory.c __pte_alloc / pmd_install).
       void* fresh = level < 2 ? static_cast<void*>(new Dir()) : static_cast<void*>(new PteTable());
@@ -50,6 +52,7 @@ PageTable::PteTable* PageTable::Lookup(uint64_t addr, bool alloc) {
       if (fresh) {
         if (level < 2) delete static_cast<Dir*>(fresh);
         else delete static_cast<PteTable*>(fresh);
+        if (charge_) charge_->UnchargeTable();
       } else {
         CountEvent(Event::kPgtablesAllocated);
       }
@@ -63,12 +66,15 @@ PageTable::PteTable* PageTable::Lookup(uint64_t addr, bool alloc) {
 void PageTable::FreePgtables(uint64_t start, uint64_t end, uint64_t floor, uint64_t ceiling,
                              TableGather& gather) {
   if (start >= end) return;
+  gather.charge = charge_;
   FreeLevel(&pgd_, 0, 0, start, end, floor, ceiling, gather);
 }
 
 void PageTable::DeleteTables(TableGather& g) {
   for (void* d : g.dirs) delete static_cast<Dir*>(d);
   for (void* p : g.ptes) delete static_cast<PteTable*>(p);
+  if (g.charge)
+    for (size_t i = 0; i < g.dirs.size() + g.ptes.size(); i++) g.charge->UnchargeTable();
   g.dirs.clear();
   g.ptes.clear();
 }

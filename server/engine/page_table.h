@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "engine/frame_allocator.h"
 #include "sync/spinlock.h"
 
 namespace vmspace {
@@ -62,13 +63,16 @@ class PageTable {
     }
   };
 
-  PageTable();
+  /// With `charge`, every table page allocated (not the PGD, which is part of this
+  /// object) is charged to it (FrameAllocator::ChargeTable) until deleted; a table the
+  /// limit refuses makes Lookup(alloc) return nullptr, as pte_alloc failing.
+  explicit PageTable(FrameAllocator* charge = nullptr);
   ~PageTable();  // frees all tables (not the frames: callers zap first)
   PageTable(const PageTable&) = delete;
   PageTable& operator=(const PageTable&) = delete;
 
   /// The PTE table covering `addr`, or nullptr if absent and !alloc (or allocation
-  /// failed). With alloc, missing levels are installed (__pud_alloc, __pmd_alloc,
+  /// failed: the frame limit, see the constructor). With alloc, missing levels are installed (__pud_alloc, __pmd_alloc,
   /// __pte_alloc). Caller holds mmap_lock or a VMA lock covering addr.
   PteTable* Lookup(uint64_t addr, bool alloc);
 
@@ -93,6 +97,7 @@ class PageTable {
   struct TableGather {
     std::vector<void*> dirs;  // upper-level tables
     std::vector<void*> ptes;  // PTE tables
+    FrameAllocator* charge = nullptr;  // uncharged as the tables are deleted
     bool empty() const { return dirs.empty() && ptes.empty(); }
   };
   void FreePgtables(uint64_t start, uint64_t end, uint64_t floor, uint64_t ceiling,
@@ -111,6 +116,7 @@ class PageTable {
   };
   // level shifts: PGD 39, PUD 30, PMD 21
   Dir pgd_;
+  FrameAllocator* const charge_;
   SpinLock page_table_lock_{LockClass::kPageTableLock, LockRank::kPageTableLock};
   std::atomic<uint64_t> table_pages_{1};
 

@@ -22,6 +22,7 @@ const char* FaultOutcomeName(FaultOutcome o) {
     case FaultOutcome::kSigsegv: return "sigsegv";
     case FaultOutcome::kSigbus: return "sigbus";
     case FaultOutcome::kOom: return "oom";
+    case FaultOutcome::kInterrupted: return "interrupted";
   }
   return "?";
 }

@@ -1,7 +1,12 @@
 #include "rpc/log.h"
 
+#include <google/protobuf/stubs/logging.h>
+
 #include <cstdarg>
 #include <cstdio>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 
 namespace vmspace::rpc {
 
@@ -15,6 +20,27 @@ const char* LevelName(LogLevel l) {
     case LogLevel::kDebug: return "debug";
   }
   return "?";
+}
+
+struct Limiter {
+  struct Key {
+    std::chrono::steady_clock::time_point last;
+    uint64_t suppressed = 0;
+  };
+  std::mutex mu;
+  std::unordered_map<std::string, Key> keys;  // guarded by mu
+};
+Limiter& TheLimiter() {
+  static Limiter* l = new Limiter;  // never destroyed: threads may log during exit
+  return *l;
+}
+
+void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
+                 const std::string& msg) {
+  LogLevel l = LogLevel::kInfo;
+  if (level >= google::protobuf::LOGLEVEL_ERROR) l = LogLevel::kError;
+  else if (level == google::protobuf::LOGLEVEL_WARNING) l = LogLevel::kWarn;
+  LogLine(l, std::string(file ? file : "?") + ":" + std::to_string(line), "protobuf: " + msg);
 }
 }  // namespace
 
@@ -33,6 +59,29 @@ bool LogEnabled(LogLevel l) {
   return static_cast<int>(l) <= g_level.load(std::memory_order_relaxed);
 }
 
+void LogLine(LogLevel l, std::string_view key, std::string_view msg) {
+  if (!LogEnabled(l)) return;
+  uint64_t suppressed = 0;
+  {
+    Limiter& lim = TheLimiter();
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> g(lim.mu);
+    auto [it, fresh] = lim.keys.try_emplace(std::string(key));
+    if (!fresh && now - it->second.last < kLogInterval) {
+      it->second.suppressed++;
+      return;
+    }
+    it->second.last = now;
+    suppressed = it->second.suppressed;
+    it->second.suppressed = 0;
+  }
+  if (suppressed)
+    fprintf(stderr, "vmspaced: %s: %.*s (%llu similar lines suppressed)\n", LevelName(l),
+            static_cast<int>(msg.size()), msg.data(), static_cast<unsigned long long>(suppressed));
+  else
+    fprintf(stderr, "vmspaced: %s: %.*s\n", LevelName(l), static_cast<int>(msg.size()), msg.data());
+}
+
 void Logf(LogLevel l, const char* fmt, ...) {
   if (!LogEnabled(l)) return;
   char buf[1024];
@@ -40,7 +89,9 @@ void Logf(LogLevel l, const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "vmspaced: %s: %s\n", LevelName(l), buf);
+  LogLine(l, fmt, buf);
 }
+
+void RouteProtobufLogs() { google::protobuf::SetLogHandler(&ProtobufLog); }
 
 }  // namespace vmspace::rpc

@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "engine/cancel.h"
 #include "engine/stats.h"
 #include "engine/types.h"
 #include "metrics/rpc_stats.h"
@@ -23,12 +26,66 @@ using metrics::RpcMethod;
 using metrics::RpcScope;
 
 constexpr size_t kMaxLabelBytes = 64;
-// A long Access() walk is run in chunks (at least this many touches, covering at least
-// kAccessChunkMinBytes) so it notices cancellation; see DoAccess.
-constexpr uint64_t kAccessChunkTouches = 1u << 16;
-constexpr uint64_t kAccessChunkMinBytes = 16u << 20;
 // Ops of a batch between two ctx->IsCancelled() checks.
 constexpr int kCancelCheckOps = 256;
+// The fewest bytes one VMA adds to a GetMaps answer (its Vma message and maps line):
+// an answer for more VMAs than max_message_bytes / this is refused before it is built.
+constexpr uint64_t kMinGetMapsBytesPerVma = 96;
+
+// ---- the stop check of a call (engine/cancel.h) ----
+
+/// Why the call should stop now: DEADLINE_EXCEEDED once its deadline has passed,
+/// CANCELLED once the client (or the daemon, at the end of a shutdown grace period)
+/// cancelled it, else OK.
+grpc::StatusCode StopCode(grpc::ServerContext* ctx) {
+  if (ctx == nullptr) return grpc::StatusCode::OK;
+  if (std::chrono::system_clock::now() >= ctx->deadline()) return grpc::StatusCode::DEADLINE_EXCEEDED;
+  if (ctx->IsCancelled()) return grpc::StatusCode::CANCELLED;
+  return grpc::StatusCode::OK;
+}
+
+/// For the lifetime of a handler: the engine calls of this thread stop when the call
+/// should (CancelScope), and StopError() can tell why.
+class CallScope {
+ public:
+  explicit CallScope(grpc::ServerContext* ctx)
+      : ctx_(ctx), prev_(tls_call_), stop_([ctx] { return StopCode(ctx) != grpc::StatusCode::OK; }),
+        scope_(stop_) {
+    tls_call_ = ctx;
+  }
+  ~CallScope() { tls_call_ = prev_; }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+  /// The call the calling thread is handling (null outside a CallScope).
+  static grpc::ServerContext* current() { return tls_call_; }
+
+ private:
+  grpc::ServerContext* const ctx_;
+  grpc::ServerContext* const prev_;
+  const std::function<bool()> stop_;
+  CancelScope scope_;
+  inline static thread_local grpc::ServerContext* tls_call_ = nullptr;
+};
+
+/// The status of an engine walk that ended without doing its work and without a
+/// signal: kOom is the frame limit; kInterrupted is the call's deadline or
+/// cancellation, or ABORTED if the fault retry limit ended it (an access re-executed
+/// kMaxFaultRetries times, each time undone by a racing zap). OK for other outcomes.
+OpStatus StopError(const FaultResult& f, std::string_view what) {
+  if (f.outcome == FaultOutcome::kOom) return FrameLimitError(what);
+  if (f.outcome != FaultOutcome::kInterrupted) return {};
+  OpStatus s;
+  s.code = StopCode(CallScope::current());
+  if (s.code == grpc::StatusCode::CANCELLED) return Cancelled();
+  if (s.code == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    s.message = std::string(what) + ": deadline exceeded while the call ran";
+    return s;
+  }
+  s.code = grpc::StatusCode::ABORTED;
+  s.message = std::string(what) + ": an access was re-executed " + std::to_string(kMaxFaultRetries) +
+              " times, each undone by a racing change of its page; try again";
+  return s;
+}
 
 // ---- proto <-> engine conversions ----
 
@@ -48,7 +105,8 @@ v1::FaultOutcome ToProto(FaultOutcome o) {
     case FaultOutcome::kMajor: return v1::FAULT_OUTCOME_MAJOR;
     case FaultOutcome::kSigsegv: return v1::FAULT_OUTCOME_SIGSEGV;
     case FaultOutcome::kSigbus: return v1::FAULT_OUTCOME_SIGBUS;
-    case FaultOutcome::kOom: break;  // never reported as a FaultInfo
+    case FaultOutcome::kOom:  // never reported as a FaultInfo
+    case FaultOutcome::kInterrupted: break;
   }
   return v1::FAULT_OUTCOME_NONE;
 }
@@ -126,48 +184,29 @@ OpStatus DoFault(Space& sp, const v1::FaultRequest& r, v1::FaultResponse* out) {
   if (!ToAccessType(r.access(), &access))
     return ErrnoErrorDetail(EINVAL, "Fault", "unknown access type");
   const FaultResult f = sp.as.Fault(r.addr(), access);
-  if (f.outcome == FaultOutcome::kOom) return FrameLimitError("Fault");
+  if (OpStatus e = StopError(f, "Fault"); !e.ok()) return e;
   FillFault(f, out->mutable_fault());
   return {};
 }
 
 OpStatus DoAccess(Space& sp, const v1::AccessRequest& r, v1::AccessResponse* out,
-                  grpc::ServerContext* ctx) {
+                  uint64_t max_touches) {
   AccessType access;
   if (!ToAccessType(r.access(), &access))
     return ErrnoErrorDetail(EINVAL, "Access", "unknown access type");
   const uint64_t stride = r.stride() == 0 ? 1 : r.stride();
-  const uint64_t len = r.len();
-  // Chunks of `touches` touches covering at least kAccessChunkMinBytes. Each chunk starts
-  // at a multiple of stride * touches, a multiple of 256 (touches is), so the touched
-  // bytes and a write's values (uint8)i are those of one whole walk.
-  uint64_t touches = kAccessChunkTouches;
-  if (stride < kAccessChunkMinBytes / kAccessChunkTouches)
-    touches = (kAccessChunkMinBytes / stride + 255) & ~uint64_t{255};
-  const bool one_walk = stride >= (~0ull / touches) || len <= stride * touches;
-  const uint64_t chunk = one_walk ? len : stride * touches;
-  uint64_t faults = 0, major = 0, accesses = 0;
-  FaultResult stop;
-  for (uint64_t off = 0;;) {
-    const uint64_t n = one_walk ? len : std::min(chunk, len - off);
-    const AccessResult ar = sp.as.Access(r.addr() + off, n, stride, access);
-    faults += ar.faults;
-    major += ar.major_faults;
-    accesses += ar.accesses;
-    if (!ar.ok()) {
-      stop = ar.stop;
-      break;
-    }
-    if (one_walk || n == len - off) break;
-    off += n;
-    if (r.addr() + off < r.addr()) break;  // the walk wrapped past 2^64: it ends, as in one walk
-    if (ctx != nullptr && ctx->IsCancelled()) return Cancelled();
-  }
-  if (stop.outcome == FaultOutcome::kOom) return FrameLimitError("Access");
-  out->set_faults(faults);
-  out->set_major_faults(major);
-  out->set_accesses(accesses);
-  if (stop.failed()) FillFault(stop, out->mutable_stop());
+  const uint64_t touches = r.len() == 0 ? 0 : (r.len() - 1) / stride + 1;
+  if (touches > max_touches)
+    return ErrnoErrorDetail(EINVAL, "Access",
+                            std::to_string(touches) + " touches (len / stride) exceed --max-access-touches=" +
+                                std::to_string(max_touches));
+  // The engine polls the call's stop check (CallScope) once per page table.
+  const AccessResult ar = sp.as.Access(r.addr(), r.len(), stride, access);
+  if (OpStatus e = StopError(ar.stop, "Access"); !e.ok()) return e;
+  out->set_faults(ar.faults);
+  out->set_major_faults(ar.major_faults);
+  out->set_accesses(ar.accesses);
+  if (ar.stop.failed()) FillFault(ar.stop, out->mutable_stop());
   return {};
 }
 
@@ -180,9 +219,9 @@ OpStatus DoRead(Space& sp, const v1::ReadMemoryRequest& r, v1::ReadMemoryRespons
   std::string* data = out->mutable_data();
   data->resize(r.len());
   const CopyResult cr = sp.as.ReadMemory(r.addr(), data->data(), r.len());
-  if (cr.stop.outcome == FaultOutcome::kOom) {
+  if (OpStatus e = StopError(cr.stop, "ReadMemory"); !e.ok()) {
     out->clear_data();
-    return FrameLimitError("ReadMemory");
+    return e;
   }
   data->resize(cr.bytes);
   out->set_faults(cr.faults);
@@ -197,7 +236,7 @@ OpStatus DoWrite(Space& sp, const v1::WriteMemoryRequest& r, v1::WriteMemoryResp
                             "data of " + std::to_string(r.data().size()) +
                                 " bytes exceeds --max-io-bytes=" + std::to_string(max_io));
   const CopyResult cr = sp.as.WriteMemory(r.addr(), r.data().data(), r.data().size());
-  if (cr.stop.outcome == FaultOutcome::kOom) return FrameLimitError("WriteMemory");
+  if (OpStatus e = StopError(cr.stop, "WriteMemory"); !e.ok()) return e;
   out->set_bytes_written(cr.bytes);
   out->set_faults(cr.faults);
   if (cr.stop.failed()) FillFault(cr.stop, out->mutable_stop());
@@ -209,6 +248,11 @@ OpStatus DoGetMaps(Space& sp, const v1::GetMapsRequest& r, v1::GetMapsResponse* 
   const bool whole = r.start() == 0 && r.end() == 0;
   const uint64_t end = r.end() == 0 ? ~0ull : r.end();
   if (r.start() > end) return ErrnoErrorDetail(EINVAL, "GetMaps", "start > end");
+  const uint64_t map_count = sp.as.Counters().map_count;
+  if (whole && map_count > max_message / kMinGetMapsBytesPerVma)
+    return ErrnoErrorDetail(ENOMEM, "GetMaps",
+                            "the answer for " + std::to_string(map_count) +
+                                " VMAs would exceed --max-message-bytes; ask for a smaller range");
   const std::vector<VmaInfo> vmas = sp.as.Maps(r.start(), end);
   std::string* text = out->mutable_maps_text();
   for (const VmaInfo& v : vmas) {
@@ -243,10 +287,18 @@ OpStatus DoGetMaps(Space& sp, const v1::GetMapsRequest& r, v1::GetMapsResponse* 
 }
 
 // Validates CreateSpace settings and converts them to engine options; an empty or
-// "default" locking_profile takes `default_profile`.
+// "default" locking_profile takes `default_profile`. max_map_count defaults to (and
+// may not exceed) `max_map_count_limit`.
 OpStatus ToSpaceOptions(const v1::SpaceSettings& s, const LockingProfile& default_profile,
-                        SpaceOptions* o) {
-  if (s.has_max_map_count()) o->max_map_count = s.max_map_count();
+                        uint64_t max_map_count_limit, SpaceOptions* o) {
+  o->max_map_count = std::min(o->max_map_count, max_map_count_limit);
+  if (s.has_max_map_count()) {
+    if (s.max_map_count() > max_map_count_limit)
+      return ErrnoErrorDetail(EINVAL, "CreateSpace",
+                              "max_map_count " + std::to_string(s.max_map_count()) +
+                                  " exceeds --max-map-count-limit=" + std::to_string(max_map_count_limit));
+    o->max_map_count = s.max_map_count();
+  }
   if (s.has_mmap_base()) o->mmap_base = s.mmap_base();
   if (s.has_mmap_min_addr()) o->mmap_min_addr = s.mmap_min_addr();
   if (s.has_dac_mmap_min_addr()) o->dac_mmap_min_addr = s.dac_mmap_min_addr();
@@ -273,9 +325,11 @@ OpStatus ToSpaceOptions(const v1::SpaceSettings& s, const LockingProfile& defaul
 }
 
 // Runs `fn(space)` for the space `id`, or answers NOT_FOUND, recording the RPC metrics.
+// With `ctx`, the engine work stops when the call should (CallScope).
 template <typename Fn>
-grpc::Status OnSpace(SpaceRegistry& reg, RpcMethod m, uint64_t id, Fn&& fn) {
+grpc::Status OnSpace(SpaceRegistry& reg, RpcMethod m, uint64_t id, grpc::ServerContext* ctx, Fn&& fn) {
   RpcScope scope(m);
+  CallScope call(ctx);
   OpStatus s;
   if (std::shared_ptr<Space> sp = reg.Find(id))
     s = fn(*sp);
@@ -283,6 +337,11 @@ grpc::Status OnSpace(SpaceRegistry& reg, RpcMethod m, uint64_t id, Fn&& fn) {
     s = SpaceNotFound(id);
   scope.Finish(static_cast<int>(s.code));
   return ToGrpcStatus(s);
+}
+
+template <typename Fn>
+grpc::Status OnSpace(SpaceRegistry& reg, RpcMethod m, uint64_t id, Fn&& fn) {
+  return OnSpace(reg, m, id, nullptr, std::forward<Fn>(fn));
 }
 
 // A one-entry cache of the last space looked up, for the ops of one batch message.
@@ -371,7 +430,43 @@ OpStatus IoTooLarge(const char* what, uint64_t n, uint64_t max_io) {
                           std::to_string(n) + " bytes exceed --max-io-bytes=" + std::to_string(max_io));
 }
 
+class ParseErrorInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit ParseErrorInterceptor(const char* method) : method_(method ? method : "?") {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* m) override {
+    if (m->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status st = m->GetSendStatus();
+      // No handler answers INTERNAL with an empty message: that is gRPC's own answer
+      // to a request it could not deserialize.
+      if (st.error_code() == grpc::StatusCode::INTERNAL && st.error_message().empty())
+        m->ModifySendStatus(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            "the request message of " + method_ +
+                " could not be parsed (not a valid protobuf encoding of its type; strings must be UTF-8)"));
+    }
+    m->Proceed();
+  }
+
+ private:
+  const std::string method_;
+};
+
+class ParseErrorInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new ParseErrorInterceptor(info->method());
+  }
+};
+
 }  // namespace
+
+std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> ServiceInterceptors() {
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> v;
+  v.push_back(std::make_unique<ParseErrorInterceptorFactory>());
+  return v;
+}
 
 VmSpaceService::VmSpaceService(SpaceRegistry& registry, const ServiceOptions& options)
     : registry_(registry), opts_(options) {}
@@ -386,7 +481,7 @@ grpc::Status VmSpaceService::CreateSpace(grpc::ServerContext*,
   if (req->label().size() > kMaxLabelBytes) {
     s = ErrnoErrorDetail(EINVAL, "CreateSpace", "label longer than 64 bytes");
   } else {
-    s = ToSpaceOptions(req->settings(), opts_.default_profile, &opts);
+    s = ToSpaceOptions(req->settings(), opts_.default_profile, opts_.max_map_count_limit, &opts);
   }
   if (s.ok()) {
     // Every valid switch combination is a named profile; Describe() covers "custom".
@@ -445,9 +540,9 @@ grpc::Status VmSpaceService::ListSpaces(grpc::ServerContext*, const v1::ListSpac
   return ToGrpcStatus(s);
 }
 
-grpc::Status VmSpaceService::Mmap(grpc::ServerContext*, const v1::MmapRequest* req,
+grpc::Status VmSpaceService::Mmap(grpc::ServerContext* ctx, const v1::MmapRequest* req,
                                   v1::MmapResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kMmap, req->space_id(),
+  return OnSpace(registry_, RpcMethod::kMmap, req->space_id(), ctx,
                  [&](Space& sp) { return DoMmap(sp, *req, resp, registry_); });
 }
 
@@ -463,28 +558,29 @@ grpc::Status VmSpaceService::Mprotect(grpc::ServerContext*, const v1::MprotectRe
                  [&](Space& sp) { return DoMprotect(sp, *req, resp); });
 }
 
-grpc::Status VmSpaceService::Fault(grpc::ServerContext*, const v1::FaultRequest* req,
+grpc::Status VmSpaceService::Fault(grpc::ServerContext* ctx, const v1::FaultRequest* req,
                                    v1::FaultResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kFault, req->space_id(),
+  return OnSpace(registry_, RpcMethod::kFault, req->space_id(), ctx,
                  [&](Space& sp) { return DoFault(sp, *req, resp); });
 }
 
 grpc::Status VmSpaceService::Access(grpc::ServerContext* ctx, const v1::AccessRequest* req,
                                     v1::AccessResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kAccess, req->space_id(),
-                 [&](Space& sp) { return DoAccess(sp, *req, resp, ctx); });
+  return OnSpace(registry_, RpcMethod::kAccess, req->space_id(), ctx, [&](Space& sp) {
+    return DoAccess(sp, *req, resp, opts_.max_access_touches);
+  });
 }
 
-grpc::Status VmSpaceService::ReadMemory(grpc::ServerContext*, const v1::ReadMemoryRequest* req,
+grpc::Status VmSpaceService::ReadMemory(grpc::ServerContext* ctx, const v1::ReadMemoryRequest* req,
                                         v1::ReadMemoryResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kReadMemory, req->space_id(),
+  return OnSpace(registry_, RpcMethod::kReadMemory, req->space_id(), ctx,
                  [&](Space& sp) { return DoRead(sp, *req, resp, opts_.max_io_bytes); });
 }
 
-grpc::Status VmSpaceService::WriteMemory(grpc::ServerContext*,
+grpc::Status VmSpaceService::WriteMemory(grpc::ServerContext* ctx,
                                          const v1::WriteMemoryRequest* req,
                                          v1::WriteMemoryResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kWriteMemory, req->space_id(),
+  return OnSpace(registry_, RpcMethod::kWriteMemory, req->space_id(), ctx,
                  [&](Space& sp) { return DoWrite(sp, *req, resp, opts_.max_io_bytes); });
 }
 
@@ -503,6 +599,16 @@ grpc::Status VmSpaceService::Batch(
     scope.Finish(static_cast<int>(s.code));
     return ToGrpcStatus(s);
   };
+  // --max-streams: refused before it takes a thread for longer than this check.
+  struct StreamSlot {
+    std::atomic<uint64_t>& n;
+    ~StreamSlot() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } slot{streams_};
+  if (streams_.fetch_add(1, std::memory_order_relaxed) >= opts_.max_streams)
+    return finish(ErrnoErrorDetail(EAGAIN, "Batch",
+                                   "--max-streams=" + std::to_string(opts_.max_streams) +
+                                       " Batch streams are open; try again later"));
+  CallScope call(ctx);
   v1::BatchRequest req;
   v1::BatchResponse resp;
   // Response bytes beyond the ops' own results: tag, framing, slack.
@@ -541,7 +647,7 @@ grpc::Status VmSpaceService::Batch(
             break;
           case v1::Op::kFault: s = DoFault(*sp, op.fault(), res->mutable_fault()); break;
           case v1::Op::kAccess:
-            s = DoAccess(*sp, op.access(), res->mutable_access(), ctx);
+            s = DoAccess(*sp, op.access(), res->mutable_access(), opts_.max_access_touches);
             break;
           case v1::Op::kRead:
             if (op.read().len() <= opts_.max_io_bytes &&
@@ -563,7 +669,8 @@ grpc::Status VmSpaceService::Batch(
           case v1::Op::OP_NOT_SET: break;
         }
       }
-      if (s.code == grpc::StatusCode::CANCELLED) return finish(s);
+      if (s.code == grpc::StatusCode::CANCELLED || s.code == grpc::StatusCode::DEADLINE_EXCEEDED)
+        return finish(s);
       if (!s.ok()) {
         res->clear_result();
         FillOpError(s, res);

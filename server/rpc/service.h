@@ -7,8 +7,14 @@
 // Every handler records its RPC metrics in per-thread counters (metrics/rpc_stats.h).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
+
+#include <memory>
+#include <vector>
+
+#include <grpcpp/support/server_interceptor.h>
 
 #include "rpc/space_registry.h"
 #include "vmspace/v1/vmspace.grpc.pb.h"
@@ -22,6 +28,15 @@ struct ServiceOptions {
   uint64_t max_io_bytes = 1ull << 20;
   /// Most ops in one BatchRequest (--max-batch); more ends the stream INVALID_ARGUMENT.
   uint64_t max_batch = 4096;
+  /// Most touches (ceil(len / stride)) of one Access (--max-access-touches); more is
+  /// EINVAL. Any walk also stops at its call's deadline or cancellation.
+  uint64_t max_access_touches = 1ull << 30;
+  /// Most Batch streams open at once (--max-streams); one more is refused with
+  /// RESOURCE_EXHAUSTED (EAGAIN) at once.
+  uint64_t max_streams = 64;
+  /// Highest max_map_count a space may have (--max-map-count-limit): the default of
+  /// every space, and a CreateSpace asking for more is INVALID_ARGUMENT (EINVAL).
+  uint64_t max_map_count_limit = kDefaultMaxMapCount;
   /// Largest message the server sends or receives (--max-message-bytes). Responses that
   /// would be larger are refused: RESOURCE_EXHAUSTED (ENOMEM) for GetMaps and ListSpaces,
   /// EINVAL for the read op of a batch whose response would grow past it.
@@ -38,6 +53,12 @@ struct ServiceOptions {
 inline bool ValidFaultAroundBytes(uint64_t bytes) {
   return bytes >= 4096 && bytes <= (2u << 20) && (bytes & (bytes - 1)) == 0;
 }
+
+/// The interceptors of every call (ServerBuilder::experimental().SetInterceptorCreators):
+/// a request that could not be parsed is answered INVALID_ARGUMENT "the request message
+/// of <method> could not be parsed ..." instead of gRPC's INTERNAL with an empty
+/// message (GenericDeserialize's InitializationErrorString(), empty for proto3).
+std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> ServiceInterceptors();
 
 class VmSpaceService final : public v1::VmSpace::Service {
  public:
@@ -68,7 +89,9 @@ class VmSpaceService final : public v1::VmSpace::Service {
                        v1::GetMapsResponse* resp) override;
   /// Answers each BatchRequest with one BatchResponse (same tag, one OpResult per op,
   /// in order) before reading the next. Checks ctx->IsCancelled() between messages and
-  /// every few hundred ops. A message with more than max_batch ops ends the stream with
+  /// every few hundred ops, and the engine polls the call's deadline and cancellation
+  /// inside long ops (which then end the stream DEADLINE_EXCEEDED or CANCELLED). Beyond
+  /// max_streams open streams a new one ends at once RESOURCE_EXHAUSTED (EAGAIN). A message with more than max_batch ops ends the stream with
   /// INVALID_ARGUMENT (EINVAL); responses already sent stay valid.
   grpc::Status Batch(
       grpc::ServerContext* ctx,
@@ -113,6 +136,7 @@ class VmSpaceService final : public v1::VmSpace::Service {
  private:
   SpaceRegistry& registry_;
   const ServiceOptions opts_;
+  std::atomic<uint64_t> streams_{0};  // Batch handlers running
 };
 
 }  // namespace vmspace::rpc

@@ -15,7 +15,9 @@ namespace vmspace {
 /// lock, i_mmap_rwsem) fit where the comment at the top of mm/rmap.c (Linux 6.18)
 /// orders them. Lower ranks are taken first.
 enum class LockRank : uint8_t {
-  kIRwsem = 5,          // inode->i_rwsem (truncate, extending writes): above mmap_lock
+  kIRwsem = 4,          // inode->i_rwsem (truncate, extending writes): above mmap_lock
+  kReclaim = 6,         // the frame allocator's list of deferred-free sources (Reclaim):
+                        // held while each source flushes under its mmap_lock
   kMmapLock = 10,       // mm->mmap_lock
   kVmaLock = 20,        // a VMA read lock (lock_vma_under_rcu): stands in for mmap_lock
   kInvalidateLock = 30, // mapping->invalidate_lock (files; not yet modelled)

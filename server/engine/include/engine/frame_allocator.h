@@ -7,6 +7,13 @@
 // global limit in batches of kBatch; so the fault path touches the shared limit
 // counter once per kBatch allocations (Linux's per-CPU page lists and batched
 // vmstat updates). Frames freed are kept for reuse, not returned to the host.
+// Page-table pages are charged against the same limit (ChargeTable), as a memory
+// cgroup charges page tables (__GFP_ACCOUNT): a client cannot grow the daemon past the
+// limit by touching one byte per 2 MiB.
+//
+// Frees may be deferred (a space's mmu_gather waits for a batch, then an RCU grace
+// period): Reclaim() drains them, so a caller that got nullptr can wait for the memory
+// already freed before it answers ENOMEM, as Linux reclaims before it fails.
 //
 // Debug builds (-DVMSPACE_LOCKDEP=ON) also keep each frame's state and abort on a
 // double free or on freeing a frame that was never allocated (Linux's bad_page()).
@@ -19,7 +26,8 @@ namespace vmspace {
 
 class FrameAllocator {
  public:
-  /// `limit_bytes`: the most frame memory that may be in use at once; 0 = unlimited.
+  /// `limit_bytes`: the most frame memory (frames plus charged page-table pages) that
+  /// may be in use at once; 0 = unlimited.
   /// The limit is exact up to the budgets held by shards (at most
   /// kShards * 2 * kBatch frames may be refused early when the limit is nearly reached).
   explicit FrameAllocator(uint64_t limit_bytes = 0);
@@ -34,6 +42,34 @@ class FrameAllocator {
   /// Returns a frame obtained from Alloc(). Never pass the zero page.
   void Free(void* frame);
 
+  /// Charges one page-table page (4 KiB) against the limit without handing out a frame
+  /// (the table itself is a C++ object); false if the limit would be exceeded.
+  bool ChargeTable();
+  /// Gives back one ChargeTable() charge.
+  void UnchargeTable();
+
+  /// Something that holds frees back for a while (a space's pending mmu_gather).
+  class DeferredFrees {
+   public:
+    /// Hands what is held to call_rcu now. Called with no engine lock held; may take
+    /// the holder's own locks (a space's mmap_lock for write).
+    virtual void FlushDeferredFrees() = 0;
+
+   protected:
+    ~DeferredFrees() = default;
+  };
+  /// Registers / unregisters a holder of deferred frees (a space, for its lifetime).
+  void AddDeferredFrees(DeferredFrees* d);
+  void RemoveDeferredFrees(DeferredFrees* d);
+  /// Flushes every registered holder (the daemon calls it periodically, so an idle
+  /// space does not keep its last batch charged). Caller holds no engine lock.
+  void FlushDeferredFrees();
+  /// FlushDeferredFrees() then rcu_barrier(): when it returns, every frame freed before
+  /// the call is back in the allocator. For a failed Alloc/ChargeTable before it is
+  /// reported (the fault path calls it once it has dropped its locks). Slow (a grace
+  /// period); caller holds no engine lock and is not in an RCU read-side section.
+  void Reclaim();
+
   /// The shared read-only zero page (ZERO_PAGE(0)): mapped for anonymous read faults.
   static void* ZeroPage();
 
@@ -42,6 +78,8 @@ class FrameAllocator {
   int64_t in_use_frames() const;
   /// in_use_frames() in bytes (0 if negative).
   uint64_t in_use_bytes() const;
+  /// Page-table pages charged (ChargeTable minus UnchargeTable), in bytes.
+  uint64_t table_bytes() const;
   /// Host memory held in chunks, in bytes.
   uint64_t host_bytes() const;
   uint64_t limit_bytes() const;

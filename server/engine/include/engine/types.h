@@ -89,8 +89,15 @@ enum class AccessType : uint8_t { kRead = 0, kWrite = 1, kExec = 2 };
 /// How a simulated access ended. kNone: the PTE already allowed the access (no fault).
 /// kMinor/kMajor: a fault was handled and the access then succeeded. kSigsegv/kSigbus:
 /// the access ends in that signal (sig_code says why). kOom: no frame could be allocated
-/// (daemon-wide frame limit, Linux's VM_FAULT_OOM).
-enum class FaultOutcome : uint8_t { kNone = 0, kMinor, kMajor, kSigsegv, kSigbus, kOom };
+/// (daemon-wide frame limit, Linux's VM_FAULT_OOM). kInterrupted: the access was not
+/// done because the caller asked to stop (CancelScope, engine/cancel.h) or the fault was
+/// re-executed kMaxFaultRetries times without the PTE allowing the access (an endless
+/// race with zaps); no signal, the caller decides (the service: CANCELLED,
+/// DEADLINE_EXCEEDED or ABORTED).
+enum class FaultOutcome : uint8_t { kNone = 0, kMinor, kMajor, kSigsegv, kSigbus, kOom, kInterrupted };
+
+/// Most times one access is re-executed after a fault before it ends kInterrupted.
+inline constexpr int kMaxFaultRetries = 1 << 16;
 
 /// Which lock a fault was finally handled under.
 enum class LockPath : uint8_t { kNone = 0, kVmaLock, kMmapLock };
@@ -116,7 +123,9 @@ struct FaultResult {
   bool signal() const {
     return outcome == FaultOutcome::kSigsegv || outcome == FaultOutcome::kSigbus;
   }
-  bool failed() const { return signal() || outcome == FaultOutcome::kOom; }
+  bool failed() const {
+    return signal() || outcome == FaultOutcome::kOom || outcome == FaultOutcome::kInterrupted;
+  }
 };
 
 /// Which VMA index a space uses (see vma_index.h): "rbtree" (valid only under
@@ -133,7 +142,7 @@ const char* VmaLockModeName(VmaLockMode m);
 /// Name of an errno value ("EINVAL", glibc's strerrorname_np), "OK" for 0, or
 /// "errno<N>" for a number glibc does not know. The one errno-name table of the project.
 const char* ErrnoName(int err);
-/// "none", "minor", "major", "sigsegv", "sigbus", "oom".
+/// "none", "minor", "major", "sigsegv", "sigbus", "oom", "interrupted".
 const char* FaultOutcomeName(FaultOutcome o);
 /// "none", "vma_lock", "mmap_lock".
 const char* LockPathName(LockPath p);

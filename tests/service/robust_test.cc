@@ -1,0 +1,341 @@
+// No request can hang or bloat the daemon (issue 9): a catalogue of bad requests, each
+// with its documented status and a Ping answered after it; a walk that outlives its
+// deadline; SIGTERM during such a walk; freed memory reusable at once; idle spaces'
+// batched frees uncharged.
+#include "daemon.h"  // first (see there)
+
+#include <sys/mman.h>
+
+#include <functional>
+#include <future>
+
+#include <google/protobuf/stubs/logging.h>
+#include <grpcpp/generic/generic_stub.h>
+
+namespace vmspace::service_test {
+namespace {
+
+using grpc::StatusCode;
+
+constexpr int kRw = PROT_READ | PROT_WRITE;
+constexpr int kAnon = MAP_PRIVATE | MAP_ANONYMOUS;
+
+uint64_t NewSpace(v1::VmSpace::Stub& stub) {
+  v1::CreateSpaceRequest req;
+  v1::CreateSpaceResponse resp;
+  EXPECT_TRUE(stub.CreateSpace(Ctx().get(), req, &resp).ok());
+  return resp.space_id();
+}
+
+uint64_t Map(v1::VmSpace::Stub& stub, uint64_t space, uint64_t len, int prot, int flags = kAnon) {
+  v1::MmapRequest req;
+  req.set_space_id(space);
+  req.set_len(len);
+  req.set_prot(prot);
+  req.set_flags(flags);
+  v1::MmapResponse resp;
+  const grpc::Status s = stub.Mmap(Ctx().get(), req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp.addr();
+}
+
+grpc::Status Access(v1::VmSpace::Stub& stub, uint64_t space, uint64_t addr, uint64_t len,
+                    uint64_t stride, v1::AccessType type, v1::AccessResponse* resp,
+                    int timeout_ms = 10000) {
+  v1::AccessRequest req;
+  req.set_space_id(space);
+  req.set_addr(addr);
+  req.set_len(len);
+  req.set_stride(stride);
+  req.set_access(type);
+  return stub.Access(Ctx(timeout_ms).get(), req, resp);
+}
+
+// One message on a fresh Batch stream: its answer (if any) and the stream's status.
+grpc::Status BatchOnce(v1::VmSpace::Stub& stub, const v1::BatchRequest& req, v1::BatchResponse* resp,
+                       int timeout_ms = 10000) {
+  auto ctx = Ctx(timeout_ms);
+  auto stream = stub.Batch(ctx.get());
+  if (stream->Write(req)) stream->Read(resp);
+  stream->WritesDone();
+  while (stream->Read(resp)) {
+  }
+  return stream->Finish();
+}
+
+// A unary call with raw request bytes (a generic stub: no serialization on our side).
+grpc::Status RawCall(const std::string& addr, const std::string& method, const std::string& bytes) {
+  auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer req(&slice, 1), resp;
+  auto ctx = Ctx();
+  std::promise<grpc::Status> done;
+  generic.UnaryCall(ctx.get(), method, grpc::StubOptions(), &req, &resp,
+                    [&](grpc::Status s) { done.set_value(std::move(s)); });
+  return done.get_future().get();
+}
+
+bool Pings(v1::VmSpace::Stub& stub) {
+  v1::PingRequest req;
+  v1::PingResponse resp;
+  return stub.Ping(Ctx().get(), req, &resp).ok();
+}
+
+// Each case: one bad request, the status code the API documents for it, a phrase its
+// message must hold, and then the daemon must still answer a Ping.
+struct Case {
+  std::string what;
+  std::function<grpc::Status()> call;
+  StatusCode code;
+  std::string message_has;
+};
+
+TEST(RobustTest, BadRequestCatalogue) {
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--max-frame-bytes=1048576", "--max-message-bytes=65536", "--max-io-bytes=4096",
+                       "--max-streams=2", "--max-map-count-limit=1000", "--max-access-touches=1000000"}))
+      << d.stderr_text();
+  auto stub = d.NewStub();
+  const uint64_t space = NewSpace(*stub);
+  const uint64_t page = Map(*stub, space, 4096, kRw);
+
+  std::vector<Case> cases;
+  cases.push_back({"Access len 2 stride 2^64-1 (the touch count wrapped: a hang)", [&] {
+                     v1::AccessResponse r;
+                     grpc::Status s = Access(*stub, space, page, 2, ~0ull, v1::ACCESS_WRITE, &r);
+                     EXPECT_EQ(r.accesses(), 1u);
+                     return s;
+                   }, StatusCode::OK, ""});
+  cases.push_back({"Batch Access len 4096 stride 2^64-4095", [&] {
+                     v1::BatchRequest req;
+                     v1::AccessRequest* a = req.add_ops()->mutable_access();
+                     a->set_space_id(space);
+                     a->set_addr(page);
+                     a->set_len(4096);
+                     a->set_stride(0ull - 4095);
+                     a->set_access(v1::ACCESS_READ);
+                     v1::BatchResponse resp;
+                     grpc::Status s = BatchOnce(*stub, req, &resp);
+                     EXPECT_EQ(resp.results_size(), 1);
+                     if (resp.results_size() == 1) EXPECT_EQ(resp.results(0).access().accesses(), 1u);
+                     return s;
+                   }, StatusCode::OK, ""});
+  cases.push_back({"Access of more touches than --max-access-touches", [&] {
+                     v1::AccessResponse r;
+                     return Access(*stub, space, page, 1ull << 40, 1, v1::ACCESS_READ, &r);
+                   }, StatusCode::INVALID_ARGUMENT, "--max-access-touches=1000000"});
+  cases.push_back({"CreateSpace with max_map_count 2^64-1", [&] {
+                     v1::CreateSpaceRequest req;
+                     req.mutable_settings()->set_max_map_count(~0ull);
+                     v1::CreateSpaceResponse resp;
+                     return stub->CreateSpace(Ctx().get(), req, &resp);
+                   }, StatusCode::INVALID_ARGUMENT, "--max-map-count-limit=1000"});
+  cases.push_back({"CreateSpace with max_map_count at the limit", [&] {
+                     v1::CreateSpaceRequest req;
+                     req.mutable_settings()->set_max_map_count(1000);
+                     v1::CreateSpaceResponse resp;
+                     return stub->CreateSpace(Ctx().get(), req, &resp);
+                   }, StatusCode::OK, ""});
+  cases.push_back({"CreateSpace with a locking_profile of only commas", [&] {
+                     v1::CreateSpaceRequest req;
+                     req.mutable_settings()->set_locking_profile(",,,");
+                     v1::CreateSpaceResponse resp;
+                     return stub->CreateSpace(Ctx().get(), req, &resp);
+                   }, StatusCode::INVALID_ARGUMENT, "locking_profile"});
+  cases.push_back({"GetLockStats with a locking_profile of only commas", [&] {
+                     v1::GetLockStatsRequest req;
+                     req.set_locking_profile(",");
+                     v1::GetLockStatsResponse resp;
+                     return stub->GetLockStats(Ctx().get(), req, &resp);
+                   }, StatusCode::INVALID_ARGUMENT, "locking_profile"});
+  cases.push_back({"CreateSpace whose bytes are not a protobuf message", [&] {
+                     return RawCall(d.grpc_addr(), "/vmspace.v1.VmSpace/CreateSpace", "\xff\xff\xff\xff");
+                   }, StatusCode::INVALID_ARGUMENT, "could not be parsed"});
+  cases.push_back({"Mmap whose bytes are a truncated message", [&] {
+                     return RawCall(d.grpc_addr(), "/vmspace.v1.VmSpace/Mmap", std::string("\x08\x80", 2));
+                   }, StatusCode::INVALID_ARGUMENT, "could not be parsed"});
+  for (int i = 0; i < 40; i++)
+    cases.push_back({"CreateSpace with a label of invalid UTF-8 (x40)", [&] {
+                       google::protobuf::LogSilencer quiet;  // our own serializer complains too
+                       v1::CreateSpaceRequest req;
+                       req.set_label("\xff\xfe bad");
+                       v1::CreateSpaceResponse resp;
+                       return stub->CreateSpace(Ctx().get(), req, &resp);
+                     }, StatusCode::INVALID_ARGUMENT, "could not be parsed"});
+  cases.push_back({"ReadMemory beyond --max-io-bytes", [&] {
+                     v1::ReadMemoryRequest req;
+                     req.set_space_id(space);
+                     req.set_addr(page);
+                     req.set_len(8192);
+                     v1::ReadMemoryResponse resp;
+                     return stub->ReadMemory(Ctx().get(), req, &resp);
+                   }, StatusCode::INVALID_ARGUMENT, "--max-io-bytes"});
+  cases.push_back({"1 MiB frame limit, 512 GiB MAP_NORESERVE read every 2 MiB (page tables)", [&] {
+                     const uint64_t a = Map(*stub, space, 512ull << 30, PROT_READ, kAnon | MAP_NORESERVE);
+                     v1::AccessResponse r;
+                     grpc::Status s = Access(*stub, space, a, 512ull << 30, 2ull << 20, v1::ACCESS_READ, &r);
+                     v1::MunmapRequest un;
+                     un.set_space_id(space);
+                     un.set_addr(a);
+                     un.set_len(512ull << 30);
+                     v1::MunmapResponse ur;
+                     EXPECT_TRUE(stub->Munmap(Ctx().get(), un, &ur).ok());
+                     return s;
+                   }, StatusCode::RESOURCE_EXHAUSTED, "frame memory limit"});
+  cases.push_back({"GetMaps of 800 VMAs (> --max-message-bytes / 96)", [&] {
+                     const uint64_t sp = NewSpace(*stub);
+                     v1::BatchRequest req;
+                     for (int i = 0; i < 800; i++) {
+                       v1::MmapRequest* m = req.add_ops()->mutable_mmap();
+                       m->set_space_id(sp);
+                       m->set_len(4096);
+                       m->set_prot(i % 2 ? PROT_READ : kRw);  // alternating: no merges
+                       m->set_flags(kAnon);
+                     }
+                     v1::BatchResponse resp;
+                     EXPECT_TRUE(BatchOnce(*stub, req, &resp).ok());
+                     v1::GetMapsRequest g;
+                     g.set_space_id(sp);
+                     v1::GetMapsResponse gr;
+                     return stub->GetMaps(Ctx().get(), g, &gr);
+                   }, StatusCode::RESOURCE_EXHAUSTED, "would exceed --max-message-bytes"});
+  cases.push_back({"a third Batch stream beyond --max-streams=2", [&] {
+                     std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+                     std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::BatchRequest, v1::BatchResponse>>> open;
+                     v1::BatchRequest ping;
+                     ping.set_tag(7);
+                     v1::BatchResponse resp;
+                     for (int i = 0; i < 2; i++) {  // two streams, each answered once: both handlers run
+                       ctxs.push_back(Ctx());
+                       open.push_back(stub->Batch(ctxs.back().get()));
+                       EXPECT_TRUE(open.back()->Write(ping));
+                       EXPECT_TRUE(open.back()->Read(&resp));
+                     }
+                     const grpc::Status third = BatchOnce(*stub, ping, &resp);
+                     for (auto& s : open) {
+                       s->WritesDone();
+                       EXPECT_TRUE(s->Finish().ok());
+                     }
+                     return third;
+                   }, StatusCode::RESOURCE_EXHAUSTED, "--max-streams=2"});
+
+  for (const Case& c : cases) {
+    const grpc::Status s = c.call();
+    EXPECT_EQ(s.error_code(), c.code) << c.what << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(c.message_has), std::string::npos)
+        << c.what << ": \"" << s.error_message() << "\" lacks \"" << c.message_has << "\"";
+    ASSERT_TRUE(Pings(*stub)) << "no Ping answer after: " << c.what;
+  }
+  // The invalid-UTF-8 requests logged at most a line a second, not one each.
+  const std::string err = d.stderr_text();
+  size_t lines = 0;
+  for (size_t p = 0; (p = err.find("invalid UTF-8", p)) != std::string::npos; p++) lines++;
+  EXPECT_GE(lines, 1u) << err;
+  EXPECT_LE(lines, 3u) << err;
+  EXPECT_EQ(d.Stop(), 0);
+  printf("catalogue: %zu requests, each answered as documented unless reported above\n", cases.size());
+}
+
+TEST(RobustTest, LongWalkEndsAtItsDeadlineAndSigtermStopsTheDaemon) {
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--shutdown-grace-ms=1000"})) << d.stderr_text();
+  auto stub = d.NewStub();
+  const uint64_t space = NewSpace(*stub);
+  // 1 TiB read-only: each read maps the zero page, so the walk is long (2^28 pages)
+  // but needs no frames for its pages.
+  const uint64_t len = 1ull << 40;
+  const uint64_t a = Map(*stub, space, len, PROT_READ, kAnon | MAP_NORESERVE);
+  v1::AccessResponse r;
+  auto t0 = std::chrono::steady_clock::now();
+  grpc::Status s = Access(*stub, space, a, len, 4096, v1::ACCESS_READ, &r, 1000);
+  EXPECT_EQ(s.error_code(), StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  // A hang is the failure tested: the bound is generous.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(6));
+  // The same as a Batch op: the stream ends DEADLINE_EXCEEDED.
+  v1::BatchRequest req;
+  v1::AccessRequest* op = req.add_ops()->mutable_access();
+  op->set_space_id(space);
+  op->set_addr(a);
+  op->set_len(len);
+  op->set_stride(4096);
+  op->set_access(v1::ACCESS_READ);
+  v1::BatchResponse resp;
+  t0 = std::chrono::steady_clock::now();
+  s = BatchOnce(*stub, req, &resp, 1000);
+  EXPECT_EQ(s.error_code(), StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(6));
+  ASSERT_TRUE(Pings(*stub));
+
+  // SIGTERM while a walk with a long deadline runs: the daemon cancels it at the end of
+  // the grace period and exits 0.
+  std::thread walker([&] {
+    v1::AccessResponse wr;
+    const grpc::Status ws = Access(*stub, space, a, len, 4096, v1::ACCESS_READ, &wr, 120000);
+    EXPECT_FALSE(ws.ok());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(d.Stop(SIGTERM, 1000 + 5000), 0) << "still running 5 s after the grace period";
+  const auto stop_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  walker.join();
+  printf("SIGTERM with a walk in flight: exited after %lld ms (grace 1000 ms)\n",
+         static_cast<long long>(stop_ms));
+}
+
+TEST(RobustTest, FreedFramesAreReusableAtOnce) {
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--max-frame-bytes=67108864"})) << d.stderr_text();
+  auto stub = d.NewStub();
+  const uint64_t space = NewSpace(*stub);
+  const uint64_t len = 48ull << 20;
+  const uint64_t a = Map(*stub, space, len, kRw);
+  for (int round = 0; round < 8; round++) {
+    v1::AccessResponse r;
+    const grpc::Status s = Access(*stub, space, a, len, 4096, v1::ACCESS_WRITE, &r);
+    ASSERT_TRUE(s.ok()) << "round " << round << ": " << s.error_message();
+    EXPECT_EQ(r.accesses(), len / 4096);
+    v1::MadviseRequest m;
+    m.set_space_id(space);
+    m.set_addr(a);
+    m.set_len(len);
+    m.set_advice(MADV_DONTNEED);
+    v1::MadviseResponse mr;
+    ASSERT_TRUE(stub->Madvise(Ctx().get(), m, &mr).ok());
+  }
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+TEST(RobustTest, IdleSpacesDoNotKeepFreedFramesCharged) {
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--metrics-listen=127.0.0.1:0"})) << d.stderr_text();
+  auto stub = d.NewStub();
+  for (int i = 0; i < 8; i++) {
+    const uint64_t space = NewSpace(*stub);
+    const uint64_t len = 1020 << 10;  // 255 frames: below one deferred batch
+    const uint64_t a = Map(*stub, space, len, kRw);
+    v1::AccessResponse r;
+    ASSERT_TRUE(Access(*stub, space, a, len, 4096, v1::ACCESS_WRITE, &r).ok());
+    v1::MunmapRequest un;
+    un.set_space_id(space);
+    un.set_addr(a);
+    un.set_len(len);
+    v1::MunmapResponse ur;
+    ASSERT_TRUE(stub->Munmap(Ctx().get(), un, &ur).ok());
+  }
+  // The daemon flushes batched frees every --deferred-flush-ms (200): wait (bounded)
+  // for the gauge to drop to 0.
+  double bytes = -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    bytes = Get(ParseMetrics(HttpGet(d.metrics_port(), "/metrics")), "vmspace_frame_bytes");
+    if (bytes == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(bytes, 0) << "8 idle spaces keep their last freed frames charged";
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace vmspace::service_test
