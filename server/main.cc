@@ -61,9 +61,9 @@ ABSL_FLAG(std::string, lock_stats, "on", "Lock wait/hold timing: on|off");
 ABSL_FLAG(std::string, log_level, "info", "error|warn|info|debug");
 ABSL_FLAG(int64_t, shutdown_grace_ms, 5000,
           "On SIGTERM/SIGINT, how long in-flight calls may run before being cancelled");
-ABSL_FLAG(std::string, locking_profile, "linux-6.6",
+ABSL_FLAG(std::string, locking_profile, "linux-6.15",
           "Locking profile of spaces created without one: linux-6.0|linux-6.1|linux-6.4|"
-          "linux-6.6, optionally with overrides such as \"linux-6.4,vma_lock=off\"");
+          "linux-6.6|linux-6.7|linux-6.15, optionally with overrides such as \"linux-6.4,vma_lock=off\"");
 ABSL_FLAG(bool, reflection, true, "Serve gRPC server reflection (v1alpha)");
 ABSL_FLAG(std::string, shard, "0",
           "This daemon's shard among several, 0..8191: the high bits of its space ids "

@@ -159,7 +159,7 @@ class WillItScale : public harness::Workload {
 
 BenchResult RunBench(const BenchConfig& cfg, Backend& backend) {
   BenchResult res;
-  res.profile = cfg.profile.empty() ? "linux-6.6" : cfg.profile;
+  res.profile = cfg.profile.empty() ? "linux-6.15" : cfg.profile;
   res.error = CheckProfile(res.profile, &res.profile_name, &res.profile_desc);
   if (!res.ok()) return res;
   const bool mixed = cfg.workload == Workload::kMixed;
