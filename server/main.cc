@@ -79,9 +79,9 @@ ABSL_FLAG(std::string, lock_stats, "on", "Lock wait/hold timing: on|off");
 ABSL_FLAG(std::string, log_level, "info", "error|warn|info|debug");
 ABSL_FLAG(int64_t, shutdown_grace_ms, 5000,
           "On SIGTERM/SIGINT, how long in-flight calls may run before being cancelled");
-ABSL_FLAG(std::string, locking_profile, "linux-6.6",
+ABSL_FLAG(std::string, locking_profile, "linux-6.15",
           "Locking profile of spaces created without one: linux-6.0|linux-6.1|linux-6.4|"
-          "linux-6.6, optionally with overrides such as \"linux-6.4,vma_lock=off\"");
+          "linux-6.6|linux-6.7|linux-6.15, optionally with overrides such as \"linux-6.4,vma_lock=off\"");
 ABSL_FLAG(std::string, data_dir, "",
           "Directory of the host files OpenFile opens (paths are relative to it and may not "
           "leave it); \"\" = none: OpenFile of a host file is EACCES, CreateShmemFile "

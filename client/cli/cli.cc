@@ -948,7 +948,7 @@ int CmdBenchWorkload(Ctx& c) {
   std::string base = ProfileOption(c);
   std::vector<std::string> profiles = ProfilesToRun(c, base);
   if (!c.args.Has("compare")) {
-    if (profiles[0].empty()) profiles[0] = "linux-6.6";
+    if (profiles[0].empty()) profiles[0] = "linux-6.15";
     std::string e = bench::CheckProfile(profiles[0]);
     if (!e.empty()) throw UsageError{"--profile: " + e};
   }
@@ -1195,6 +1195,56 @@ int CmdLockstat(Ctx& c) {
 
 // ---- bench stress --compare ----
 
+/// Seed 004's table beside ours when --seed-table is given or the compare names a
+/// profile of the seed's table (linux-6.0, linux-6.1, linux-6.7); else nullopt.
+std::optional<stress::SeedComparisonTable> SeedTableFor(const Ctx& c, const std::vector<stress::StressStats>& rows,
+                                                        bool page_fault) {
+  std::map<std::string, double> ours;
+  bool named = false;
+  for (const stress::StressStats& r : rows) {
+    const std::string& p = r.profile_name.empty() ? r.profile : r.profile_name;
+    named = named || stress::InSeedTable(p);
+    if (r.ok() && !ours.count(p)) ours[p] = r.rounds_per_sec();
+  }
+  if (!named && !c.args.Flag("seed-table")) return std::nullopt;
+  return stress::CompareWithSeed(ours, page_fault);
+}
+
+Json SeedTableJson(const stress::SeedComparisonTable& t) {
+  Json rows = Json::array();
+  for (const stress::SeedComparison& r : t.rows) {
+    rows.push_back({{"profile", r.seed->profile},
+                    {"kernel", r.seed->kernel},
+                    {"seed_seconds", r.seed_s},
+                    {"seed_seconds_approx", t.page_fault && r.seed->fault_approx},
+                    {"seed_slowdown", r.seed_slowdown},
+                    {"our_seconds_per_seed_rounds", OptJson(r.our_s)},
+                    {"our_slowdown", OptJson(r.our_slowdown)}});
+  }
+  return {{"source", "shared/seeds/004 (system time, 6.0.0 / 6.1.0 / 6.7.0-rc2)"},
+          {"seed_rounds", stress::kSeedRounds},
+          {"page_fault", t.page_fault},
+          {"base", t.base},
+          {"rows", rows}};
+}
+
+void PrintSeedTable(std::ostream& o, const stress::SeedComparisonTable& t) {
+  o << "seed 004 beside ours (shared/seeds/004: kernel system time of " << stress::kSeedRounds
+    << " rounds, page faults " << (t.page_fault ? "on" : "off") << "); slowdown = time / " << t.base << "'s\n";
+  char line[256];
+  snprintf(line, sizeof line, "%-12s %-10s %12s %13s %16s %12s\n", "profile", "kernel", "seed time(s)",
+           "seed slowdown", "our time(s)/10M", "our slowdown");
+  o << line;
+  for (const stress::SeedComparison& r : t.rows) {
+    const std::string seed_s = std::string(t.page_fault && r.seed->fault_approx ? "~" : "") + Num(r.seed_s, "%.0f");
+    snprintf(line, sizeof line, "%-12s %-10s %12s %13.2f %16s %12s\n", r.seed->profile, r.seed->kernel,
+             seed_s.c_str(), r.seed_slowdown, Num(r.our_s, "%.2f").c_str(), Num(r.our_slowdown, "%.2f").c_str());
+    o << line;
+  }
+  o << "our time(s)/10M = " << stress::kSeedRounds
+    << " rounds at our measured rounds/s (wall time of the engine; the seed's is the kernel's system time)\n";
+}
+
 int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::string& transport, int batch,
                        int inflight, bool progress, bool native_on) {
   std::vector<std::string> profiles = ProfilesToRun(c, base_cfg.locking_profile);
@@ -1282,6 +1332,8 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
       arr.push_back(rj);
     }
     j["results"] = arr;
+    const std::optional<stress::SeedComparisonTable> seed = SeedTableFor(c, rows, base_cfg.page_fault);
+    j["seed_table"] = seed ? SeedTableJson(*seed) : Json(nullptr);
     j["plot"] = c.args.Has("plot") && plot_error.empty() ? Json(c.args.Get("plot")) : Json(nullptr);
     j["error"] = error.empty() ? Json(nullptr) : Json(error);
     c.out << j.dump() << "\n";
@@ -1321,6 +1373,8 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
     o << "x native = rounds/s / the kernel's rounds/s (same sequence, measured once in this invocation); "
          "cont/1krnd, cont/1kflt = mmap_lock contentions (read+write) per 1000 rounds / faults; wait-s/rnd = "
          "mmap_lock wait seconds per round; vl-* = VMA_LOCK_SUCCESS/ABORT/MISS\n";
+    if (const std::optional<stress::SeedComparisonTable> seed = SeedTableFor(c, rows, base_cfg.page_fault))
+      PrintSeedTable(o, *seed);
     PrintNotes(o, notes);
     if (c.args.Has("plot") && plot_error.empty()) o << "chart: " << c.args.Get("plot") << "\n";
     c.out << o.str();
@@ -1472,7 +1526,7 @@ std::vector<OptionSpec> BenchOptions() {
       {"mode", "M", "threads: all clients in one space (default); processes: one space each"},
       {"clients", "C", "concurrent clients (default 1; mixed: default 2 = 1 faulter + 1 churner)"},
       {"duration", "D", "timed phase per profile, e.g. 5s, 500ms, 1.5s (default 5s)"},
-      {"profile", "P", "locking profile linux-6.0|6.1|6.4|6.6[,switch=v] (default linux-6.6); the base of --compare SWITCH=.."},
+      {"profile", "P", "locking profile linux-6.0|6.1|6.4|6.6|6.7|6.15[,switch=v] (default linux-6.15); the base of --compare SWITCH=.."},
       {"locking-profile", "P", "same as --profile"},
       {"compare", "LIST", "run each profile in turn: linux-6.0,linux-6.6 | vma_lock=off,anon,all | SPEC;SPEC"},
       {"transport", "T", "inprocess (engine threads in this process, default), unary or stream (vmspaced)"},
@@ -1594,11 +1648,12 @@ const std::vector<Command>& Commands() {
         {"transport", "T", "inprocess (engine linked in, default), unary or stream"},
         {"batch", "N", "stream: ops per Batch message (default 64)"},
         {"inflight", "N", "stream: messages in flight per client (default 4)"},
-        {"locking-profile", "P", "engine locking profile of the spaces: linux-6.0|6.1|6.4|6.6[,switch=v] (default: the engine's/daemon's)"},
+        {"locking-profile", "P", "engine locking profile of the spaces: linux-6.0|6.1|6.4|6.6|6.7|6.15[,switch=v] (default: the engine's/daemon's)"},
         {"profile", "P", "same as --locking-profile (the base of --compare SWITCH=..)"},
         {"compare", "LIST", "run once per profile: linux-6.0,linux-6.6 | vma_lock=off,anon,all | SPEC;SPEC (table; native once)"},
         {"plot", "FILE.svg", "with --compare: SVG bar chart (rounds/s, contentions) drawn by gnuplot"},
         {"skip-native", "", "do not run the native comparison"},
+        {"seed-table", "", "with --compare: seed 004's table beside ours (always when it names linux-6.0/6.1/6.7)"},
         {"quiet", "", "no progress lines on stderr"}},
        CmdBenchStress},
       {"bench page_fault1", "[options]",
@@ -1621,7 +1676,7 @@ const std::vector<Command>& Commands() {
       {"bench mmap2", "[options]", "will-it-scale mmap2: mmap+munmap of a 128 MiB file (MAP_PRIVATE); beside the kernel",
        FileBenchOptions(), CmdBenchWorkload},
       {"lockstat", "[--profile P]", "the daemon's lock statistics, like /proc/lock_stat (GetLockStats)",
-       {{"profile", "P", "one locking profile's spaces (linux-6.0..linux-6.6, custom); default all"}},
+       {{"profile", "P", "one locking profile's spaces (linux-6.0..linux-6.15, custom); default all"}},
        CmdLockstat},
   };
   return cmds;

@@ -205,7 +205,7 @@ class Client {
   /// Every space of every daemon, ordered by id (a daemon that fails fails the call).
   /// madvise(2); the daemon accepts only MADV_DONTNEED (4).
   Result<Unit> Madvise(uint64_t space_id, uint64_t addr, uint64_t len, int advice);
-  /// lock_stat figures of one locking profile's spaces ("linux-6.0".."linux-6.6",
+  /// lock_stat figures of one locking profile's spaces ("linux-6.0".."linux-6.15",
   /// "custom"), or of all profiles summed (""). Several daemons: summed over them (max
   /// fields: the largest), `text` one table per daemon.
   Result<v1::GetLockStatsResponse> GetLockStats(const std::string& locking_profile = "");

@@ -712,7 +712,7 @@ std::string ExpandCompare(const std::string& list, const std::string& base, std:
           values.push_back(it);
         }
       }
-      std::string b = base.empty() ? "linux-6.6" : base;
+      std::string b = base.empty() ? "linux-6.15" : base;
       for (const std::string& v : values) {
         if (v.empty()) return "--compare: empty value for " + key;
         out->push_back(b + "," + key + "=" + v);

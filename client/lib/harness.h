@@ -93,7 +93,7 @@ struct LockFigures {
 struct RunResult {
   std::string profile;       // the locking profile spec asked for ("" = backend default)
   std::string profile_name;  // the engine's name for it: linux-6.x or "custom" ("" if none)
-  std::string profile_desc;  // "linux-6.6 (index=maple vma_lock=all)"
+  std::string profile_desc;  // Describe(): "linux-6.15 (index=maple vma_lock=all vma_lock_form=refcnt): ..."
   double seconds = 0;        // timed phase: first client start to last client stop
   /// Whole loop iterations: seed-004 rounds; page_fault1 and the mixed faulters: full
   /// passes over their mapping; mmap1: mmap+munmap pairs.

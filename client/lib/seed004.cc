@@ -112,6 +112,45 @@ void Seed004Workload::Summarize(const std::vector<harness::ClientFigures>&, harn
   r.ops = r.mmaps + r.munmaps + r.accesses;
 }
 
+bool InSeedTable(const std::string& profile) {
+  for (const SeedFigure& f : kSeedTable)
+    if (profile == f.profile) return true;
+  return false;
+}
+
+SeedComparisonTable CompareWithSeed(const std::map<std::string, double>& ours, bool page_fault) {
+  auto rate = [&](const char* profile) -> double {
+    auto it = ours.find(profile);
+    return it == ours.end() ? 0 : it->second;
+  };
+  const SeedFigure* base = &kSeedTable[0];
+  if (rate(base->profile) <= 0) {
+    for (const SeedFigure& f : kSeedTable) {
+      if (rate(f.profile) > 0) {
+        base = &f;
+        break;
+      }
+    }
+  }
+  auto seed_s = [&](const SeedFigure& f) { return page_fault ? f.fault_s : f.no_fault_s; };
+  SeedComparisonTable t;
+  t.base = base->profile;
+  t.page_fault = page_fault;
+  const double base_rps = rate(base->profile);
+  for (const SeedFigure& f : kSeedTable) {
+    SeedComparison c;
+    c.seed = &f;
+    c.seed_s = seed_s(f);
+    c.seed_slowdown = c.seed_s / seed_s(*base);
+    if (const double r = rate(f.profile); r > 0) {
+      c.our_s = static_cast<double>(kSeedRounds) / r;
+      if (base_rps > 0) c.our_slowdown = base_rps / r;
+    }
+    t.rows.push_back(c);
+  }
+  return t;
+}
+
 StressStats RunStress(const StressConfig& cfg, harness::Backend& backend, Progress* progress) {
   return harness::Run(Spec(cfg, progress), Seed004Workload(cfg), backend);
 }

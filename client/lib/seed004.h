@@ -22,7 +22,10 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "lib/harness.h"
 
@@ -85,6 +88,47 @@ class Seed004Workload : public harness::Workload {
  private:
   StressConfig cfg_;
 };
+
+/// One row of seed 004's table (shared/seeds/004, "Re: [REGRESSION]: mmap performance
+/// regression starting with k-6.1", David Wang, 2023-11-26): total system time of
+/// kSeedRounds rounds of the program on one kernel, without and with the page-fault
+/// variant, and the profile that models that kernel.
+struct SeedFigure {
+  const char* profile;   // "linux-6.0"
+  const char* kernel;    // "6.0.0"
+  double no_fault_s;     // system time, seconds, no page faults
+  double fault_s;        // system time, seconds, with page faults
+  bool fault_approx;     // the seed gives it as "~" (6.7.0-rc2: ~210 s)
+};
+inline constexpr uint64_t kSeedRounds = 10'000'000;
+inline constexpr SeedFigure kSeedTable[] = {
+    {"linux-6.0", "6.0.0", 13, 64, false},
+    {"linux-6.1", "6.1.0", 49, 104, false},
+    {"linux-6.7", "6.7.0-rc2", 67, 210, true},
+};
+
+/// A row of the seed table beside ours: the seed's time and its slowdown against the
+/// base row, our time for kSeedRounds rounds at our measured rate and our slowdown
+/// against the same base (both = time / the base's time; 1 for the base).
+struct SeedComparison {
+  const SeedFigure* seed;           // the seed's row
+  double seed_s = 0;                // its time for this variant (page faults or not)
+  double seed_slowdown = 0;         // seed_s / the base's seed_s
+  std::optional<double> our_s;      // kSeedRounds / our rounds/s (none: not run or failed)
+  std::optional<double> our_slowdown;  // our_s / the base's our_s
+};
+struct SeedComparisonTable {
+  std::string base;  // the profile every slowdown is relative to
+  bool page_fault = false;
+  std::vector<SeedComparison> rows;  // in kSeedTable's order
+};
+/// The seed's rows beside ours. `ours` maps profile names to our rounds/s (0 or absent:
+/// no figure). Every seed row is listed; the base is linux-6.0 if we have its figure,
+/// else the first seed row we have a figure for, else linux-6.0 (then our columns are
+/// empty). A pure function of its arguments (the client tests check it).
+SeedComparisonTable CompareWithSeed(const std::map<std::string, double>& ours, bool page_fault);
+/// Whether `profile` (a profile name) has a row in the seed's table.
+bool InSeedTable(const std::string& profile);
 
 /// Runs the workload on `backend` (harness::Run): one space per client or one shared.
 StressStats RunStress(const StressConfig& cfg, harness::Backend& backend, Progress* progress = nullptr);

@@ -209,7 +209,7 @@ class WillItScale : public harness::Workload {
 /// Checks `cfg` and fills the harness's RunSpec and `res`'s profile fields; false with
 /// res->error set if it cannot run.
 bool Prepare(const BenchConfig& cfg, harness::RunSpec* spec, BenchResult* res) {
-  res->profile = cfg.profile.empty() ? "linux-6.6" : cfg.profile;
+  res->profile = cfg.profile.empty() ? "linux-6.15" : cfg.profile;
   res->error = CheckProfile(res->profile, &res->profile_name, &res->profile_desc);
   if (!res->ok()) return false;
   const bool mixed = cfg.workload == Workload::kMixed;

@@ -64,7 +64,7 @@ struct BenchConfig {
   int clients = 1;            // mixed: clients-1 faulters + 1 churner (needs >= 2)
   double duration_s = 5;      // timed phase
   /// Locking profile spec as LockingProfile::Parse takes it ("linux-6.0",
-  /// "linux-6.6,vma_lock=off"); "" = linux-6.6.
+  /// "linux-6.6,vma_lock=off"); "" = linux-6.15.
   std::string profile;
   /// Page writes are issued as one Access op per chunk of this many bytes; the stop flag
   /// is checked between chunks. (A Batch stream sends a whole pass's chunks in one

@@ -66,9 +66,9 @@ TEST(Compare, Expand) {
   std::vector<std::string> v;
   EXPECT_EQ(bench::ExpandCompare("linux-6.0,linux-6.1,linux-6.4,linux-6.6", "", &v), "");
   EXPECT_EQ(v, (std::vector<std::string>{"linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6"}));
-  // One switch and its values, applied to the base (linux-6.6 by default).
+  // One switch and its values, applied to the base (linux-6.15 by default).
   EXPECT_EQ(bench::ExpandCompare("vma_lock=off,anon,all", "", &v), "");
-  EXPECT_EQ(v, (std::vector<std::string>{"linux-6.6,vma_lock=off", "linux-6.6,vma_lock=anon", "linux-6.6,vma_lock=all"}));
+  EXPECT_EQ(v, (std::vector<std::string>{"linux-6.15,vma_lock=off", "linux-6.15,vma_lock=anon", "linux-6.15,vma_lock=all"}));
   EXPECT_EQ(bench::ExpandCompare("vma_lock=off,vma_lock=all", "linux-6.4", &v), "");
   EXPECT_EQ(v, (std::vector<std::string>{"linux-6.4,vma_lock=off", "linux-6.4,vma_lock=all"}));
   // Full specs separated by ';'.
@@ -271,7 +271,9 @@ TEST(BenchInprocess, CompareOneSwitch) {
                     "vma_lock=off,anon"});
   ASSERT_EQ(j["results"].size(), 2u);
   EXPECT_EQ(j["results"][0]["profile"], "linux-6.4,vma_lock=off");
-  EXPECT_EQ(j["results"][0]["profile_name"], "linux-6.1");  // the engine names the combination
+  // The engine names the combination: the maple tree in RCU mode without per-VMA locks is
+  // no era's (6.1.0 had no RCU mode), so "custom".
+  EXPECT_EQ(j["results"][0]["profile_name"], "custom");
   EXPECT_EQ(j["results"][0]["vma_lock_success"], 0);
   EXPECT_EQ(j["results"][1]["profile"], "linux-6.4,vma_lock=anon");
   EXPECT_GT(j["results"][1]["vma_lock_success"].get<uint64_t>(), 0u);
@@ -386,10 +388,53 @@ TEST(BenchStressCompare, InprocessJson) {
 TEST(BenchStressCompare, HumanTable) {
   CliRun r = Cli({"bench", "stress", "--rounds", "500", "--quiet", "--compare", "vma_lock=off,all"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
-  for (const char* s : {"rounds/s", "x native", "linux-6.6,vma_lock=off", "linux-6.6,vma_lock=all",
+  for (const char* s : {"rounds/s", "x native", "linux-6.15,vma_lock=off", "linux-6.15,vma_lock=all",
                         "native (kernel, once)"}) {
     EXPECT_TRUE(Contains(r.out, s)) << s << "\n" << r.out;
   }
+  EXPECT_FALSE(Contains(r.out, "seed 004 beside ours")) << r.out;  // no profile of the seed's table
+}
+
+TEST(BenchStressCompare, SeedTableBesideOursInJson) {
+  json j = CliJson({"bench", "stress", "--rounds", "1000", "--skip-native", "--compare", "linux-6.0,linux-6.1,linux-6.7"});
+  const json& t = j["seed_table"];
+  ASSERT_TRUE(t.is_object()) << j.dump();
+  EXPECT_EQ(t["base"], "linux-6.0");
+  EXPECT_EQ(t["page_fault"], false);
+  EXPECT_EQ(t["seed_rounds"], 10000000);
+  ASSERT_EQ(t["rows"].size(), 3u);
+  const double seed[] = {13, 49, 67};
+  const double rps60 = ByProfile(j, "linux-6.0")["rounds_per_sec"];
+  for (size_t i = 0; i < 3; i++) {
+    const json& row = t["rows"][i];
+    SCOPED_TRACE(row.dump());
+    EXPECT_DOUBLE_EQ(row["seed_seconds"].get<double>(), seed[i]);
+    EXPECT_DOUBLE_EQ(row["seed_slowdown"].get<double>(), seed[i] / 13);
+    // Ours from the same run's rates: time = 10 M rounds / rounds/s, slowdown vs linux-6.0.
+    const double rps = ByProfile(j, row["profile"])["rounds_per_sec"];
+    EXPECT_DOUBLE_EQ(row["our_seconds_per_seed_rounds"].get<double>(), 1e7 / rps);
+    EXPECT_DOUBLE_EQ(row["our_slowdown"].get<double>(), rps60 / rps);
+  }
+  EXPECT_EQ(t["rows"][2]["kernel"], "6.7.0-rc2");
+}
+
+TEST(BenchStressCompare, SeedTableWithPageFaultsInText) {
+  CliRun r = Cli({"bench", "stress", "--rounds", "300", "--page-fault", "--skip-native", "--quiet", "--compare",
+                  "linux-6.1;linux-6.15"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  // linux-6.1 is the base (no linux-6.0 run): 64 / 104, 104 / 104, ~210 / 104.
+  for (const char* s : {"seed 004 beside ours", "page faults on", "slowdown = time / linux-6.1's", "6.7.0-rc2",
+                        "~210", "0.62", "2.02"}) {
+    EXPECT_TRUE(Contains(r.out, s)) << s << "\n" << r.out;
+  }
+  // No profile of the seed's: only with --seed-table (then without figures of ours).
+  r = Cli({"bench", "stress", "--rounds", "300", "--skip-native", "--quiet", "--compare", "linux-6.15"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_FALSE(Contains(r.out, "seed 004 beside ours")) << r.out;
+  r = Cli({"bench", "stress", "--rounds", "300", "--skip-native", "--quiet", "--compare", "linux-6.15", "--seed-table"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(Contains(r.out, "seed 004 beside ours")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "5.15")) << r.out;  // 67 / 13: the seed's own, linux-6.0 the base
 }
 
 TEST(Lockstat, UnreachableDaemon) {

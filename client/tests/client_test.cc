@@ -247,5 +247,35 @@ TEST(Stress, ClientsAndSharedSpace) {
   }
 }
 
+TEST(SeedTable, RatiosFromTheSeedsFixedFigures) {
+  // Our rates (rounds/s) for the three profiles: 10 s, 20 s and 25 s per 10 M rounds.
+  const std::map<std::string, double> ours = {{"linux-6.0", 1e6}, {"linux-6.1", 5e5}, {"linux-6.7", 4e5}};
+  SeedComparisonTable t = CompareWithSeed(ours, /*page_fault=*/false);
+  EXPECT_EQ(t.base, "linux-6.0");
+  ASSERT_EQ(t.rows.size(), 3u);
+  const double seed[] = {13, 49, 67}, our[] = {10, 20, 25};
+  for (size_t i = 0; i < 3; i++) {
+    SCOPED_TRACE(t.rows[i].seed->profile);
+    EXPECT_DOUBLE_EQ(t.rows[i].seed_s, seed[i]);
+    EXPECT_DOUBLE_EQ(t.rows[i].seed_slowdown, seed[i] / 13);
+    EXPECT_DOUBLE_EQ(*t.rows[i].our_s, our[i]);
+    EXPECT_DOUBLE_EQ(*t.rows[i].our_slowdown, our[i] / 10);
+  }
+  // With page faults: 64 s, 104 s, ~210 s.
+  t = CompareWithSeed(ours, /*page_fault=*/true);
+  EXPECT_DOUBLE_EQ(t.rows[1].seed_slowdown, 104.0 / 64);
+  EXPECT_DOUBLE_EQ(t.rows[2].seed_slowdown, 210.0 / 64);
+  EXPECT_STREQ(t.rows[2].seed->kernel, "6.7.0-rc2");
+  EXPECT_TRUE(t.rows[2].seed->fault_approx);
+  // Without our linux-6.0 figure the first seed row we have is the base.
+  t = CompareWithSeed({{"linux-6.1", 5e5}, {"linux-6.7", 4e5}, {"linux-6.15", 9e5}}, false);
+  EXPECT_EQ(t.base, "linux-6.1");
+  EXPECT_DOUBLE_EQ(t.rows[0].seed_slowdown, 13.0 / 49);
+  EXPECT_FALSE(t.rows[0].our_s.has_value());
+  EXPECT_DOUBLE_EQ(*t.rows[2].our_slowdown, 5e5 / 4e5);
+  EXPECT_TRUE(InSeedTable("linux-6.7"));
+  EXPECT_FALSE(InSeedTable("linux-6.6"));
+}
+
 }  // namespace
 }  // namespace vmspace::stress

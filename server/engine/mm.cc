@@ -34,7 +34,6 @@ void MmuGather::FreeNow(MmuGather* g) {
   StatsSlotScope slot_scope(g->stats_slot);
   for (void* p : g->pages) g->frames->Free(p);
   PageTable::DeleteTables(g->tables);
-  for (Vma* v : g->vmas) delete v;
   VmaIndex::DeleteRetired(g->nodes);
   delete g;
 }
@@ -50,7 +49,14 @@ void MmuGather::Queue(MmuGather* g, FrameAllocator& frames, int stats_slot) {
 }
 
 MmStruct::MmStruct(FrameAllocator& f, const SpaceOptions& o)
-    : frames(f), opts(o), stats_slot(o.profile.stats_slot()), idx(VmaIndex::Create(o.profile.index)) {
+    : frames(f),
+      opts(o),
+      stats_slot(o.profile.stats_slot()),
+      vma_form(o.profile.vma_lock == VmaLockMode::kOff        ? VmaForm::kNone
+               : o.profile.vma_lock_form == VmaLockForm::kRwsem ? VmaForm::kRwsem
+                                                                : VmaForm::kRefcnt),
+      idx(o.profile.index == VmaIndexKind::kMaple ? VmaIndex::CreateMaple(o.profile.maple_rcu)
+                                                  : VmaIndex::Create(o.profile.index)) {
   uint64_t limit = o.overcommit_limit_bytes;
   if (limit == 0) {
     struct sysinfo si;
@@ -81,6 +87,10 @@ MmStruct::~MmStruct() {
     idx->Erase(v, v->vm_start, v->vm_end);
     delete v;
   }
+  for (Vma* v : retired_vmas) delete v;
+  retired_vmas.clear();
+  for (Vma* v : vma_cache) delete v;  // no reader of this space can be running
+  vma_cache.clear();
   map_count.store(0, std::memory_order_relaxed);
   total_vm.store(0, std::memory_order_relaxed);
   if (gather) {
@@ -120,6 +130,7 @@ void MmStruct::FlushDeferredFrees() {
 
 void MmStruct::MmapWriteUnlock() {
   EndWriteSectionLocked();
+  ReleaseRetiredVmasLocked();
   FlushGatherIfFullLocked();
   mmap_lock.UnlockWrite();
 }

@@ -96,25 +96,37 @@ class PercpuCounter {
 
 /// What a write section retires, freed after an RCU grace period: lockless accessors
 /// (the TLB-hit path) and RCU lookups may still use it (Linux's mmu_gather with
-/// MMU_GATHER_RCU_TABLE_FREE, plus VMA and maple-node freeing by call_rcu).
+/// MMU_GATHER_RCU_TABLE_FREE, plus maple-node freeing by call_rcu). Detached VMAs go
+/// their profile's own way (MmStruct::ReleaseRetiredVmasLocked).
 struct MmuGather {
   struct rcu_head head;
   FrameAllocator* frames = nullptr;
   int stats_slot = 0;        // the space's profile slot: frees are counted there
   std::vector<void*> pages;  // private anonymous frames
   PageTable::TableGather tables;
-  std::vector<Vma*> vmas;    // detached VMAs
   std::vector<void*> nodes;  // retired VMA-index nodes
-  bool empty() const { return pages.empty() && tables.empty() && vmas.empty() && nodes.empty(); }
-  size_t size() const {
-    return pages.size() + tables.dirs.size() + tables.ptes.size() + vmas.size() + nodes.size();
-  }
+  bool empty() const { return pages.empty() && tables.empty() && nodes.empty(); }
+  size_t size() const { return pages.size() + tables.dirs.size() + tables.ptes.size() + nodes.size(); }
   /// Hands g to call_rcu (deleted in the callback), or deletes it if empty. The frees
   /// are counted in the statistics of `stats_slot` (the callback thread has none).
   static void Queue(MmuGather* g, FrameAllocator& frames, int stats_slot);
   /// Frees everything now (the callback; also used when no reader can exist).
   static void FreeNow(MmuGather* g);
 };
+
+/// struct vma_lock (Linux 6.4 - 6.14, include/linux/mm_types.h): the per-VMA
+/// rw_semaphore of the kRwsem form, allocated separately from its VMA (vma_lock_alloc in
+/// vm_area_alloc / vm_area_dup; commit "mm: separate vma->lock from vm_area_struct":
+/// the count and owner words a contended lock keeps changing no longer share cache
+/// lines with the VMA fields every fault reads) and freed with the VMA.
+struct VmaLock {
+  RwSem lock{LockClass::kVmaLock, LockRank::kVmaLock};
+};
+
+/// The per-VMA lock and VMA lifetime a space uses, from its profile: none (vma_lock=off:
+/// no lockless reader of VMAs, so vma_start_write only records the section and VMAs are
+/// freed at once), or the profile's VmaLockForm.
+enum class VmaForm : uint8_t { kNone, kRwsem, kRefcnt };
 
 /// One page fault being handled (struct vm_fault).
 struct VmFault {
@@ -147,6 +159,7 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   FrameAllocator& frames;
   const SpaceOptions opts;
   const int stats_slot;  // statistics slot of the profile
+  const VmaForm vma_form;  // from the profile (VmaForm)
   uint64_t commit_limit_pages = 0;
 
   // ---- mmap_lock and what it guards
@@ -159,6 +172,15 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// The File whose i_mmap_rwsem this write section holds across a multi-VMA change
   /// (vma.cc IMmapSection), or null.
   struct File* i_mmap_held ABSL_GUARDED_BY(mmap_lock) = nullptr;
+  /// VMAs detached in this write section, released at its end by the profile's rule
+  /// (ReleaseRetiredVmasLocked).
+  std::vector<Vma*> retired_vmas ABSL_GUARDED_BY(mmap_lock);
+  /// kRefcnt: the space's SLAB_TYPESAFE_BY_RCU cache of free VMAs (detached,
+  /// vm_refcnt 0), reused by the next allocation without a grace period. Linux's cache
+  /// is global with per-CPU slabs (so lock_vma_under_rcu also checks vma->vm_mm); one
+  /// per space keeps independent spaces from sharing it, and a reused VMA is always
+  /// this space's. Never shrinks while the space lives; freed with the space.
+  std::vector<Vma*> vma_cache ABSL_GUARDED_BY(mmap_lock);
   /// mm->map_count and mm->total_vm (pages): written under mmap_lock write, read
   /// without locks (Counters, a scrape).
   std::atomic<uint64_t> map_count{0};
@@ -199,6 +221,17 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// This write section's gather, created on first use.
   MmuGather& GatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   void FlushGatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// vm_area_alloc(): an empty detached VMA: kRefcnt reuses one from vma_cache if it has
+  /// any; kRwsem allocates its vma_lock with it.
+  Vma* VmaAllocLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// vm_area_dup(): a detached copy of o (Vma::InitFrom) from VmaAllocLocked.
+  Vma* VmaDupLocked(const Vma& o) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// vm_area_free() of the VMAs detached this section (retired_vmas), once nothing of
+  /// the section uses them (after munmap's page-table teardown): kNone deletes them
+  /// (no lockless reader exists), kRwsem hands each to its own call_rcu (freed with its
+  /// vma_lock after a grace period), kRefcnt empties each into vma_cache at once.
+  /// (munmap calls it after mmap_write_downgrade, still the only user of both lists.)
+  void ReleaseRetiredVmasLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   void AddRss(MmCounter c, int64_t n) { rss[c].Add(n); }
   /// Hands the gather kept across write sections to call_rcu now, if it holds anything
   /// (FrameAllocator::Reclaim, the daemon's periodic flush). Takes mmap_lock for write;
@@ -208,32 +241,54 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   std::atomic<bool> deferred_pending{false};
 
   // ======================================================= vma_lock.cc
-  // (include/linux/mmap_lock.h, mm/mmap_lock.c; the 6.15 vm_refcnt form)
+  // (include/linux/mmap_lock.h, mm/mmap_lock.c, mm/memory.c lock_vma_under_rcu; the
+  // form per vma_form: LOCKING.md "Profiles")
   enum class VmaReadResult { kOk, kLocked, kDetached };
-  /// vma_start_write(): marks v write-locked until mmap_write_unlock, after waiting out
-  /// its readers (spin up to kVmaWriterSpinNs, then sleep on vma_writer_wait). The wait
-  /// is counted and timed in the lock stats (vma_lock, write).
+  /// vma_start_write(): marks v write-locked until mmap_write_unlock (vm_lock_seq =
+  /// mm_lock_seq), after waiting out its readers: kRwsem takes and releases v's
+  /// vma_lock for write (down_write: optimistic spinning, then sleeping on the rwsem);
+  /// kRefcnt adds VMA_LOCK_OFFSET and waits for vm_refcnt to drain (spin up to
+  /// kVmaWriterSpinNs, then sleep on vma_writer_wait); kNone only records the section.
+  /// A wait is counted and timed in the lock stats (vma_lock, write).
   void VmaStartWriteLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// vma_assert_write_locked() (lockdep builds).
   void VmaAssertWriteLocked(const Vma* v) const;
-  /// A new VMA: write-locked (lockless readers skip it until the section ends), attached.
+  /// A new VMA: write-locked (lockless readers skip it until the section ends), attached
+  /// (kRefcnt: vm_refcnt 1 with a release store, after every field is written;
+  /// kRwsem: detached = false).
   void VmaInitLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vma_mark_detached(): v is write-locked; drops the attach reference and waits out
-  /// transient readers (who will fail their re-check); vm_refcnt ends at 0.
+  /// vma_mark_detached(): v is write-locked. kRefcnt drops the attach reference and
+  /// waits out transient readers (who will fail their re-check), vm_refcnt ends at 0;
+  /// kRwsem sets v->detached.
   void VmaMarkDetachedLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vma_start_read(): never waits. kLocked: write-locked (or a writer is waiting);
-  /// kDetached: removed from the tree since the lookup. Caller is in an RCU section.
+  /// Whether v is detached (kRefcnt: vm_refcnt == 0; else v->detached).
+  bool VmaIsDetached(const Vma* v) const;
+  /// vma_start_read(): never waits. kLocked: write-locked this section (or a writer is
+  /// waiting, or kRwsem's down_read_trylock failed); kDetached (kRefcnt only): vm_refcnt
+  /// was 0, the VMA left the tree (and may be reused) since the lookup. Caller is in an
+  /// RCU section (kRwsem: which keeps v allocated; kRefcnt: which keeps it a VMA).
   VmaReadResult VmaStartRead(Vma* v);
-  /// vma_end_read() / vma_refcount_put(): wakes a writer left alone with its readers.
+  /// vma_end_read(): kRwsem up_read; kRefcnt vma_refcount_put, which wakes a writer
+  /// left alone with its readers.
   void VmaEndRead(Vma* v);
-  /// lock_vma_under_rcu() with the 6.4-6.9 eligibility rules: the VMA covering addr,
-  /// read-locked, or null (VMA_LOCK_ABORT: use mmap_lock). Retries a lookup that found
-  /// a detached VMA (VMA_LOCK_MISS).
+  /// What lock_vma_under_rcu does with a VMA it found (LockFoundVmaRcu).
+  enum class VmaLockResult { kOk, kMiss, kLocked, kAbort };
+  /// lock_vma_under_rcu() after the lookup, for v found at addr: vma_start_read, then
+  /// the checks of the era on the VMA now locked: the range still holds addr (kRefcnt:
+  /// also the check that a reused VMA is not someone else's, here always true), kRwsem:
+  /// not detached (else kMiss: look up again), and the 6.4-6.9 eligibility (anonymous
+  /// VMAs need an anon_vma; others need vma_lock=all). kOk: v is read-locked; kMiss
+  /// (VMA_LOCK_MISS): detached since the lookup; kLocked: write-locked (a failed
+  /// trylock), and kAbort (other checks failed): both VMA_LOCK_ABORT, use mmap_lock.
+  /// Counts nothing; caller is in an RCU section.
+  VmaLockResult LockFoundVmaRcu(Vma* v, uint64_t addr);
+  /// lock_vma_under_rcu(): the VMA covering addr, read-locked, or null (VMA_LOCK_ABORT:
+  /// use mmap_lock). Retries a lookup that found a detached VMA (VMA_LOCK_MISS).
   Vma* LockVmaUnderRcu(uint64_t addr);
   /// The VMA whose stored range holds addr, from the RCU-published index (maple only).
   /// Caller is in an RCU read-side section: RCU, not mmap_lock, keeps it alive.
   Vma* VmaLookupRcu(uint64_t addr) ABSL_NO_THREAD_SAFETY_ANALYSIS { return idx->LookupRcu(addr); }
-  /// Waits until v->vm_refcnt == target (__vma_enter_locked's rcuwait_wait_event).
+  /// kRefcnt: waits until v->vm_refcnt == target (__vma_enter_locked's rcuwait_wait_event).
   void WaitForVmaReadersLocked(Vma* v, uint32_t target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
 
   // ======================================================= vma.cc (mm/vma.c)
@@ -251,9 +306,11 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// The first VMA that starts at or above addr, or null.
   Vma* VmaNextFromLocked(uint64_t addr) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) { return idx->NextFrom(addr); }
 
-  /// vma_link(): adds a new (detached, unlocked) v to the tree, write-locked.
+  /// vma_link(): adds a new (detached, unlocked, from VmaAllocLocked) v to the tree,
+  /// write-locked.
   void VmaInsertLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Write-locks, unlinks and detaches v; it is freed after a grace period.
+  /// Write-locks, unlinks and detaches v; it is released at the section's end
+  /// (ReleaseRetiredVmasLocked).
   void VmaRemoveLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// vma_set_range() + the tree update: v's range becomes [start, end) (vm_pgoff moves
   /// with vm_start). Write-locks v.

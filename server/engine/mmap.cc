@@ -276,7 +276,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   if (file || !(vm_flags & VM_SHARED))
     v = m.VmaMergeNewRangeLocked(addr, addr + plen, vm_flags, pgoff, file.get());
   if (!v) {
-    v = new Vma;
+    v = m.VmaAllocLocked();
     v->vm_start = addr;
     v->vm_end = addr + plen;
     v->vm_flags = vm_flags;

@@ -2,10 +2,13 @@
 #include <sstream>
 
 #include "engine/profile.h"
+#include "engine/stats.h"
 
 namespace vmspace {
 
-const char* const LockingProfile::kNames[4] = {"linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6"};
+const char* const LockingProfile::kNames[kNamedCount] = {"linux-6.0", "linux-6.1", "linux-6.4",
+                                                         "linux-6.6", "linux-6.7", "linux-6.15"};
+static_assert(kStatSlots == LockingProfile::kNamedCount + 1, "one statistics slot per named profile, plus custom");
 
 const char* VmaLockModeName(VmaLockMode m) {
   switch (m) {
@@ -16,30 +19,81 @@ const char* VmaLockModeName(VmaLockMode m) {
   return "?";
 }
 
+const char* VmaLockFormName(VmaLockForm f) {
+  switch (f) {
+    case VmaLockForm::kRwsem: return "rwsem";
+    case VmaLockForm::kRefcnt: return "refcnt";
+  }
+  return "?";
+}
+
 namespace {
+
+constexpr const char* kNameList = "linux-6.0, linux-6.1, linux-6.4, linux-6.6, linux-6.7, linux-6.15";
+
 bool Named(const std::string& name, LockingProfile* p) {
+  LockingProfile q;  // the defaults: maple in RCU mode, refcnt form
   if (name == "linux-6.0") {
-    p->index = VmaIndexKind::kRbtree;
-    p->vma_lock = VmaLockMode::kOff;
+    q.index = VmaIndexKind::kRbtree;
+    q.vma_lock = VmaLockMode::kOff;
   } else if (name == "linux-6.1") {
-    p->index = VmaIndexKind::kMaple;
-    p->vma_lock = VmaLockMode::kOff;
+    q.maple_rcu = false;
+    q.vma_lock = VmaLockMode::kOff;
   } else if (name == "linux-6.4") {
-    p->index = VmaIndexKind::kMaple;
-    p->vma_lock = VmaLockMode::kAnon;
-  } else if (name == "linux-6.6") {
-    p->index = VmaIndexKind::kMaple;
-    p->vma_lock = VmaLockMode::kAll;
-  } else {
+    q.vma_lock = VmaLockMode::kAnon;
+    q.vma_lock_form = VmaLockForm::kRwsem;
+  } else if (name == "linux-6.6" || name == "linux-6.7") {
+    q.vma_lock_form = VmaLockForm::kRwsem;
+  } else if (name != "linux-6.15") {
     return false;
   }
-  p->name = name;
+  q.name = name;
+  *p = q;
   return true;
 }
+
+bool SameSwitches(const LockingProfile& a, const LockingProfile& b) {
+  return a.Switches() == b.Switches();
+}
+
+// What each named profile models, in words (Describe, README "Locking profiles").
+const char* Story(const std::string& name) {
+  if (name == "linux-6.0")
+    return "VMAs in an augmented search tree changed in place under mmap_lock (the rbtree with "
+           "rb_subtree_gap); every fault takes mmap_lock for read; VMAs freed at once (vm_area_free "
+           "-> kmem_cache_free)";
+  if (name == "linux-6.1")
+    return "the maple tree (commit d4af56c5c7c6 \"mm: start tracking VMAs with maple tree\"), not yet "
+           "in RCU mode (before 3dd4432549415): nodes rewritten in place and freed at once, worst-case "
+           "node preallocation before every store (mas_preallocate); every fault takes mmap_lock; "
+           "VMAs freed at once";
+  if (name == "linux-6.4")
+    return "maple tree in RCU mode; per-VMA locks for anonymous VMAs that have an anon_vma "
+           "(lock_vma_under_rcu, \"mm: introduce lock_vma_under_rcu to be used from arch-specific "
+           "code\"); the lock a separately allocated vma_lock rw_semaphore (\"mm: separate vma->lock "
+           "from vm_area_struct\") plus vm_lock_seq/mm_lock_seq and a detached flag; each VMA freed "
+           "by its own call_rcu (vm_area_free_rcu_cb)";
+  if (name == "linux-6.6")
+    return "as linux-6.4, and VMAs of every type locked (\"mm: allow per-VMA locks on file-backed "
+           "VMAs\", the \"Avoid the mmap lock for fault-around\" series; 6.5: swap and userfaultfd "
+           "faults, not modelled); same vma_lock rw_semaphore and call_rcu per VMA";
+  if (name == "linux-6.7")
+    return "as linux-6.6, with read, shared and COW faults of file VMAs under the VMA lock (\"mm: "
+           "handle read faults under the VMA lock\", \"mm: handle shared faults under the VMA lock\", "
+           "\"mm: handle COW faults under the VMA lock\"); the seed-004 thread's 6.7.0-rc2";
+  if (name == "linux-6.15")
+    return "per-VMA lock as vm_refcnt inside the VMA (\"mm: move per-vma lock into vm_area_struct\", "
+           "\"mm: replace vm_lock and detached flag with a reference count\"), VMAs from a "
+           "SLAB_TYPESAFE_BY_RCU cache reused without a grace period, lock_vma_under_rcu re-checking "
+           "the VMA it locked (\"mm: make vma cache SLAB_TYPESAFE_BY_RCU\"); all faults under the "
+           "VMA lock";
+  return nullptr;
+}
+
 }  // namespace
 
 bool LockingProfile::Parse(const std::string& spec, LockingProfile* out, std::string* err) {
-  LockingProfile p;  // linux-6.6
+  LockingProfile p;  // linux-6.15
   std::stringstream ss(spec);
   std::string item;
   bool first = true, overridden = false;
@@ -48,18 +102,22 @@ bool LockingProfile::Parse(const std::string& spec, LockingProfile* out, std::st
     size_t eq = item.find('=');
     if (eq == std::string::npos) {
       if (!first || !Named(item, &p)) {
-        *err = "unknown locking profile '" + item + "' (linux-6.0, linux-6.1, linux-6.4, linux-6.6)";
+        *err = "unknown locking profile '" + item + "' (" + kNameList + ")";
         return false;
       }
     } else {
       std::string k = item.substr(0, eq), v = item.substr(eq + 1);
       if (k == "index" && v == "rbtree") p.index = VmaIndexKind::kRbtree;
       else if (k == "index" && v == "maple") p.index = VmaIndexKind::kMaple;
+      else if (k == "maple_rcu" && (v == "on" || v == "off")) p.maple_rcu = v == "on";
       else if (k == "vma_lock" && v == "off") p.vma_lock = VmaLockMode::kOff;
       else if (k == "vma_lock" && v == "anon") p.vma_lock = VmaLockMode::kAnon;
       else if (k == "vma_lock" && v == "all") p.vma_lock = VmaLockMode::kAll;
+      else if (k == "vma_lock_form" && v == "rwsem") p.vma_lock_form = VmaLockForm::kRwsem;
+      else if (k == "vma_lock_form" && v == "refcnt") p.vma_lock_form = VmaLockForm::kRefcnt;
       else {
-        *err = "unknown switch '" + item + "' (index=rbtree|maple, vma_lock=off|anon|all)";
+        *err = "unknown switch '" + item +
+               "' (index=rbtree|maple, maple_rcu=on|off, vma_lock=off|anon|all, vma_lock_form=rwsem|refcnt)";
         return false;
       }
       overridden = true;
@@ -67,24 +125,27 @@ bool LockingProfile::Parse(const std::string& spec, LockingProfile* out, std::st
     first = false;
   }
   if (first && !spec.empty()) {  // nothing but separators ("" is the default)
-    *err = "empty locking profile '" + spec + "' (linux-6.0, linux-6.1, linux-6.4, linux-6.6)";
+    *err = "empty locking profile '" + spec + "' (" + kNameList + ")";
     return false;
   }
-  if (p.vma_lock != VmaLockMode::kOff && p.index != VmaIndexKind::kMaple) {
+  if (p.vma_lock != VmaLockMode::kOff && (p.index != VmaIndexKind::kMaple || !p.maple_rcu)) {
     *err = "vma_lock=" + std::string(VmaLockModeName(p.vma_lock)) +
-           " needs index=maple (per-VMA locks look VMAs up under RCU)";
+           " needs index=maple with maple_rcu=on (per-VMA locks look VMAs up under RCU)";
     return false;
   }
   if (overridden) {
-    // Keep the name if the overrides happen to match it.
+    // Keep the name if the overrides happen to match it, else the first named profile
+    // with these switches, else "custom".
     LockingProfile named;
-    bool same = Named(p.name, &named) && named.index == p.index && named.vma_lock == p.vma_lock;
-    if (!same) {
+    if (!Named(p.name, &named) || !SameSwitches(named, p)) {
       p.name = "custom";
       for (const char* n : kNames) {
         LockingProfile q;
         Named(n, &q);
-        if (q.index == p.index && q.vma_lock == p.vma_lock) p.name = n;
+        if (SameSwitches(q, p)) {
+          p.name = n;
+          break;
+        }
       }
     }
   }
@@ -92,14 +153,24 @@ bool LockingProfile::Parse(const std::string& spec, LockingProfile* out, std::st
   return true;
 }
 
+std::string LockingProfile::Switches() const {
+  std::string s = std::string("index=") + VmaIndexKindName(index);
+  if (index == VmaIndexKind::kMaple && !maple_rcu) s += " maple_rcu=off";
+  s += std::string(" vma_lock=") + VmaLockModeName(vma_lock);
+  if (vma_lock != VmaLockMode::kOff) s += std::string(" vma_lock_form=") + VmaLockFormName(vma_lock_form);
+  return s;
+}
+
 std::string LockingProfile::Describe() const {
-  return name + " (index=" + VmaIndexKindName(index) + " vma_lock=" + VmaLockModeName(vma_lock) + ")";
+  std::string d = name + " (" + Switches() + ")";
+  if (const char* story = Story(name)) d += std::string(": ") + story;
+  return d;
 }
 
 int LockingProfile::stats_slot() const {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < kNamedCount; i++)
     if (name == kNames[i]) return i;
-  return 4;
+  return kNamedCount;
 }
 
 }  // namespace vmspace

@@ -32,7 +32,9 @@ std::string AddressSpace::Validate() {
       err = fmt::format("overlap at {:#x}", v->vm_start);
     } else if (m.FindVmaLocked(v->vm_start) != v) {
       err = fmt::format("index lookup of {:#x} misses its VMA", v->vm_start);
-    } else if (uint32_t rc = v->vm_refcnt.load(); rc == 0 || rc >= Vma::kVmaLockOffset) {
+    } else if (m.VmaIsDetached(v)) {
+      err = fmt::format("detached VMA in the tree at {:#x}", v->vm_start);
+    } else if (uint32_t rc = v->vm_refcnt.load(); m.vma_form == VmaForm::kRefcnt && rc >= Vma::kVmaLockOffset) {
       // Attached, no writer waiting (a reader may transiently hold it until its
       // vm_lock_seq re-check fails).
       err = fmt::format("vm_refcnt {} on an attached VMA at {:#x}", rc, v->vm_start);

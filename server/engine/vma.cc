@@ -72,6 +72,66 @@ void MmStruct::VmaUnlinkFileLocked(Vma* v) {
   IMmapUnlock(*this, f);
 }
 
+void Vma::InitFrom(const Vma& o) {
+  vm_start = o.vm_start;
+  vm_end = o.vm_end;
+  vm_flags = o.vm_flags;
+  vm_pgoff = o.vm_pgoff;
+  set_anon(o.anon());
+  vm_file = o.vm_file;
+  vm_mm = o.vm_mm;
+}
+
+void Vma::ReleaseContents() {
+  vm_start = vm_end = vm_flags = vm_pgoff = 0;
+  set_anon(nullptr);
+  vm_file.reset();  // vm_mm stays: a cached VMA is reused by this space only
+}
+
+Vma::~Vma() {
+  PutAnonVma(anon_vma.load(std::memory_order_relaxed));
+  delete vm_lock;
+}
+
+namespace {
+// vm_area_free_rcu_cb(): the kRwsem form's per-VMA call_rcu callback.
+void FreeVmaRcu(struct rcu_head* h) {
+  RcuCallbackBegin(h);
+  delete reinterpret_cast<Vma*>(reinterpret_cast<char*>(h) - offsetof(Vma, vm_rcu));
+}
+}  // namespace
+
+Vma* MmStruct::VmaAllocLocked() {
+  if (vma_form == VmaForm::kRefcnt && !vma_cache.empty()) {
+    Vma* v = vma_cache.back();  // the most recently freed: still in this CPU's cache
+    vma_cache.pop_back();
+    return v;
+  }
+  Vma* v = new Vma;
+  if (vma_form == VmaForm::kRwsem) v->vm_lock = new VmaLock;  // vma_lock_alloc()
+  return v;
+}
+
+Vma* MmStruct::VmaDupLocked(const Vma& o) {
+  Vma* v = VmaAllocLocked();
+  v->InitFrom(o);
+  return v;
+}
+
+void MmStruct::ReleaseRetiredVmasLocked() {
+  for (Vma* v : retired_vmas) {
+    switch (vma_form) {
+      case VmaForm::kNone: delete v; break;
+      case VmaForm::kRwsem: CallRcu(&v->vm_rcu, &FreeVmaRcu); break;
+      case VmaForm::kRefcnt:
+        v->ReleaseContents();
+        vma_cache.push_back(v);
+        break;
+    }
+  }
+  retired_vmas.clear();
+}
+
 void MmStruct::VmaInsertLocked(Vma* v) {
   v->vm_mm = this;
   VmaInitLocked(v);
@@ -84,7 +144,7 @@ void MmStruct::VmaRemoveLocked(Vma* v) {
   idx->Erase(v, v->vm_start, v->vm_end);
   VmaMarkDetachedLocked(v);
   map_count.store(map_count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-  GatherLocked().vmas.push_back(v);
+  retired_vmas.push_back(v);
 }
 
 void MmStruct::VmaSetRangeLocked(Vma* v, uint64_t start, uint64_t end) {
@@ -104,7 +164,7 @@ void MmStruct::VmaSetRangeLocked(Vma* v, uint64_t start, uint64_t end) {
 
 Vma* MmStruct::SplitVmaLocked(Vma* v, uint64_t addr, bool new_below) {
   VmaStartWriteLocked(v);
-  Vma* n = new Vma(*v);
+  Vma* n = VmaDupLocked(*v);
   // The new part joins i_mmap before v shrinks: rmap walkers always see the whole range.
   if (new_below) {
     n->vm_end = addr;
@@ -285,11 +345,13 @@ void MmapWriteDowngrade(MmStruct& m) ABSL_UNLOCK_FUNCTION(m.mmap_lock) ABSL_SHAR
   m.mmap_lock.DowngradeWrite();
 }
 
-// MmapWriteUnlock's batching of the gather, after the downgraded teardown. The analysis
-// is off here: after mmap_write_downgrade the munmap still owns mm->gather (only
-// mmap_lock writers touch it, and none can run before this thread's up_read), which
-// the compiler cannot know once the capability is shared.
+// MmapWriteUnlock's release of the detached VMAs and batching of the gather, after the
+// downgraded teardown. The analysis is off here: after mmap_write_downgrade the munmap
+// still owns mm->gather, retired_vmas and vma_cache (only mmap_lock writers touch them,
+// and none can run before this thread's up_read), which the compiler cannot know once
+// the capability is shared.
 void FlushGatherDowngraded(MmStruct& m) ABSL_SHARED_LOCKS_REQUIRED(m.mmap_lock) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  m.ReleaseRetiredVmasLocked();
   m.FlushGatherIfFullLocked();
 }
 

@@ -8,11 +8,13 @@
 
 #include "engine/types.h"
 #include "engine/file.h"
+#include "sync/rcu.h"
 
 namespace vmspace {
 
 struct MmStruct;
 struct File;
+struct VmaLock;  // mm.h: the rwsem form's separately allocated per-VMA lock
 
 /// Identity of an anon_vma (mm/rmap.c): the object that private anonymous pages of a
 /// VMA (and of VMAs split from it) belong to. Only its identity matters for merging
@@ -34,8 +36,11 @@ inline void PutAnonVma(AnonVma* a) {
 /// mmap_lock held for write AND the VMA write-locked (vma_start_write; checked by
 /// MmStruct::VmaAssertWriteLocked), except anon_vma, which a fault may set from null
 /// under mmap_lock read plus the space's anon_vma_lock. Readers hold mmap_lock (read
-/// or write) or the VMA's read lock. Freed only after an RCU grace period once
-/// detached (lockless lookups may still hold a pointer). The compiler cannot check
+/// or write) or the VMA's read lock. Lifetime by the profile (LOCKING.md "Profiles"):
+/// without per-VMA locks freed at once; kRwsem: freed by call_rcu once detached
+/// (lockless lookups may still hold a pointer); kRefcnt: returned to the space's
+/// typesafe-by-RCU cache at once and reused by the next VMA, so a lockless reader
+/// re-checks what it locked (MmStruct::LockFoundVmaRcu). The compiler cannot check
 /// "mmap_lock or this VMA's read lock", so these fields carry no GUARDED_BY; the
 /// functions that change them require mmap_lock for write (checked) and assert the
 /// VMA write lock (at run time, in lockdep builds).
@@ -54,22 +59,42 @@ struct Vma {
   std::shared_ptr<OpenFile> vm_file;
   MmStruct* vm_mm = nullptr;  // the space (immutable once set at creation)
 
-  // ---- per-VMA lock (Linux 6.15 form: include/linux/mmap_lock.h, mm/mmap_lock.c) ----
-  /// 0: detached (not in the index); 1: attached, unlocked; 1 + n: n readers. A writer
-  /// adds kVmaLockOffset while it waits for readers to drain (VMA_LOCK_OFFSET); the
-  /// reader that leaves it alone with them wakes it (vma_refcount_put). Atomic.
+  // ---- per-VMA lock; which fields are used depends on the profile's VmaLockForm ----
+  /// kRefcnt (6.15, include/linux/mmap_lock.h, mm/mmap_lock.c): 0: detached (not in the
+  /// index); 1: attached, unlocked; 1 + n: n readers. A writer adds kVmaLockOffset while
+  /// it waits for readers to drain (VMA_LOCK_OFFSET); the reader that leaves it alone
+  /// with them wakes it (vma_refcount_put). A VMA reused from the space's cache keeps it
+  /// at 0 until it is attached again (vm_area_init_from). Unused in the kRwsem form.
   std::atomic<uint32_t> vm_refcnt{0};
+  /// kRwsem (6.4 - 6.14): vma->detached, set when the VMA leaves the index (under its
+  /// write lock); a reader that locked a stale VMA sees it and retries (VMA_LOCK_MISS).
+  std::atomic<bool> detached{true};
   /// The space's mm_lock_seq when this VMA was last write-locked; the VMA is
-  /// write-locked while it equals the current mm_lock_seq. Written under mmap_lock write.
+  /// write-locked while it equals the current mm_lock_seq. Written under mmap_lock
+  /// write (both forms).
   std::atomic<uint64_t> vm_lock_seq{~0ull};
+  /// kRwsem: vma->vm_lock, the separately allocated `struct vma_lock` (an rw_semaphore),
+  /// allocated with the VMA and freed with it; null in the kRefcnt form.
+  VmaLock* vm_lock = nullptr;
+  /// kRwsem: vma->vm_rcu, the call_rcu head that frees this VMA (and its vm_lock) after
+  /// a grace period. (Linux overlays it on vm_start/vm_end; kept apart here so readers
+  /// of a stale VMA never race with call_rcu's writes.)
+  struct rcu_head vm_rcu {};
   static constexpr uint32_t kVmaLockOffset = 0x40000000;
 
   Vma() = default;
-  Vma(const Vma& o)  // vm_area_dup(): takes a new anon_vma reference; detached, unlocked
-      : vm_start(o.vm_start), vm_end(o.vm_end), vm_flags(o.vm_flags), vm_pgoff(o.vm_pgoff),
-        anon_vma(GetAnonVma(o.anon())), vm_file(o.vm_file), vm_mm(o.vm_mm) {}
-  ~Vma() { PutAnonVma(anon_vma.load(std::memory_order_relaxed)); }
+  /// vm_area_dup()'s copy (vm_area_init_from): the range, flags, pgoff, a new anon_vma
+  /// reference, vm_file and vm_mm; never the lock state (detached, unlocked).
+  explicit Vma(const Vma& o) { InitFrom(o); }
+  ~Vma();
   Vma& operator=(const Vma&) = delete;
+  /// vm_area_init_from(): copies o's range, flags, pgoff, anon_vma (a new reference)
+  /// and backing object into this detached VMA, leaving vm_refcnt, detached,
+  /// vm_lock_seq and vm_lock alone.
+  void InitFrom(const Vma& o);
+  /// What vm_area_free() releases besides the memory (the anon_vma reference, the
+  /// backing object), leaving an empty detached VMA for reuse.
+  void ReleaseContents();
   AnonVma* anon() const { return anon_vma.load(std::memory_order_acquire); }
   /// Replaces the anon_vma (caller holds mmap_lock for write).
   void set_anon(AnonVma* a) {

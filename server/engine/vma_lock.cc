@@ -1,6 +1,8 @@
-// Per-VMA locks: the 6.15 vm_refcnt form (include/linux/mmap_lock.h, mm/mmap_lock.c),
-// with the 6.4-6.13 mm_lock_seq (advanced at mmap_write_unlock) and the 6.4-6.9
-// eligibility rules of lock_vma_under_rcu. Lock rules: LOCKING.md.
+// Per-VMA locks in the form of the space's profile (include/linux/mmap_lock.h,
+// mm/mmap_lock.c, lock_vma_under_rcu in mm/memory.c): kRwsem, the 6.4-6.14 separately
+// allocated vma_lock rw_semaphore with a detached flag; kRefcnt, the 6.15 vm_refcnt in
+// the VMA. Both with the 6.4-6.13 mm_lock_seq (advanced at mmap_write_unlock) and the
+// 6.4-6.9 eligibility rules. Lock rules: LOCKING.md.
 #include <atomic>
 
 #include "mm.h"
@@ -48,17 +50,27 @@ void MmStruct::VmaStartWriteLocked(Vma* v) {
   mmap_lock.AssertWriteHeld();
   const uint64_t seq = mm_lock_seq.load(std::memory_order_relaxed);
   if (v->vm_lock_seq.load(std::memory_order_relaxed) == seq) return;  // already, this section
-  if (v->vm_refcnt.load(std::memory_order_seq_cst) == 0) {
-    // Detached: no reader can take it any more.
-    v->vm_lock_seq.store(seq, std::memory_order_seq_cst);
-    return;
+  switch (vma_form) {
+    case VmaForm::kNone:  // no per-VMA locks: nothing to wait for (kept for the assertion)
+      break;
+    case VmaForm::kRwsem:
+      // __vma_start_write() 6.4-6.14: down_write waits out the readers; the sequence is
+      // written under the lock, so a reader that gets the lock after us sees it.
+      v->vm_lock->lock.LockWrite();
+      v->vm_lock_seq.store(seq, std::memory_order_seq_cst);
+      v->vm_lock->lock.UnlockWrite();
+      return;
+    case VmaForm::kRefcnt:
+      if (v->vm_refcnt.load(std::memory_order_seq_cst) == 0) break;  // detached: no reader can take it
+      // __vma_enter_locked(): new readers now fail; wait for the current ones.
+      v->vm_refcnt.fetch_add(Vma::kVmaLockOffset, std::memory_order_seq_cst);
+      WaitForVmaReadersLocked(v, Vma::kVmaLockOffset + 1);
+      v->vm_lock_seq.store(seq, std::memory_order_seq_cst);
+      // __vma_exit_locked()
+      v->vm_refcnt.fetch_sub(Vma::kVmaLockOffset, std::memory_order_seq_cst);
+      return;
   }
-  // __vma_enter_locked(): new readers now fail; wait for the current ones.
-  v->vm_refcnt.fetch_add(Vma::kVmaLockOffset, std::memory_order_seq_cst);
-  WaitForVmaReadersLocked(v, Vma::kVmaLockOffset + 1);
   v->vm_lock_seq.store(seq, std::memory_order_seq_cst);
-  // __vma_exit_locked()
-  v->vm_refcnt.fetch_sub(Vma::kVmaLockOffset, std::memory_order_seq_cst);
 }
 
 void MmStruct::VmaAssertWriteLocked(const Vma* v) const {
@@ -69,11 +81,18 @@ void MmStruct::VmaAssertWriteLocked(const Vma* v) const {
 
 void MmStruct::VmaInitLocked(Vma* v) {
   v->vm_lock_seq.store(mm_lock_seq.load(std::memory_order_relaxed), std::memory_order_seq_cst);
-  v->vm_refcnt.store(1, std::memory_order_seq_cst);  // vma_mark_attached
+  if (vma_form == VmaForm::kRefcnt) v->vm_refcnt.store(1, std::memory_order_release);  // vma_mark_attached
+  else v->detached.store(false, std::memory_order_seq_cst);
 }
 
 void MmStruct::VmaMarkDetachedLocked(Vma* v) {
   VmaAssertWriteLocked(v);
+  if (vma_form != VmaForm::kRefcnt) {
+    // 6.4-6.14 vma_mark_detached(): the write lock keeps readers out; one that locks
+    // this VMA after the section sees the flag.
+    v->detached.store(true, std::memory_order_seq_cst);
+    return;
+  }
   if (v->vm_refcnt.fetch_sub(1, std::memory_order_seq_cst) == 1) return;  // no readers: detached
   // Transient readers (they will fail their vm_lock_seq re-check) still hold it.
   uint32_t c = v->vm_refcnt.load(std::memory_order_seq_cst);
@@ -84,15 +103,26 @@ void MmStruct::VmaMarkDetachedLocked(Vma* v) {
   v->vm_refcnt.fetch_sub(Vma::kVmaLockOffset, std::memory_order_seq_cst);
 }
 
+bool MmStruct::VmaIsDetached(const Vma* v) const {
+  return vma_form == VmaForm::kRefcnt ? v->vm_refcnt.load(std::memory_order_seq_cst) == 0
+                                      : v->detached.load(std::memory_order_seq_cst);
+}
+
 MmStruct::VmaReadResult MmStruct::VmaStartRead(Vma* v) {
+  // Check before locking. A race might cause a false "locked" result.
   if (v->vm_lock_seq.load(std::memory_order_seq_cst) == mm_lock_seq.load(std::memory_order_seq_cst))
     return VmaReadResult::kLocked;
-  uint32_t c = v->vm_refcnt.load(std::memory_order_seq_cst);
-  do {
-    if (c == 0) return VmaReadResult::kDetached;
-    if (c >= Vma::kVmaLockOffset - 1) return VmaReadResult::kLocked;  // VMA_REF_LIMIT
-  } while (!v->vm_refcnt.compare_exchange_weak(c, c + 1, std::memory_order_seq_cst));
-  // Re-check: a writer may have locked it between the first check and our increment.
+  if (vma_form == VmaForm::kRwsem) {
+    // 6.4-6.14: down_read_trylock on the separate vma_lock.
+    if (!v->vm_lock->lock.TryLockReadUnaccounted()) return VmaReadResult::kLocked;
+  } else {
+    uint32_t c = v->vm_refcnt.load(std::memory_order_seq_cst);
+    do {
+      if (c == 0) return VmaReadResult::kDetached;
+      if (c >= Vma::kVmaLockOffset - 1) return VmaReadResult::kLocked;  // VMA_REF_LIMIT
+    } while (!v->vm_refcnt.compare_exchange_weak(c, c + 1, std::memory_order_seq_cst));
+  }
+  // Re-check: a writer may have locked it between the first check and our lock.
   if (v->vm_lock_seq.load(std::memory_order_seq_cst) == mm_lock_seq.load(std::memory_order_seq_cst)) {
     VmaEndRead(v);
     return VmaReadResult::kLocked;
@@ -101,7 +131,11 @@ MmStruct::VmaReadResult MmStruct::VmaStartRead(Vma* v) {
 }
 
 void MmStruct::VmaEndRead(Vma* v) {
-  // v may be freed once the count drops (after a grace period): touch only the mm after.
+  if (vma_form == VmaForm::kRwsem) {
+    v->vm_lock->lock.UnlockReadUnaccounted();
+    return;
+  }
+  // v may be reused once the count drops: touch only the mm after.
   const uint32_t now = v->vm_refcnt.fetch_sub(1, std::memory_order_seq_cst) - 1;
   if (IsVmaWriterOnly(now)) {
     vma_writer_wait.fetch_add(1, std::memory_order_seq_cst);
@@ -109,37 +143,48 @@ void MmStruct::VmaEndRead(Vma* v) {
   }
 }
 
+MmStruct::VmaLockResult MmStruct::LockFoundVmaRcu(Vma* v, uint64_t addr) {
+  switch (VmaStartRead(v)) {
+    case VmaReadResult::kDetached: return VmaLockResult::kMiss;
+    case VmaReadResult::kLocked: return VmaLockResult::kLocked;
+    case VmaReadResult::kOk: break;
+  }
+  // Locked: now the fields are stable. The range may have changed between the lookup
+  // and the lock (kRefcnt: the VMA may even have been freed and reused for another
+  // range; Linux also checks vma->vm_mm there, always this space's here).
+  if (!(v->vm_start <= addr && addr < v->vm_end)) {
+    VmaEndRead(v);
+    return VmaLockResult::kAbort;
+  }
+  // kRwsem: the area was replaced with another one since the lookup.
+  if (vma_form == VmaForm::kRwsem && v->detached.load(std::memory_order_seq_cst)) {
+    VmaEndRead(v);
+    return VmaLockResult::kMiss;
+  }
+  // 6.4-6.9: anonymous VMAs need an anon_vma already (find_mergeable_anon_vma reads
+  // unlocked neighbours). File VMAs are taken (6.5 "mm: allow per-VMA locks on
+  // file-backed VMAs"); with vma_lock=anon their fault answers VM_FAULT_RETRY.
+  const bool eligible = !v->is_anonymous() || v->anon() != nullptr;
+  if (!eligible) {
+    VmaEndRead(v);
+    return VmaLockResult::kAbort;
+  }
+  return VmaLockResult::kOk;
+}
+
 Vma* MmStruct::LockVmaUnderRcu(uint64_t addr) {
   for (;;) {
     RcuReadGuard g;
     Vma* v = VmaLookupRcu(addr);
-    if (!v) {
-      CountEvent(Event::kVmaLockAbort);
-      return nullptr;
-    }
-    VmaReadResult st = VmaStartRead(v);
-    if (st == VmaReadResult::kDetached) {
+    const VmaLockResult r = v ? LockFoundVmaRcu(v, addr) : VmaLockResult::kAbort;
+    if (r == VmaLockResult::kOk) return v;
+    if (r == VmaLockResult::kMiss) {
       CountEvent(Event::kVmaLockMiss);
       continue;
     }
-    if (st == VmaReadResult::kLocked) {
-      RecordLock(LockClass::kVmaLock, LockMode::kRead, true, 0, 0);  // failed trylock
-      CountEvent(Event::kVmaLockAbort);
-      return nullptr;
-    }
-    // Locked and attached: now the fields are stable. The range may have changed
-    // between the lookup and the lock.
-    bool eligible = v->vm_start <= addr && addr < v->vm_end;
-    // 6.4-6.9: anonymous VMAs need an anon_vma already (find_mergeable_anon_vma reads
-    // unlocked neighbours). File VMAs are taken (6.5 "mm: allow per-VMA locks on
-    // file-backed VMAs"); with vma_lock=anon their fault answers VM_FAULT_RETRY.
-    if (eligible) eligible = !v->is_anonymous() || v->anon() != nullptr;
-    if (!eligible) {
-      VmaEndRead(v);
-      CountEvent(Event::kVmaLockAbort);
-      return nullptr;
-    }
-    return v;
+    if (r == VmaLockResult::kLocked) RecordLock(LockClass::kVmaLock, LockMode::kRead, true, 0, 0);  // failed trylock
+    CountEvent(Event::kVmaLockAbort);
+    return nullptr;
   }
 }
 

@@ -100,11 +100,11 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
   std::vector<std::pair<std::string, StatsSnapshot>> slots;
   for (int slot = 0; slot < kStatSlots; slot++) {
     StatsSnapshot ps = ReadStats(slot);
-    bool active = slot < 4 || ps.event(Event::kPgfault) > 0;
+    bool active = slot < LockingProfile::kNamedCount || ps.event(Event::kPgfault) > 0;
     for (size_t t = 0; t < ps.ops.size() && !active; t++)
       for (uint64_t n : ps.ops[t]) active = active || n > 0;
     if (!active) continue;
-    slots.emplace_back(slot < 4 ? LockingProfile::kNames[slot] : "custom", std::move(ps));
+    slots.emplace_back(slot < LockingProfile::kNamedCount ? LockingProfile::kNames[slot] : "custom", std::move(ps));
   }
   for (const auto& [profile, ps] : slots) {
     for (size_t c = 0; c < static_cast<size_t>(LockClass::kCount); c++) {

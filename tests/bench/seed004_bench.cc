@@ -1,9 +1,9 @@
 // seed-004 replay (shared/seeds/004): the engine against the real kernel, same binary,
 // same deterministic sequence (client/lib/seed004.h), plus engine memory costs.
 //
-//   BM_Seed004_Engine/page_fault:{0,1}/profile:{0..3}
+//   BM_Seed004_Engine/page_fault:{0,1}/profile:{0..5}
 //                                        rounds on one vmspace::AddressSpace with the
-//                                        locking profile linux-6.0/6.1/6.4/6.6
+//                                        locking profile linux-6.0/6.1/6.4/6.6/6.7/6.15
 //   BM_Seed004_Native/page_fault:{0,1}   the same rounds with this process's own
 //                                        mmap/munmap (and real writes)
 //   BM_Seed004_Ratio/...                 one run of each (the kernel in a forked
@@ -53,7 +53,7 @@ struct Slot {
   uint64_t len = 0;
 };
 
-// range(1): index into LockingProfile::kNames (linux-6.0, 6.1, 6.4, 6.6).
+// range(1): index into LockingProfile::kNames (linux-6.0, 6.1, 6.4, 6.6, 6.7, 6.15).
 vmspace::SpaceOptions ProfileOptions(benchmark::State& state, int64_t index) {
   vmspace::SpaceOptions opts;
   std::string err;
@@ -122,7 +122,7 @@ void BM_Seed004_Engine(benchmark::State& state) {
   space.reset();
   MapleCounters(state, maple_before, static_cast<double>(std::max<int64_t>(1, state.iterations())));
 }
-BENCHMARK(BM_Seed004_Engine)->ArgNames({"page_fault", "profile"})->ArgsProduct({{0, 1}, {0, 1, 2, 3}});
+BENCHMARK(BM_Seed004_Engine)->ArgNames({"page_fault", "profile"})->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5}});
 
 void BM_Seed004_Native(benchmark::State& state) {
   const bool page_fault = state.range(0) != 0;
@@ -179,11 +179,11 @@ void BM_Seed004_Ratio(benchmark::State& state) {
 }
 BENCHMARK(BM_Seed004_Ratio)
     ->ArgNames({"page_fault", "rounds", "profile"})
-    ->Args({0, 2000, 3})
+    ->Args({0, 2000, 5})
     ->Args({0, 200000, 0})
-    ->Args({0, 200000, 3})
+    ->Args({0, 200000, 5})
     ->Args({1, 20000, 0})
-    ->Args({1, 20000, 3})
+    ->Args({1, 20000, 5})
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
@@ -242,7 +242,7 @@ void BM_EngineMemoryPerVma(benchmark::State& state) {
 }
 BENCHMARK(BM_EngineMemoryPerVma)
     ->ArgNames({"vmas", "profile"})
-    ->ArgsProduct({{1000, 60000}, {0, 1, 2, 3}})
+    ->ArgsProduct({{1000, 60000}, {0, 1, 2, 3, 4, 5}})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 

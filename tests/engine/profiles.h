@@ -10,7 +10,7 @@
 namespace vmspace::testing_profiles {
 
 inline auto AllProfiles() {
-  return ::testing::Values("linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6");
+  return ::testing::Values("linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6", "linux-6.7", "linux-6.15");
 }
 
 struct ProfileName {

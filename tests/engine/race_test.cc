@@ -136,7 +136,7 @@ TEST_P(Race, DontneedRacingFaultsAccountsEveryFrame) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, Race,
-                         ::testing::Values("linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6",
+                         ::testing::Values("linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6", "linux-6.7", "linux-6.15",
                                            "linux-6.6,vma_lock=off"),
                          testing_profiles::ProfileName());
 

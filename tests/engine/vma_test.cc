@@ -35,7 +35,7 @@ struct VmaTest : ::testing::Test {
   }
   /// A private anonymous VMA over columns [from, to) (vm_pgoff as mmap gives it).
   Vma* Add(int from, int to, uint64_t flags = RW) {
-    Vma* v = new Vma;
+    Vma* v = mm->VmaAllocLocked();
     v->vm_start = W + from * P;
     v->vm_end = W + to * P;
     v->vm_flags = flags;
@@ -54,7 +54,7 @@ struct VmaTest : ::testing::Test {
     return s;
   }
   bool WriteLocked(const Vma* v) { return v->vm_lock_seq.load() == mm->mm_lock_seq.load(); }
-  bool Detached(const Vma* v) { return v->vm_refcnt.load() == 0; }
+  bool Detached(const Vma* v) { return mm->VmaIsDetached(v); }
   uint64_t PgoffOk(const Vma* v) { return v->vm_pgoff == v->vm_start >> kPageShift; }
 };
 

@@ -508,13 +508,29 @@ void RwSem::LockRead() {
 
 void RwSem::UnlockRead() {
   EndHold(cls_, LockMode::kRead, tls_read_acquired[static_cast<size_t>(cls_)]);
+  UnlockReadUnaccounted();
+  LockdepRelease(rank_, this);
+}
+
+bool RwSem::TryLockReadUnaccounted() {
+  // down_read_trylock(): add a reader bias while the count allows readers.
+  uint64_t c = count_.load(std::memory_order_relaxed);
+  while (!(c & kReadFailedMask)) {
+    if (count_.compare_exchange_weak(c, c + kReaderBias, std::memory_order_acquire, std::memory_order_relaxed)) {
+      SetReaderOwned(Current());
+      return true;
+    }
+  }
+  return false;
+}
+
+void RwSem::UnlockReadUnaccounted() {
   // __up_read(): the last reader out wakes the queue.
   const uint64_t count = count_.fetch_sub(kReaderBias, std::memory_order_release) - kReaderBias;
   if (__builtin_expect((count & (kLockMask | kFlagWaiters)) == kFlagWaiters, 0)) {
     ClearNonspinnable();
     Wake();
   }
-  LockdepRelease(rank_, this);
 }
 
 void RwSem::LockWrite() {

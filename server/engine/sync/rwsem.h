@@ -82,6 +82,13 @@ class ABSL_LOCKABLE RwSem {
   /// time from queueing to the grant (a reader that steals the lock did not wait).
   void LockRead() ABSL_SHARED_LOCK_FUNCTION();
   void UnlockRead() ABSL_UNLOCK_FUNCTION();
+  /// down_read_trylock(): a read hold if no writer holds or waits with the handoff (the
+  /// count's read-fail mask), never waiting. Neither counted in the lock stats nor seen
+  /// by lockdep: the caller accounts for it (the per-VMA lock of the rwsem form, whose
+  /// read side lock_vma_under_rcu counts as VMA_LOCK_*). Release with UnlockReadUnaccounted.
+  bool TryLockReadUnaccounted();
+  /// up_read() of a TryLockReadUnaccounted hold: the last reader out wakes the queue.
+  void UnlockReadUnaccounted();
   /// down_write / up_write. Contended when the fast path failed and the writer had to
   /// spin or queue; the wait time is all of its spinning and sleeping.
   void LockWrite() ABSL_EXCLUSIVE_LOCK_FUNCTION();

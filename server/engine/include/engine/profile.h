@@ -1,5 +1,7 @@
 // LockingProfile: a named set of design switches that models one kernel era's locking
-// (which VMA index, which faults take the per-VMA lock). See README "Locking profiles".
+// and VMA lifetime (which VMA index, which faults take the per-VMA lock, which form that
+// lock and the VMA's freeing have). See README "Locking profiles" and LOCKING.md
+// "Profiles: the per-VMA lock by era".
 #pragma once
 
 #include <string>
@@ -8,27 +10,61 @@
 
 namespace vmspace {
 
+/// The form of the per-VMA lock and of VMA freeing (only meaningful with vma_lock != off;
+/// without per-VMA locks nothing reads a VMA without mmap_lock and VMAs are freed at
+/// once, as vm_area_free() did before 6.4).
+///  * kRwsem (Linux 6.4 - 6.14): a `vma_lock` rw_semaphore allocated separately from the
+///    VMA (its own cache, vm_area_alloc/vm_area_dup allocate one per VMA: commit "mm:
+///    separate vma->lock from vm_area_struct"), a `detached` flag, readers take it with
+///    down_read_trylock, writers with down_write (waiting for readers on the rwsem);
+///    every VMA freed by its own call_rcu (vm_area_free -> vm_area_free_rcu_cb).
+///  * kRefcnt (Linux 6.15 -): `vm_refcnt` in the VMA ("mm: move per-vma lock into
+///    vm_area_struct", "mm: replace vm_lock and detached flag with a reference count");
+///    VMAs come from a SLAB_TYPESAFE_BY_RCU cache ("mm: make vma cache
+///    SLAB_TYPESAFE_BY_RCU"): a freed VMA is reused at once, without a grace period, and
+///    lock_vma_under_rcu re-checks the VMA it locked.
+enum class VmaLockForm : uint8_t { kRwsem, kRefcnt };
+/// "rwsem", "refcnt".
+const char* VmaLockFormName(VmaLockForm f);
+
 /// A locking profile: the set of design switches that model one kernel era. Named
-/// profiles (see README "Locking profiles" for the commits each models):
-///   linux-6.0  index=rbtree vma_lock=off   every fault takes mmap_lock (read)
-///   linux-6.1  index=maple  vma_lock=off   maple tree (RCU-safe), still mmap_lock faults
-///   linux-6.4  index=maple  vma_lock=anon  per-VMA locks for anonymous faults
-///   linux-6.6  index=maple  vma_lock=all   per-VMA locks for all faults (the default)
-/// A per-VMA lock needs the RCU-readable index: vma_lock != off requires index=maple.
+/// profiles (README "Locking profiles" has the commits each follows):
+///   linux-6.0   index=rbtree                vma_lock=off   every fault takes mmap_lock
+///   linux-6.1   index=maple maple_rcu=off   vma_lock=off   maple tree, not in RCU mode
+///   linux-6.4   index=maple                 vma_lock=anon  vma_lock_form=rwsem
+///   linux-6.6   index=maple                 vma_lock=all   vma_lock_form=rwsem
+///   linux-6.7   index=maple                 vma_lock=all   vma_lock_form=rwsem
+///   linux-6.15  index=maple                 vma_lock=all   vma_lock_form=refcnt (default)
+/// (maple_rcu=on and vma_lock_form=refcnt are the defaults where not shown.) A per-VMA
+/// lock needs the RCU-readable index: vma_lock != off requires index=maple maple_rcu=on.
 struct LockingProfile {
-  std::string name = "linux-6.6";  // a named profile, or "custom" after overrides
+  std::string name = "linux-6.15";  // a named profile, or "custom" after overrides
   VmaIndexKind index = VmaIndexKind::kMaple;
+  /// The maple tree in RCU mode (MT_FLAGS_USE_RCU: nodes replaced, freed after a grace
+  /// period, readable under RCU), as the mm tree is since 6.3 / 6.1.25 (commit
+  /// 3dd4432549415 "mm: enable maple tree RCU mode by default"). Off: nodes rewritten
+  /// in place and freed at once (Linux 6.1.0 - 6.1.24, 6.2). Only for index=maple.
+  bool maple_rcu = true;
   VmaLockMode vma_lock = VmaLockMode::kAll;
+  VmaLockForm vma_lock_form = VmaLockForm::kRefcnt;
 
   /// Parses "linux-6.4", "linux-6.4,vma_lock=off", "index=rbtree,vma_lock=off" (a base
-  /// name, then switch=value overrides; without a base name linux-6.6 is the base).
-  /// Returns false with *err set on unknown names/values or an invalid combination.
+  /// name, then switch=value overrides; without a base name linux-6.15 is the base).
+  /// Switches: index=rbtree|maple, maple_rcu=on|off, vma_lock=off|anon|all,
+  /// vma_lock_form=rwsem|refcnt. Returns false with *err set on unknown names/values or
+  /// an invalid combination.
   static bool Parse(const std::string& spec, LockingProfile* out, std::string* err);
-  /// "linux-6.6 (index=maple vma_lock=all)".
+  /// The name, the switches, and in words which structures the profile models and the
+  /// kernel commits it follows: "linux-6.15 (index=maple vma_lock=all
+  /// vma_lock_form=refcnt): ...".
   std::string Describe() const;
-  /// Small integer for per-profile statistics: 0..3 for the named profiles, 4 custom.
+  /// The switches only: "index=maple vma_lock=all vma_lock_form=refcnt".
+  std::string Switches() const;
+  /// Small integer for per-profile statistics: 0..kNamedCount-1 for the named profiles
+  /// (the order of kNames), kNamedCount for "custom".
   int stats_slot() const;
-  static const char* const kNames[4];
+  static constexpr int kNamedCount = 6;
+  static const char* const kNames[kNamedCount];
 };
 
 }  // namespace vmspace

@@ -101,8 +101,9 @@ struct StatsSnapshot {
 
 /// Statistics are kept per locking-profile slot (LockingProfile::stats_slot()), so one
 /// daemon can compare profiles side by side. Slot of the calling thread: set by every
-/// AddressSpace entry point for the space's profile.
-inline constexpr int kStatSlots = 5;
+/// AddressSpace entry point for the space's profile. One per named profile
+/// (LockingProfile::kNamedCount, checked in profile.cc) plus "custom".
+inline constexpr int kStatSlots = 7;
 
 namespace stats_internal {
 struct LockCell {  // times in TSC ticks (converted to ns by ReadStats)

@@ -1,0 +1,213 @@
+// Locking profiles: parsing and descriptions of the named profiles, and per era the
+// structures the profile gives a space (README "Locking profiles", LOCKING.md
+// "Profiles"): the 6.1 maple tree without RCU mode, the 6.4-6.14 separately allocated
+// vma_lock rw_semaphore with VMAs freed by call_rcu, the 6.15 vm_refcnt with VMAs reused
+// from a typesafe-by-RCU cache while a lockless reader re-checks what it locked.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "engine/profile.h"
+#include "engine/stats.h"
+#include "mm.h"
+
+namespace vmspace {
+namespace {
+
+constexpr uint64_t P = 4096;
+constexpr uint64_t A = 0x10000000, B = 0x20000000;  // far apart: never merged
+constexpr uint64_t RW = VM_READ | VM_WRITE | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC;
+
+LockingProfile Parsed(const std::string& spec) {
+  LockingProfile p;
+  std::string err;
+  EXPECT_TRUE(LockingProfile::Parse(spec, &p, &err)) << spec << ": " << err;
+  return p;
+}
+
+TEST(Profile, NamedProfilesAndTheirSwitches) {
+  struct Case {
+    const char* name;
+    const char* switches;
+  } cases[] = {
+      {"linux-6.0", "index=rbtree vma_lock=off"},
+      {"linux-6.1", "index=maple maple_rcu=off vma_lock=off"},
+      {"linux-6.4", "index=maple vma_lock=anon vma_lock_form=rwsem"},
+      {"linux-6.6", "index=maple vma_lock=all vma_lock_form=rwsem"},
+      {"linux-6.7", "index=maple vma_lock=all vma_lock_form=rwsem"},
+      {"linux-6.15", "index=maple vma_lock=all vma_lock_form=refcnt"},
+  };
+  ASSERT_EQ(std::size(cases), static_cast<size_t>(LockingProfile::kNamedCount));
+  for (int i = 0; i < LockingProfile::kNamedCount; i++) {
+    SCOPED_TRACE(cases[i].name);
+    EXPECT_STREQ(LockingProfile::kNames[i], cases[i].name);
+    LockingProfile p = Parsed(cases[i].name);
+    EXPECT_EQ(p.name, cases[i].name);
+    EXPECT_EQ(p.Switches(), cases[i].switches);
+    EXPECT_EQ(p.stats_slot(), i);
+    EXPECT_EQ(p.Describe().rfind(std::string(cases[i].name) + " (" + cases[i].switches + "): ", 0), 0u)
+        << p.Describe();
+  }
+  EXPECT_EQ(Parsed("").name, "linux-6.15");  // the default
+  EXPECT_LT(LockingProfile::kNamedCount, kStatSlots);  // "custom" has a slot too
+}
+
+TEST(Profile, DescriptionsNameTheCommitsTheyFollow) {
+  EXPECT_NE(Parsed("linux-6.1").Describe().find("3dd4432549415"), std::string::npos);
+  EXPECT_NE(Parsed("linux-6.4").Describe().find("mm: separate vma->lock from vm_area_struct"), std::string::npos);
+  EXPECT_NE(Parsed("linux-6.4").Describe().find("call_rcu"), std::string::npos);
+  EXPECT_NE(Parsed("linux-6.7").Describe().find("mm: handle shared faults under the VMA lock"), std::string::npos);
+  EXPECT_NE(Parsed("linux-6.15").Describe().find("mm: make vma cache SLAB_TYPESAFE_BY_RCU"), std::string::npos);
+  EXPECT_EQ(Parsed("linux-6.1,maple_rcu=on").Describe(), "custom (index=maple vma_lock=off)");
+}
+
+TEST(Profile, OverridesFindTheNamedProfileOrCustom) {
+  EXPECT_EQ(Parsed("linux-6.7,vma_lock_form=refcnt").name, "linux-6.15");
+  EXPECT_EQ(Parsed("linux-6.15,vma_lock_form=rwsem").name, "linux-6.6");  // the first with them
+  EXPECT_EQ(Parsed("linux-6.7,vma_lock=all").name, "linux-6.7");          // unchanged: kept
+  EXPECT_EQ(Parsed("linux-6.4,vma_lock=all").name, "linux-6.6");
+  EXPECT_EQ(Parsed("linux-6.4,vma_lock=off,maple_rcu=off").name, "linux-6.1");
+  EXPECT_EQ(Parsed("linux-6.0,vma_lock_form=rwsem").name, "linux-6.0");  // no VMA lock: no form
+  EXPECT_EQ(Parsed("linux-6.15,vma_lock=anon").name, "custom");
+  EXPECT_EQ(Parsed("linux-6.15,vma_lock=anon").stats_slot(), LockingProfile::kNamedCount);
+  LockingProfile p;
+  std::string err;
+  EXPECT_FALSE(LockingProfile::Parse("linux-6.1,vma_lock=anon", &p, &err));
+  EXPECT_NE(err.find("maple_rcu=on"), std::string::npos) << err;
+  EXPECT_FALSE(LockingProfile::Parse("linux-6.5", &p, &err));
+  EXPECT_NE(err.find("linux-6.7, linux-6.15"), std::string::npos) << err;
+  EXPECT_FALSE(LockingProfile::Parse("linux-6.15,vma_lock_form=mutex", &p, &err));
+  EXPECT_NE(err.find("vma_lock_form=rwsem|refcnt"), std::string::npos) << err;
+}
+
+/// One space driven through the engine's internals (as vma_test), on this thread.
+struct Era : ::testing::Test {
+  FrameAllocator frames{1ull << 24};
+  std::unique_ptr<MmStruct> mm;
+  void Make(const std::string& profile) {
+    RcuThread();
+    SpaceOptions opts;
+    opts.profile = Parsed(profile);
+    mm = std::make_unique<MmStruct>(frames, opts);
+  }
+  void TearDown() override {
+    mm.reset();
+    RcuBarrier();  // the call_rcu frees of the rwsem form
+  }
+  /// A private anonymous one-page VMA at `at` with an anon_vma (eligible for the VMA
+  /// lock in every era), in a write section of its own.
+  Vma* Map(uint64_t at) {
+    mm->MmapWriteLock();
+    Vma* v = mm->VmaAllocLocked();
+    v->vm_start = at;
+    v->vm_end = at + P;
+    v->vm_flags = RW;
+    v->vm_pgoff = at >> kPageShift;
+    AnonVma* a = new AnonVma{at};
+    v->set_anon(a);
+    PutAnonVma(a);
+    mm->VmaInsertLocked(v);
+    mm->MmapWriteUnlock();
+    return v;
+  }
+  void Unmap(uint64_t at) {
+    mm->MmapWriteLock();
+    ASSERT_EQ(DoVmiMunmapUnlock(*mm, at, at + P), 0);
+  }
+};
+
+TEST_F(Era, Linux61MapleTreeIsNotReadableUnderRcu) {
+  Make("linux-6.1");
+  Vma* v = Map(A);
+  RcuReadGuard g;
+  EXPECT_EQ(mm->VmaLookupRcu(A), nullptr);  // no RCU mode: only mmap_lock holders may walk it
+  mm->mmap_lock.LockRead();
+  EXPECT_EQ(mm->FindVmaLocked(A), v);
+  mm->mmap_lock.UnlockRead();
+}
+
+TEST_F(Era, Linux64FreesAVmaOnlyAfterAGracePeriodAndItsLockIsSeparate) {
+  Make("linux-6.4");
+  RcuReadGuard g;  // a lockless reader that found the VMA before the munmap
+  Vma* v = Map(A);
+  ASSERT_EQ(mm->VmaLookupRcu(A), v);
+  ASSERT_NE(v->vm_lock, nullptr);
+  const char* lock = reinterpret_cast<const char*>(v->vm_lock);
+  const char* vma = reinterpret_cast<const char*>(v);
+  EXPECT_TRUE(lock + sizeof(VmaLock) <= vma || lock >= vma + sizeof(Vma)) << "vma_lock inside the VMA";
+  Unmap(A);
+  Vma* w = Map(B);
+  EXPECT_NE(w, v);  // v waits for the grace period our reader holds up
+  EXPECT_NE(w->vm_lock, v->vm_lock);
+  EXPECT_TRUE(mm->VmaIsDetached(v));
+  EXPECT_EQ(v->vm_start, A);  // still the old VMA, intact
+  // The reader locks the stale VMA (its rwsem is free, the section is over), sees it
+  // detached: VMA_LOCK_MISS, look up again.
+  EXPECT_EQ(mm->LockFoundVmaRcu(v, A), MmStruct::VmaLockResult::kMiss);
+}
+
+TEST_F(Era, Linux615ReusesAFreedVmaAtOnceAndTheReaderRechecksIt) {
+  Make("linux-6.15");
+  RcuReadGuard g;
+  Vma* v = Map(A);
+  ASSERT_EQ(mm->VmaLookupRcu(A), v);
+  EXPECT_EQ(v->vm_lock, nullptr);  // the lock is vm_refcnt, in the VMA
+  Unmap(A);
+  Vma* w = Map(B);
+  EXPECT_EQ(w, v);  // the same memory, reused inside our reader's grace period
+  EXPECT_EQ(v->vm_start, B);
+  // The reader that found it at A takes its reference (it is attached again), then the
+  // range re-check fails: VMA_LOCK_ABORT.
+  EXPECT_EQ(mm->LockFoundVmaRcu(v, A), MmStruct::VmaLockResult::kAbort);
+  EXPECT_EQ(v->vm_refcnt.load(), 1u);  // the reader's reference was dropped
+  // Found at B it is the right VMA and stays locked.
+  EXPECT_EQ(mm->LockFoundVmaRcu(v, B), MmStruct::VmaLockResult::kOk);
+  EXPECT_EQ(v->vm_refcnt.load(), 2u);
+  mm->VmaEndRead(v);
+}
+
+TEST_F(Era, Linux615ReaderOfAFreedVmaFailsUntilItIsReused) {
+  Make("linux-6.15");
+  RcuReadGuard g;
+  Vma* v = Map(A);
+  Unmap(A);
+  EXPECT_EQ(v->vm_refcnt.load(), 0u);  // detached, in the cache
+  EXPECT_EQ(mm->LockFoundVmaRcu(v, A), MmStruct::VmaLockResult::kMiss);
+}
+
+/// A writer's vma_start_write waits for a reader in each form: on the VMA's own
+/// rw_semaphore (rwsem) or on vm_refcnt (refcnt).
+class EraWriterWaits : public Era, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(EraWriterWaits, ForTheReaderOfItsForm) {
+  Make(GetParam());
+  Vma* v = Map(A);
+  {
+    RcuReadGuard g;
+    ASSERT_EQ(mm->LockFoundVmaRcu(v, A), MmStruct::VmaLockResult::kOk);
+  }
+  std::atomic<bool> written{false};
+  std::thread writer([&] {
+    RcuThread();
+    mm->MmapWriteLock();
+    mm->VmaStartWriteLocked(v);
+    written.store(true);
+    mm->MmapWriteUnlock();
+  });
+  // Wait (a hang is the failure) until the writer is visibly waiting for our reader.
+  const bool rwsem = mm->vma_form == VmaForm::kRwsem;
+  while (rwsem ? v->vm_lock->lock.waiters() == 0 : !(v->vm_refcnt.load() & Vma::kVmaLockOffset))
+    std::this_thread::yield();
+  EXPECT_FALSE(written.load());
+  mm->VmaEndRead(v);
+  writer.join();
+  EXPECT_TRUE(written.load());
+}
+
+INSTANTIATE_TEST_SUITE_P(Forms, EraWriterWaits, ::testing::Values("linux-6.7", "linux-6.15"),
+                         [](const auto& info) { return std::string(info.param) == "linux-6.7" ? "rwsem" : "refcnt"; });
+
+}  // namespace
+}  // namespace vmspace
