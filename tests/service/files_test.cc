@@ -439,6 +439,17 @@ TEST(FilesMetrics, CountTheFileWork) {
   EXPECT_GE(Get(s3, SeriesKey("vmspace_lock_acquisitions_total",
                               {{"lock", "i_mmap_rwsem"}, {"mode", "write"}, {"profile", "linux-6.6"}})),
             1);
+  // The window is a per-space setting: 4096 turns fault-around off (one page per fault).
+  v1::SpaceSettings off;
+  off.set_fault_around_bytes(4096);
+  const uint64_t sp_off = cl.CreateSpace(off).value();
+  ASSERT_TRUE(cl.Mmap(sp_off, kAt, 16 * kPage, PROT_READ, MAP_SHARED | MAP_FIXED, 0, f).ok());
+  ASSERT_TRUE(cl.Fault(sp_off, kAt + 5 * kPage, v1::ACCESS_READ).ok());
+  EXPECT_EQ(Get(scrape(), around("linux-6.6")), Get(s3, around("linux-6.6")));
+  std::map<uint64_t, uint64_t> rss;
+  for (const v1::SpaceInfo& info : cl.ListSpaces().value()) rss[info.space_id()] = info.rss_bytes();
+  EXPECT_EQ(rss[sp_off], kPage);
+  EXPECT_EQ(rss[sp66], 16 * kPage);
   // A pwrite dirties a page until fsync.
   ASSERT_TRUE(cl.WriteFile(f, 0, "d").ok());
   EXPECT_EQ(Get(scrape(), dirty), kPage);
