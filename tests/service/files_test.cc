@@ -371,6 +371,12 @@ TEST_F(FilesTest, RestartKeepsSharedWrites) {
   auto again = cl_->Access(space, addr + 2 * kPage, 1, 1, v1::ACCESS_READ);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again.value().major_faults(), 0u);
+  // Page 0 (a hole, never read) is still a miss: Access reports the major fault.
+  auto hole = cl_->Access(space, addr, 1, 1, v1::ACCESS_READ);
+  ASSERT_TRUE(hole.ok());
+  EXPECT_EQ(hole.value().faults(), 1u);
+  EXPECT_EQ(hole.value().major_faults(), 1u);
+  EXPECT_EQ(ReadMem(space, addr, 4), std::string(4, '\0'));
 }
 
 // /metrics: page-cache gauges, pgmajfault, fault-around pages and retries by profile.
