@@ -311,8 +311,8 @@ int main(int argc, char** argv) {
                                                t.vmas,
                                                t.resident_bytes,
                                                t.pagetable_bytes,
-                                               t.page_cache_pages * 4096,
-                                               t.page_cache_dirty_pages * 4096};
+                                               t.page_cache_pages * vmspace::kPageSize,
+                                               t.page_cache_dirty_pages * vmspace::kPageSize};
         },
         VMSPACE_VERSION);
     exposer->RegisterCollectable(collector, "/metrics");

@@ -275,13 +275,9 @@ int File::WriteRange(uint64_t first, uint64_t last) {
     const uint64_t off = index * kPageSize;
     const uint64_t size = i_size.load(std::memory_order_acquire);
     if (!f->removed.load(std::memory_order_relaxed) && off < size) {
-      // A bounce copy with atomic loads: a store racing with it (through a PTE made
-      // writable again by a new fault, which re-dirtied the page) is written next time.
-      for (uint64_t w = 0; w < kPageSize; w += 8)
-        __atomic_store_n(reinterpret_cast<uint64_t*>(buf.data() + w),
-                         __atomic_load_n(reinterpret_cast<const uint64_t*>(static_cast<uint8_t*>(f->frame) + w),
-                                         __ATOMIC_RELAXED),
-                         __ATOMIC_RELAXED);
+      // A bounce copy: a store racing with it (through a PTE made writable again by a
+      // new fault, which re-dirtied the page) is written next time.
+      CopyFrameRacy(buf.data(), f->frame);
       const uint64_t n = std::min<uint64_t>(kPageSize, size - off);
       if (pwrite(fd, buf.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) {
         MarkDirty(f);  // keep it: the data is only here (mapping_set_error)

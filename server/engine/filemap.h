@@ -64,6 +64,16 @@ struct Folio {
   void Unlock();
 };
 
+/// Copies a 4 KiB frame that mapped accessors may be storing to at the same time (a
+/// page-cache page: COW, writeback), with relaxed 8-byte atomic loads: each word is one
+/// the page held at some moment, as a CPU's copy would be, and no data race for TSan.
+/// `dst` must be private to the caller.
+inline void CopyFrameRacy(void* dst, const void* src) {
+  auto* d = static_cast<uint64_t*>(dst);
+  const auto* s = static_cast<const uint64_t*>(src);
+  for (uint64_t w = 0; w < kPageSize / 8; w++) d[w] = __atomic_load_n(s + w, __ATOMIC_RELAXED);
+}
+
 /// Frees a folio removed from its page cache (and its frame) after a grace period.
 void FreeFolioDeferred(Folio* f);
 

@@ -232,7 +232,7 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
     Folio* f = lock_mapped(frame);
     bool used = false;
     if (f) {
-      memcpy(copy, f->frame, kPageSize);
+      CopyFrameRacy(copy, f->frame);
       SpinGuard l(t->ptl);
       if (t->Get(i) == orig) {
         t->Set(i, MakePte(copy, PteBitsFor(*v, false)));
@@ -279,7 +279,7 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
     if (copy) frames.Free(copy);
     return sigbus();
   }
-  if (copy) memcpy(copy, f->frame, kPageSize);
+  if (copy) CopyFrameRacy(copy, f->frame);
   if (write && shared) file->MarkDirty(f);
   bool installed = false;
   {

@@ -120,6 +120,7 @@ uint64_t MmStruct::GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags,
   // __thp_get_unmapped_area(): search with a PMD of padding, then place the range so
   // that file offset `off` lands PMD aligned (top-down: one PMD up if it already is).
   auto thp_area = [&](uint64_t o) -> uint64_t {
+    mmap_lock.AssertHeld();  // the caller's (a lambda is analysed on its own)
     const uint64_t len_pad = len + kPmdSize;
     if (len_pad < len || o + len_pad < o) return ~0ull;
     const uint64_t ret = ArchGetUnmappedAreaLocked(addr, len_pad, flags);
@@ -218,7 +219,9 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
         flags &= kLegacyMapMask;
         [[fallthrough]];
       case MAP_SHARED_VALIDATE:
-        if (static_cast<uint64_t>(flags) & ~kLegacyMapMask) return (EOPNOTSUPP);
+        // MAP_SYNC passes here (flags_mask) and is refused below, after the
+        // permission checks, as this kernel orders it (seen: EACCES first).
+        if (static_cast<uint64_t>(flags) & ~(kLegacyMapMask | MAP_SYNC)) return (EOPNOTSUPP);
         if ((prot & PROT_WRITE) && !file->writable) return (EACCES);
         vm_flags |= VM_SHARED | VM_MAYSHARE;
         if (!file->writable) vm_flags &= ~(VM_MAYWRITE | VM_SHARED);
@@ -232,6 +235,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
       default:
         return (EINVAL);
     }
+
   } else switch (flags & kMapType) {
     case MAP_SHARED:
       if (vm_flags & VM_GROWSDOWN) return (EINVAL);
@@ -271,6 +275,10 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   if (flags & MAP_FIXED) {
     if (int e = m.UnmapRangeLocked(addr, addr + plen, /*free_tables=*/false, nullptr)) return e;
   }
+  // The filesystem's ->mmap_prepare refuses VM_SYNC (set by MAP_SYNC even with
+  // MAP_SHARED or MAP_PRIVATE, which drop or ignore the flag itself) without DAX, after
+  // MAP_FIXED has removed what was there: the range is left unmapped (seen on 6.18).
+  if (file && (vm_flags & VM_SYNC)) return (EOPNOTSUPP);
   Vma* v = nullptr;
   // A shared anonymous mapping is a new shmem file: it never merges.
   if (file || !(vm_flags & VM_SHARED))

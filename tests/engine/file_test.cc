@@ -514,6 +514,112 @@ TEST_P(FileMapTest, TruncateReachesEverySpace) {
   EXPECT_EQ(other.Validate(), "");
 }
 
+/// A tmpfs of two pages mounted over a temporary directory (root only).
+struct TinyFs {
+  TinyFs() {
+    if (mount("tmpfs", dir.path.c_str(), "tmpfs", 0, "size=8k") == 0) mounted = true;
+  }
+  ~TinyFs() {
+    if (mounted) umount2(dir.path.c_str(), MNT_DETACH);
+  }
+  TempDir dir;
+  bool mounted = false;
+};
+
+TEST_P(FileMapTest, FailedWritebackKeepsPagesDirtyAndReportsEioOncePerFailure) {
+  TinyFs fs;
+  if (!fs.mounted) GTEST_SKIP() << "cannot mount a tmpfs here (needs root): " << strerror(errno);
+  {
+    FileTable tiny(frames_, fs.dir.path);
+    SysResult a = tiny.Open("f", {.write = true, .create = true});
+    ASSERT_TRUE(a.ok());
+    SysResult b = tiny.Open("f", {.write = true});  // a second handle, opened before the failure
+    ASSERT_TRUE(b.ok());
+    std::vector<uint8_t> data(4 * P, 0xab);
+    ASSERT_EQ(tiny.Write(a.value, 0, data.data(), data.size()).value, data.size());  // in the cache only
+    ASSERT_TRUE(Map(0, 4 * P, PROT_READ | PROT_WRITE, MAP_SHARED, tiny.Get(a.value), 0).ok());
+    EXPECT_FALSE(WriteByte(3 * P, 0xcd).failed());
+    EXPECT_EQ(tiny.Fsync(a.value), EIO);  // the filesystem holds two pages: ENOSPC on the rest
+    FileStat st;
+    ASSERT_TRUE(tiny.Stat(a.value, &st).ok());
+    EXPECT_EQ(st.dirty_pages, 2u);  // nothing lost: what failed is still dirty
+    EXPECT_EQ(ReadByte(3 * P), 0xcd);
+    EXPECT_EQ(as_->Msync(kBase, 4 * P, MS_SYNC).error, EIO);  // a new failure
+    EXPECT_EQ(tiny.Fsync(b.value), EIO);  // b's own writeback fails again (a third failure)
+    ASSERT_EQ(tiny.Truncate(a.value, 2 * P), 0);  // make room: the dirty pages beyond go
+    EXPECT_EQ(tiny.Fsync(b.value), 0);  // b has seen every failure
+    EXPECT_EQ(tiny.Fsync(a.value), EIO);  // a has not seen the third: once...
+    EXPECT_EQ(tiny.Fsync(a.value), 0);  // ...and not again
+    ASSERT_TRUE(tiny.Stat(a.value, &st).ok());
+    EXPECT_EQ(st.dirty_pages, 0u);
+    EXPECT_EQ(fs.dir.HostByte("f", P), 0xab);
+    EXPECT_EQ(as_->Fault(kBase + 3 * P, AccessType::kRead).outcome, FaultOutcome::kSigbus);
+    ASSERT_TRUE(as_->Munmap(kBase, 4 * P).ok());
+  }
+}
+
+TEST_P(FileMapTest, FaultsInManySpacesAgainstTruncateAndMunmap) {
+  // Threads in three spaces fault a shared file (shared reads and writes, private COW)
+  // while one thread truncates it (shrink, grow) and another munmaps and remaps in one
+  // space; after each round every space validates and the frames add up exactly.
+  constexpr uint64_t kPages = 32;
+  auto f = OpenFileOf("stress", kPages * P);
+  const uint64_t id = IdOf(f);
+  std::vector<std::unique_ptr<AddressSpace>> spaces;
+  for (int s = 0; s < 3; s++) {
+    spaces.push_back(std::make_unique<AddressSpace>(frames_, opts_));
+    ASSERT_TRUE(spaces[s]->Mmap(kBase, kPages * P, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, 0, f).ok());
+    ASSERT_TRUE(spaces[s]->Mmap(kBase + kPages * P, kPages * P, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED,
+                                0, f).ok());
+  }
+  const int rounds = testing_util::Iterations(3000) / 300;
+  for (int round = 0; round < rounds; round++) {
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; t++) {
+      threads.emplace_back([&, t] {
+        AddressSpace& as = *spaces[t % 3];
+        uint64_t x = 0x9e3779b97f4a7c15ull * (t + 1 + round * 7);
+        for (int i = 0; i < 400 && !stop.load(std::memory_order_relaxed); i++) {
+          x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+          const uint64_t page = x % (2 * kPages);
+          const AccessType a = (x >> 32) & 1 ? AccessType::kWrite : AccessType::kRead;
+          FaultResult r = as.Fault(kBase + page * P, a);
+          // SIGBUS beyond EOF and SIGSEGV in a munmapped hole are expected outcomes.
+          EXPECT_NE(r.outcome, FaultOutcome::kOom);
+          if (a == AccessType::kWrite && !r.failed()) as.Access(kBase + page * P, 1, 1, AccessType::kWrite);
+        }
+      });
+    }
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; i++) EXPECT_EQ(files_->Truncate(id, (i % 2 ? kPages : 1 + i % 7) * P), 0);
+    });
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; i++) {
+        const uint64_t at = kBase + (i % kPages) * P;
+        EXPECT_TRUE(spaces[2]->Munmap(at, 2 * P).ok());
+        EXPECT_TRUE(spaces[2]->Mmap(at, 2 * P, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, (i % kPages) * P, f).ok());
+      }
+    });
+    for (auto& th : threads) th.join();
+    uint64_t anon = 0;
+    for (auto& as : spaces) {
+      ASSERT_EQ(as->Validate(), "") << "round " << round;
+      anon += as->Counters().anon_pages;
+    }
+    RcuBarrier();
+    FileStat st;
+    ASSERT_TRUE(files_->Stat(id, &st).ok());
+    EXPECT_EQ(static_cast<uint64_t>(frames_.in_use_frames()), st.cached_pages + anon) << "round " << round;
+  }
+  spaces.clear();
+  RcuBarrier();
+  FileStat st;
+  ASSERT_TRUE(files_->Stat(id, &st).ok());
+  EXPECT_EQ(static_cast<uint64_t>(frames_.in_use_frames()), st.cached_pages);
+  EXPECT_EQ(st.mapped_vmas, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Profiles, FileMapTest, testing_profiles::AllProfiles(), testing_profiles::ProfileName());
 
 }  // namespace

@@ -5,8 +5,10 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/personality.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,7 +17,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #ifndef VMSPACE_ORACLE_CHILD_PATH
@@ -343,6 +347,7 @@ std::vector<std::string> KernelChild::Call(const std::string& request) {
 struct OracleSession::MapLine {
   uint64_t start = 0, end = 0, offset = 0, inode = 0;
   std::string perms, dev, name, vmflags;
+  std::string ino_label;  // a test file's label in place of dev and inode
   bool has_flags = false;
 };
 
@@ -485,7 +490,20 @@ OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
   }
 }
 
-OracleSession::~OracleSession() = default;
+OracleSession::~OracleSession() {
+  engine_.reset();  // its VMAs hold the files
+  files_.reset();
+  if (!tmp_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(tmp_, ec);
+  }
+}
+
+std::string OracleSession::FileLabel(uint64_t ino, bool kernel) const {
+  for (const auto& [label, f] : file_refs_)
+    if ((kernel ? f.kernel_ino : f.engine_ino) == ino) return label;
+  return "";
+}
 
 std::string OracleSession::Addr(uint64_t a) const {
   if (size_ && a + 0x100000 >= base_ && a <= base_ + size_ + 0x100000) {
@@ -530,7 +548,25 @@ uint64_t OracleSession::Eval(const std::string& expr, std::string* err) const {
   return total;
 }
 
+void OracleSession::NormalizeFileLine(MapLine* m, bool kernel) const {
+  // A test file's line: the directory becomes $TMP, device and inode the file's label
+  // (each side has its own copy of the file).
+  const std::string dir = tmp_ + (kernel ? "/kernel" : "/engine");
+  if (tmp_.empty() || m->name.rfind(dir + "/", 0) != 0) return;
+  m->name = "$TMP" + m->name.substr(dir.size());
+  const std::string label = FileLabel(m->inode, kernel);
+  m->dev = "dev";
+  m->inode = 0;
+  m->ino_label = label.empty() ? "?" : label;
+}
+
 std::string OracleSession::FormatMapLine(const MapLine& m) const {
+  if (!m.ino_label.empty()) {
+    std::string s = Addr(m.start) + "-" + Addr(m.end) + " " + m.perms + " " + Hex(m.offset) + " ino_of=" +
+                    m.ino_label + " " + m.name;
+    if (m.has_flags) s += " [" + m.vmflags + "]";
+    return s;
+  }
   std::string ino = IsShmemName(m.name) || m.dev == "00:01" ? "*" : std::to_string(m.inode);
   std::string s = Addr(m.start) + "-" + Addr(m.end) + " " + m.perms + " " + Hex(m.offset) + " " +
                   m.dev + " " + ino;
@@ -550,6 +586,7 @@ std::string OracleSession::KernelMaps(uint64_t lo, uint64_t hi, bool with_flags)
       if (!ParseMapLine(l.substr(2), &m.start, &m.end, &m.perms, &m.offset, &m.dev, &m.inode,
                         &m.name))
         return "unparsable: " + l;
+      NormalizeFileLine(&m, true);
       lines.push_back(m);
     } else if (l.rfind("F ", 0) == 0 && !lines.empty()) {
       lines.back().vmflags = WithoutSoftDirty(l.substr(2));
@@ -581,6 +618,7 @@ std::string OracleSession::EngineMaps(uint64_t lo, uint64_t hi, bool with_flags)
       continue;
     }
     if (initial_.count({m.start, m.end})) continue;
+    NormalizeFileLine(&m, false);
     auto it = flags.find(m.start);
     if (it != flags.end()) {
       m.vmflags = AddressSpace::VmFlagsString(it->second);
@@ -680,6 +718,145 @@ std::string EngineSysText(const SysResult& r, const OracleSession& s, bool addr_
 
 }  // namespace
 
+bool OracleSession::RunFileOp(const std::vector<std::string>& w, StepResult* res, std::string* err) {
+  const std::string& op = w[0];
+  static const std::set<std::string> kOps = {"file", "memfd", "pread", "pwrite", "ftruncate", "fstat"};
+  if (!kOps.count(op)) return false;
+  auto H = [](uint64_t v) { return Hex(v).substr(2); };
+  auto num = [&](size_t i) -> uint64_t {
+    if (i >= w.size()) {
+      if (err->empty()) *err = "missing argument " + std::to_string(i);
+      return 0;
+    }
+    std::string e;
+    uint64_t v = Eval(w[i], &e);
+    if (!e.empty() && err->empty()) *err = e;
+    return v;
+  };
+  if (w.size() < 2) {
+    *err = op + " needs a file label";
+    return true;
+  }
+  const std::string& label = w[1];
+  if (op == "file" || op == "memfd") {
+    // file LABEL SIZE [ro]: a test file of SIZE bytes, byte (k+1)&0xff in page k, opened
+    // O_RDWR (or O_RDONLY) by the child and through the engine's FileTable, whose page
+    // cache is then read in (the kernel's holds the file just written).
+    // memfd LABEL SIZE: memfd_create(LABEL) / FileTable::CreateShmem, same content.
+    const uint64_t size = num(2);
+    const bool ro = w.size() > 3 && w[3] == "ro";
+    if (!err->empty()) return true;
+    if (file_refs_.count(label) || label.find('/') != std::string::npos) {
+      *err = "bad or duplicate file label " + label;
+      return true;
+    }
+    if (tmp_.empty()) {
+      char tmpl[] = "/tmp/vmspace-oracle-XXXXXX";
+      if (!mkdtemp(tmpl)) {
+        *err = std::string("mkdtemp: ") + strerror(errno);
+        return true;
+      }
+      tmp_ = tmpl;
+      std::filesystem::create_directory(tmp_ + "/kernel");
+      std::filesystem::create_directory(tmp_ + "/engine");
+      files_ = std::make_unique<FileTable>(*frames_, tmp_ + "/engine");
+    }
+    std::string content(size, 0);
+    for (uint64_t i = 0; i < size; i++) content[i] = static_cast<char>(((i >> kPageShift) + 1) & 0xff);
+    FileRef ref;
+    SysResult er;
+    std::vector<std::string> kr;
+    if (op == "file") {
+      for (const char* side : {"/kernel/", "/engine/"}) {
+        std::ofstream out(tmp_ + side + label, std::ios::binary);
+        out.write(content.data(), static_cast<std::streamsize>(content.size()));
+      }
+      kr = child_->Call("open " + tmp_ + "/kernel/" + label + " " + H(ro ? O_RDONLY : O_RDWR));
+      er = files_->Open(label, {.write = !ro});
+      struct stat st;
+      if (stat((tmp_ + "/kernel/" + label).c_str(), &st) == 0) ref.kernel_ino = st.st_ino;
+      if (stat((tmp_ + "/engine/" + label).c_str(), &st) == 0) ref.engine_ino = st.st_ino;
+      if (er.ok()) {
+        std::string buf(size, 0);
+        files_->Read(er.value, 0, buf.data(), size);
+      }
+    } else {
+      kr = child_->Call("memfd " + label + " " + H(size));
+      er = files_->CreateShmem(label, size);
+      if (er.ok()) files_->Write(er.value, 0, content.data(), size);
+    }
+    uint64_t fd = 0;
+    res->kernel = KernelSysText(kr, *this, false, &res->kernel_ok, &fd);
+    res->kernel = res->kernel_ok ? "ok" : res->kernel;
+    res->engine = er.ok() ? "ok" : "err=" + ErrName(er.error);
+    ref.kernel_fd = fd;
+    ref.engine_id = er.value;
+    if (res->kernel_ok && er.ok()) file_refs_[label] = ref;
+    return true;
+  }
+  auto it = file_refs_.find(label);
+  if (it == file_refs_.end()) {
+    *err = "unknown file " + label;
+    return true;
+  }
+  const FileRef& f = it->second;
+  if (op == "pread") {
+    // pread LABEL OFF LEN: the bytes read (count, first byte, FNV-1a of all).
+    const uint64_t off = num(2), len = num(3);
+    if (!err->empty()) return true;
+    if (len > (1u << 16)) {
+      *err = "pread of more than 64 KiB";
+      return true;
+    }
+    auto text = [](uint64_t n, uint64_t first, uint64_t hash) {
+      return "ret=" + Hex(n) + (n ? " value=" + Hex(first) + " hash=" + Hex(hash) : "");
+    };
+    auto kr = child_->Call("pread " + H(f.kernel_fd) + " " + H(off) + " " + H(len));
+    auto kf = kr.empty() ? std::vector<uint64_t>{} : HexFields(kr[0]);
+    if (!kr.empty() && kr[0][0] == 'R' && kf.size() == 3) {
+      res->kernel_ok = true;
+      res->kernel = text(kf[0], kf[1], kf[2]);
+    } else {
+      res->kernel = KernelSysText(kr, *this, false, &res->kernel_ok, &res->kernel_value);
+    }
+    std::string buf(len, 0);
+    SysResult r = files_->Read(f.engine_id, off, buf.data(), len);
+    if (r.ok()) {
+      uint64_t h = 0xcbf29ce484222325ull;
+      for (uint64_t i = 0; i < r.value; i++) h = (h ^ static_cast<uint8_t>(buf[i])) * 0x100000001b3ull;
+      res->engine = text(r.value, r.value ? static_cast<uint8_t>(buf[0]) : 0, h);
+    } else {
+      res->engine = "err=" + ErrName(r.error);
+    }
+  } else if (op == "pwrite") {
+    const uint64_t off = num(2), len = num(3), v = num(4);
+    if (!err->empty()) return true;
+    if (len > (1u << 16)) {
+      *err = "pwrite of more than 64 KiB";
+      return true;
+    }
+    res->kernel = KernelSysText(child_->Call("pwrite " + H(f.kernel_fd) + " " + H(off) + " " + H(len) + " " +
+                                             H(v & 0xff)),
+                                *this, false, &res->kernel_ok, &res->kernel_value);
+    std::string buf(len, static_cast<char>(v));
+    res->engine = EngineSysText(files_->Write(f.engine_id, off, buf.data(), len), *this, false);
+  } else if (op == "ftruncate") {
+    const uint64_t size = num(2);
+    if (!err->empty()) return true;
+    res->kernel = KernelSysText(child_->Call("ftruncate " + H(f.kernel_fd) + " " + H(size)), *this, false,
+                                &res->kernel_ok, &res->kernel_value);
+    const int e = files_->Truncate(f.engine_id, size);
+    res->engine = e ? "err=" + ErrName(e) : "ret=0x0";
+  } else {  // fstat LABEL: st_size
+    res->kernel = KernelSysText(child_->Call("fstat " + H(f.kernel_fd)), *this, false, &res->kernel_ok,
+                                &res->kernel_value);
+    FileStat st;
+    SysResult r = files_->Stat(f.engine_id, &st);
+    res->engine = r.ok() ? "ret=" + Hex(st.size_bytes) : "err=" + ErrName(r.error);
+  }
+  return true;
+}
+
 StepResult OracleSession::Run(const std::string& raw_line) {
   StepResult res;
   std::string line = raw_line;
@@ -730,15 +907,27 @@ StepResult OracleSession::Run(const std::string& raw_line) {
   const std::string& op = w[0];
 
   if (op == "mmap") {
+    // mmap ADDR LEN PROT FLAGS [OFFSET [FILE]]: FILE a label of `file`/`memfd`.
     uint64_t a = num(1), l = num(2), off = w.size() > 5 ? num(5) : 0;
     int p = prot(3), f = flags(4);
+    const FileRef* file = nullptr;
+    if (w.size() > 6) {
+      auto it = file_refs_.find(w[6]);
+      if (it == file_refs_.end()) return fail("unknown file " + w[6]);
+      file = &it->second;
+    }
     if (!err.empty()) return fail(err);
     res.is_mmap = true;
     res.kernel = KernelSysText(child_->Call("mmap " + H(a) + " " + H(l) + " " +
                                             H(static_cast<uint32_t>(p)) + " " +
-                                            H(static_cast<uint32_t>(f)) + " " + H(off)),
+                                            H(static_cast<uint32_t>(f)) + " " + H(off) +
+                                            (file ? " " + H(file->kernel_fd) : "")),
                                *this, true, &res.kernel_ok, &res.kernel_value);
-    res.engine = EngineSysText(engine_->Mmap(a, l, p, f, off), *this, true);
+    res.engine = EngineSysText(file ? engine_->Mmap(a, l, p, f, off, files_->Get(file->engine_id))
+                                    : engine_->Mmap(a, l, p, f, off),
+                               *this, true);
+  } else if (RunFileOp(w, &res, &err)) {
+    if (!err.empty()) return fail(err);
   } else if (op == "munmap") {
     uint64_t a = num(1), l = num(2);
     if (!err.empty()) return fail(err);
@@ -873,6 +1062,27 @@ StepResult OracleSession::Run(const std::string& raw_line) {
     res.kernel = KernelMaps(lo, hi, true);
     res.engine = EngineMaps(lo, hi, true);
     res.kernel_ok = true;
+  } else if (op == "msync" || op == "madvise") {
+    // msync ADDR LEN sync|async|invalidate (joined by ','); madvise ADDR LEN dontneed|N
+    uint64_t a = num(1), l = num(2), v = 0;
+    const std::string arg = w.size() > 3 ? w[3] : "";
+    std::istringstream parts(arg);
+    std::string part;
+    while (std::getline(parts, part, ',')) {
+      uint64_t n;
+      if (part == "sync") v |= MS_SYNC;
+      else if (part == "async") v |= MS_ASYNC;
+      else if (part == "invalidate") v |= MS_INVALIDATE;
+      else if (part == "dontneed") v |= MADV_DONTNEED;
+      else if (ParseU64(part, &n)) v |= n;
+      else return fail("bad " + op + " argument " + part);
+    }
+    if (!err.empty()) return fail(err);
+    res.kernel = KernelSysText(child_->Call(op + " " + H(a) + " " + H(l) + " " + H(v)), *this, false,
+                               &res.kernel_ok, &res.kernel_value);
+    res.engine = EngineSysText(op == "msync" ? engine_->Msync(a, l, static_cast<int>(v))
+                                             : engine_->Madvise(a, l, static_cast<int>(v)),
+                               *this, false);
   } else if (op == "count") {
     auto resp = child_->Call("count");
     auto fk = resp.empty() ? std::vector<uint64_t>{} : HexFields(resp[0]);

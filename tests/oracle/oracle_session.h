@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/address_space.h"
+#include "engine/file.h"
 #include "engine/frame_allocator.h"
 
 namespace vmspace::oracle {
@@ -130,13 +131,32 @@ class OracleSession {
   std::string EngineMaps(uint64_t lo, uint64_t hi, bool with_flags);
   /// Canonical text of one maps line.
   std::string FormatMapLine(const MapLine& m) const;
+  /// A line of a test file: $TMP for its directory, its label for device and inode.
+  void NormalizeFileLine(MapLine* m, bool kernel) const;
   /// "map_count=child+N": N VMAs besides the child's initial ones (the same text on
   /// every machine as long as the child's own VMAs are untouched).
   std::string MapCountText(uint64_t count) const;
 
+  /// A file of the case (`file LABEL SIZE [ro]`, `memfd LABEL SIZE`) on both sides.
+  struct FileRef {
+    uint64_t kernel_fd = 0;
+    uint64_t engine_id = 0;
+    uint64_t kernel_ino = 0, engine_ino = 0;  // host inodes, to label maps lines
+  };
+  /// Runs the file ops (file, memfd, pread, pwrite, ftruncate, fstat); false if `op`
+  /// is not one of them.
+  bool RunFileOp(const std::vector<std::string>& w, StepResult* res, std::string* err);
+  /// The label of the test file with inode `ino` on one side, or "".
+  std::string FileLabel(uint64_t ino, bool kernel) const;
+
   std::unique_ptr<KernelChild> child_;
   std::unique_ptr<FrameAllocator> frames_;
   std::unique_ptr<AddressSpace> engine_;
+  /// Files: the kernel child's live in tmp_/kernel, the engine's FileTable in tmp_/engine
+  /// (created with the first file op, removed by the destructor).
+  std::unique_ptr<FileTable> files_;
+  std::string tmp_;
+  std::map<std::string, FileRef> file_refs_;
   std::set<std::pair<uint64_t, uint64_t>> initial_;
   std::map<std::string, uint64_t> vars_;
   uint64_t base_ = kRegionBase;

@@ -371,6 +371,12 @@ TEST_F(FilesTest, RestartKeepsSharedWrites) {
   auto again = cl_->Access(space, addr + 2 * kPage, 1, 1, v1::ACCESS_READ);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again.value().major_faults(), 0u);
+  // Page 0 (a hole, never read) is still a miss: Access reports the major fault.
+  auto hole = cl_->Access(space, addr, 1, 1, v1::ACCESS_READ);
+  ASSERT_TRUE(hole.ok());
+  EXPECT_EQ(hole.value().faults(), 1u);
+  EXPECT_EQ(hole.value().major_faults(), 1u);
+  EXPECT_EQ(ReadMem(space, addr, 4), std::string(4, '\0'));
 }
 
 // /metrics: page-cache gauges, pgmajfault, fault-around pages and retries by profile.
@@ -439,6 +445,17 @@ TEST(FilesMetrics, CountTheFileWork) {
   EXPECT_GE(Get(s3, SeriesKey("vmspace_lock_acquisitions_total",
                               {{"lock", "i_mmap_rwsem"}, {"mode", "write"}, {"profile", "linux-6.6"}})),
             1);
+  // The window is a per-space setting: 4096 turns fault-around off (one page per fault).
+  v1::SpaceSettings off;
+  off.set_fault_around_bytes(4096);
+  const uint64_t sp_off = cl.CreateSpace(off).value();
+  ASSERT_TRUE(cl.Mmap(sp_off, kAt, 16 * kPage, PROT_READ, MAP_SHARED | MAP_FIXED, 0, f).ok());
+  ASSERT_TRUE(cl.Fault(sp_off, kAt + 5 * kPage, v1::ACCESS_READ).ok());
+  EXPECT_EQ(Get(scrape(), around("linux-6.6")), Get(s3, around("linux-6.6")));
+  std::map<uint64_t, uint64_t> rss;
+  for (const v1::SpaceInfo& info : cl.ListSpaces().value()) rss[info.space_id()] = info.rss_bytes();
+  EXPECT_EQ(rss[sp_off], kPage);
+  EXPECT_EQ(rss[sp66], 16 * kPage);
   // A pwrite dirties a page until fsync.
   ASSERT_TRUE(cl.WriteFile(f, 0, "d").ok());
   EXPECT_EQ(Get(scrape(), dirty), kPage);

@@ -157,6 +157,37 @@ TEST_F(ShardTest, SpacesSpreadAndEveryCallReachesItsDaemon) {
   }
 }
 
+// File ids carry their daemon's shard like space ids: a file made near a space lives on
+// that space's daemon, calls on it reach that daemon, and another daemon's space cannot
+// map it (EBADF: not its file).
+TEST_F(ShardTest, FilesLiveOnTheirSpacesDaemon) {
+  Client all(Opts(targets_));
+  std::vector<uint64_t> spaces;
+  for (int k = 0; k < 3; ++k) spaces.push_back(all.CreateSpace().value());  // one per daemon
+  std::set<uint32_t> shards;
+  for (uint64_t sp : spaces) shards.insert(ShardOfSpace(sp));
+  ASSERT_EQ(shards.size(), 3u);
+  for (uint64_t sp : spaces) {
+    auto f = all.CreateShmemFile("near", 2 * kPage, sp);
+    ASSERT_TRUE(f.ok()) << f.error().ToString();
+    EXPECT_EQ(ShardOfSpace(f.value()), ShardOfSpace(sp));
+    ASSERT_TRUE(all.WriteFile(f.value(), 0, "shard").ok());
+    auto addr = all.Mmap(sp, 0, 2 * kPage, kRw, MAP_SHARED, 0, f.value());
+    ASSERT_TRUE(addr.ok()) << addr.error().ToString();
+    EXPECT_EQ(all.ReadMemory(sp, addr.value(), 5).value().data(), "shard");
+    for (uint64_t other : spaces) {
+      if (other == sp) continue;
+      auto bad = all.Mmap(other, 0, 2 * kPage, kRw, MAP_SHARED, 0, f.value());
+      ASSERT_FALSE(bad.ok());
+      EXPECT_EQ(bad.error().errno_name, "EBADF");
+    }
+  }
+  auto files = all.ListFiles();  // every daemon's, in id order
+  ASSERT_TRUE(files.ok());
+  ASSERT_EQ(files.value().size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(ShardOfSpace(files.value()[i].file_id()), i);
+}
+
 TEST_F(ShardTest, PlacementKeyPinsADaemon) {
   Client all(Opts(targets_));
   std::set<uint32_t> shards_a, shards_any;

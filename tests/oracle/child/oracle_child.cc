@@ -24,7 +24,17 @@
 //                          effective mmap_min_addr, at least 0x1000); cap_sys_rawio: 1
 //                          if the child has CAP_SYS_RAWIO in its effective set)
 //                          Or "X <reason>" if the start-up layout is not usable.
-//   mmap A L P F O      -> "R <ret>" or "E <errno>"      (fd is always -1)
+//   mmap A L P F O [FD] -> "R <ret>" or "E <errno>"      (fd -1 unless FD is given)
+//   open PATH FLAGS     -> "R <fd>" or "E <errno>"       (PATH without spaces; mode 0644)
+//   memfd NAME SIZE     -> "R <fd>" or "E <errno>"       (memfd_create(NAME, 0), SIZE
+//                          bytes, byte (k+1)&0xff in page k, like the test files)
+//   pread FD OFF LEN    -> "R <ret> <first byte> <fnv1a-64 of the bytes>" or "E <errno>"
+//                          (LEN at most 64 KiB)
+//   pwrite FD OFF LEN V -> "R <ret>" or "E <errno>"      (LEN bytes of value V)
+//   ftruncate FD SIZE   -> "R <ret>" or "E <errno>"
+//   fstat FD            -> "R <st_size>" or "E <errno>"
+//   msync A L F         -> "R <ret>" or "E <errno>"
+//   madvise A L ADV     -> "R <ret>" or "E <errno>"
 //   munmap A L          -> "R <ret>" or "E <errno>"
 //   mprotect A L P      -> "R <ret>" or "E <errno>"
 //   read A              -> "V <byte> <faults>" or "S <signo> <si_code> <si_addr> <faults>"
@@ -65,6 +75,7 @@
 #include <sys/mman.h>
 #include <sys/personality.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -204,6 +215,10 @@ void PutOk(uint64_t faults) {
   Puts("\n");
 }
 
+// ---- file I/O buffers (static: no allocation) ----------------------------------
+char g_io[4096];
+char g_big[1 << 16];
+
 // ---- input ---------------------------------------------------------------------
 char g_in[1 << 16];
 size_t g_inlen, g_inpos;
@@ -244,6 +259,14 @@ uint64_t Hex(const char** p) {
   }
   *p = s;
   return v;
+}
+// Copies the next space-delimited word into buf (truncated to cap - 1); advances *p.
+void Token(const char** p, char* buf, size_t cap) {
+  const char* s = SkipSpaces(*p);
+  size_t n = 0;
+  while (*s && *s != ' ' && n + 1 < cap) buf[n++] = *s++;
+  buf[n] = 0;
+  *p = s;
 }
 bool Word(const char** p, const char* w) {
   const char* s = SkipSpaces(*p);
@@ -652,7 +675,63 @@ int main() {
     const char* p = line;
     if (Word(&p, "mmap")) {
       uint64_t a = Hex(&p), l = Hex(&p), pr = Hex(&p), f = Hex(&p), o = Hex(&p);
-      PutSys(syscall(SYS_mmap, a, l, pr, f, -1L, o));
+      p = SkipSpaces(p);
+      const long fd = *p ? static_cast<long>(Hex(&p)) : -1L;
+      PutSys(syscall(SYS_mmap, a, l, pr, f, fd, o));
+    } else if (Word(&p, "open")) {
+      static char path[4096];
+      Token(&p, path, sizeof path);
+      uint64_t fl = Hex(&p);
+      PutSys(syscall(SYS_openat, AT_FDCWD, path, static_cast<long>(fl), 0644L));
+    } else if (Word(&p, "memfd")) {
+      static char name[256];
+      Token(&p, name, sizeof name);
+      uint64_t size = Hex(&p);
+      long fd = syscall(SYS_memfd_create, name, 0L);
+      if (fd >= 0 && syscall(SYS_ftruncate, fd, size) == 0) {
+        for (uint64_t off = 0; off < size; off += sizeof g_io) {
+          memset(g_io, static_cast<int>(((off >> 12) + 1) & 0xff), sizeof g_io);
+          const uint64_t len = size - off < sizeof g_io ? size - off : sizeof g_io;
+          syscall(SYS_pwrite64, fd, g_io, len, off);
+        }
+      }
+      PutSys(fd);
+    } else if (Word(&p, "pread")) {
+      uint64_t fd = Hex(&p), off = Hex(&p), len = Hex(&p);
+      if (len > sizeof g_big) len = sizeof g_big;
+      long r = syscall(SYS_pread64, fd, g_big, len, off);
+      if (r < 0) {
+        PutSys(r);
+      } else {
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (long i = 0; i < r; i++) h = (h ^ static_cast<uint8_t>(g_big[i])) * 0x100000001b3ull;
+        Puts("R ");
+        PutHex(static_cast<uint64_t>(r));
+        Puts(" ");
+        PutHex(r > 0 ? static_cast<uint8_t>(g_big[0]) : 0);
+        Puts(" ");
+        PutHex(h);
+        Puts("\n");
+      }
+    } else if (Word(&p, "pwrite")) {
+      uint64_t fd = Hex(&p), off = Hex(&p), len = Hex(&p), v = Hex(&p);
+      if (len > sizeof g_big) len = sizeof g_big;
+      memset(g_big, static_cast<int>(v & 0xff), len);
+      PutSys(syscall(SYS_pwrite64, fd, g_big, len, off));
+    } else if (Word(&p, "ftruncate")) {
+      uint64_t fd = Hex(&p), size = Hex(&p);
+      PutSys(syscall(SYS_ftruncate, fd, size));
+    } else if (Word(&p, "fstat")) {
+      uint64_t fd = Hex(&p);
+      struct stat st {};
+      long r = syscall(SYS_fstat, fd, &st);
+      PutSys(r < 0 ? r : static_cast<long>(st.st_size));
+    } else if (Word(&p, "msync")) {
+      uint64_t a = Hex(&p), l = Hex(&p), f = Hex(&p);
+      PutSys(syscall(SYS_msync, a, l, f));
+    } else if (Word(&p, "madvise")) {
+      uint64_t a = Hex(&p), l = Hex(&p), adv = Hex(&p);
+      PutSys(syscall(SYS_madvise, a, l, adv));
     } else if (Word(&p, "munmap")) {
       uint64_t a = Hex(&p), l = Hex(&p);
       PutSys(syscall(SYS_munmap, a, l));

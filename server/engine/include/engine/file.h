@@ -84,11 +84,14 @@ class FileTable {
   /// EINVAL: empty path, an absolute path, a ".." component, or a NUL byte; EACCES: no
   /// data directory, or a symlink that leads out of it; ENOENT: missing without
   /// create; EEXIST: create+exclusive and it exists; EISDIR: a directory;
-  /// ENAMETOOLONG; EINVAL: truncate without write.
+  /// ENAMETOOLONG; EINVAL: truncate without write; ENODEV: not a regular file (it
+  /// could not be mapped); EACCES: write asked and the host file is read-only. Paths
+  /// resolve with openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS): symlinks that stay
+  /// inside the data directory work. Every open of one host inode shares one File.
   SysResult Open(const std::string& path, const OpenFlags& flags);
   /// memfd_create(2) + ftruncate: an unnamed shmem file of `size_bytes`, opened
   /// read-write. `name` appears in maps as "/memfd:NAME (deleted)". EINVAL: name
-  /// longer than 249 bytes.
+  /// longer than 249 bytes; EFBIG: size beyond 2^44 bytes.
   SysResult CreateShmem(const std::string& name, uint64_t size_bytes);
   /// close(2). EBADF: unknown id. Mappings made from the handle stay valid.
   int Close(uint64_t id);
@@ -99,7 +102,8 @@ class FileTable {
   /// shrinking unmaps the pages beyond the new size from every VMA that maps the file
   /// (through i_mmap), drops them from the page cache and the host file, and drops
   /// private COW pages beyond it (as unmap_mapping_range with even_cows). EBADF;
-  /// EINVAL: not opened for write, or size beyond the file-size limit (2^44 bytes).
+  /// EINVAL: not opened for write; EFBIG: size beyond the file-size limit (2^44
+  /// bytes; inode_newsize_ok); EIO: the host file could not be resized.
   int Truncate(uint64_t id, uint64_t size_bytes);
   /// pread(2)/pwrite(2) through the page cache. Returns bytes copied (a read stops at
   /// EOF; a write extends the file). EBADF: unknown id or wrong access mode; EIO: the
