@@ -118,7 +118,9 @@ TEST(RobustTest, BadRequestCatalogue) {
                      v1::BatchResponse resp;
                      grpc::Status s = BatchOnce(*stub, req, &resp);
                      EXPECT_EQ(resp.results_size(), 1);
-                     if (resp.results_size() == 1) EXPECT_EQ(resp.results(0).access().accesses(), 1u);
+                     if (resp.results_size() == 1) {
+                       EXPECT_EQ(resp.results(0).access().accesses(), 1u);
+                     }
                      return s;
                    }, StatusCode::OK, ""});
   cases.push_back({"Access of more touches than --max-access-touches", [&] {
