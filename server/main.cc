@@ -68,6 +68,9 @@ ABSL_FLAG(uint64_t, max_streams, 64,
 ABSL_FLAG(uint64_t, max_calls_per_connection, 100,
           "Most calls in flight on one client connection (HTTP/2 max concurrent streams; "
           "the client queues more)");
+ABSL_FLAG(int64_t, max_threads, 1024,
+          "Most threads gRPC may use for calls (one per call or open stream in flight); a "
+          "call beyond it is RESOURCE_EXHAUSTED");
 ABSL_FLAG(uint64_t, max_map_count_limit, 65530,
           "Highest max_map_count a space may ask for, and every space's default");
 ABSL_FLAG(int64_t, deferred_flush_ms, 200,
@@ -248,6 +251,8 @@ int main(int argc, char** argv) {
   const uint64_t max_calls_per_connection = absl::GetFlag(FLAGS_max_calls_per_connection);
   if (max_calls_per_connection < 1 || max_calls_per_connection > INT32_MAX)
     return Fail("--max-calls-per-connection must be in [1, 2^31)");
+  const int64_t max_threads = absl::GetFlag(FLAGS_max_threads);
+  if (max_threads < 4 || max_threads > INT32_MAX) return Fail("--max-threads must be in [4, 2^31)");
   const int64_t flush_ms = absl::GetFlag(FLAGS_deferred_flush_ms);
   if (flush_ms < 1) return Fail("--deferred-flush-ms must be >= 1");
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
@@ -333,6 +338,9 @@ int main(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(max_calls_per_connection));
   builder.experimental().SetInterceptorCreators(vmspace::rpc::ServiceInterceptors());
+  grpc::ResourceQuota quota("vmspaced");
+  quota.SetMaxThreads(static_cast<int>(max_threads));
+  builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   builder.RegisterService(&service);

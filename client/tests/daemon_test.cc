@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -85,8 +86,10 @@ class Daemon {
   }
   const std::string& target() const { return target_; }
   /// SIGKILL now (Stop() reaps it).
-  void Kill() {
-    if (pid_ > 0) kill(pid_, SIGKILL);
+  void Kill() { Signal(SIGKILL); }
+  /// Sends `sig` to the daemon.
+  void Signal(int sig) {
+    if (pid_ > 0) kill(pid_, sig);
   }
   std::string log() {
     std::lock_guard lk(mu_);
@@ -470,16 +473,31 @@ TEST(BenchStressStreamFailure, OpErrorWhileWriting) {
   EXPECT_EQ(SpacesLeft(d), 0u);
 }
 
-TEST(BenchStressStreamFailure, DaemonKilledMidRun) {
+TEST(BenchStressStreamFailure, StreamsBeyondMaxStreamsAreRefused) {
+  // 16 stream clients against a daemon that serves 4 Batch streams at once: the other
+  // streams end RESOURCE_EXHAUSTED at once, with messages in flight on them.
   Daemon d;
-  ASSERT_TRUE(d.Start()) << d.log();
+  ASSERT_TRUE(d.Start({"--max-streams=4"})) << d.log();
+  ProcResult r = CliAt(d, {"bench", "stress", "--transport", "stream", "--clients", "16", "--batch", "4",
+                           "--inflight", "16", "--rounds", "20000", "--page-fault", "--quiet", "--skip-native"});
+  EXPECT_EQ(r.exit_code, 1) << "not a clean failure (-1: killed by a signal)\n" << r.err;
+  EXPECT_NE(r.err.find("EAGAIN"), std::string::npos) << r.err;  // RESOURCE_EXHAUSTED, errno EAGAIN
+  EXPECT_NE(r.err.find("--max-streams=4"), std::string::npos) << r.err;
+  EXPECT_EQ(SpacesLeft(d), 0u);
+}
+
+// Runs `vmspace bench stress --transport stream` (`clients` clients, `rounds` rounds)
+// against d, calls `mid_run` once the rounds are under way (every client passed the
+// start barrier after its set-up, and page faults, taken only in the rounds, are
+// counted), and returns the run's result. A hang is the failure being tested, so this
+// one bound is on time (and generous).
+ProcResult StreamStressDisturbed(Daemon& d, const std::string& clients, const std::string& rounds,
+                                 const std::function<void()>& mid_run) {
   std::atomic<pid_t> cli{0};
-  const std::vector<std::string> args = {"bench", "stress", "--transport", "stream", "--clients", "16",
-                                         "--batch", "4", "--inflight", "16", "--rounds", "100000000",
+  const std::vector<std::string> args = {"bench", "stress", "--transport", "stream", "--clients", clients,
+                                         "--batch", "4", "--inflight", "16", "--rounds", rounds,
                                          "--page-fault", "--quiet", "--skip-native", "--target", d.target()};
   auto run = std::async(std::launch::async, [&] { return RunProgram(VMSPACE_CLI_PATH, args, &cli); });
-  // Kill the daemon once the rounds are under way: every client passed the start
-  // barrier after its set-up, and page faults (taken only in the rounds) are counted.
   bool running = false;
   for (int i = 0; i < 600 && !running; ++i) {
     ProcResult l = CliAt(d, {"lockstat", "--json"});
@@ -487,14 +505,33 @@ TEST(BenchStressStreamFailure, DaemonKilledMidRun) {
     if (!running) usleep(50 * 1000);
   }
   EXPECT_TRUE(running) << "the rounds never started";
-  d.Kill();
-  // Every stream ends early: the run must fail and exit. A hang is the failure being
-  // tested, so this one bound is on time (and generous).
-  if (run.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+  mid_run();
+  if (run.wait_for(std::chrono::seconds(300)) != std::future_status::ready) {
     kill(cli.load(), SIGKILL);
-    ADD_FAILURE() << "bench stress did not exit within 120 s of the daemon's death";
+    ADD_FAILURE() << "bench stress did not exit within 300 s";
   }
-  ProcResult r = run.get();
+  return run.get();
+}
+
+TEST(BenchStressStreamFailure, DaemonStalledMidRun) {
+  // The daemon stops (SIGSTOP) for a while in the middle of the rounds, with the
+  // clients' windows filling up, then goes on (SIGCONT): the run completes.
+  Daemon d;
+  ASSERT_TRUE(d.Start()) << d.log();
+  ProcResult r = StreamStressDisturbed(d, "8", "20000", [&] {
+    d.Signal(SIGSTOP);
+    usleep(1500 * 1000);
+    d.Signal(SIGCONT);
+  });
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(SpacesLeft(d), 0u);
+}
+
+TEST(BenchStressStreamFailure, DaemonKilledMidRun) {
+  // Every stream ends early: the run must fail and exit.
+  Daemon d;
+  ASSERT_TRUE(d.Start()) << d.log();
+  ProcResult r = StreamStressDisturbed(d, "16", "100000000", [&] { d.Kill(); });
   EXPECT_EQ(r.exit_code, 1) << "not a clean failure (-1: killed by a signal)\n" << r.err;
   EXPECT_NE(r.err.find("batch stream"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;

@@ -236,7 +236,7 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// Hands the gather kept across write sections to call_rcu now, if it holds anything
   /// (FrameAllocator::Reclaim, the daemon's periodic flush). Takes mmap_lock for write;
   /// caller holds no engine lock.
-  void FlushDeferredFrees() override ABSL_LOCKS_EXCLUDED(mmap_lock);
+  void FlushDeferredFrees() ABSL_LOCKS_EXCLUDED(mmap_lock) override;
   /// Set when a write section left retired objects in `gather` without queueing it.
   std::atomic<bool> deferred_pending{false};
 

@@ -49,7 +49,7 @@ grpc::StatusCode StopCode(grpc::ServerContext* ctx) {
 class CallScope {
  public:
   explicit CallScope(grpc::ServerContext* ctx)
-      : ctx_(ctx), prev_(tls_call_), stop_([ctx] { return StopCode(ctx) != grpc::StatusCode::OK; }),
+      : prev_(tls_call_), stop_([ctx] { return StopCode(ctx) != grpc::StatusCode::OK; }),
         scope_(stop_) {
     tls_call_ = ctx;
   }
@@ -60,7 +60,6 @@ class CallScope {
   static grpc::ServerContext* current() { return tls_call_; }
 
  private:
-  grpc::ServerContext* const ctx_;
   grpc::ServerContext* const prev_;
   const std::function<bool()> stop_;
   CancelScope scope_;
@@ -433,6 +432,7 @@ OpStatus IoTooLarge(const char* what, uint64_t n, uint64_t max_io) {
 class ParseErrorInterceptor final : public grpc::experimental::Interceptor {
  public:
   explicit ParseErrorInterceptor(const char* method) : method_(method ? method : "?") {}
+  // method_ lives as long as the call (ServerRpcInfo::method()).
   void Intercept(grpc::experimental::InterceptorBatchMethods* m) override {
     if (m->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status st = m->GetSendStatus();
@@ -441,14 +441,14 @@ class ParseErrorInterceptor final : public grpc::experimental::Interceptor {
       if (st.error_code() == grpc::StatusCode::INTERNAL && st.error_message().empty())
         m->ModifySendStatus(grpc::Status(
             grpc::StatusCode::INVALID_ARGUMENT,
-            "the request message of " + method_ +
+            std::string("the request message of ") + method_ +
                 " could not be parsed (not a valid protobuf encoding of its type; strings must be UTF-8)"));
     }
     m->Proceed();
   }
 
  private:
-  const std::string method_;
+  const char* const method_;
 };
 
 class ParseErrorInterceptorFactory final

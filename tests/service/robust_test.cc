@@ -118,7 +118,9 @@ TEST(RobustTest, BadRequestCatalogue) {
                      v1::BatchResponse resp;
                      grpc::Status s = BatchOnce(*stub, req, &resp);
                      EXPECT_EQ(resp.results_size(), 1);
-                     if (resp.results_size() == 1) EXPECT_EQ(resp.results(0).access().accesses(), 1u);
+                     if (resp.results_size() == 1) {
+                       EXPECT_EQ(resp.results(0).access().accesses(), 1u);
+                     }
                      return s;
                    }, StatusCode::OK, ""});
   cases.push_back({"Access of more touches than --max-access-touches", [&] {
@@ -235,6 +237,39 @@ TEST(RobustTest, BadRequestCatalogue) {
   EXPECT_LE(lines, 3u) << err;
   EXPECT_EQ(d.Stop(), 0);
   printf("catalogue: %zu requests, each answered as documented unless reported above\n", cases.size());
+}
+
+TEST(RobustTest, CallsBeyondMaxThreadsAreResourceExhausted) {
+  // Each open Batch stream holds a handler thread; with --max-threads=8 the daemon
+  // refuses the streams it has no thread for instead of growing (1000 streams made
+  // 1016 threads), and answers again once they are closed.
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--max-threads=8"})) << d.stderr_text();
+  auto stub = d.NewStub();
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::BatchRequest, v1::BatchResponse>>> open;
+  v1::BatchRequest msg;
+  v1::BatchResponse resp;
+  int refused = 0;
+  for (int i = 0; i < 16; i++) {
+    ctxs.push_back(Ctx());
+    auto s = stub->Batch(ctxs.back().get());
+    if (s->Write(msg) && s->Read(&resp)) {
+      open.push_back(std::move(s));  // answered: its handler thread stays busy
+      continue;
+    }
+    const grpc::Status st = s->Finish();
+    EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    refused++;
+  }
+  EXPECT_GE(open.size(), 1u);
+  EXPECT_GE(refused, 1) << "16 streams held at once with --max-threads=8";
+  for (auto& s : open) {
+    s->WritesDone();
+    EXPECT_TRUE(s->Finish().ok());
+  }
+  EXPECT_TRUE(Pings(*stub));
+  EXPECT_EQ(d.Stop(), 0);
 }
 
 TEST(RobustTest, LongWalkEndsAtItsDeadlineAndSigtermStopsTheDaemon) {
