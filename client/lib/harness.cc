@@ -651,7 +651,7 @@ std::string CheckProfile(const std::string& spec, std::string* name, std::string
   if (!LockingProfile::Parse(spec, &p, &err)) {
     std::string msg = "locking profile '" + spec + "': " + err;
     if (spec.find("index=rbtree") != std::string::npos && err.find("needs index=maple") != std::string::npos) {
-      msg += "; index=rbtree only works with vma_lock=off (e.g. --profile linux-6.6,vma_lock=off "
+      msg += "; index=rbtree only works with vma_lock=off (e.g. --profile linux-6.15,vma_lock=off "
              "--compare index=rbtree,maple)";
     }
     return msg;

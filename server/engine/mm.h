@@ -152,7 +152,7 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// many frames (1 MiB) wait, so the frame limit is not held up for long.
   static constexpr size_t kDeferBatch = 4096;
   static constexpr size_t kDeferFrames = 256;
-  /// A VMA writer waiting for readers spins this long before it sleeps.
+  /// A VMA writer waiting for readers spins this long before it sleeps (refcnt form).
   static constexpr uint64_t kVmaWriterSpinNs = 2000;
 
   // ---- immutable after construction

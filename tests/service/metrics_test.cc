@@ -87,12 +87,12 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
   const Samples s = ParseMetrics(body);
   EXPECT_EQ(Get(s, SeriesKey("vmspace_build_info", {{"version", "0.1.0"}})), 1);
   EXPECT_GE(Get(s, SeriesKey("vmspace_lock_acquisitions_total",
-                             {{"lock", "mmap_lock"}, {"mode", "write"}, {"profile", "linux-6.6"}})),
+                             {{"lock", "mmap_lock"}, {"mode", "write"}, {"profile", "linux-6.15"}})),
             1);
   // Hold times are sampled (one acquisition in 16 per thread, recorded with weight 16):
   // the histogram exists and its count is a multiple of 16.
   const double holds = Get(s, SeriesKey("vmspace_lock_hold_seconds_count",
-                                        {{"lock", "mmap_lock"}, {"mode", "write"}, {"profile", "linux-6.6"}}));
+                                        {{"lock", "mmap_lock"}, {"mode", "write"}, {"profile", "linux-6.15"}}));
   EXPECT_GE(holds, 0);
   EXPECT_EQ(std::fmod(holds, 16.0), 0.0);
   EXPECT_EQ(Get(s, "vmspace_frame_limit_bytes"), 268435456.0);
@@ -207,10 +207,10 @@ TEST_F(MetricsTest, CountsMatchTheWorkDone) {
   EXPECT_EQ(delta(munmap_ok), 1);
   // Faults.
   EXPECT_EQ(delta(SeriesKey("vmspace_faults_total",
-                            {{"type", "anon_write"}, {"outcome", "minor"}, {"profile", "linux-6.6"}})),
+                            {{"type", "anon_write"}, {"outcome", "minor"}, {"profile", "linux-6.15"}})),
             kTouched);
   EXPECT_EQ(delta(SeriesKey("vmspace_faults_total",
-                            {{"type", "segv_maperr"}, {"outcome", "sigsegv"}, {"profile", "linux-6.6"}})),
+                            {{"type", "segv_maperr"}, {"outcome", "sigsegv"}, {"profile", "linux-6.15"}})),
             1);
   EXPECT_GE(delta("vmspace_pgfault_total"), kTouched);
   // RPCs, go-grpc-prometheus style.

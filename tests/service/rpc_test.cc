@@ -151,7 +151,7 @@ TEST_F(RpcTest, CreateListDestroy) {
   ASSERT_NE(ib, nullptr);
   EXPECT_EQ(ia->label(), "alpha");
   EXPECT_EQ(ia->map_count(), 0u);
-  EXPECT_EQ(ia->locking_profile(), "linux-6.6") << "the daemon's default profile";
+  EXPECT_EQ(ia->locking_profile(), "linux-6.15") << "the daemon's default profile";
   EXPECT_EQ(ib->label(), "beta");
   EXPECT_EQ(ib->map_count(), 1u);
   EXPECT_EQ(ib->total_vm_bytes(), 3 * kPage);
