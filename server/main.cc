@@ -68,6 +68,9 @@ ABSL_FLAG(uint64_t, max_streams, 64,
 ABSL_FLAG(uint64_t, max_calls_per_connection, 100,
           "Most calls in flight on one client connection (HTTP/2 max concurrent streams; "
           "the client queues more)");
+ABSL_FLAG(uint64_t, max_calls_per_peer, 256,
+          "Most space calls and Batch streams in flight from one client host; one more is "
+          "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_threads, 1024,
           "Most threads gRPC may use for calls (one per call or open stream in flight); a "
           "call beyond it is RESOURCE_EXHAUSTED");
@@ -247,6 +250,7 @@ int main(int argc, char** argv) {
   options.max_batch = absl::GetFlag(FLAGS_max_batch);
   options.max_access_touches = absl::GetFlag(FLAGS_max_access_touches);
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
+  options.max_calls_per_peer = absl::GetFlag(FLAGS_max_calls_per_peer);
   options.max_map_count_limit = absl::GetFlag(FLAGS_max_map_count_limit);
   const uint64_t max_calls_per_connection = absl::GetFlag(FLAGS_max_calls_per_connection);
   if (max_calls_per_connection < 1 || max_calls_per_connection > INT32_MAX)

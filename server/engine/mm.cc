@@ -117,7 +117,8 @@ void MmStruct::EndWriteSectionLocked() {
 void MmStruct::FlushGatherIfFullLocked() {
   const MmuGather& g = GatherLocked();
   if (g.size() >= kDeferBatch || g.pages.size() >= kDeferFrames) FlushGatherLocked();
-  else if (!g.empty()) deferred_pending.store(true, std::memory_order_relaxed);
+  else if (!g.pages.empty() || !g.tables.empty())  // charged memory waits: see FlushDeferredFrees
+    deferred_pending.store(true, std::memory_order_relaxed);
 }
 
 void MmStruct::FlushDeferredFrees() {

@@ -237,7 +237,9 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// (FrameAllocator::Reclaim, the daemon's periodic flush). Takes mmap_lock for write;
   /// caller holds no engine lock.
   void FlushDeferredFrees() ABSL_LOCKS_EXCLUDED(mmap_lock) override;
-  /// Set when a write section left retired objects in `gather` without queueing it.
+  /// Set when a write section left frames or page tables (memory charged to the frame
+  /// limit) in `gather` without queueing it; VMAs and index nodes alone wait for the
+  /// next batch.
   std::atomic<bool> deferred_pending{false};
 
   // ======================================================= vma_lock.cc

@@ -323,14 +323,44 @@ OpStatus ToSpaceOptions(const v1::SpaceSettings& s, const LockingProfile& defaul
   return {};
 }
 
+// One call's place in PeerCalls (--max-calls-per-peer) for its lifetime; without
+// calls or ctx, an uncounted call.
+class PeerSlot {
+ public:
+  PeerSlot(PeerCalls* calls, grpc::ServerContext* ctx, uint64_t max) : calls_(calls) {
+    admitted_ = calls == nullptr || ctx == nullptr || calls->Enter(ctx->peer(), max, &host_);
+    if (!admitted_)
+      refusal_ = ErrnoErrorDetail(EAGAIN, "call", "--max-calls-per-peer=" + std::to_string(max) +
+                                                      " calls from " + host_ + " are in flight; try again later");
+  }
+  ~PeerSlot() {
+    if (admitted_ && !host_.empty()) calls_->Leave(host_);
+  }
+  PeerSlot(const PeerSlot&) = delete;
+  PeerSlot& operator=(const PeerSlot&) = delete;
+  bool admitted() const { return admitted_; }
+  const OpStatus& refusal() const { return refusal_; }
+
+ private:
+  PeerCalls* const calls_;
+  std::string host_;
+  bool admitted_ = false;
+  OpStatus refusal_;
+};
+
 // Runs `fn(space)` for the space `id`, or answers NOT_FOUND, recording the RPC metrics.
-// With `ctx`, the engine work stops when the call should (CallScope).
+// With `ctx`, the call counts against --max-calls-per-peer and the engine work stops
+// when the call should (CallScope).
 template <typename Fn>
-grpc::Status OnSpace(SpaceRegistry& reg, RpcMethod m, uint64_t id, grpc::ServerContext* ctx, Fn&& fn) {
+grpc::Status OnSpace(SpaceRegistry& reg, RpcMethod m, uint64_t id, PeerCalls* peers,
+                     uint64_t max_per_peer, grpc::ServerContext* ctx, Fn&& fn) {
   RpcScope scope(m);
+  PeerSlot peer(peers, ctx, max_per_peer);
   CallScope call(ctx);
   OpStatus s;
-  if (std::shared_ptr<Space> sp = reg.Find(id))
+  if (!peer.admitted())
+    s = peer.refusal();
+  else if (std::shared_ptr<Space> sp = reg.Find(id))
     s = fn(*sp);
   else
     s = SpaceNotFound(id);
@@ -338,9 +368,10 @@ grpc::Status OnSpace(SpaceRegistry& reg, RpcMethod m, uint64_t id, grpc::ServerC
   return ToGrpcStatus(s);
 }
 
+// A space call without the peer limit and stop checks.
 template <typename Fn>
 grpc::Status OnSpace(SpaceRegistry& reg, RpcMethod m, uint64_t id, Fn&& fn) {
-  return OnSpace(reg, m, id, nullptr, std::forward<Fn>(fn));
+  return OnSpace(reg, m, id, nullptr, 0, nullptr, std::forward<Fn>(fn));
 }
 
 // A one-entry cache of the last space looked up, for the ops of one batch message.
@@ -468,6 +499,31 @@ std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterfac
   return v;
 }
 
+bool PeerCalls::Enter(const std::string& peer, uint64_t max, std::string* host) {
+  const size_t colon = peer.rfind(':');  // "ipv4:1.2.3.4:port", "ipv6:[::1]:port"
+  *host = colon == std::string::npos || colon < peer.find(':') + 1 ? peer : peer.substr(0, colon);
+  Shard& sh = ShardOf(*host);
+  std::lock_guard<std::mutex> l(sh.mu);
+  uint64_t& n = sh.n[*host];
+  if (n >= max) {
+    if (n == 0) sh.n.erase(*host);
+    return false;
+  }
+  n++;
+  return true;
+}
+
+void PeerCalls::Leave(const std::string& host) {
+  Shard& sh = ShardOf(host);
+  std::lock_guard<std::mutex> l(sh.mu);
+  auto it = sh.n.find(host);
+  if (it != sh.n.end() && --it->second == 0) sh.n.erase(it);
+}
+
+PeerCalls::Shard& PeerCalls::ShardOf(const std::string& host) {
+  return shards_[std::hash<std::string>()(host) % shards_.size()];
+}
+
 VmSpaceService::VmSpaceService(SpaceRegistry& registry, const ServiceOptions& options)
     : registry_(registry), opts_(options) {}
 
@@ -542,51 +598,51 @@ grpc::Status VmSpaceService::ListSpaces(grpc::ServerContext*, const v1::ListSpac
 
 grpc::Status VmSpaceService::Mmap(grpc::ServerContext* ctx, const v1::MmapRequest* req,
                                   v1::MmapResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kMmap, req->space_id(), ctx,
+  return OnSpace(registry_, RpcMethod::kMmap, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
                  [&](Space& sp) { return DoMmap(sp, *req, resp, registry_); });
 }
 
-grpc::Status VmSpaceService::Munmap(grpc::ServerContext*, const v1::MunmapRequest* req,
+grpc::Status VmSpaceService::Munmap(grpc::ServerContext* ctx, const v1::MunmapRequest* req,
                                     v1::MunmapResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kMunmap, req->space_id(),
+  return OnSpace(registry_, RpcMethod::kMunmap, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
                  [&](Space& sp) { return DoMunmap(sp, *req, resp); });
 }
 
-grpc::Status VmSpaceService::Mprotect(grpc::ServerContext*, const v1::MprotectRequest* req,
+grpc::Status VmSpaceService::Mprotect(grpc::ServerContext* ctx, const v1::MprotectRequest* req,
                                       v1::MprotectResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kMprotect, req->space_id(),
+  return OnSpace(registry_, RpcMethod::kMprotect, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
                  [&](Space& sp) { return DoMprotect(sp, *req, resp); });
 }
 
 grpc::Status VmSpaceService::Fault(grpc::ServerContext* ctx, const v1::FaultRequest* req,
                                    v1::FaultResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kFault, req->space_id(), ctx,
+  return OnSpace(registry_, RpcMethod::kFault, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
                  [&](Space& sp) { return DoFault(sp, *req, resp); });
 }
 
 grpc::Status VmSpaceService::Access(grpc::ServerContext* ctx, const v1::AccessRequest* req,
                                     v1::AccessResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kAccess, req->space_id(), ctx, [&](Space& sp) {
+  return OnSpace(registry_, RpcMethod::kAccess, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx, [&](Space& sp) {
     return DoAccess(sp, *req, resp, opts_.max_access_touches);
   });
 }
 
 grpc::Status VmSpaceService::ReadMemory(grpc::ServerContext* ctx, const v1::ReadMemoryRequest* req,
                                         v1::ReadMemoryResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kReadMemory, req->space_id(), ctx,
+  return OnSpace(registry_, RpcMethod::kReadMemory, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
                  [&](Space& sp) { return DoRead(sp, *req, resp, opts_.max_io_bytes); });
 }
 
 grpc::Status VmSpaceService::WriteMemory(grpc::ServerContext* ctx,
                                          const v1::WriteMemoryRequest* req,
                                          v1::WriteMemoryResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kWriteMemory, req->space_id(), ctx,
+  return OnSpace(registry_, RpcMethod::kWriteMemory, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
                  [&](Space& sp) { return DoWrite(sp, *req, resp, opts_.max_io_bytes); });
 }
 
-grpc::Status VmSpaceService::GetMaps(grpc::ServerContext*, const v1::GetMapsRequest* req,
+grpc::Status VmSpaceService::GetMaps(grpc::ServerContext* ctx, const v1::GetMapsRequest* req,
                                      v1::GetMapsResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kGetMaps, req->space_id(), [&](Space& sp) {
+  return OnSpace(registry_, RpcMethod::kGetMaps, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx, [&](Space& sp) {
     return DoGetMaps(sp, *req, resp, opts_.max_message_bytes);
   });
 }
@@ -608,6 +664,8 @@ grpc::Status VmSpaceService::Batch(
     return finish(ErrnoErrorDetail(EAGAIN, "Batch",
                                    "--max-streams=" + std::to_string(opts_.max_streams) +
                                        " Batch streams are open; try again later"));
+  PeerSlot peer(&peer_calls_, ctx, opts_.max_calls_per_peer);
+  if (!peer.admitted()) return finish(peer.refusal());
   CallScope call(ctx);
   v1::BatchRequest req;
   v1::BatchResponse resp;
@@ -683,9 +741,9 @@ grpc::Status VmSpaceService::Batch(
   return finish(OpStatus{});
 }
 
-grpc::Status VmSpaceService::Madvise(grpc::ServerContext*, const v1::MadviseRequest* req,
+grpc::Status VmSpaceService::Madvise(grpc::ServerContext* ctx, const v1::MadviseRequest* req,
                                      v1::MadviseResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kMadvise, req->space_id(),
+  return OnSpace(registry_, RpcMethod::kMadvise, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
                  [&](Space& sp) { return DoMadvise(sp, *req, resp); });
 }
 
@@ -868,9 +926,9 @@ grpc::Status VmSpaceService::FsyncFile(grpc::ServerContext*, const v1::FsyncFile
   });
 }
 
-grpc::Status VmSpaceService::Msync(grpc::ServerContext*, const v1::MsyncRequest* req,
+grpc::Status VmSpaceService::Msync(grpc::ServerContext* ctx, const v1::MsyncRequest* req,
                                    v1::MsyncResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kMsync, req->space_id(),
+  return OnSpace(registry_, RpcMethod::kMsync, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
                  [&](Space& sp) { return DoMsync(sp, *req, resp); });
 }
 

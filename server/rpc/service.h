@@ -7,9 +7,12 @@
 // Every handler records its RPC metrics in per-thread counters (metrics/rpc_stats.h).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include <memory>
 #include <vector>
@@ -34,6 +37,10 @@ struct ServiceOptions {
   /// Most Batch streams open at once (--max-streams); one more is refused with
   /// RESOURCE_EXHAUSTED (EAGAIN) at once.
   uint64_t max_streams = 64;
+  /// Most space calls (all but Create/Destroy/ListSpaces, Ping, GetServerInfo,
+  /// GetLockStats) and Batch streams in flight from one client host
+  /// (--max-calls-per-peer): one more is RESOURCE_EXHAUSTED (EAGAIN).
+  uint64_t max_calls_per_peer = 256;
   /// Highest max_map_count a space may have (--max-map-count-limit): the default of
   /// every space, and a CreateSpace asking for more is INVALID_ARGUMENT (EINVAL).
   uint64_t max_map_count_limit = kDefaultMaxMapCount;
@@ -53,6 +60,26 @@ struct ServiceOptions {
 inline bool ValidFaultAroundBytes(uint64_t bytes) {
   return bytes >= 4096 && bytes <= (2u << 20) && (bytes & (bytes - 1)) == 0;
 }
+
+/// Calls in flight per client host: the host part of ServerContext::peer()
+/// ("ipv4:127.0.0.1:5000" -> "ipv4:127.0.0.1"), so many connections from one host
+/// share one count. Thread-safe (16 mutex-guarded shards).
+class PeerCalls {
+ public:
+  /// Counts one more call from `peer`'s host into *host; false (nothing counted) if
+  /// `max` are already in flight.
+  bool Enter(const std::string& peer, uint64_t max, std::string* host);
+  /// Ends a call counted by Enter.
+  void Leave(const std::string& host);
+
+ private:
+  struct alignas(64) Shard {
+    std::mutex mu;
+    std::unordered_map<std::string, uint64_t> n;  // guarded by mu; no zero entries
+  };
+  Shard& ShardOf(const std::string& host);
+  std::array<Shard, 16> shards_;
+};
 
 /// The interceptors of every call (ServerBuilder::experimental().SetInterceptorCreators):
 /// a request that could not be parsed is answered INVALID_ARGUMENT "the request message
@@ -137,6 +164,7 @@ class VmSpaceService final : public v1::VmSpace::Service {
   SpaceRegistry& registry_;
   const ServiceOptions opts_;
   std::atomic<uint64_t> streams_{0};  // Batch handlers running
+  PeerCalls peer_calls_;
 };
 
 }  // namespace vmspace::rpc

@@ -76,6 +76,38 @@ grpc::Status RawCall(const std::string& addr, const std::string& method, const s
   return done.get_future().get();
 }
 
+// Batch streams answered once each (so their handlers run, each holding a thread and
+// a place in the daemon's limits), open until CloseAll().
+class OpenStreams {
+ public:
+  /// Opens one more stream; true if it was answered (kept open), else false with its
+  /// final status in *refused.
+  bool Open(v1::VmSpace::Stub& stub, grpc::Status* refused) {
+    ctxs_.push_back(Ctx());
+    auto s = stub.Batch(ctxs_.back().get());
+    v1::BatchRequest msg;
+    v1::BatchResponse resp;
+    if (s->Write(msg) && s->Read(&resp)) {
+      streams_.push_back(std::move(s));
+      return true;
+    }
+    *refused = s->Finish();
+    return false;
+  }
+  size_t size() const { return streams_.size(); }
+  void CloseAll() {
+    for (auto& s : streams_) {
+      s->WritesDone();
+      EXPECT_TRUE(s->Finish().ok());
+    }
+    streams_.clear();
+  }
+
+ private:
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs_;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::BatchRequest, v1::BatchResponse>>> streams_;
+};
+
 bool Pings(v1::VmSpace::Stub& stub) {
   v1::PingRequest req;
   v1::PingResponse resp;
@@ -203,22 +235,11 @@ TEST(RobustTest, BadRequestCatalogue) {
                      return stub->GetMaps(Ctx().get(), g, &gr);
                    }, StatusCode::RESOURCE_EXHAUSTED, "would exceed --max-message-bytes"});
   cases.push_back({"a third Batch stream beyond --max-streams=2", [&] {
-                     std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
-                     std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::BatchRequest, v1::BatchResponse>>> open;
-                     v1::BatchRequest ping;
-                     ping.set_tag(7);
-                     v1::BatchResponse resp;
-                     for (int i = 0; i < 2; i++) {  // two streams, each answered once: both handlers run
-                       ctxs.push_back(Ctx());
-                       open.push_back(stub->Batch(ctxs.back().get()));
-                       EXPECT_TRUE(open.back()->Write(ping));
-                       EXPECT_TRUE(open.back()->Read(&resp));
-                     }
-                     const grpc::Status third = BatchOnce(*stub, ping, &resp);
-                     for (auto& s : open) {
-                       s->WritesDone();
-                       EXPECT_TRUE(s->Finish().ok());
-                     }
+                     OpenStreams open;
+                     grpc::Status third;
+                     for (int i = 0; i < 2; i++) EXPECT_TRUE(open.Open(*stub, &third));
+                     EXPECT_FALSE(open.Open(*stub, &third));
+                     open.CloseAll();
                      return third;
                    }, StatusCode::RESOURCE_EXHAUSTED, "--max-streams=2"});
 
@@ -246,29 +267,44 @@ TEST(RobustTest, CallsBeyondMaxThreadsAreResourceExhausted) {
   Daemon d;
   ASSERT_TRUE(d.Start({"--max-threads=8"})) << d.stderr_text();
   auto stub = d.NewStub();
-  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
-  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::BatchRequest, v1::BatchResponse>>> open;
-  v1::BatchRequest msg;
-  v1::BatchResponse resp;
+  OpenStreams open;
   int refused = 0;
   for (int i = 0; i < 16; i++) {
-    ctxs.push_back(Ctx());
-    auto s = stub->Batch(ctxs.back().get());
-    if (s->Write(msg) && s->Read(&resp)) {
-      open.push_back(std::move(s));  // answered: its handler thread stays busy
-      continue;
-    }
-    const grpc::Status st = s->Finish();
+    grpc::Status st;
+    if (open.Open(*stub, &st)) continue;
     EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
     refused++;
   }
   EXPECT_GE(open.size(), 1u);
   EXPECT_GE(refused, 1) << "16 streams held at once with --max-threads=8";
-  for (auto& s : open) {
-    s->WritesDone();
-    EXPECT_TRUE(s->Finish().ok());
-  }
+  open.CloseAll();
   EXPECT_TRUE(Pings(*stub));
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+TEST(RobustTest, CallsBeyondMaxCallsPerPeerAreResourceExhausted) {
+  // Two streams from this host hold the --max-calls-per-peer=2 places (on two
+  // connections: the count is per host): a space call or a third stream is refused,
+  // Ping is not counted, and the calls are admitted again once the streams close.
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--max-calls-per-peer=2"})) << d.stderr_text();
+  auto stub = d.NewStub();
+  auto other = d.NewStub();
+  const uint64_t space = NewSpace(*stub);
+  const uint64_t page = Map(*stub, space, 4096, kRw);
+  OpenStreams open;
+  grpc::Status st;
+  ASSERT_TRUE(open.Open(*stub, &st)) << st.error_message();
+  ASSERT_TRUE(open.Open(*other, &st)) << st.error_message();
+  EXPECT_FALSE(open.Open(*other, &st));
+  EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("--max-calls-per-peer=2"), std::string::npos) << st.error_message();
+  v1::AccessResponse r;
+  st = Access(*other, space, page, 1, 1, v1::ACCESS_READ, &r);
+  EXPECT_TRUE(HasErrno(st, StatusCode::RESOURCE_EXHAUSTED, "EAGAIN", EAGAIN));
+  EXPECT_TRUE(Pings(*other));
+  open.CloseAll();
+  EXPECT_TRUE(Access(*other, space, page, 1, 1, v1::ACCESS_READ, &r).ok());
   EXPECT_EQ(d.Stop(), 0);
 }
 
