@@ -407,10 +407,10 @@ TEST(FilesMetrics, CountTheFileWork) {
   Samples s0 = scrape();
   EXPECT_EQ(Get(s0, cache), 0);
   EXPECT_EQ(Get(s0, majflt), 0);
-  EXPECT_EQ(Get(s0, around("linux-6.6")), 0);
+  EXPECT_EQ(Get(s0, around("linux-6.15")), 0);
   EXPECT_EQ(Get(s0, retry("linux-6.4")), 0);
   EXPECT_EQ(Get(s0, SeriesKey("vmspace_lock_acquisitions_total",
-                              {{"lock", "i_mmap_rwsem"}, {"mode", "write"}, {"profile", "linux-6.6"}})),
+                              {{"lock", "i_mmap_rwsem"}, {"mode", "write"}, {"profile", "linux-6.15"}})),
             0);
 
   const uint64_t f = cl.OpenFile(Open("m.bin", true, false)).value();
@@ -438,12 +438,12 @@ TEST(FilesMetrics, CountTheFileWork) {
   EXPECT_EQ(f64.value().lock_path(), v1::LOCK_PATH_MMAP_LOCK);
   const Samples s3 = scrape();
   EXPECT_EQ(Get(s3, majflt), 1);
-  EXPECT_EQ(Get(s3, around("linux-6.6")) - Get(s2, around("linux-6.6")), 15);  // page 0 was mapped already
+  EXPECT_EQ(Get(s3, around("linux-6.15")) - Get(s2, around("linux-6.15")), 15);  // page 0 was mapped already
   EXPECT_EQ(Get(s3, around("linux-6.4")) - Get(s2, around("linux-6.4")), 16);
   EXPECT_EQ(Get(s3, retry("linux-6.4")) - Get(s2, retry("linux-6.4")), 1);
-  EXPECT_EQ(Get(s3, retry("linux-6.6")), 0);
+  EXPECT_EQ(Get(s3, retry("linux-6.15")), 0);
   EXPECT_GE(Get(s3, SeriesKey("vmspace_lock_acquisitions_total",
-                              {{"lock", "i_mmap_rwsem"}, {"mode", "write"}, {"profile", "linux-6.6"}})),
+                              {{"lock", "i_mmap_rwsem"}, {"mode", "write"}, {"profile", "linux-6.15"}})),
             1);
   // The window is a per-space setting: 4096 turns fault-around off (one page per fault).
   v1::SpaceSettings off;
@@ -451,7 +451,7 @@ TEST(FilesMetrics, CountTheFileWork) {
   const uint64_t sp_off = cl.CreateSpace(off).value();
   ASSERT_TRUE(cl.Mmap(sp_off, kAt, 16 * kPage, PROT_READ, MAP_SHARED | MAP_FIXED, 0, f).ok());
   ASSERT_TRUE(cl.Fault(sp_off, kAt + 5 * kPage, v1::ACCESS_READ).ok());
-  EXPECT_EQ(Get(scrape(), around("linux-6.6")), Get(s3, around("linux-6.6")));
+  EXPECT_EQ(Get(scrape(), around("linux-6.15")), Get(s3, around("linux-6.15")));
   std::map<uint64_t, uint64_t> rss;
   for (const v1::SpaceInfo& info : cl.ListSpaces().value()) rss[info.space_id()] = info.rss_bytes();
   EXPECT_EQ(rss[sp_off], kPage);

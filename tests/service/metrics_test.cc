@@ -81,8 +81,8 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
   // Anonymous work only: no major fault, no fault-around, no retry, no page cache.
   const Samples anon = ParseMetrics(body);
   EXPECT_EQ(Get(anon, SeriesKey("vmspace_pgmajfault_total")), 0);
-  EXPECT_EQ(Get(anon, SeriesKey("vmspace_fault_around_pages_total", {{"profile", "linux-6.6"}})), 0);
-  EXPECT_EQ(Get(anon, SeriesKey("vmspace_fault_retries_total", {{"profile", "linux-6.6"}, {"reason", "file"}})), 0);
+  EXPECT_EQ(Get(anon, SeriesKey("vmspace_fault_around_pages_total", {{"profile", "linux-6.15"}})), 0);
+  EXPECT_EQ(Get(anon, SeriesKey("vmspace_fault_retries_total", {{"profile", "linux-6.15"}, {"reason", "file"}})), 0);
   EXPECT_EQ(Get(anon, SeriesKey("vmspace_page_cache_bytes")), 0);
   const Samples s = ParseMetrics(body);
   EXPECT_EQ(Get(s, SeriesKey("vmspace_build_info", {{"version", "0.1.0"}})), 1);
