@@ -26,9 +26,7 @@ void FreeFolioCallback(struct rcu_head* h) {
   Folio* f = reinterpret_cast<Folio*>(reinterpret_cast<char*>(h) - offsetof(Folio, rcu));
   f->frames->Free(f->frame);
   delete f;
-#if defined(__SANITIZE_THREAD__)
-  __tsan_release(&rcu_internal::gp_token);
-#endif
+  RcuCallbackEnd();
 }
 
 }  // namespace

@@ -18,9 +18,7 @@ thread_local int tls_counter_cell = -1;
 void FreeGatherCallback(struct rcu_head* h) {
   RcuCallbackBegin(h);
   MmuGather::FreeNow(reinterpret_cast<MmuGather*>(reinterpret_cast<char*>(h) - offsetof(MmuGather, head)));
-#if defined(__SANITIZE_THREAD__)
-  __tsan_release(&rcu_internal::gp_token);  // rcu_barrier() waits for this callback
-#endif
+  RcuCallbackEnd();
 }
 }  // namespace
 

@@ -98,6 +98,7 @@ namespace {
 void FreeVmaRcu(struct rcu_head* h) {
   RcuCallbackBegin(h);
   delete reinterpret_cast<Vma*>(reinterpret_cast<char*>(h) - offsetof(Vma, vm_rcu));
+  RcuCallbackEnd();
 }
 }  // namespace
 

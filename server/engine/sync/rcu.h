@@ -48,7 +48,7 @@ class RcuReadGuard {
 };
 
 /// Queues fn(head) to run after a grace period (call_rcu).
-/// The callback must start with RcuCallbackBegin(head).
+/// The callback must start with RcuCallbackBegin(head) and end with RcuCallbackEnd().
 inline void CallRcu(struct rcu_head* head, void (*fn)(struct rcu_head*)) {
 #if defined(__SANITIZE_THREAD__)
   __tsan_release(head);  // the callback thread receives `head` through liburcu's queue
@@ -62,6 +62,13 @@ inline void RcuCallbackBegin(struct rcu_head* head) {
   __tsan_acquire(&rcu_internal::gp_token);
 #else
   (void)head;
+#endif
+}
+/// Last statement of every call_rcu callback (TSan: rcu_barrier() waits for it, so what
+/// the callback did happens before RcuBarrier() returns).
+inline void RcuCallbackEnd() {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_release(&rcu_internal::gp_token);
 #endif
 }
 /// Waits for a grace period (synchronize_rcu). Must not be called in a read section.
