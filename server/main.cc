@@ -471,12 +471,16 @@ int main(int argc, char** argv) {
       if (sig != SIGHUP) break;
       std::string err;
       size_t n = 0;
+      // Keyed by the whole line: only the same outcome repeated within kLogInterval is
+      // suppressed, so each different result of a reload is seen.
+      std::string line;
       if (auth.token_file().empty())
-        Logf(LogLevel::kInfo, "SIGHUP: no --token-file to reload");
+        line = "SIGHUP: no --token-file to reload";
       else if (auth.Reload(&err, &n))
-        Logf(LogLevel::kInfo, "SIGHUP: %zu tokens reloaded from %s", n, auth.token_file().c_str());
+        line = absl::StrCat("SIGHUP: ", n, " tokens reloaded from ", auth.token_file());
       else
-        Logf(LogLevel::kError, "SIGHUP: %s; keeping the previous tokens", err.c_str());
+        line = "SIGHUP: " + err + "; keeping the previous tokens";
+      vmspace::rpc::LogLine(err.empty() ? LogLevel::kInfo : LogLevel::kError, line, line);
     }
     stop_t0 = std::chrono::steady_clock::now();
     Logf(LogLevel::kInfo, "%s: draining (grace %lld ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
