@@ -387,7 +387,7 @@ TEST(FilesMetrics, CountTheFileWork) {
     f << std::string(16 * kPage, 'm');
   }
   Daemon d;
-  ASSERT_TRUE(d.Start({"--data-dir=" + dir.path(), "--metrics-listen=127.0.0.1:0"})) << d.stderr_text();
+  ASSERT_TRUE(d.Start({"--data-dir=" + dir.path(), "--metrics-listen=127.0.0.1:0", "--locking-profile=linux-6.6"})) << d.stderr_text();
   ClientOptions o;
   o.target = d.grpc_addr();
   Client cl(o);
