@@ -1,6 +1,8 @@
 // Tenants (issue 9 part 4): bearer tokens from --token-file, ownership of spaces and
 // files, per-tenant quotas, SIGHUP reload, the listen policy, ids across restarts, and
 // the same over TLS and mutual TLS with certificates made here with openssl.
+#include "lib/client.h"  // first: vmspace.pb.h before <signal.h> (see daemon.h)
+
 #include "daemon.h"
 
 #include <sys/mman.h>
@@ -9,6 +11,7 @@
 #include <fstream>
 #include <functional>
 
+#include "../../client/tests/subprocess.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace vmspace::service_test {
@@ -580,6 +583,65 @@ TEST(TenantTlsTest, MutualTlsCommonNameIsTheTenant) {
   // No client certificate: the handshake fails.
   const Conn anonymous = Connect(addr, "", pki.Creds(), false);
   EXPECT_EQ(anonymous.Ping().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+// The client library and the CLI: --token / $VMSPACE_TOKEN, --tls-ca, --tls-cert, --tls-key.
+TEST(TenantClientTest, LibraryAndCliTakeTokensAndTls) {
+  Pki pki;
+  ASSERT_TRUE(pki.ok()) << "openssl failed";
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--tls-cert=" + pki.path("server.pem"), "--tls-key=" + pki.path("server.key"),
+                       "--tls-client-ca=" + pki.path("ca.pem"),
+                       "--token-file=" + pki.dir().Write("tokens", kTokens)}))
+      << d.stderr_text();
+  auto options = [&](const std::string& token, const std::string& cert) {
+    client::ClientOptions o;
+    o.target = d.grpc_addr();
+    o.token = token;
+    o.tls_ca_pem = ReadAll(pki.path("ca.pem"));
+    if (!cert.empty()) {
+      o.tls_cert_pem = ReadAll(pki.path(cert + ".pem"));
+      o.tls_key_pem = ReadAll(pki.path(cert + ".key"));
+    }
+    return o;
+  };
+  // A token over mTLS decides the tenant (bob's certificate, alice's token).
+  client::Client alice(options("tok-alice", "bob"));
+  auto a = alice.CreateSpace({}, "alice's");
+  ASSERT_TRUE(a.ok()) << a.error().ToString();
+  client::Client bob(options("", "bob"));
+  auto b = bob.CreateSpace({}, "bob's");
+  ASSERT_TRUE(b.ok()) << b.error().ToString();
+  auto listed = bob.ListSpaces();
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed.value().size(), 1u);
+  EXPECT_EQ(listed.value()[0].space_id(), b.value());
+  auto stolen = bob.DestroySpace(a.value());
+  ASSERT_FALSE(stolen.ok());
+  EXPECT_EQ(stolen.error().code, grpc::StatusCode::NOT_FOUND);
+  // The CLI: the token from $VMSPACE_TOKEN (root: admin, lists both), TLS from files.
+  const std::vector<std::string> tls = {"--target", d.grpc_addr(), "--tls-ca", pki.path("ca.pem"),
+                                        "--tls-cert", pki.path("alice.pem"), "--tls-key",
+                                        pki.path("alice.key")};
+  setenv("VMSPACE_TOKEN", "tok-root", 1);
+  std::vector<std::string> args = tls;
+  args.insert(args.end(), {"--json", "list"});
+  testing::ProcResult r = testing::RunProgram(VMSPACE_CLI_PATH, args);
+  unsetenv("VMSPACE_TOKEN");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(std::to_string(a.value())), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(std::to_string(b.value())), std::string::npos) << r.out;
+  // --token over it; a wrong one is UNAUTHENTICATED (exit status non-zero, said so).
+  args = tls;
+  args.insert(args.end(), {"--token", "nope", "ping"});
+  r = testing::RunProgram(VMSPACE_CLI_PATH, args);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("UNAUTHENTICATED: unknown bearer token"), std::string::npos) << r.err;
+  // Without the CA the daemon's certificate is not trusted: no connection.
+  r = testing::RunProgram(VMSPACE_CLI_PATH, {"--target", d.grpc_addr(), "--token", "tok-alice", "ping"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
   EXPECT_EQ(d.Stop(), 0);
 }
 
