@@ -362,6 +362,18 @@ uint64_t OpSpaceId(const v1::Op& op) {
   return 0;
 }
 
+// Whether `op` may fault pages in (the ops the tenant memory quota is checked for, as
+// their unary calls): all but munmap, mprotect and msync, which only free or keep.
+bool MayFaultIn(const v1::Op& op) {
+  switch (op.op_case()) {
+    case v1::Op::kMunmap:
+    case v1::Op::kMprotect:
+    case v1::Op::kMsync:
+    case v1::Op::OP_NOT_SET: return false;
+    default: return true;
+  }
+}
+
 // ---- files (the registry's FileTable; ids as clients see them, see TableFileId) ----
 
 // The error of open(2) of `path`, with the reason spelt out where the errno alone
@@ -640,7 +652,9 @@ grpc::Status VmSpaceService::Batch(
                                          std::to_string(opts_.max_batch)));
     resp.Clear();
     resp.set_tag(req.tag());
-    if (OpStatus q = CheckMemoryQuota(caller); !q.ok()) return finish(q);
+    // Over the quota a message of only munmap/mprotect/msync still runs (it can free).
+    if (std::any_of(req.ops().begin(), req.ops().end(), MayFaultIn))
+      if (OpStatus q = CheckMemoryQuota(caller); !q.ok()) return finish(q);
     SpaceCache cache([&](uint64_t id) { return FindOwn(caller, id); });
     uint64_t resp_bytes = kSlack;
     for (int i = 0; i < req.ops_size(); i++) {

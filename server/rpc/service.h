@@ -51,9 +51,10 @@ struct ServiceOptions {
   /// more CreateSpace is RESOURCE_EXHAUSTED (ENOMEM).
   uint64_t tenant_max_spaces = 0;
   /// Most memory (resident pages and page tables, bytes) a tenant's spaces may use
-  /// (--tenant-max-memory-bytes; 0 = no limit). Checked before each call or Batch
-  /// message that may fault pages in (Mmap, Fault, Access, ReadMemory, WriteMemory,
-  /// Madvise): once at or beyond it, RESOURCE_EXHAUSTED (ENOMEM). A call that starts
+  /// (--tenant-max-memory-bytes; 0 = no limit). Checked before each call, or Batch
+  /// message with an op, that may fault pages in (Mmap, Fault, Access, ReadMemory,
+  /// WriteMemory, Madvise): once at or beyond it, RESOURCE_EXHAUSTED (ENOMEM) (for a
+  /// Batch the stream ends so). A call that starts
   /// below may end above it by what that call alone faults in.
   uint64_t tenant_max_memory_bytes = 0;
   /// Version reported by GetServerInfo.
