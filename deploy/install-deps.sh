@@ -15,6 +15,7 @@ PKGS=(
   gnuplot-nox          # SVG charts of `vmspace bench ... --plot` (run as a subprocess)
   prometheus           # promtool (metrics and rules tests) and the server of the Prometheus end-to-end test
   curl
+  openssl              # tests/service/tenant_test makes its CA and TLS certificates at test time
   python3-grpcio python3-protobuf  # the Python client (client/python) and its test, run with /usr/bin/python3
   python3-yaml         # the deploy tests read compose, rule and manifest files
   docker-compose       # `docker-compose config` validates deploy/compose.yaml (no engine needed)

@@ -9,6 +9,11 @@
 // --shutdown-grace-ms, then the rest are cancelled, idle connections are closed, every
 // space is destroyed and every dirty file page is written back to --data-dir
 // (FileTable::SyncAll), and the process exits 0 (1 if a write-back failed: EIO).
+// SIGHUP re-reads --token-file (rpc/auth.h); a malformed file keeps the old tokens.
+//
+// Listen policy: with no authentication (neither --token-file nor --tls-client-ca) the
+// daemon serves only a loopback --listen (127.0.0.0/8, [::1], localhost, unix:) and
+// refuses any other unless --insecure-listen-anywhere is given.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,6 +29,7 @@
 #include <absl/flags/reflection.h>
 #include <absl/flags/usage.h>
 #include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
 #include <absl/synchronization/mutex.h>
 #include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -36,6 +42,7 @@
 #include "engine/types.h"
 #include "metrics/collector.h"
 #include "metrics/rpc_stats.h"
+#include "rpc/auth.h"
 #include "rpc/log.h"
 #include "rpc/service.h"
 #include "rpc/space_registry.h"
@@ -47,6 +54,9 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <fstream>
+#include <sstream>
 
 #ifndef VMSPACE_VERSION
 #define VMSPACE_VERSION "unknown"
@@ -95,7 +105,23 @@ ABSL_FLAG(std::string, data_dir, "",
 ABSL_FLAG(uint64_t, fault_around_bytes, 65536,
           "Fault-around window of spaces created without one: a power of two in "
           "[4096, 2097152] (4096 = off)");
-ABSL_FLAG(bool, reflection, true, "Serve gRPC server reflection (v1alpha)");
+ABSL_FLAG(bool, reflection, true,
+          "Serve gRPC server reflection (v1alpha; unauthenticated: it shows only the schema)");
+ABSL_FLAG(std::string, token_file, "",
+          "Bearer tokens, one \"TOKEN TENANT [admin]\" a line (# comments); every vmspace "
+          "call then needs \"authorization: Bearer TOKEN\" (health and reflection stay open). "
+          "Re-read on SIGHUP");
+ABSL_FLAG(uint64_t, tenant_max_spaces, 0, "Most spaces one tenant may own (0 = no limit)");
+ABSL_FLAG(uint64_t, tenant_max_memory_bytes, 0,
+          "Most resident and page-table bytes one tenant's spaces may use (0 = no limit)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain: serve TLS (with --tls-key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: require client certificates it signed (mutual TLS); the client "
+          "certificate's subject CN is the tenant");
+ABSL_FLAG(bool, insecure_listen_anywhere, false,
+          "Allow a non-loopback --listen without authentication (anyone who reaches the "
+          "port may use and destroy every space)");
 ABSL_FLAG(std::string, shard, "0",
           "This daemon's shard among several, 0..8191: the high bits of its space ids "
           "(id = shard << 40 | n). \"hostname\": the number ending the host name, as a "
@@ -158,6 +184,23 @@ bool ParseShard(const std::string& v, uint32_t* shard, std::string* err) {
     return false;
   }
   *shard = static_cast<uint32_t>(n);
+  return true;
+}
+
+/// Whether `listen` (a gRPC listen address) is reachable only from this host.
+bool LoopbackListen(const std::string& listen) {
+  if (absl::StartsWith(listen, "unix:") || absl::StartsWith(listen, "unix-abstract:")) return true;
+  const std::string host = HostOf(listen);
+  return host == "localhost" || host == "[::1]" || absl::StartsWith(host, "127.");
+}
+
+/// The whole of file `path` in *out; false if it cannot be read.
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
   return true;
 }
 
@@ -285,6 +328,38 @@ int main(int argc, char** argv) {
     return Fail("--data-dir " + data_dir + ": not a writable directory");
   const int64_t grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
   if (grace_ms < 0) return Fail("--shutdown-grace-ms must be >= 0");
+  options.tenant_max_spaces = absl::GetFlag(FLAGS_tenant_max_spaces);
+  options.tenant_max_memory_bytes = absl::GetFlag(FLAGS_tenant_max_memory_bytes);
+
+  // Credentials: TLS (gRPC's SslServerCredentials), optionally mutual.
+  const std::string tls_cert = absl::GetFlag(FLAGS_tls_cert), tls_key = absl::GetFlag(FLAGS_tls_key),
+                    tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  grpc::SslServerCredentialsOptions ssl;
+  if (tls_cert.empty() != tls_key.empty()) return Fail("--tls-cert and --tls-key go together");
+  if (!tls_client_ca.empty() && tls_cert.empty())
+    return Fail("--tls-client-ca needs --tls-cert and --tls-key");
+  if (!tls_cert.empty()) {
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    if (!ReadFile(tls_cert, &pair.cert_chain)) return Fail("--tls-cert " + tls_cert + ": cannot read");
+    if (!ReadFile(tls_key, &pair.private_key)) return Fail("--tls-key " + tls_key + ": cannot read");
+    ssl.pem_key_cert_pairs.push_back(std::move(pair));
+    if (!tls_client_ca.empty()) {
+      if (!ReadFile(tls_client_ca, &ssl.pem_root_certs))
+        return Fail("--tls-client-ca " + tls_client_ca + ": cannot read");
+      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
+  }
+  vmspace::rpc::Authenticator auth(absl::GetFlag(FLAGS_token_file), !tls_client_ca.empty());
+  size_t n_tokens = 0;
+  {
+    std::string err;
+    if (!auth.Reload(&err, &n_tokens)) return Fail("--token-file " + err);
+  }
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (!auth.enabled() && !LoopbackListen(listen) && !absl::GetFlag(FLAGS_insecure_listen_anywhere))
+    return Fail("--listen " + listen +
+                " is not loopback and calls are not authenticated: give --token-file or "
+                "--tls-client-ca, or --insecure-listen-anywhere to serve it open");
 
   // Block the stop signals before any thread starts (gRPC, civetweb, urcu all start
   // threads, which inherit the mask); a dedicated thread takes them with sigwait.
@@ -292,12 +367,16 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);  // reload --token-file
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // (Credentials initialise gRPC, which starts threads: only after the mask.)
+  const std::shared_ptr<grpc::ServerCredentials> creds =
+      tls_cert.empty() ? grpc::InsecureServerCredentials() : grpc::SslServerCredentials(ssl);
 
   vmspace::FrameAllocator frames(absl::GetFlag(FLAGS_max_frame_bytes));
   vmspace::rpc::SpaceRegistry registry(frames, max_spaces, shard, data_dir);
-  vmspace::rpc::VmSpaceService service(registry, options);
+  vmspace::rpc::VmSpaceService service(registry, options, &auth);
 
   // Metrics first: a busy metrics port then fails before gRPC accepts anything.
   std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
@@ -333,10 +412,9 @@ int main(int argc, char** argv) {
 
   grpc::EnableDefaultHealthCheckService(true);
   if (absl::GetFlag(FLAGS_reflection)) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  const std::string listen = absl::GetFlag(FLAGS_listen);
   grpc::ServerBuilder builder;
   int grpc_port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &grpc_port);
+  builder.AddListeningPort(listen, creds, &grpc_port);
   // gRPC sets SO_REUSEPORT by default: a second daemon would silently share the port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
@@ -367,6 +445,14 @@ int main(int argc, char** argv) {
        static_cast<unsigned long long>(options.max_batch),
        static_cast<unsigned long long>(options.max_message_bytes), lock_stats.c_str(),
        options.default_profile.Describe().c_str(), data_dir.empty() ? "(none)" : data_dir.c_str());
+  Logf(LogLevel::kInfo, "auth: %s, tls=%s, tenant-max-spaces=%llu tenant-max-memory-bytes=%llu",
+       auth.token_file().empty() ? (tls_client_ca.empty() ? "none (open)" : "mTLS client CN")
+                                 : absl::StrCat(n_tokens, " tokens from ", auth.token_file(),
+                                                tls_client_ca.empty() ? "" : " or mTLS client CN")
+                                       .c_str(),
+       tls_cert.empty() ? "off" : (tls_client_ca.empty() ? "on" : "mutual"),
+       static_cast<unsigned long long>(options.tenant_max_spaces),
+       static_cast<unsigned long long>(options.tenant_max_memory_bytes));
 
   // Frees a space keeps back for batching (its mmu_gather) are handed to RCU every
   // --deferred-flush-ms, so memory an idle space freed is uncharged.
@@ -384,7 +470,22 @@ int main(int argc, char** argv) {
   std::chrono::steady_clock::time_point stop_t0;
   std::thread stopper([&] {
     int sig = 0;
-    sigwait(&stop_signals, &sig);
+    for (;;) {
+      sigwait(&stop_signals, &sig);
+      if (sig != SIGHUP) break;
+      std::string err;
+      size_t n = 0;
+      // Keyed by the whole line: only the same outcome repeated within kLogInterval is
+      // suppressed, so each different result of a reload is seen.
+      std::string line;
+      if (auth.token_file().empty())
+        line = "SIGHUP: no --token-file to reload";
+      else if (auth.Reload(&err, &n))
+        line = absl::StrCat("SIGHUP: ", n, " tokens reloaded from ", auth.token_file());
+      else
+        line = "SIGHUP: " + err + "; keeping the previous tokens";
+      vmspace::rpc::LogLine(err.empty() ? LogLevel::kInfo : LogLevel::kError, line, line);
+    }
     stop_t0 = std::chrono::steady_clock::now();
     Logf(LogLevel::kInfo, "%s: draining (grace %lld ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
          static_cast<long long>(grace_ms));

@@ -154,6 +154,10 @@ const std::vector<OptionSpec>& GlobalOptions() {
       {"target", "HOST:PORT", "vmspaced address (default 127.0.0.1:50051); several daemons (shards): A,B,C or "
                               "shards:NAME:PORT (every address of NAME); calls go to the daemon of their space id"},
       {"timeout", "SECONDS", "deadline of each call (default 10)"},
+      {"token", "TOKEN", "bearer token of vmspaced --token-file (default $VMSPACE_TOKEN)"},
+      {"tls-ca", "PEM", "connect with TLS: the CA file that signed the daemon's certificate"},
+      {"tls-cert", "PEM", "client certificate for mutual TLS (its subject CN is the tenant; with --tls-key)"},
+      {"tls-key", "PEM", "private key of --tls-cert"},
       {"json", "", "print one JSON object instead of text"},
   };
   return opts;
@@ -1729,7 +1733,9 @@ struct CommandLine {
     app.allow_extras();
     app.require_subcommand(1);
     app.footer(kFooter);
-    help->synopsis[&app] = "[--target HOST:PORT] [--timeout SECONDS] [--json] COMMAND [options]";
+    help->synopsis[&app] =
+        "[--target HOST:PORT] [--timeout SECONDS] [--token TOKEN] [--tls-ca PEM [--tls-cert PEM --tls-key PEM]] "
+        "[--json] COMMAND [options]";
     AddGlobal(&app);
     std::map<std::string, CLI::App*> groups;  // "bench"
     for (const Command& c : Commands()) {
@@ -1849,6 +1855,22 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
       return usage_error(a, "--timeout: want seconds > 0, got '" + t + "'");
     ctx.client.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(s * 1000)));
   }
+  const char* env_token = std::getenv("VMSPACE_TOKEN");
+  ctx.client.token = ctx.args.Get("token", env_token ? env_token : "");
+  for (auto [flag, pem] : {std::pair{"tls-ca", &ctx.client.tls_ca_pem},
+                           std::pair{"tls-cert", &ctx.client.tls_cert_pem},
+                           std::pair{"tls-key", &ctx.client.tls_key_pem}}) {
+    if (!ctx.args.Has(flag)) continue;
+    std::ifstream in(ctx.args.Get(flag));
+    if (!in) return usage_error(a, std::string("--") + flag + ": cannot read " + ctx.args.Get(flag));
+    std::stringstream text;
+    text << in.rdbuf();
+    *pem = text.str();
+  }
+  if (ctx.client.tls_cert_pem.empty() != ctx.client.tls_key_pem.empty())
+    return usage_error(a, "--tls-cert and --tls-key go together");
+  if (!ctx.client.tls_cert_pem.empty() && ctx.client.tls_ca_pem.empty())
+    return usage_error(a, "--tls-cert needs --tls-ca");
   try {
     return cmd.run(ctx);
   } catch (const UsageError& e) {

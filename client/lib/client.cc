@@ -7,6 +7,9 @@
 #include <absl/status/status.h>
 #include <absl/strings/str_split.h>
 #include <absl/strings/strip.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/client_interceptor.h>
 #include <grpcpp/support/error_details.h>
 
 #include <algorithm>
@@ -112,13 +115,51 @@ Result<std::vector<std::string>> ParseTargets(const std::string& target) {
 
 namespace {
 
+// Adds "authorization: Bearer <token>" to the initial metadata of every call (a call
+// credential would need a secure channel; the daemon also takes tokens in plaintext
+// on loopback).
+class BearerToken final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerToken(const std::string& value) : value_(value) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* m) override {
+    if (m->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA))
+      m->GetSendInitialMetadata()->emplace("authorization", value_);
+    m->Proceed();
+  }
+
+ private:
+  const std::string& value_;  // the factory's, which lives as long as the channel
+};
+
+class BearerTokenFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerTokenFactory(const std::string& token) : value_("Bearer " + token) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+    return new BearerToken(value_);
+  }
+
+ private:
+  const std::string value_;
+};
+
 std::shared_ptr<grpc::Channel> MakeChannelTo(const std::string& target, const ClientOptions& opts) {
   grpc::ChannelArguments args;
   if (opts.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   // Batch messages may be large (up to --max-batch ops, --max-io-bytes reads).
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (!opts.tls_ca_pem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = opts.tls_ca_pem;
+    ssl.pem_cert_chain = opts.tls_cert_pem;
+    ssl.pem_private_key = opts.tls_key_pem;
+    creds = grpc::SslCredentials(ssl);
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (!opts.token.empty()) interceptors.push_back(std::make_unique<BearerTokenFactory>(opts.token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(target, creds, args,
+                                                                 std::move(interceptors));
 }
 
 /// The space id of the first op of a batch that names one (0 if none): the field

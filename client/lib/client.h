@@ -97,9 +97,19 @@ struct ClientOptions {
   /// Use a connection of this channel's own (GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL), so
   /// several clients in one process do not share one TCP connection.
   bool own_connection = false;
+  /// Bearer token sent with every call as "authorization: Bearer <token>" (vmspaced
+  /// --token-file); "" sends none. The CLI takes --token or $VMSPACE_TOKEN.
+  std::string token;
+  /// TLS: PEM root certificates that sign the daemon's certificate (non-empty: connect
+  /// with TLS, gRPC's SslCredentials); with tls_cert_pem and tls_key_pem also a client
+  /// certificate (mutual TLS: its subject CN is the tenant). Contents, not paths.
+  std::string tls_ca_pem;
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
 };
 
-/// Creates an insecure channel to `opts.target`.
+/// Creates a channel to `opts.target`: TLS if opts.tls_ca_pem is set, else insecure; a
+/// client interceptor adds the bearer token (if any) to every call on it.
 std::shared_ptr<grpc::Channel> MakeChannel(const ClientOptions& opts);
 
 class Client;

@@ -147,7 +147,7 @@ OpStatus DoMmap(Space& sp, const v1::MmapRequest& r, v1::MmapResponse* out,
   const bool file = (r.flags() & MAP_ANONYMOUS) == 0 && r.file_id() != 0;
   const SysResult res =
       file ? sp.as.Mmap(r.addr(), r.len(), r.prot(), r.flags(), r.offset(),
-                        reg.files().Get(reg.TableFileId(r.file_id())))
+                        reg.files().Get(reg.TableFileId(r.file_id(), sp.tenant)))
            : sp.as.Mmap(r.addr(), r.len(), r.prot(), r.flags(), r.offset());
   if (!res.ok()) return ErrnoError(res.error, "mmap");
   out->set_addr(res.value);
@@ -348,43 +348,19 @@ class PeerSlot {
   OpStatus refusal_;
 };
 
-// Runs `fn(space)` for the space `id`, or answers NOT_FOUND, recording the RPC metrics.
-// With `ctx`, the call counts against --max-calls-per-peer and the engine work stops
-// when the call should (CallScope).
-template <typename Fn>
-grpc::Status OnSpace(SpaceRegistry& reg, RpcMethod m, uint64_t id, PeerCalls* peers,
-                     uint64_t max_per_peer, grpc::ServerContext* ctx, Fn&& fn) {
-  RpcScope scope(m);
-  PeerSlot peer(peers, ctx, max_per_peer);
-  CallScope call(ctx);
-  OpStatus s;
-  if (!peer.admitted())
-    s = peer.refusal();
-  else if (std::shared_ptr<Space> sp = reg.Find(id))
-    s = fn(*sp);
-  else
-    s = SpaceNotFound(id);
-  scope.Finish(static_cast<int>(s.code));
-  return ToGrpcStatus(s);
-}
-
-// A space call without the peer limit and stop checks.
-template <typename Fn>
-grpc::Status OnSpace(SpaceRegistry& reg, RpcMethod m, uint64_t id, Fn&& fn) {
-  return OnSpace(reg, m, id, nullptr, 0, nullptr, std::forward<Fn>(fn));
-}
-
-// A one-entry cache of the last space looked up, for the ops of one batch message.
+// A one-entry cache of the last space looked up, for the ops of one batch message:
+// `find(id)` is the caller's own space or null.
+template <typename Find>
 class SpaceCache {
  public:
-  explicit SpaceCache(SpaceRegistry& reg) : reg_(reg) {}
+  explicit SpaceCache(Find find) : find_(std::move(find)) {}
   Space* Get(uint64_t id) {
-    if (!sp_ || sp_->id != id) sp_ = reg_.Find(id);
+    if (!sp_ || sp_->id != id) sp_ = find_(id);
     return sp_.get();
   }
 
  private:
-  SpaceRegistry& reg_;
+  Find find_;
   std::shared_ptr<Space> sp_;
 };
 
@@ -411,16 +387,19 @@ uint64_t OpSpaceId(const v1::Op& op) {
   return 0;
 }
 
-// ---- files (the registry's FileTable; ids as clients see them, see TableFileId) ----
-
-// Runs `fn()` as the handler of RPC `m`, recording its metrics.
-template <typename Fn>
-grpc::Status Handle(RpcMethod m, Fn&& fn) {
-  RpcScope scope(m);
-  const OpStatus s = fn();
-  scope.Finish(static_cast<int>(s.code));
-  return ToGrpcStatus(s);
+// Whether `op` may fault pages in (the ops the tenant memory quota is checked for, as
+// their unary calls): all but munmap, mprotect and msync, which only free or keep.
+bool MayFaultIn(const v1::Op& op) {
+  switch (op.op_case()) {
+    case v1::Op::kMunmap:
+    case v1::Op::kMprotect:
+    case v1::Op::kMsync:
+    case v1::Op::OP_NOT_SET: return false;
+    default: return true;
+  }
 }
+
+// ---- files (the registry's FileTable; ids as clients see them, see TableFileId) ----
 
 // The error of open(2) of `path`, with the reason spelt out where the errno alone
 // would puzzle (no --data-dir, a path that leaves it).
@@ -524,125 +503,168 @@ PeerCalls::Shard& PeerCalls::ShardOf(const std::string& host) {
   return shards_[std::hash<std::string>()(host) % shards_.size()];
 }
 
-VmSpaceService::VmSpaceService(SpaceRegistry& registry, const ServiceOptions& options)
-    : registry_(registry), opts_(options) {}
+VmSpaceService::VmSpaceService(SpaceRegistry& registry, const ServiceOptions& options,
+                               const Authenticator* auth)
+    : registry_(registry), auth_(auth), opts_(options) {}
 
-grpc::Status VmSpaceService::CreateSpace(grpc::ServerContext*,
+template <typename Fn>
+grpc::Status VmSpaceService::Handle(RpcMethod m, grpc::ServerContext* ctx, Fn&& fn) {
+  RpcScope scope(m);
+  Caller caller{"", true};
+  OpStatus s;
+  if (auth_ != nullptr) s = auth_->Authenticate(*ctx, &caller);
+  if (s.ok()) s = fn(caller);
+  scope.Finish(static_cast<int>(s.code));
+  return ToGrpcStatus(s);
+}
+
+template <typename Fn>
+grpc::Status VmSpaceService::OnSpace(RpcMethod m, grpc::ServerContext* ctx, uint64_t id,
+                                     bool stoppable, bool allocates, Fn&& fn) {
+  return Handle(m, ctx, [&](const Caller& c) -> OpStatus {
+    PeerSlot peer(&peer_calls_, ctx, opts_.max_calls_per_peer);
+    if (!peer.admitted()) return peer.refusal();
+    if (allocates)
+      if (OpStatus q = CheckMemoryQuota(c); !q.ok()) return q;
+    std::shared_ptr<Space> sp = FindOwn(c, id);
+    if (!sp) return SpaceNotFound(id);
+    CallScope call(stoppable ? ctx : nullptr);
+    return fn(*sp);
+  });
+}
+
+std::shared_ptr<Space> VmSpaceService::FindOwn(const Caller& c, uint64_t id) const {
+  std::shared_ptr<Space> sp = registry_.Find(id);
+  return sp && sp->tenant == c.tenant ? sp : nullptr;
+}
+
+OpStatus VmSpaceService::CheckMemoryQuota(const Caller& c) const {
+  if (opts_.tenant_max_memory_bytes == 0) return {};
+  const TenantUsage u = registry_.Usage(c.tenant);
+  if (u.memory_bytes < opts_.tenant_max_memory_bytes) return {};
+  return ErrnoErrorDetail(ENOMEM, "tenant quota",
+                          "tenant '" + c.tenant + "' uses " + std::to_string(u.memory_bytes) +
+                              " bytes, --tenant-max-memory-bytes=" +
+                              std::to_string(opts_.tenant_max_memory_bytes));
+}
+
+grpc::Status VmSpaceService::CreateSpace(grpc::ServerContext* ctx,
                                          const v1::CreateSpaceRequest* req,
                                          v1::CreateSpaceResponse* resp) {
-  RpcScope scope(RpcMethod::kCreateSpace);
-  OpStatus s;
-  SpaceOptions opts;
-  opts.fault_around_bytes = opts_.fault_around_bytes;
-  if (req->label().size() > kMaxLabelBytes) {
-    s = ErrnoErrorDetail(EINVAL, "CreateSpace", "label longer than 64 bytes");
-  } else {
-    s = ToSpaceOptions(req->settings(), opts_.default_profile, opts_.max_map_count_limit, &opts);
-  }
-  if (s.ok()) {
+  return Handle(RpcMethod::kCreateSpace, ctx, [&](const Caller& c) -> OpStatus {
+    SpaceOptions opts;
+    opts.fault_around_bytes = opts_.fault_around_bytes;
+    if (req->label().size() > kMaxLabelBytes)
+      return ErrnoErrorDetail(EINVAL, "CreateSpace", "label longer than 64 bytes");
+    if (OpStatus s = ToSpaceOptions(req->settings(), opts_.default_profile,
+                                    opts_.max_map_count_limit, &opts);
+        !s.ok())
+      return s;
     // Every valid switch combination is a named profile; Describe() covers "custom".
     const std::string profile =
         opts.profile.name == "custom" ? opts.profile.Describe() : opts.profile.name;
-    const uint64_t id = registry_.Create(opts, req->label(), profile);
-    if (id == 0) {
-      s = ErrnoErrorDetail(ENOMEM, "CreateSpace",
-                           "space limit reached (--max-spaces=" +
-                               std::to_string(registry_.max_spaces()) + ")");
-    } else {
-      resp->set_space_id(id);
-      Logf(LogLevel::kDebug, "created space %llu \"%s\"", static_cast<unsigned long long>(id),
-           req->label().c_str());
-    }
-  }
-  scope.Finish(static_cast<int>(s.code));
-  return ToGrpcStatus(s);
+    bool tenant_full = false;
+    const uint64_t id =
+        registry_.Create(opts, c.tenant, req->label(), profile, opts_.tenant_max_spaces, &tenant_full);
+    if (tenant_full)
+      return ErrnoErrorDetail(ENOMEM, "CreateSpace",
+                              "tenant '" + c.tenant + "' owns --tenant-max-spaces=" +
+                                  std::to_string(opts_.tenant_max_spaces) + " spaces");
+    if (id == 0)
+      return ErrnoErrorDetail(ENOMEM, "CreateSpace",
+                              "space limit reached (--max-spaces=" +
+                                  std::to_string(registry_.max_spaces()) + ")");
+    resp->set_space_id(id);
+    Logf(LogLevel::kDebug, "tenant '%s' created space %llu \"%s\"", c.tenant.c_str(),
+         static_cast<unsigned long long>(id), req->label().c_str());
+    return {};
+  });
 }
 
-grpc::Status VmSpaceService::DestroySpace(grpc::ServerContext*,
+grpc::Status VmSpaceService::DestroySpace(grpc::ServerContext* ctx,
                                           const v1::DestroySpaceRequest* req,
                                           v1::DestroySpaceResponse*) {
-  RpcScope scope(RpcMethod::kDestroySpace);
-  OpStatus s;
-  if (registry_.Destroy(req->space_id())) {
-    Logf(LogLevel::kDebug, "destroyed space %llu",
+  return Handle(RpcMethod::kDestroySpace, ctx, [&](const Caller& c) -> OpStatus {
+    // Only the owner or an admin; another tenant's space answers as an unknown one.
+    const std::shared_ptr<Space> sp = c.admin ? registry_.Find(req->space_id())
+                                              : FindOwn(c, req->space_id());
+    if (!sp || !registry_.Destroy(req->space_id())) return SpaceNotFound(req->space_id());
+    Logf(LogLevel::kDebug, "tenant '%s' destroyed space %llu", c.tenant.c_str(),
          static_cast<unsigned long long>(req->space_id()));
-  } else {
-    s = SpaceNotFound(req->space_id());
-  }
-  scope.Finish(static_cast<int>(s.code));
-  return ToGrpcStatus(s);
+    return {};
+  });
 }
 
-grpc::Status VmSpaceService::ListSpaces(grpc::ServerContext*, const v1::ListSpacesRequest*,
+grpc::Status VmSpaceService::ListSpaces(grpc::ServerContext* ctx, const v1::ListSpacesRequest*,
                                         v1::ListSpacesResponse* resp) {
-  RpcScope scope(RpcMethod::kListSpaces);
-  OpStatus s;
-  for (const std::shared_ptr<Space>& sp : registry_.List()) {
-    const SpaceCounters c = sp->as.Counters();
-    v1::SpaceInfo* info = resp->add_spaces();
-    info->set_space_id(sp->id);
-    info->set_label(sp->label);
-    info->set_map_count(c.map_count);
-    info->set_total_vm_bytes(c.total_vm_pages * kPageSize);
-    info->set_rss_bytes(c.rss_pages * kPageSize);
-    info->set_pgtable_bytes(c.pgtable_bytes);
-    info->set_locking_profile(sp->locking_profile);
-  }
-  if (resp->ByteSizeLong() > opts_.max_message_bytes) {
-    resp->Clear();
-    s = ErrnoErrorDetail(ENOMEM, "ListSpaces", "response exceeds --max-message-bytes");
-  }
-  scope.Finish(static_cast<int>(s.code));
-  return ToGrpcStatus(s);
+  return Handle(RpcMethod::kListSpaces, ctx, [&](const Caller& caller) -> OpStatus {
+    for (const std::shared_ptr<Space>& sp : registry_.List()) {
+      if (!caller.admin && sp->tenant != caller.tenant) continue;
+      const SpaceCounters c = sp->as.Counters();
+      v1::SpaceInfo* info = resp->add_spaces();
+      info->set_space_id(sp->id);
+      info->set_label(sp->label);
+      info->set_map_count(c.map_count);
+      info->set_total_vm_bytes(c.total_vm_pages * kPageSize);
+      info->set_rss_bytes(c.rss_pages * kPageSize);
+      info->set_pgtable_bytes(c.pgtable_bytes);
+      info->set_locking_profile(sp->locking_profile);
+    }
+    if (resp->ByteSizeLong() > opts_.max_message_bytes) {
+      resp->Clear();
+      return ErrnoErrorDetail(ENOMEM, "ListSpaces", "response exceeds --max-message-bytes");
+    }
+    return {};
+  });
 }
 
 grpc::Status VmSpaceService::Mmap(grpc::ServerContext* ctx, const v1::MmapRequest* req,
                                   v1::MmapResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kMmap, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
+  return OnSpace(RpcMethod::kMmap, ctx, req->space_id(), true, true,
                  [&](Space& sp) { return DoMmap(sp, *req, resp, registry_); });
 }
 
 grpc::Status VmSpaceService::Munmap(grpc::ServerContext* ctx, const v1::MunmapRequest* req,
                                     v1::MunmapResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kMunmap, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
+  return OnSpace(RpcMethod::kMunmap, ctx, req->space_id(), false, false,
                  [&](Space& sp) { return DoMunmap(sp, *req, resp); });
 }
 
 grpc::Status VmSpaceService::Mprotect(grpc::ServerContext* ctx, const v1::MprotectRequest* req,
                                       v1::MprotectResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kMprotect, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
+  return OnSpace(RpcMethod::kMprotect, ctx, req->space_id(), false, false,
                  [&](Space& sp) { return DoMprotect(sp, *req, resp); });
 }
 
 grpc::Status VmSpaceService::Fault(grpc::ServerContext* ctx, const v1::FaultRequest* req,
                                    v1::FaultResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kFault, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
+  return OnSpace(RpcMethod::kFault, ctx, req->space_id(), true, true,
                  [&](Space& sp) { return DoFault(sp, *req, resp); });
 }
 
 grpc::Status VmSpaceService::Access(grpc::ServerContext* ctx, const v1::AccessRequest* req,
                                     v1::AccessResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kAccess, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx, [&](Space& sp) {
+  return OnSpace(RpcMethod::kAccess, ctx, req->space_id(), true, true, [&](Space& sp) {
     return DoAccess(sp, *req, resp, opts_.max_access_touches);
   });
 }
 
 grpc::Status VmSpaceService::ReadMemory(grpc::ServerContext* ctx, const v1::ReadMemoryRequest* req,
                                         v1::ReadMemoryResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kReadMemory, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
+  return OnSpace(RpcMethod::kReadMemory, ctx, req->space_id(), true, true,
                  [&](Space& sp) { return DoRead(sp, *req, resp, opts_.max_io_bytes); });
 }
 
 grpc::Status VmSpaceService::WriteMemory(grpc::ServerContext* ctx,
                                          const v1::WriteMemoryRequest* req,
                                          v1::WriteMemoryResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kWriteMemory, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
+  return OnSpace(RpcMethod::kWriteMemory, ctx, req->space_id(), true, true,
                  [&](Space& sp) { return DoWrite(sp, *req, resp, opts_.max_io_bytes); });
 }
 
 grpc::Status VmSpaceService::GetMaps(grpc::ServerContext* ctx, const v1::GetMapsRequest* req,
                                      v1::GetMapsResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kGetMaps, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx, [&](Space& sp) {
+  return OnSpace(RpcMethod::kGetMaps, ctx, req->space_id(), false, false, [&](Space& sp) {
     return DoGetMaps(sp, *req, resp, opts_.max_message_bytes);
   });
 }
@@ -660,6 +682,9 @@ grpc::Status VmSpaceService::Batch(
     std::atomic<uint64_t>& n;
     ~StreamSlot() { n.fetch_sub(1, std::memory_order_relaxed); }
   } slot{streams_};
+  Caller caller{"", true};
+  if (auth_ != nullptr)
+    if (OpStatus a = auth_->Authenticate(*ctx, &caller); !a.ok()) return finish(a);
   if (streams_.fetch_add(1, std::memory_order_relaxed) >= opts_.max_streams)
     return finish(ErrnoErrorDetail(EAGAIN, "Batch",
                                    "--max-streams=" + std::to_string(opts_.max_streams) +
@@ -681,7 +706,10 @@ grpc::Status VmSpaceService::Batch(
                                          std::to_string(opts_.max_batch)));
     resp.Clear();
     resp.set_tag(req.tag());
-    SpaceCache cache(registry_);
+    // Over the quota a message of only munmap/mprotect/msync still runs (it can free).
+    if (std::any_of(req.ops().begin(), req.ops().end(), MayFaultIn))
+      if (OpStatus q = CheckMemoryQuota(caller); !q.ok()) return finish(q);
+    SpaceCache cache([&](uint64_t id) { return FindOwn(caller, id); });
     uint64_t resp_bytes = kSlack;
     for (int i = 0; i < req.ops_size(); i++) {
       if (i != 0 && i % kCancelCheckOps == 0 && ctx->IsCancelled())
@@ -743,81 +771,79 @@ grpc::Status VmSpaceService::Batch(
 
 grpc::Status VmSpaceService::Madvise(grpc::ServerContext* ctx, const v1::MadviseRequest* req,
                                      v1::MadviseResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kMadvise, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
+  return OnSpace(RpcMethod::kMadvise, ctx, req->space_id(), false, true,
                  [&](Space& sp) { return DoMadvise(sp, *req, resp); });
 }
 
-grpc::Status VmSpaceService::GetLockStats(grpc::ServerContext*,
+grpc::Status VmSpaceService::GetLockStats(grpc::ServerContext* ctx,
                                           const v1::GetLockStatsRequest* req,
                                           v1::GetLockStatsResponse* resp) {
-  RpcScope scope(RpcMethod::kGetLockStats);
-  OpStatus s;
-  int slot = -1;
-  const std::string& name = req->locking_profile();
-  if (name == "custom") {
-    LockingProfile custom;
-    custom.name = "custom";
-    slot = custom.stats_slot();
-  } else if (!name.empty()) {
-    LockingProfile p;
-    std::string err;
-    if (LockingProfile::Parse(name, &p, &err))
-      slot = p.stats_slot();
-    else
-      s = ErrnoErrorDetail(EINVAL, "GetLockStats", "locking_profile: " + err);
-  }
-  if (s.ok()) {
-    const StatsSnapshot snap = ReadStats(slot);
-    for (size_t c = 0; c < static_cast<size_t>(LockClass::kCount); c++) {
-      for (size_t m = 0; m < static_cast<size_t>(LockMode::kCount); m++) {
-        const auto cls = static_cast<LockClass>(c);
-        const auto mode = static_cast<LockMode>(m);
-        const LockStatCell& cell = snap.lock(cls, mode);
-        v1::LockStat* l = resp->add_locks();
-        l->set_lock(LockClassName(cls));
-        l->set_mode(LockModeName(mode));
-        l->set_acquisitions(cell.acquisitions);
-        l->set_contentions(cell.contentions);
-        l->set_wait_seconds_total(static_cast<double>(cell.wait_ns_total) * 1e-9);
-        l->set_wait_seconds_max(static_cast<double>(cell.wait_ns_max) * 1e-9);
-        l->set_hold_seconds_total(static_cast<double>(cell.hold_ns_total) * 1e-9);
-        l->set_hold_seconds_max(static_cast<double>(cell.hold_ns_max) * 1e-9);
-        l->mutable_wait_buckets()->Add(cell.wait_hist.begin(), cell.wait_hist.end());
-        l->mutable_hold_buckets()->Add(cell.hold_hist.begin(), cell.hold_hist.end());
-      }
+  return Handle(RpcMethod::kGetLockStats, ctx, [&](const Caller&) -> OpStatus {
+    OpStatus s;
+    int slot = -1;
+    const std::string& name = req->locking_profile();
+    if (name == "custom") {
+      LockingProfile custom;
+      custom.name = "custom";
+      slot = custom.stats_slot();
+    } else if (!name.empty()) {
+      LockingProfile p;
+      std::string err;
+      if (LockingProfile::Parse(name, &p, &err))
+        slot = p.stats_slot();
+      else
+        s = ErrnoErrorDetail(EINVAL, "GetLockStats", "locking_profile: " + err);
     }
-    resp->mutable_bucket_upper_seconds()->Add(kDurationBuckets.begin(), kDurationBuckets.end());
-    auto* events = resp->mutable_events();
-    for (size_t e = 0; e < static_cast<size_t>(Event::kCount); e++)
-      (*events)[EventName(static_cast<Event>(e))] = snap.events[e];
-    resp->set_text(FormatLockStat(snap));
-    resp->set_lock_stats_enabled(LockStatsEnabled());
-  }
-  scope.Finish(static_cast<int>(s.code));
-  return ToGrpcStatus(s);
+    if (s.ok()) {
+      const StatsSnapshot snap = ReadStats(slot);
+      for (size_t c = 0; c < static_cast<size_t>(LockClass::kCount); c++) {
+        for (size_t m = 0; m < static_cast<size_t>(LockMode::kCount); m++) {
+          const auto cls = static_cast<LockClass>(c);
+          const auto mode = static_cast<LockMode>(m);
+          const LockStatCell& cell = snap.lock(cls, mode);
+          v1::LockStat* l = resp->add_locks();
+          l->set_lock(LockClassName(cls));
+          l->set_mode(LockModeName(mode));
+          l->set_acquisitions(cell.acquisitions);
+          l->set_contentions(cell.contentions);
+          l->set_wait_seconds_total(static_cast<double>(cell.wait_ns_total) * 1e-9);
+          l->set_wait_seconds_max(static_cast<double>(cell.wait_ns_max) * 1e-9);
+          l->set_hold_seconds_total(static_cast<double>(cell.hold_ns_total) * 1e-9);
+          l->set_hold_seconds_max(static_cast<double>(cell.hold_ns_max) * 1e-9);
+          l->mutable_wait_buckets()->Add(cell.wait_hist.begin(), cell.wait_hist.end());
+          l->mutable_hold_buckets()->Add(cell.hold_hist.begin(), cell.hold_hist.end());
+        }
+      }
+      resp->mutable_bucket_upper_seconds()->Add(kDurationBuckets.begin(), kDurationBuckets.end());
+      auto* events = resp->mutable_events();
+      for (size_t e = 0; e < static_cast<size_t>(Event::kCount); e++)
+        (*events)[EventName(static_cast<Event>(e))] = snap.events[e];
+      resp->set_text(FormatLockStat(snap));
+      resp->set_lock_stats_enabled(LockStatsEnabled());
+    }
+    return s;
+  });
 }
 
-grpc::Status VmSpaceService::Ping(grpc::ServerContext*, const v1::PingRequest*,
+grpc::Status VmSpaceService::Ping(grpc::ServerContext* ctx, const v1::PingRequest*,
                                   v1::PingResponse*) {
-  RpcScope scope(RpcMethod::kPing);
-  scope.Finish(0);
-  return grpc::Status::OK;
+  return Handle(RpcMethod::kPing, ctx, [](const Caller&) { return OpStatus{}; });
 }
 
-grpc::Status VmSpaceService::GetServerInfo(grpc::ServerContext*, const v1::GetServerInfoRequest*,
+grpc::Status VmSpaceService::GetServerInfo(grpc::ServerContext* ctx, const v1::GetServerInfoRequest*,
                                            v1::GetServerInfoResponse* resp) {
-  RpcScope scope(RpcMethod::kGetServerInfo);
-  resp->set_shard(registry_.shard());
-  resp->set_spaces(registry_.size());
-  resp->set_max_spaces(registry_.max_spaces());
-  resp->set_version(opts_.version);
-  scope.Finish(0);
-  return grpc::Status::OK;
+  return Handle(RpcMethod::kGetServerInfo, ctx, [&](const Caller&) {
+    resp->set_shard(registry_.shard());
+    resp->set_spaces(registry_.size());
+    resp->set_max_spaces(registry_.max_spaces());
+    resp->set_version(opts_.version);
+    return OpStatus{};
+  });
 }
 
-grpc::Status VmSpaceService::OpenFile(grpc::ServerContext*, const v1::OpenFileRequest* req,
+grpc::Status VmSpaceService::OpenFile(grpc::ServerContext* ctx, const v1::OpenFileRequest* req,
                                       v1::OpenFileResponse* resp) {
-  return Handle(RpcMethod::kOpenFile, [&]() -> OpStatus {
+  return Handle(RpcMethod::kOpenFile, ctx, [&](const Caller& c) -> OpStatus {
     OpenFlags f;
     f.write = req->write();
     f.create = req->create();
@@ -825,44 +851,49 @@ grpc::Status VmSpaceService::OpenFile(grpc::ServerContext*, const v1::OpenFileRe
     f.truncate = req->truncate();
     const SysResult r = registry_.files().Open(req->path(), f);
     if (!r.ok()) return OpenError(r.error, req->path(), registry_.data_dir());
+    registry_.SetFileOwner(r.value, c.tenant);
     resp->set_file_id(registry_.PublicFileId(r.value));
     return {};
   });
 }
 
-grpc::Status VmSpaceService::CreateShmemFile(grpc::ServerContext*,
+grpc::Status VmSpaceService::CreateShmemFile(grpc::ServerContext* ctx,
                                              const v1::CreateShmemFileRequest* req,
                                              v1::CreateShmemFileResponse* resp) {
-  return Handle(RpcMethod::kCreateShmemFile, [&]() -> OpStatus {
+  return Handle(RpcMethod::kCreateShmemFile, ctx, [&](const Caller& c) -> OpStatus {
     const SysResult r = registry_.files().CreateShmem(req->name(), req->size());
     if (!r.ok()) return ErrnoError(r.error, "memfd_create");
+    registry_.SetFileOwner(r.value, c.tenant);
     resp->set_file_id(registry_.PublicFileId(r.value));
     return {};
   });
 }
 
-grpc::Status VmSpaceService::CloseFile(grpc::ServerContext*, const v1::CloseFileRequest* req,
+grpc::Status VmSpaceService::CloseFile(grpc::ServerContext* ctx, const v1::CloseFileRequest* req,
                                        v1::CloseFileResponse*) {
-  return Handle(RpcMethod::kCloseFile, [&]() -> OpStatus {
-    const int err = registry_.files().Close(registry_.TableFileId(req->file_id()));
-    return err == 0 ? OpStatus{} : ErrnoError(err, "close");
+  return Handle(RpcMethod::kCloseFile, ctx, [&](const Caller& c) -> OpStatus {
+    const uint64_t id = registry_.TableFileId(req->file_id(), c.tenant);
+    const int err = registry_.files().Close(id);
+    if (err != 0) return ErrnoError(err, "close");
+    registry_.ForgetFile(id);
+    return {};
   });
 }
 
-grpc::Status VmSpaceService::TruncateFile(grpc::ServerContext*,
+grpc::Status VmSpaceService::TruncateFile(grpc::ServerContext* ctx,
                                           const v1::TruncateFileRequest* req,
                                           v1::TruncateFileResponse*) {
-  return Handle(RpcMethod::kTruncateFile, [&]() -> OpStatus {
+  return Handle(RpcMethod::kTruncateFile, ctx, [&](const Caller& c) -> OpStatus {
     const int err =
-        registry_.files().Truncate(registry_.TableFileId(req->file_id()), req->size());
+        registry_.files().Truncate(registry_.TableFileId(req->file_id(), c.tenant), req->size());
     return err == 0 ? OpStatus{} : ErrnoError(err, "ftruncate");
   });
 }
 
-grpc::Status VmSpaceService::StatFile(grpc::ServerContext*, const v1::StatFileRequest* req,
+grpc::Status VmSpaceService::StatFile(grpc::ServerContext* ctx, const v1::StatFileRequest* req,
                                       v1::StatFileResponse* resp) {
-  return Handle(RpcMethod::kStatFile, [&]() -> OpStatus {
-    const uint64_t id = registry_.TableFileId(req->file_id());
+  return Handle(RpcMethod::kStatFile, ctx, [&](const Caller& c) -> OpStatus {
+    const uint64_t id = registry_.TableFileId(req->file_id(), c.tenant);
     FileStat st;
     const SysResult r = registry_.files().Stat(id, &st);
     if (!r.ok()) return ErrnoError(r.error, "fstat");
@@ -872,12 +903,14 @@ grpc::Status VmSpaceService::StatFile(grpc::ServerContext*, const v1::StatFileRe
   });
 }
 
-grpc::Status VmSpaceService::ListFiles(grpc::ServerContext*, const v1::ListFilesRequest*,
+grpc::Status VmSpaceService::ListFiles(grpc::ServerContext* ctx, const v1::ListFilesRequest*,
                                        v1::ListFilesResponse* resp) {
-  return Handle(RpcMethod::kListFiles, [&]() -> OpStatus {
+  return Handle(RpcMethod::kListFiles, ctx, [&](const Caller& c) -> OpStatus {
     for (const FileStat& st : registry_.files().List()) {
+      const uint64_t public_id = registry_.PublicFileId(st.file_id);
+      if (registry_.TableFileId(public_id, c.tenant, c.admin) == 0) continue;  // not the caller's
       const std::shared_ptr<vmspace::OpenFile> f = registry_.files().Get(st.file_id);
-      FillFileInfo(st, registry_.PublicFileId(st.file_id), f && f->writable, resp->add_files());
+      FillFileInfo(st, public_id, f && f->writable, resp->add_files());
     }
     if (resp->ByteSizeLong() > opts_.max_message_bytes) {
       resp->Clear();
@@ -887,13 +920,13 @@ grpc::Status VmSpaceService::ListFiles(grpc::ServerContext*, const v1::ListFiles
   });
 }
 
-grpc::Status VmSpaceService::ReadFile(grpc::ServerContext*, const v1::ReadFileRequest* req,
+grpc::Status VmSpaceService::ReadFile(grpc::ServerContext* ctx, const v1::ReadFileRequest* req,
                                       v1::ReadFileResponse* resp) {
-  return Handle(RpcMethod::kReadFile, [&]() -> OpStatus {
+  return Handle(RpcMethod::kReadFile, ctx, [&](const Caller& c) -> OpStatus {
     if (req->len() > opts_.max_io_bytes) return IoTooLarge("pread", req->len(), opts_.max_io_bytes);
     std::string* data = resp->mutable_data();
     data->resize(req->len());
-    const SysResult r = registry_.files().Read(registry_.TableFileId(req->file_id()),
+    const SysResult r = registry_.files().Read(registry_.TableFileId(req->file_id(), c.tenant),
                                                req->offset(), data->data(), req->len());
     if (!r.ok()) {
       resp->clear_data();
@@ -904,12 +937,12 @@ grpc::Status VmSpaceService::ReadFile(grpc::ServerContext*, const v1::ReadFileRe
   });
 }
 
-grpc::Status VmSpaceService::WriteFile(grpc::ServerContext*, const v1::WriteFileRequest* req,
+grpc::Status VmSpaceService::WriteFile(grpc::ServerContext* ctx, const v1::WriteFileRequest* req,
                                        v1::WriteFileResponse* resp) {
-  return Handle(RpcMethod::kWriteFile, [&]() -> OpStatus {
+  return Handle(RpcMethod::kWriteFile, ctx, [&](const Caller& c) -> OpStatus {
     if (req->data().size() > opts_.max_io_bytes)
       return IoTooLarge("pwrite", req->data().size(), opts_.max_io_bytes);
-    const SysResult r = registry_.files().Write(registry_.TableFileId(req->file_id()),
+    const SysResult r = registry_.files().Write(registry_.TableFileId(req->file_id(), c.tenant),
                                                 req->offset(), req->data().data(),
                                                 req->data().size());
     if (!r.ok()) return ErrnoError(r.error, "pwrite");
@@ -918,17 +951,17 @@ grpc::Status VmSpaceService::WriteFile(grpc::ServerContext*, const v1::WriteFile
   });
 }
 
-grpc::Status VmSpaceService::FsyncFile(grpc::ServerContext*, const v1::FsyncFileRequest* req,
+grpc::Status VmSpaceService::FsyncFile(grpc::ServerContext* ctx, const v1::FsyncFileRequest* req,
                                        v1::FsyncFileResponse*) {
-  return Handle(RpcMethod::kFsyncFile, [&]() -> OpStatus {
-    const int err = registry_.files().Fsync(registry_.TableFileId(req->file_id()));
+  return Handle(RpcMethod::kFsyncFile, ctx, [&](const Caller& c) -> OpStatus {
+    const int err = registry_.files().Fsync(registry_.TableFileId(req->file_id(), c.tenant));
     return err == 0 ? OpStatus{} : ErrnoError(err, "fsync");
   });
 }
 
 grpc::Status VmSpaceService::Msync(grpc::ServerContext* ctx, const v1::MsyncRequest* req,
                                    v1::MsyncResponse* resp) {
-  return OnSpace(registry_, RpcMethod::kMsync, req->space_id(), &peer_calls_, opts_.max_calls_per_peer, ctx,
+  return OnSpace(RpcMethod::kMsync, ctx, req->space_id(), false, false,
                  [&](Space& sp) { return DoMsync(sp, *req, resp); });
 }
 

@@ -19,6 +19,8 @@
 
 #include <grpcpp/support/server_interceptor.h>
 
+#include "metrics/rpc_stats.h"
+#include "rpc/auth.h"
 #include "rpc/space_registry.h"
 #include "vmspace/v1/vmspace.grpc.pb.h"
 
@@ -52,6 +54,16 @@ struct ServiceOptions {
   LockingProfile default_profile;
   /// Fault-around window of spaces created without one (--fault-around-bytes), bytes.
   uint64_t fault_around_bytes = 65536;
+  /// Most spaces one tenant may own at once (--tenant-max-spaces; 0 = no limit); one
+  /// more CreateSpace is RESOURCE_EXHAUSTED (ENOMEM).
+  uint64_t tenant_max_spaces = 0;
+  /// Most memory (resident pages and page tables, bytes) a tenant's spaces may use
+  /// (--tenant-max-memory-bytes; 0 = no limit). Checked before each call, or Batch
+  /// message with an op, that may fault pages in (Mmap, Fault, Access, ReadMemory,
+  /// WriteMemory, Madvise): once at or beyond it, RESOURCE_EXHAUSTED (ENOMEM) (for a
+  /// Batch the stream ends so). A call that starts
+  /// below may end above it by what that call alone faults in.
+  uint64_t tenant_max_memory_bytes = 0;
   /// Version reported by GetServerInfo.
   std::string version = "unknown";
 };
@@ -89,8 +101,17 @@ std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterfac
 
 class VmSpaceService final : public v1::VmSpace::Service {
  public:
-  /// `registry` must outlive the service.
-  VmSpaceService(SpaceRegistry& registry, const ServiceOptions& options);
+  /// `registry` (and `auth`, if given) must outlive the service. `auth` null: every call
+  /// is tenant "" with the admin role (no authentication).
+  ///
+  /// Tenants: every handler authenticates its call first (Authenticator::Authenticate:
+  /// UNAUTHENTICATED on failure). A space or file belongs to the tenant that created or
+  /// opened it; for any other tenant it does not exist: a space id answers NOT_FOUND
+  /// "space <id> not found" and a file id EBADF, exactly as an unknown id (unary calls
+  /// and Batch ops alike). ListSpaces and ListFiles list the caller's own; the admin
+  /// role lists all and may DestroySpace any space.
+  VmSpaceService(SpaceRegistry& registry, const ServiceOptions& options,
+                 const Authenticator* auth = nullptr);
 
   grpc::Status CreateSpace(grpc::ServerContext* ctx, const v1::CreateSpaceRequest* req,
                            v1::CreateSpaceResponse* resp) override;
@@ -161,7 +182,22 @@ class VmSpaceService final : public v1::VmSpace::Service {
                      v1::MsyncResponse* resp) override;
 
  private:
+  // Authenticates the call, then runs fn(caller) (an OpStatus) recording RPC `m`'s metrics.
+  template <typename Fn>
+  grpc::Status Handle(metrics::RpcMethod m, grpc::ServerContext* ctx, Fn&& fn);
+  // Handle() on space `id` of the caller: fn(space), else NOT_FOUND. `stoppable`: the
+  // engine work stops when the call should (deadline, cancellation); `allocates`: the
+  // tenant memory quota is checked first.
+  template <typename Fn>
+  grpc::Status OnSpace(metrics::RpcMethod m, grpc::ServerContext* ctx, uint64_t id,
+                       bool stoppable, bool allocates, Fn&& fn);
+  // RESOURCE_EXHAUSTED if the caller's tenant is at --tenant-max-memory-bytes.
+  OpStatus CheckMemoryQuota(const Caller& c) const;
+  // The caller's space `id`, or null (unknown, or another tenant's).
+  std::shared_ptr<Space> FindOwn(const Caller& c, uint64_t id) const;
+
   SpaceRegistry& registry_;
+  const Authenticator* const auth_;
   const ServiceOptions opts_;
   std::atomic<uint64_t> streams_{0};  // Batch handlers running
   PeerCalls peer_calls_;

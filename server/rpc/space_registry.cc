@@ -2,29 +2,52 @@
 
 #include <algorithm>
 #include <mutex>
+#include <random>
 #include <set>
 #include <tuple>
 
 namespace vmspace::rpc {
 
+namespace {
+
+// A boot epoch in [1, 2^39).
+uint64_t DrawEpoch() {
+  std::random_device rd;
+  const uint64_t r = (static_cast<uint64_t>(rd()) << 32) | rd();
+  return 1 + r % ((uint64_t{1} << 39) - 1);
+}
+
+}  // namespace
+
 SpaceRegistry::SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces, uint32_t shard,
-                             std::string data_dir)
+                             std::string data_dir, uint64_t epoch)
     : frames_(frames), data_dir_(std::move(data_dir)), files_(frames, data_dir_),
-      max_spaces_(max_spaces), shard_(shard),
-      next_id_((static_cast<uint64_t>(shard) << kShardShift) + 1) {}
+      max_spaces_(max_spaces), shard_(shard), epoch_(epoch != 0 ? epoch : DrawEpoch()),
+      next_id_((static_cast<uint64_t>(shard) << kShardShift) + epoch_ + 1) {}
 
 SpaceRegistry::~SpaceRegistry() = default;
 
-uint64_t SpaceRegistry::Create(const SpaceOptions& opts, std::string label,
-                               std::string locking_profile) {
+uint64_t SpaceRegistry::Create(const SpaceOptions& opts, std::string tenant, std::string label,
+                               std::string locking_profile, uint64_t tenant_max_spaces,
+                               bool* tenant_full) {
   // Reserve a slot first so concurrent creates cannot overshoot the limit.
   uint64_t n = count_.load(std::memory_order_relaxed);
   do {
     if (n >= max_spaces_) return 0;
   } while (!count_.compare_exchange_weak(n, n + 1, std::memory_order_relaxed));
+  {
+    std::unique_lock lock(tenant_mu_);
+    uint64_t& mine = tenant_spaces_[tenant];
+    if (tenant_max_spaces != 0 && mine >= tenant_max_spaces) {
+      count_.fetch_sub(1, std::memory_order_relaxed);
+      if (tenant_full) *tenant_full = true;
+      return 0;
+    }
+    mine++;
+  }
   const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
-  auto space =
-      std::make_shared<Space>(id, std::move(label), std::move(locking_profile), frames_, opts);
+  auto space = std::make_shared<Space>(id, std::move(tenant), std::move(label),
+                                       std::move(locking_profile), frames_, opts);
   Shard& sh = ShardFor(id);
   std::unique_lock lock(sh.mu);
   sh.spaces.emplace(id, std::move(space));
@@ -49,6 +72,11 @@ bool SpaceRegistry::Destroy(uint64_t id) {
     sh.spaces.erase(it);
   }
   count_.fetch_sub(1, std::memory_order_relaxed);
+  {
+    std::unique_lock lock(tenant_mu_);
+    if (auto it = tenant_spaces_.find(victim->tenant); it != tenant_spaces_.end() && --it->second == 0)
+      tenant_spaces_.erase(it);
+  }
   victim.reset();  // tears the space down outside the shard lock (unless in use)
   return true;
 }
@@ -67,6 +95,38 @@ std::vector<std::shared_ptr<Space>> SpaceRegistry::List() const {
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
   return out;
+}
+
+TenantUsage SpaceRegistry::Usage(const std::string& tenant) const {
+  TenantUsage u;
+  for (const std::shared_ptr<Space>& sp : List()) {
+    if (sp->tenant != tenant) continue;
+    const SpaceCounters c = sp->as.Counters();
+    u.spaces++;
+    u.memory_bytes += c.rss_pages * kPageSize + c.pgtable_bytes;
+  }
+  return u;
+}
+
+void SpaceRegistry::SetFileOwner(uint64_t table_id, const std::string& tenant) {
+  std::unique_lock lock(file_mu_);
+  file_owner_[table_id] = tenant;
+}
+
+void SpaceRegistry::ForgetFile(uint64_t table_id) {
+  std::unique_lock lock(file_mu_);
+  file_owner_.erase(table_id);
+}
+
+uint64_t SpaceRegistry::TableFileId(uint64_t public_id, const std::string& tenant,
+                                    bool any_tenant) const {
+  const uint64_t n = public_id & kLocalIdMask;
+  if (ShardOfSpace(public_id) != shard_ || n <= epoch_) return 0;
+  const uint64_t table_id = n - epoch_;
+  std::shared_lock lock(file_mu_);
+  auto it = file_owner_.find(table_id);
+  if (it == file_owner_.end() || (!any_tenant && it->second != tenant)) return 0;
+  return table_id;
 }
 
 SpaceTotals SpaceRegistry::Totals() const {

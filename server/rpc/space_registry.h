@@ -27,14 +27,21 @@ namespace vmspace::rpc {
 
 /// One live space. Immutable except through `as`, whose calls are thread-safe.
 struct Space {
-  Space(uint64_t id, std::string label, std::string locking_profile, FrameAllocator& frames,
-        const SpaceOptions& opts)
-      : id(id), label(std::move(label)), locking_profile(std::move(locking_profile)),
-        as(frames, opts) {}
+  Space(uint64_t id, std::string tenant, std::string label, std::string locking_profile,
+        FrameAllocator& frames, const SpaceOptions& opts)
+      : id(id), tenant(std::move(tenant)), label(std::move(label)),
+        locking_profile(std::move(locking_profile)), as(frames, opts) {}
   const uint64_t id;
+  const std::string tenant;           // the creator's (rpc/auth.h); "" without auth
   const std::string label;            // free text from CreateSpace, <= 64 bytes
   const std::string locking_profile;  // as reported by ListSpaces
   AddressSpace as;
+};
+
+/// What a tenant's spaces use (SpaceRegistry::Usage).
+struct TenantUsage {
+  uint64_t spaces = 0;
+  uint64_t memory_bytes = 0;  // rss_pages * 4096 + pgtable_bytes over its spaces
 };
 
 /// Sums over all live spaces (for the metrics gauges).
@@ -48,30 +55,37 @@ struct SpaceTotals {
 };
 
 /// Space ids name the daemon that created them: id = shard << kShardShift | n, with n
-/// counting this daemon's creates from 1. Shard 0's ids are 1, 2, 3, ...; every id stays
-/// below 2^53 (exact as a JSON number).
+/// counting this daemon's creates from a random boot epoch E + 1, E drawn at start-up
+/// in [1, 2^39): after a restart a stale client's id names no live space (unless 2^39
+/// creates or a 1-in-2^39 draw bring n back to it). Every id stays below 2^53 (exact as
+/// a JSON number); tests may fix E (SpaceRegistry's `epoch`).
 inline constexpr unsigned kShardShift = 40;
 inline constexpr uint32_t kMaxShard = (1u << (53 - kShardShift)) - 1;  // 8191
 /// The shard a space id belongs to.
 inline constexpr uint32_t ShardOfSpace(uint64_t id) { return static_cast<uint32_t>(id >> kShardShift); }
-/// File ids seen by clients: shard << kShardShift | the FileTable's id (as space ids).
+/// File ids seen by clients: shard << kShardShift | (E + the FileTable's id), E the
+/// space ids' boot epoch.
 inline constexpr uint64_t kLocalIdMask = (uint64_t{1} << kShardShift) - 1;
 
 class SpaceRegistry {
  public:
   /// `frames` must outlive the registry. At most `max_spaces` spaces live at once. New
   /// ids carry `shard` (<= kMaxShard) in their high bits. `data_dir` is the FileTable's
-  /// directory of host files ("" = none: opening a host file is EACCES).
+  /// directory of host files ("" = none: opening a host file is EACCES). `epoch` 0 draws
+  /// the boot epoch at random (std::random_device); else it must be below 2^39.
   SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces, uint32_t shard = 0,
-                std::string data_dir = "");
+                std::string data_dir = "", uint64_t epoch = 0);
   ~SpaceRegistry();
   SpaceRegistry(const SpaceRegistry&) = delete;
   SpaceRegistry& operator=(const SpaceRegistry&) = delete;
 
-  /// Creates a space; returns its id (shard << kShardShift | n, n from 1, never
-  /// reused), or 0 if `max_spaces` spaces already exist. Takes one table-shard lock for
-  /// write.
-  uint64_t Create(const SpaceOptions& opts, std::string label, std::string locking_profile);
+  /// Creates a space owned by `tenant`; returns its id (see kShardShift; never reused),
+  /// or 0 if `max_spaces` spaces already exist, or (with *tenant_full set) if `tenant`
+  /// already owns `tenant_max_spaces` (0 = no limit). Takes tenant_mu_ and one
+  /// table-shard lock for write.
+  uint64_t Create(const SpaceOptions& opts, std::string tenant, std::string label,
+                  std::string locking_profile, uint64_t tenant_max_spaces = 0,
+                  bool* tenant_full = nullptr);
 
   /// The space with this id, or null. Takes the id's shard lock for read.
   std::shared_ptr<Space> Find(uint64_t id) const;
@@ -86,6 +100,10 @@ class SpaceRegistry {
   /// All live spaces, ordered by id. Takes each shard lock for read in turn.
   std::vector<std::shared_ptr<Space>> List() const;
 
+  /// The spaces of `tenant` and the memory they use (Counters() of each: a sum of
+  /// per-CPU counters, not a snapshot). O(live spaces).
+  TenantUsage Usage(const std::string& tenant) const;
+
   /// Totals over List(): calls AddressSpace::Counters() on every space; and the page
   /// caches of the open files (FileTable::List, each inode once).
   SpaceTotals Totals() const;
@@ -98,15 +116,19 @@ class SpaceRegistry {
   /// The daemon's files, shared by all spaces (thread-safe).
   FileTable& files() { return files_; }
   const std::string& data_dir() const { return data_dir_; }
-  /// A FileTable id as clients see it (the shard in the high bits).
+  /// A FileTable id as clients see it (the shard in the high bits, the epoch added).
   uint64_t PublicFileId(uint64_t table_id) const {
-    return (static_cast<uint64_t>(shard_) << kShardShift) | table_id;
+    return (static_cast<uint64_t>(shard_) << kShardShift) | (epoch_ + table_id);
   }
-  /// The FileTable id of a client's file id; 0 (no such file: EBADF) if it names
-  /// another shard.
-  uint64_t TableFileId(uint64_t public_id) const {
-    return ShardOfSpace(public_id) == shard_ ? (public_id & kLocalIdMask) : 0;
-  }
+  /// Records that `tenant` opened FileTable id `table_id` (OpenFile, CreateShmemFile).
+  void SetFileOwner(uint64_t table_id, const std::string& tenant);
+  /// Forgets the owner of a closed file.
+  void ForgetFile(uint64_t table_id);
+  /// The FileTable id of a client's file id; 0 (no such file: EBADF, as an unknown id)
+  /// if it names another shard or boot, or a file another tenant opened (unless
+  /// `any_tenant`). Takes file_mu_ for read.
+  uint64_t TableFileId(uint64_t public_id, const std::string& tenant,
+                       bool any_tenant = false) const;
 
   static constexpr size_t kShards = 64;
 
@@ -124,7 +146,12 @@ class SpaceRegistry {
   FileTable files_;
   const uint64_t max_spaces_;
   const uint32_t shard_;
+  const uint64_t epoch_;
   std::atomic<uint64_t> next_id_;
+  mutable std::shared_mutex tenant_mu_;
+  std::unordered_map<std::string, uint64_t> tenant_spaces_;  // guarded by tenant_mu_
+  mutable std::shared_mutex file_mu_;
+  std::unordered_map<uint64_t, std::string> file_owner_;  // table id -> tenant; file_mu_
   std::atomic<uint64_t> count_{0};
   std::array<Shard, kShards> shards_;
 };

@@ -11,6 +11,10 @@
 // (the RPC plus the engine's TLB-hit path); Fault-miss touches fresh pages (a real
 // write fault each); Mmap maps 16 KiB and the client munmaps it untimed.
 //
+// Authentication and TLS (vmspaced --token-file, --tls-cert): --token TOKEN sends a
+// bearer token with every call; --tls-ca PEM connects with TLS (the CA file that signed
+// the daemon's certificate). Channels are the client library's (client::MakeChannel).
+//
 // --scenario vma_writers: writers that must wait for per-VMA-lock readers (issue 12,
 // section 2: vma_start_write / vma_mark_detached waiting for readers while holding
 // mmap_lock for write).
@@ -46,8 +50,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,6 +63,7 @@
 
 #include "engine/address_space.h"
 #include "engine/stats.h"
+#include "lib/client.h"
 
 namespace {
 
@@ -81,10 +88,14 @@ std::chrono::system_clock::time_point Deadline() {
   return std::chrono::system_clock::now() + std::chrono::seconds(10);
 }
 
+/// --token and --tls-ca (contents) for every channel.
+vmspace::client::ClientOptions g_conn;
+
 std::unique_ptr<v1::VmSpace::Stub> NewStub(const std::string& target) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per client
-  return v1::VmSpace::NewStub(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  vmspace::client::ClientOptions o = g_conn;
+  o.target = target;
+  o.own_connection = true;  // one connection per client
+  return v1::VmSpace::NewStub(vmspace::client::MakeChannel(o));
 }
 
 bool Call(v1::VmSpace::Stub& stub, Kind k, uint64_t space, uint64_t base, uint64_t& cursor,
@@ -762,9 +773,19 @@ int main(int argc, char** argv) {
     else if (a == "--mprotectors") wc.mprotectors = atoi(v.c_str());
     else if (a == "--slice-kib") wc.slice_bytes = strtoull(v.c_str(), nullptr, 10) << 10;
     else if (a == "--profile") wc.profile = v;
-    else {
+    else if (a == "--token") g_conn.token = v;
+    else if (a == "--tls-ca") {
+      std::ifstream in(v);
+      std::stringstream pem;
+      pem << in.rdbuf();
+      g_conn.tls_ca_pem = pem.str();
+      if (!in || g_conn.tls_ca_pem.empty()) {
+        fprintf(stderr, "--tls-ca %s: cannot read\n", v.c_str());
+        return 2;
+      }
+    } else {
       fprintf(stderr,
-              "usage: %s [--target HOST:PORT] [--seconds S]\n"
+              "usage: %s [--target HOST:PORT] [--token TOKEN] [--tls-ca PEM] [--seconds S]\n"
               "          [--scenario table] [--clients 1,16]\n"
               "          --scenario vma_writers [--in-process] [--faulters 6] [--mprotectors 2]\n"
               "                                 [--slice-kib 128] [--profile linux-6.6] [--json]\n",

@@ -21,9 +21,9 @@ PAGE = 4096
 
 
 class Daemon:
-    def __init__(self):
+    def __init__(self, *extra):
         self.p = subprocess.Popen([os.environ["VMSPACED"], "--listen=127.0.0.1:0", "--metrics-listen=off",
-                                   "--max-frame-bytes=1048576", "--shutdown-grace-ms=1000"],
+                                   "--max-frame-bytes=1048576", "--shutdown-grace-ms=1000", *extra],
                                   stderr=subprocess.PIPE, text=True)
         line = self.p.stderr.readline()  # the first line is the listening line
         m = re.search(r"listening grpc=(\S+)", line)
@@ -39,6 +39,34 @@ class Daemon:
         except subprocess.TimeoutExpired:
             self.p.kill()
             return self.p.wait()
+
+
+class TokenTest(unittest.TestCase):
+    """A daemon with --token-file: the token selects the tenant, none or a wrong one is refused."""
+
+    def test_tokens(self):
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".tokens") as f:
+            f.write("# test tokens\npy-a alice\npy-b bob\n")
+            f.flush()
+            d = Daemon("--token-file=" + f.name)
+            try:
+                with Client(d.target, token="py-a") as a, Client(d.target, token="py-b") as b, \
+                        Client(d.target, token="") as none, Client(d.target, token="wrong") as wrong:
+                    sid = a.create_space(label="alice's")
+                    self.assertEqual([s.space_id for s in a.list_spaces()], [sid])
+                    self.assertEqual(b.list_spaces(), [])
+                    with self.assertRaises(VmspaceError) as cm:
+                        b.destroy_space(sid)
+                    self.assertEqual(cm.exception.code, grpc.StatusCode.NOT_FOUND)
+                    self.assertEqual(cm.exception.message, f"space {sid} not found")
+                    for c in (none, wrong):
+                        with self.assertRaises(VmspaceError) as cm:
+                            c.list_spaces()
+                        self.assertEqual(cm.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+                    a.destroy_space(sid)
+            finally:
+                self.assertEqual(d.stop(), 0)
 
 
 class ClientTest(unittest.TestCase):

@@ -98,12 +98,25 @@ _ACCESS = {"read": pb.ACCESS_READ, "write": pb.ACCESS_WRITE, "exec": pb.ACCESS_E
 
 
 class Client:
-    """Calls to one vmspaced at `target` ("host:port"). A context manager (closes the channel)."""
+    """Calls to one vmspaced at `target` ("host:port"). A context manager (closes the channel).
 
-    def __init__(self, target="127.0.0.1:50051", timeout=10.0):
+    `token` (default $VMSPACE_TOKEN): bearer token of vmspaced --token-file, sent with every
+    call as "authorization: Bearer <token>". `tls_ca` (PEM bytes of the CA that signed the
+    daemon's certificate): connect with TLS; `tls_cert` and `tls_key` (PEM bytes): a client
+    certificate for mutual TLS (its subject CN is the tenant)."""
+
+    def __init__(self, target="127.0.0.1:50051", timeout=10.0, token=None, tls_ca=None, tls_cert=None,
+                 tls_key=None):
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(target, options=[
-            ("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)])
+        token = os.environ.get("VMSPACE_TOKEN", "") if token is None else token
+        self._metadata = (("authorization", "Bearer " + token),) if token else None
+        options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+        if tls_ca:
+            creds = grpc.ssl_channel_credentials(root_certificates=tls_ca, private_key=tls_key,
+                                                 certificate_chain=tls_cert)
+            self._channel = grpc.secure_channel(target, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
         self._stub = pb_grpc.VmSpaceStub(self._channel)
 
     def close(self):
@@ -117,7 +130,7 @@ class Client:
 
     def _call(self, method, request):
         try:
-            return getattr(self._stub, method)(request, timeout=self.timeout)
+            return getattr(self._stub, method)(request, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as e:
             raise VmspaceError.from_rpc_error(e) from None
 

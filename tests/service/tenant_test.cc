@@ -1,0 +1,651 @@
+// Tenants (issue 9 part 4): bearer tokens from --token-file, ownership of spaces and
+// files, per-tenant quotas, SIGHUP reload, the listen policy, ids across restarts, and
+// the same over TLS and mutual TLS with certificates made here with openssl.
+#include "lib/client.h"  // first: vmspace.pb.h before <signal.h> (see daemon.h)
+
+#include "daemon.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+
+#include "../../client/tests/subprocess.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace vmspace::service_test {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kAddr = 0x10000000;
+
+/// A scratch directory removed at the end (with its files).
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/vmspace-tenant-test.XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  const std::string& path() const { return path_; }
+  std::string Write(const std::string& name, const std::string& text) const {
+    const std::string p = path_ + "/" + name;
+    std::ofstream(p) << text;
+    return p;
+  }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// One client: a channel (insecure or TLS) and the token its calls carry ("" = none).
+struct Conn {
+  std::unique_ptr<v1::VmSpace::Stub> stub;
+  std::shared_ptr<grpc::Channel> channel;
+  std::string token;
+
+  std::unique_ptr<grpc::ClientContext> ctx() const {
+    auto c = Ctx();
+    if (!token.empty()) c->AddMetadata("authorization", "Bearer " + token);
+    return c;
+  }
+  grpc::Status Ping() const {
+    v1::PingResponse r;
+    return stub->Ping(ctx().get(), v1::PingRequest{}, &r);
+  }
+  /// CreateSpace: the id, or 0 with *st set.
+  uint64_t Create(grpc::Status* st = nullptr) const {
+    v1::CreateSpaceResponse r;
+    const grpc::Status s = stub->CreateSpace(ctx().get(), v1::CreateSpaceRequest{}, &r);
+    if (st) *st = s;
+    return s.ok() ? r.space_id() : 0;
+  }
+  std::vector<uint64_t> List() const {
+    v1::ListSpacesResponse r;
+    EXPECT_TRUE(stub->ListSpaces(ctx().get(), v1::ListSpacesRequest{}, &r).ok());
+    std::vector<uint64_t> ids;
+    for (const auto& s : r.spaces()) ids.push_back(s.space_id());
+    return ids;
+  }
+  std::vector<uint64_t> ListFiles() const {
+    v1::ListFilesResponse r;
+    EXPECT_TRUE(stub->ListFiles(ctx().get(), v1::ListFilesRequest{}, &r).ok());
+    std::vector<uint64_t> ids;
+    for (const auto& f : r.files()) ids.push_back(f.file_id());
+    return ids;
+  }
+  grpc::Status Mmap(uint64_t space, uint64_t len, uint64_t file_id = 0) const {
+    v1::MmapRequest q;
+    q.set_space_id(space);
+    q.set_addr(kAddr);
+    q.set_len(len);
+    q.set_prot(PROT_READ | PROT_WRITE);
+    q.set_flags(MAP_FIXED | (file_id ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS));
+    q.set_file_id(file_id);
+    v1::MmapResponse r;
+    return stub->Mmap(ctx().get(), q, &r);
+  }
+  grpc::Status Write(uint64_t space, const std::string& data, uint64_t addr = kAddr) const {
+    v1::WriteMemoryRequest q;
+    q.set_space_id(space);
+    q.set_addr(addr);
+    q.set_data(data);
+    v1::WriteMemoryResponse r;
+    return stub->WriteMemory(ctx().get(), q, &r);
+  }
+  std::string Read(uint64_t space, uint64_t len) const {
+    v1::ReadMemoryRequest q;
+    q.set_space_id(space);
+    q.set_addr(kAddr);
+    q.set_len(len);
+    v1::ReadMemoryResponse r;
+    EXPECT_TRUE(stub->ReadMemory(ctx().get(), q, &r).ok());
+    return r.data();
+  }
+  uint64_t Shmem(uint64_t size) const {
+    v1::CreateShmemFileRequest q;
+    q.set_name("t");
+    q.set_size(size);
+    v1::CreateShmemFileResponse r;
+    EXPECT_TRUE(stub->CreateShmemFile(ctx().get(), q, &r).ok());
+    return r.file_id();
+  }
+  /// Sends one BatchRequest, returns its response and the stream's status.
+  grpc::Status Batch(const v1::BatchRequest& req, v1::BatchResponse* resp) const {
+    auto c = ctx();
+    auto stream = stub->Batch(c.get());
+    bool got = false;
+    if (stream->Write(req)) got = stream->Read(resp);
+    stream->WritesDone();
+    while (got && stream->Read(resp)) {
+    }
+    const grpc::Status s = stream->Finish();
+    return got && s.ok() ? grpc::Status::OK : s;
+  }
+};
+
+std::shared_ptr<grpc::Channel> Channel(const std::string& addr,
+                                       std::shared_ptr<grpc::ChannelCredentials> creds) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(addr, creds, args);
+}
+
+/// A client of `addr`; `wait`: connect first (bounded), as Daemon::NewStub does.
+Conn Connect(const std::string& addr, std::string token,
+             std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials(),
+             bool wait = true) {
+  Conn c;
+  c.channel = Channel(addr, std::move(creds));
+  if (wait) c.channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  c.stub = v1::VmSpace::NewStub(c.channel);
+  c.token = std::move(token);
+  return c;
+}
+
+// Appends {"Method", status of c.Method(request)} to `out`, the request's `id_field`
+// set to `id` and then `setup` run on it (as q).
+#define VMSPACE_CALL(Method, id_field, setup)                           \
+  out.emplace_back(#Method, [&] {                                       \
+    v1::Method##Request q;                                              \
+    q.set_##id_field(id);                                               \
+    setup;                                                              \
+    v1::Method##Response r;                                             \
+    return c.stub->Method(c.ctx().get(), q, &r);                        \
+  }())
+
+/// Every space RPC but CreateSpace on space `id` (DestroySpace last), each named.
+std::vector<std::pair<std::string, grpc::Status>> EverySpaceRpc(const Conn& c, uint64_t id,
+                                                                uint64_t file_id) {
+  std::vector<std::pair<std::string, grpc::Status>> out;
+  VMSPACE_CALL(Mmap, space_id, (q.set_addr(kAddr), q.set_len(kPage), q.set_prot(PROT_READ),
+                      q.set_flags(MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED)));
+  VMSPACE_CALL(Mmap, space_id, (q.set_len(kPage), q.set_prot(PROT_READ), q.set_flags(MAP_SHARED),
+                      q.set_file_id(file_id)));
+  VMSPACE_CALL(Munmap, space_id, (q.set_addr(kAddr + 64 * kPage), q.set_len(kPage)));
+  VMSPACE_CALL(Mprotect, space_id, (q.set_addr(kAddr), q.set_len(kPage), q.set_prot(PROT_READ)));
+  VMSPACE_CALL(Fault, space_id, (q.set_addr(kAddr), q.set_access(v1::ACCESS_WRITE)));
+  VMSPACE_CALL(Access, space_id, (q.set_addr(kAddr), q.set_len(kPage), q.set_access(v1::ACCESS_WRITE)));
+  VMSPACE_CALL(ReadMemory, space_id, (q.set_addr(kAddr), q.set_len(16)));
+  VMSPACE_CALL(WriteMemory, space_id, (q.set_addr(kAddr), q.set_data("stolen")));
+  VMSPACE_CALL(GetMaps, space_id, (void)0);
+  VMSPACE_CALL(Madvise, space_id, (q.set_addr(kAddr), q.set_len(kPage), q.set_advice(MADV_DONTNEED)));
+  VMSPACE_CALL(Msync, space_id, (q.set_addr(kAddr), q.set_len(kPage), q.set_flags(MS_SYNC)));
+  VMSPACE_CALL(DestroySpace, space_id, (void)0);
+  return out;
+}
+
+/// One Batch message with one op of every kind on space `id`.
+v1::BatchRequest EveryOp(uint64_t id) {
+  v1::BatchRequest b;
+  b.set_tag(7);
+  auto* mm = b.add_ops()->mutable_mmap();
+  mm->set_space_id(id), mm->set_len(kPage), mm->set_prot(PROT_READ), mm->set_flags(MAP_PRIVATE | MAP_ANONYMOUS);
+  auto* mu = b.add_ops()->mutable_munmap();
+  mu->set_space_id(id), mu->set_addr(kAddr + 64 * kPage), mu->set_len(kPage);
+  auto* mp = b.add_ops()->mutable_mprotect();
+  mp->set_space_id(id), mp->set_addr(kAddr), mp->set_len(kPage), mp->set_prot(PROT_READ);
+  auto* f = b.add_ops()->mutable_fault();
+  f->set_space_id(id), f->set_addr(kAddr), f->set_access(v1::ACCESS_WRITE);
+  auto* a = b.add_ops()->mutable_access();
+  a->set_space_id(id), a->set_addr(kAddr), a->set_len(kPage), a->set_access(v1::ACCESS_WRITE);
+  auto* r = b.add_ops()->mutable_read();
+  r->set_space_id(id), r->set_addr(kAddr), r->set_len(16);
+  auto* w = b.add_ops()->mutable_write();
+  w->set_space_id(id), w->set_addr(kAddr), w->set_data("stolen");
+  auto* md = b.add_ops()->mutable_madvise();
+  md->set_space_id(id), md->set_addr(kAddr), md->set_len(kPage), md->set_advice(MADV_DONTNEED);
+  auto* ms = b.add_ops()->mutable_msync();
+  ms->set_space_id(id), ms->set_addr(kAddr), ms->set_len(kPage), ms->set_flags(MS_SYNC);
+  return b;
+}
+
+/// Every file RPC on file `id` (CloseFile last), each named.
+std::vector<std::pair<std::string, grpc::Status>> EveryFileRpc(const Conn& c, uint64_t id) {
+  std::vector<std::pair<std::string, grpc::Status>> out;
+  VMSPACE_CALL(TruncateFile, file_id, q.set_size(0));
+  VMSPACE_CALL(StatFile, file_id, (void)0);
+  VMSPACE_CALL(ReadFile, file_id, q.set_len(16));
+  VMSPACE_CALL(WriteFile, file_id, q.set_data("stolen"));
+  VMSPACE_CALL(FsyncFile, file_id, (void)0);
+  VMSPACE_CALL(CloseFile, file_id, (void)0);
+#undef VMSPACE_CALL
+  return out;
+}
+
+const char* kTokens =
+    "# tenant test tokens\n"
+    "tok-alice alice\n"
+    "tok-bob   bob   # a comment after the fields\n"
+    "\n"
+    "tok-root  root admin\n";
+
+class TenantTest : public ::testing::Test {
+ protected:
+  void StartDaemon(std::vector<std::string> extra = {}) {
+    tokens_ = dir_.Write("tokens", kTokens);
+    extra.push_back("--token-file=" + tokens_);
+    ASSERT_TRUE(d_.Start(extra)) << d_.stderr_text();
+    alice_ = Connect(d_.grpc_addr(), "tok-alice");
+    bob_ = Connect(d_.grpc_addr(), "tok-bob");
+    root_ = Connect(d_.grpc_addr(), "tok-root");
+  }
+  void TearDown() override {
+    if (d_.running()) EXPECT_EQ(d_.Stop(), 0);
+  }
+  TempDir dir_;
+  std::string tokens_;
+  Daemon d_;
+  Conn alice_, bob_, root_;
+};
+
+TEST_F(TenantTest, AnotherTenantsSpacesAndFilesDoNotExistForIt) {
+  StartDaemon();
+  const uint64_t a = alice_.Create();
+  ASSERT_NE(a, 0u);
+  ASSERT_TRUE(alice_.Mmap(a, 128 * kPage).ok());
+  ASSERT_TRUE(alice_.Write(a, "alice's data").ok());
+  const uint64_t fa = alice_.Shmem(kPage);
+  ASSERT_NE(fa, 0u);
+  const uint64_t b = bob_.Create();
+  ASSERT_NE(b, 0u);
+  const uint64_t fb = bob_.Shmem(kPage);
+  const uint64_t unknown = a + 1000000;
+
+  // Bob on alice's space: every RPC NOT_FOUND, word for word as for an unknown id.
+  const auto on_alice = EverySpaceRpc(bob_, a, fb);
+  const auto on_unknown = EverySpaceRpc(bob_, unknown, fb);
+  ASSERT_EQ(on_alice.size(), on_unknown.size());
+  for (size_t i = 0; i < on_alice.size(); i++) {
+    const auto& [name, s] = on_alice[i];
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << name << ": " << s.error_message();
+    EXPECT_EQ(s.error_message(), "space " + std::to_string(a) + " not found") << name;
+    EXPECT_EQ(on_unknown[i].second.error_code(), grpc::StatusCode::NOT_FOUND) << name;
+    EXPECT_EQ(on_unknown[i].second.error_message(), "space " + std::to_string(unknown) + " not found");
+  }
+  // The same in a Batch: each op's result is NOT_FOUND; the stream itself is fine.
+  v1::BatchResponse resp;
+  ASSERT_TRUE(bob_.Batch(EveryOp(a), &resp).ok());
+  ASSERT_EQ(resp.results_size(), EveryOp(a).ops_size());
+  for (const v1::OpResult& r : resp.results()) {
+    EXPECT_EQ(r.code(), static_cast<int>(grpc::StatusCode::NOT_FOUND)) << r.ShortDebugString();
+    EXPECT_EQ(r.message(), "space " + std::to_string(a) + " not found");
+  }
+  // Alice's file: bob's file RPCs get EBADF, word for word as for an unknown file id,
+  // and so does mapping it into bob's own space.
+  const uint64_t unknown_file = fa + 1000000;
+  const auto f_alice = EveryFileRpc(bob_, fa);
+  const auto f_unknown = EveryFileRpc(bob_, unknown_file);
+  for (size_t i = 0; i < f_alice.size(); i++) {
+    const auto& [name, s] = f_alice[i];
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name << ": " << s.error_message();
+    EXPECT_EQ(s.error_message().rfind("EBADF: ", 0), 0u) << name << ": " << s.error_message();
+    EXPECT_EQ(s.error_message(), f_unknown[i].second.error_message()) << name;
+  }
+  const grpc::Status map_other = bob_.Mmap(b, kPage, fa);
+  EXPECT_TRUE(HasErrno(map_other, grpc::StatusCode::INVALID_ARGUMENT, "EBADF", EBADF));
+  EXPECT_EQ(map_other.error_message(), bob_.Mmap(b, kPage, unknown_file).error_message());
+  EXPECT_TRUE(bob_.Mmap(b, kPage, fb).ok());
+
+  // Nothing of alice's was touched: her data, her maps, her file.
+  EXPECT_EQ(alice_.Read(a, 12), "alice's data");
+  EXPECT_EQ(alice_.List(), std::vector<uint64_t>{a});
+  EXPECT_EQ(alice_.ListFiles(), std::vector<uint64_t>{fa});
+  EXPECT_EQ(bob_.List(), std::vector<uint64_t>{b});
+  EXPECT_EQ(bob_.ListFiles(), std::vector<uint64_t>{fb});
+  for (const auto& [name, s] : EveryFileRpc(alice_, fa)) EXPECT_TRUE(s.ok()) << name << ": " << s.error_message();
+  EXPECT_EQ(alice_.ListFiles(), std::vector<uint64_t>{});  // closed by its owner
+
+  // The admin lists every space and every file and may destroy any space; it does not
+  // operate on other tenants' spaces otherwise.
+  EXPECT_EQ(root_.List(), (std::vector<uint64_t>{a, b}));
+  EXPECT_EQ(root_.ListFiles(), std::vector<uint64_t>{fb});
+  EXPECT_EQ(root_.Write(a, "x").error_code(), grpc::StatusCode::NOT_FOUND);
+  v1::DestroySpaceRequest dq;
+  dq.set_space_id(a);
+  v1::DestroySpaceResponse dr;
+  EXPECT_TRUE(root_.stub->DestroySpace(root_.ctx().get(), dq, &dr).ok());
+  EXPECT_EQ(alice_.List(), std::vector<uint64_t>{});
+  EXPECT_EQ(root_.List(), std::vector<uint64_t>{b});
+}
+
+TEST_F(TenantTest, MissingOrWrongTokenIsUnauthenticated) {
+  StartDaemon();
+  const Conn none = Connect(d_.grpc_addr(), "");
+  const Conn wrong = Connect(d_.grpc_addr(), "tok-alicE");
+  for (const Conn* c : {&none, &wrong}) {
+    const grpc::Status ping = c->Ping();
+    EXPECT_EQ(ping.error_code(), grpc::StatusCode::UNAUTHENTICATED) << ping.error_message();
+    grpc::Status st;
+    EXPECT_EQ(c->Create(&st), 0u);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    v1::BatchResponse resp;
+    EXPECT_EQ(c->Batch(EveryOp(1), &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    v1::GetServerInfoResponse info;
+    EXPECT_EQ(c->stub->GetServerInfo(c->ctx().get(), {}, &info).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  EXPECT_EQ(none.Ping().error_message(),
+            "missing \"authorization: Bearer <token>\" metadata (vmspace --token or $VMSPACE_TOKEN)");
+  EXPECT_EQ(wrong.Ping().error_message(),
+            "unknown bearer token (not in --token-file, or removed from it)");
+  auto basic = none.ctx();
+  basic->AddMetadata("authorization", "Basic dG9rLWFsaWNl");
+  v1::PingResponse pr;
+  EXPECT_EQ(none.stub->Ping(basic.get(), {}, &pr).error_message(),
+            "the authorization metadata is not \"Bearer <token>\"");
+  // Health stays open.
+  auto health = grpc::health::v1::Health::NewStub(none.channel);
+  grpc::health::v1::HealthCheckRequest hq;
+  hq.set_service("vmspace.v1.VmSpace");
+  grpc::health::v1::HealthCheckResponse hr;
+  ASSERT_TRUE(health->Check(Ctx().get(), hq, &hr).ok());
+  EXPECT_EQ(hr.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_TRUE(alice_.Ping().ok());
+}
+
+TEST_F(TenantTest, QuotasPerTenant) {
+  StartDaemon({"--tenant-max-spaces=2", "--tenant-max-memory-bytes=262144"});
+  const uint64_t a1 = alice_.Create(), a2 = alice_.Create();
+  ASSERT_NE(a1, 0u);
+  ASSERT_NE(a2, 0u);
+  grpc::Status st;
+  EXPECT_EQ(alice_.Create(&st), 0u);
+  EXPECT_TRUE(HasErrno(st, grpc::StatusCode::RESOURCE_EXHAUSTED, "ENOMEM", ENOMEM));
+  EXPECT_EQ(st.error_message(), "ENOMEM: CreateSpace: tenant 'alice' owns --tenant-max-spaces=2 spaces");
+  const uint64_t b1 = bob_.Create();
+  EXPECT_NE(b1, 0u);  // bob's count is his own
+  // Memory (quota 256 KiB): 48 pages resident in a1 plus the page tables of a1 (pgd,
+  // pud, pmd, pte) and a2 (pgd) are 212 KiB, below; 16 pages more (276 KiB) are allowed
+  // since the call started below; then every call that may fault pages in is refused,
+  // in a1 and a2 and in a Batch; bob is not affected.
+  ASSERT_TRUE(alice_.Mmap(a1, 128 * kPage).ok());
+  ASSERT_TRUE(alice_.Write(a1, std::string(48 * kPage, 'a')).ok());
+  st = alice_.Write(a1, std::string(16 * kPage, 'a'), kAddr + 48 * kPage);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  st = alice_.Write(a1, "more", kAddr + 64 * kPage);
+  EXPECT_TRUE(HasErrno(st, grpc::StatusCode::RESOURCE_EXHAUSTED, "ENOMEM", ENOMEM));
+  EXPECT_EQ(st.error_message(), "ENOMEM: tenant quota: tenant 'alice' uses " +
+                                    std::to_string(64 * kPage + 5 * kPage) +
+                                    " bytes, --tenant-max-memory-bytes=262144");
+  EXPECT_EQ(alice_.Mmap(a2, kPage).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  v1::BatchRequest one;
+  auto* w = one.add_ops()->mutable_write();
+  w->set_space_id(a1), w->set_addr(kAddr), w->set_data("x");
+  v1::BatchResponse resp;
+  EXPECT_EQ(alice_.Batch(one, &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ASSERT_TRUE(bob_.Mmap(b1, 16 * kPage).ok());
+  EXPECT_TRUE(bob_.Write(b1, std::string(16 * kPage, 'b')).ok());
+  // Freeing memory (munmap, here in a Batch) is allowed over the quota and lets alice
+  // work again; destroying a space lets her create.
+  v1::BatchRequest unmap;
+  auto* mu = unmap.add_ops()->mutable_munmap();
+  mu->set_space_id(a1), mu->set_addr(kAddr), mu->set_len(128 * kPage);
+  ASSERT_TRUE(alice_.Batch(unmap, &resp).ok());
+  EXPECT_EQ(resp.results(0).code(), 0) << resp.results(0).message();
+  EXPECT_TRUE(alice_.Mmap(a2, kPage).ok());
+  v1::DestroySpaceRequest dq;
+  dq.set_space_id(a2);
+  v1::DestroySpaceResponse dr;
+  ASSERT_TRUE(alice_.stub->DestroySpace(alice_.ctx().get(), dq, &dr).ok());
+  EXPECT_NE(alice_.Create(), 0u);
+}
+
+TEST_F(TenantTest, SighupReloadsTheTokenFile) {
+  StartDaemon();
+  const Conn carol = Connect(d_.grpc_addr(), "tok-carol");
+  EXPECT_EQ(carol.Ping().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  const uint64_t b = bob_.Create();
+  ASSERT_NE(b, 0u);
+  auto reload = [&](const std::string& text, const std::string& log_line) {
+    dir_.Write("tokens", text);
+    const size_t before = d_.stderr_text().size();
+    ASSERT_EQ(kill(d_.pid(), SIGHUP), 0);
+    for (int i = 0; i < 500 && d_.stderr_text().find(log_line, before) == std::string::npos; i++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_NE(d_.stderr_text().find(log_line, before), std::string::npos) << d_.stderr_text();
+  };
+  // carol added, bob removed.
+  reload("tok-alice alice\ntok-carol carol\n", "SIGHUP: 2 tokens reloaded from " + tokens_);
+  EXPECT_TRUE(carol.Ping().ok());
+  EXPECT_EQ(bob_.Ping().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(alice_.Ping().ok());
+  // A malformed file keeps the tokens in force.
+  reload("tok-alice alice\ntok-dave\n",
+         "SIGHUP: " + tokens_ + ": line 2: want \"TOKEN TENANT [admin]\"; keeping the previous tokens");
+  EXPECT_TRUE(carol.Ping().ok());
+  // Bob back (another token, same tenant): his space is still his.
+  reload("tok-bob2 bob\n", "SIGHUP: 1 tokens reloaded");
+  const Conn bob2 = Connect(d_.grpc_addr(), "tok-bob2");
+  EXPECT_EQ(bob2.List(), std::vector<uint64_t>{b});
+  EXPECT_EQ(carol.Ping().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST(TenantFlagTest, BadTokenFilesAndListenPolicy) {
+  TempDir dir;
+  for (const char* bad : {"tok\n", "tok alice admin extra\n", "tok alice root\n", "tok al/ice\n",
+                          "tok a\ntok b\n"}) {
+    Daemon d;
+    EXPECT_FALSE(d.Start({"--token-file=" + dir.Write("bad", bad)})) << bad;
+    EXPECT_EQ(d.WaitExit(10000), 1) << bad;
+    EXPECT_NE(d.stderr_at_exit().find("--token-file " + dir.path() + "/bad: line "), std::string::npos)
+        << d.stderr_text();
+  }
+  {
+    Daemon d;
+    EXPECT_FALSE(d.Start({"--token-file=" + dir.path() + "/absent"}));
+    EXPECT_EQ(d.WaitExit(10000), 1);
+  }
+  // Not loopback and not authenticated: refused, unless asked for.
+  {
+    Daemon d;
+    EXPECT_FALSE(d.Start({"--listen=0.0.0.0:0"}));
+    EXPECT_EQ(d.WaitExit(10000), 1);
+    EXPECT_NE(d.stderr_at_exit().find("--listen 0.0.0.0:0 is not loopback and calls are not authenticated"),
+              std::string::npos)
+        << d.stderr_text();
+  }
+  for (const std::string& ok : {std::string("--insecure-listen-anywhere"),
+                                "--token-file=" + dir.Write("t", "tok alice\n")}) {
+    Daemon d;
+    ASSERT_TRUE(d.Start({"--listen=0.0.0.0:0", ok})) << ok << d.stderr_text();
+    EXPECT_EQ(d.Stop(), 0);
+  }
+}
+
+TEST(TenantIdTest, IdsAreNotReusedAcrossRestarts) {
+  Daemon d1;
+  ASSERT_TRUE(d1.Start({}));
+  const Conn c1 = Connect(d1.grpc_addr(), "");
+  const uint64_t first = c1.Create(), second = c1.Create();
+  ASSERT_NE(first, 0u);
+  EXPECT_EQ(second, first + 1);
+  const uint64_t file1 = c1.Shmem(kPage);
+  EXPECT_EQ(d1.Stop(), 0);
+  // A restart: the old ids (space and file) name nothing; the new ids differ.
+  Daemon d2;
+  ASSERT_TRUE(d2.Start({}));
+  const Conn c2 = Connect(d2.grpc_addr(), "");
+  const uint64_t again = c2.Create();
+  EXPECT_NE(again, first);
+  EXPECT_NE(again, second);
+  EXPECT_EQ(again >> 40, 0u);  // shard 0's
+  EXPECT_EQ(c2.Write(first, "x").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(c2.Shmem(kPage), file1);
+  v1::StatFileRequest sq;
+  sq.set_file_id(file1);
+  v1::StatFileResponse sr;
+  EXPECT_EQ(c2.stub->StatFile(c2.ctx().get(), sq, &sr).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(d2.Stop(), 0);
+}
+
+// ---- TLS ----
+
+/// A CA, a server certificate for 127.0.0.1 (subjectAltName) and client certificates
+/// CN=alice, CN=bob, made with openssl in a scratch directory.
+class Pki {
+ public:
+  Pki() {
+    const std::string d = dir_.path();
+    auto run = [&](const std::string& cmd) {
+      const int rc = std::system(("cd '" + d + "' && " + cmd + " >/dev/null 2>&1").c_str());
+      ok_ = ok_ && rc == 0;
+    };
+    run("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=vmspace-test-ca "
+        "-keyout ca.key -out ca.pem");
+    auto sign = [&](const std::string& name, const std::string& cn, const std::string& ext) {
+      run("openssl req -newkey rsa:2048 -nodes -subj /CN=" + cn + " -keyout " + name + ".key -out " +
+          name + ".csr");
+      dir_.Write(name + ".ext", ext);
+      run("openssl x509 -req -in " + name + ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+          "-extfile " + name + ".ext -out " + name + ".pem");
+    };
+    sign("server", "vmspaced", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n");
+    sign("alice", "alice", "extendedKeyUsage=clientAuth\n");
+    sign("bob", "bob", "extendedKeyUsage=clientAuth\n");
+  }
+  bool ok() const { return ok_; }
+  std::string path(const std::string& f) const { return dir_.path() + "/" + f; }
+  std::shared_ptr<grpc::ChannelCredentials> Creds(const std::string& client = "") const {
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = ReadAll(path("ca.pem"));
+    if (!client.empty()) {
+      o.pem_cert_chain = ReadAll(path(client + ".pem"));
+      o.pem_private_key = ReadAll(path(client + ".key"));
+    }
+    return grpc::SslCredentials(o);
+  }
+  const TempDir& dir() const { return dir_; }
+
+ private:
+  TempDir dir_;
+  bool ok_ = true;
+};
+
+TEST(TenantTlsTest, TokensOverTls) {
+  Pki pki;
+  ASSERT_TRUE(pki.ok()) << "openssl failed";
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--tls-cert=" + pki.path("server.pem"), "--tls-key=" + pki.path("server.key"),
+                       "--token-file=" + pki.dir().Write("tokens", kTokens)}))
+      << d.stderr_text();
+  const Conn alice = Connect(d.grpc_addr(), "tok-alice", pki.Creds());
+  const Conn bob = Connect(d.grpc_addr(), "tok-bob", pki.Creds());
+  const Conn none = Connect(d.grpc_addr(), "", pki.Creds());
+  ASSERT_TRUE(alice.Ping().ok()) << alice.Ping().error_message();
+  const uint64_t a = alice.Create();
+  ASSERT_NE(a, 0u);
+  ASSERT_TRUE(alice.Mmap(a, kPage).ok());
+  ASSERT_TRUE(alice.Write(a, "over tls").ok());
+  EXPECT_EQ(alice.Read(a, 8), "over tls");
+  for (const auto& [name, s] : EverySpaceRpc(bob, a, 0))
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << name;
+  EXPECT_EQ(none.Ping().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // Plaintext to a TLS port: no connection.
+  const Conn plain = Connect(d.grpc_addr(), "tok-alice", grpc::InsecureChannelCredentials(), false);
+  EXPECT_EQ(plain.Ping().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+TEST(TenantTlsTest, MutualTlsCommonNameIsTheTenant) {
+  Pki pki;
+  ASSERT_TRUE(pki.ok()) << "openssl failed";
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--tls-cert=" + pki.path("server.pem"), "--tls-key=" + pki.path("server.key"),
+                       "--tls-client-ca=" + pki.path("ca.pem"), "--listen=0.0.0.0:0"}))
+      << d.stderr_text();  // mTLS is authentication: a non-loopback listen is allowed
+  const std::string addr = "127.0.0.1:" + std::to_string(d.grpc_port());
+  const Conn alice = Connect(addr, "", pki.Creds("alice"));
+  const Conn bob = Connect(addr, "", pki.Creds("bob"));
+  ASSERT_TRUE(alice.Ping().ok()) << alice.Ping().error_message();
+  const uint64_t a = alice.Create();
+  ASSERT_NE(a, 0u);
+  ASSERT_TRUE(alice.Mmap(a, kPage).ok());
+  const uint64_t fa = alice.Shmem(kPage);
+  const uint64_t b = bob.Create();
+  EXPECT_EQ(alice.List(), std::vector<uint64_t>{a});
+  EXPECT_EQ(bob.List(), std::vector<uint64_t>{b});
+  for (const auto& [name, s] : EverySpaceRpc(bob, a, 0))
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << name;
+  v1::BatchResponse resp;
+  ASSERT_TRUE(bob.Batch(EveryOp(a), &resp).ok());
+  for (const v1::OpResult& r : resp.results())
+    EXPECT_EQ(r.code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  for (const auto& [name, s] : EveryFileRpc(bob, fa))
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
+  EXPECT_EQ(alice.ListFiles(), std::vector<uint64_t>{fa});
+  // No client certificate: the handshake fails.
+  const Conn anonymous = Connect(addr, "", pki.Creds(), false);
+  EXPECT_EQ(anonymous.Ping().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+// The client library and the CLI: --token / $VMSPACE_TOKEN, --tls-ca, --tls-cert, --tls-key.
+TEST(TenantClientTest, LibraryAndCliTakeTokensAndTls) {
+  Pki pki;
+  ASSERT_TRUE(pki.ok()) << "openssl failed";
+  Daemon d;
+  ASSERT_TRUE(d.Start({"--tls-cert=" + pki.path("server.pem"), "--tls-key=" + pki.path("server.key"),
+                       "--tls-client-ca=" + pki.path("ca.pem"),
+                       "--token-file=" + pki.dir().Write("tokens", kTokens)}))
+      << d.stderr_text();
+  auto options = [&](const std::string& token, const std::string& cert) {
+    client::ClientOptions o;
+    o.target = d.grpc_addr();
+    o.token = token;
+    o.tls_ca_pem = ReadAll(pki.path("ca.pem"));
+    if (!cert.empty()) {
+      o.tls_cert_pem = ReadAll(pki.path(cert + ".pem"));
+      o.tls_key_pem = ReadAll(pki.path(cert + ".key"));
+    }
+    return o;
+  };
+  // A token over mTLS decides the tenant (bob's certificate, alice's token).
+  client::Client alice(options("tok-alice", "bob"));
+  auto a = alice.CreateSpace({}, "alice's");
+  ASSERT_TRUE(a.ok()) << a.error().ToString();
+  client::Client bob(options("", "bob"));
+  auto b = bob.CreateSpace({}, "bob's");
+  ASSERT_TRUE(b.ok()) << b.error().ToString();
+  auto listed = bob.ListSpaces();
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed.value().size(), 1u);
+  EXPECT_EQ(listed.value()[0].space_id(), b.value());
+  auto stolen = bob.DestroySpace(a.value());
+  ASSERT_FALSE(stolen.ok());
+  EXPECT_EQ(stolen.error().code, grpc::StatusCode::NOT_FOUND);
+  // The CLI: the token from $VMSPACE_TOKEN (root: admin, lists both), TLS from files.
+  const std::vector<std::string> tls = {"--target", d.grpc_addr(), "--tls-ca", pki.path("ca.pem"),
+                                        "--tls-cert", pki.path("alice.pem"), "--tls-key",
+                                        pki.path("alice.key")};
+  setenv("VMSPACE_TOKEN", "tok-root", 1);
+  std::vector<std::string> args = tls;
+  args.insert(args.end(), {"--json", "list"});
+  testing::ProcResult r = testing::RunProgram(VMSPACE_CLI_PATH, args);
+  unsetenv("VMSPACE_TOKEN");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(std::to_string(a.value())), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(std::to_string(b.value())), std::string::npos) << r.out;
+  // --token over it; a wrong one is UNAUTHENTICATED (exit status non-zero, said so).
+  args = tls;
+  args.insert(args.end(), {"--token", "nope", "ping"});
+  r = testing::RunProgram(VMSPACE_CLI_PATH, args);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("UNAUTHENTICATED: unknown bearer token"), std::string::npos) << r.err;
+  // Without the CA the daemon's certificate is not trusted: no connection.
+  r = testing::RunProgram(VMSPACE_CLI_PATH, {"--target", d.grpc_addr(), "--token", "tok-alice", "ping"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace vmspace::service_test
