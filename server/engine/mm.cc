@@ -11,6 +11,18 @@
 
 namespace vmspace {
 
+const char* SharedFaultCompletionName(SharedFaultCompletion c) {
+  return c == SharedFaultCompletion::kRetry ? "retry" : "completed";
+}
+
+bool ParseSharedFaultCompletion(const std::string& s, SharedFaultCompletion* out) {
+  if (s == "retry") *out = SharedFaultCompletion::kRetry;
+  else if (s == "completed") *out = SharedFaultCompletion::kCompleted;
+  else return false;
+  return true;
+}
+
+
 namespace {
 std::atomic<unsigned> g_next_counter_cell{0};
 thread_local int tls_counter_cell = -1;

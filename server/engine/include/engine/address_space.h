@@ -23,6 +23,17 @@
 
 namespace vmspace {
 
+/// How a shared write fault that dirtied a page ends after it dropped its lock to
+/// throttle (fault_dirty_shared_page, mm/memory.c): kRetry returns VM_FAULT_RETRY and
+/// handle_mm_fault runs again (Linux < 5.19: vmstat pgfault counts 2 per page);
+/// kCompleted returns VM_FAULT_COMPLETED (Linux 5.19+, commit "mm: avoid unnecessary
+/// page fault retires on shared memory types": 1 per page).
+enum class SharedFaultCompletion : uint8_t { kRetry, kCompleted };
+/// "retry", "completed".
+const char* SharedFaultCompletionName(SharedFaultCompletion c);
+/// Parses "retry" | "completed"; false if neither.
+bool ParseSharedFaultCompletion(const std::string& s, SharedFaultCompletion* out);
+
 /// Per-space settings. Defaults are this machine's kernel settings for a root process
 /// started with `setarch -R` (ASLR off) and an 8 MiB stack rlimit.
 struct SpaceOptions {
@@ -55,6 +66,9 @@ struct SpaceOptions {
   /// cache, within this naturally aligned window, the VMA and one page table. A power
   /// of two in [4096, 2 MiB]; 4096 turns fault-around off.
   uint64_t fault_around_bytes = 65536;
+  /// How a shared write fault that dirtied a page completes (see SharedFaultCompletion);
+  /// default completed, as this machine's kernel.
+  SharedFaultCompletion shared_fault_completion = SharedFaultCompletion::kCompleted;
   /// Locking design (VMA index, per-VMA lock use in faults).
   LockingProfile profile;
 };
