@@ -269,6 +269,7 @@ int CmdCreate(Ctx& c) {
   if (c.args.Has("dac-mmap-min-addr")) s.set_dac_mmap_min_addr(c.U64("dac-mmap-min-addr"));
   if (c.args.Has("cap-sys-rawio")) s.set_cap_sys_rawio(c.args.Flag("cap-sys-rawio"));
   if (c.args.Has("shared-fault-completion")) s.set_shared_fault_completion(c.args.Get("shared-fault-completion"));
+  if (c.args.Has("i-mmap-scope")) s.set_i_mmap_scope(c.args.Get("i-mmap-scope"));
   s.set_locking_profile(c.args.Get("locking-profile"));
   Client cl(c.client);
   auto r = cl.CreateSpace(s, c.args.Get("label"), c.args.Get("placement-key"));
@@ -1676,6 +1677,7 @@ const std::vector<Command>& Commands() {
         {"cap-sys-rawio", "", "the caller has CAP_SYS_RAWIO"},
         {"locking-profile", "NAME", "locking profile (\"\" = daemon default)"},
         {"shared-fault-completion", "MODE", "retry | completed (default completed): how a shared write fault that dirtied a page ends"},
+        {"i-mmap-scope", "SCOPE", "wide | narrow (default wide): i_mmap_rwsem across mmap's tree and i_mmap inserts, or the i_mmap insert only"},
         {"placement-key", "KEY", "several daemons: place by hash of KEY (default: the daemon with the fewest spaces)"}},
        CmdCreate},
       {"destroy", "SPACE", "destroy a space and free its frames", {{"space", "ID", "the space"}}, CmdDestroy},

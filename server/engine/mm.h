@@ -142,6 +142,12 @@ struct VmFault {
   bool dirtied = false;
 };
 
+/// Test-only: called by VmaLinkNewLocked between the VMA-tree insert and the i_mmap
+/// insert of a new file VMA (arguments: the space, the VMA's start), on the mmap
+/// thread, which holds mmap_lock for write (and, with i_mmap_scope wide, the file's
+/// i_mmap_rwsem for write). Null in production.
+inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_mmap_region_test_hook{nullptr};
+
 struct MmStruct final : FrameAllocator::DeferredFrees {
   MmStruct(FrameAllocator& f, const SpaceOptions& o);
   /// exit_mmap(): unmaps everything and frees it at once (no caller may be running).
@@ -344,6 +350,14 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// vma_link_file() / __vma_link_file(): adds file VMA v to its File's i_mmap (no-op
   /// for anonymous VMAs). Before v can install a PTE: v is new and write-locked.
   void VmaLinkFileLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// __mmap_region's link of a new VMA v (vma_iter_store + vma_link_file): into the
+  /// VMA tree and, for a file VMA, its File's i_mmap, with i_mmap_rwsem held for write
+  /// across both (opts.i_mmap_scope wide) or only around the i_mmap insert (narrow).
+  /// With the test hook set (g_mmap_region_test_hook), v is published not
+  /// write-locked, so a fault can reach it at once (Linux 6.4-rc before "mm: lock newly
+  /// mapped VMA which can be modified after it becomes visible"), and the hook runs
+  /// between the two inserts.
+  void VmaLinkNewLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// unlink_file_vma(): removes v from its File's i_mmap, once its PTEs are zapped or
   /// covered by a VMA that took its place (a merge). Takes i_mmap_rwsem for write.
   void VmaUnlinkFileLocked(Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);

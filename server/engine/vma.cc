@@ -64,6 +64,32 @@ void MmStruct::VmaLinkFileLocked(Vma* v) {
   IMmapUnlock(*this, f);
 }
 
+void MmStruct::VmaLinkNewLocked(Vma* v) {
+  File* f = v->file();
+  auto hook = g_mmap_region_test_hook.load(std::memory_order_acquire);
+  auto publish = [&] {
+    VmaInsertLocked(v);  // vma_iter_store: visible to lockless lookups from here
+    if (hook) {
+      v->vm_lock_seq.store(mm_lock_seq.load(std::memory_order_relaxed) - 1, std::memory_order_seq_cst);
+      hook(this, v->vm_start);
+    }
+  };
+  if (!f) {
+    VmaInsertLocked(v);
+    return;
+  }
+  if (opts.i_mmap_scope == IMmapScope::kNarrow) {
+    publish();
+    VmaLinkFileLocked(v);
+    return;
+  }
+  v->vm_mm = this;
+  IMmapLock(*this, f);  // i_mmap_lock_write(vma->vm_file->f_mapping)
+  publish();
+  IMmapInsert(f, v);
+  IMmapUnlock(*this, f);
+}
+
 void MmStruct::VmaUnlinkFileLocked(Vma* v) {
   File* f = v->file();
   if (!f) return;

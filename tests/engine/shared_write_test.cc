@@ -20,6 +20,7 @@
 #include "engine/stats.h"
 #include "engine/writeback.h"
 #include "profiles.h"
+#include "test_util.h"
 
 namespace vmspace {
 namespace {
@@ -92,16 +93,6 @@ TEST_P(SharedWriteTest, PrivateWritesNotAffected) {
 
 INSTANTIATE_TEST_SUITE_P(Profiles, SharedWriteTest, testing_profiles::AllProfiles(), testing_profiles::ProfileName());
 
-/// A temporary data directory, removed at the end.
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/vmspace-writeback-test-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string path;
-};
-
 /// Restores the default dirty limits at the end of a test.
 struct LimitsScope {
   explicit LimitsScope(DirtyLimits l) { SetDirtyLimits(l); }
@@ -115,7 +106,7 @@ TEST(SharedWriteFile, HostFileWriteAfterRead) {
   for (SharedFaultCompletion c : {SharedFaultCompletion::kRetry, SharedFaultCompletion::kCompleted}) {
     SCOPED_TRACE(SharedFaultCompletionName(c));
     FrameAllocator frames;
-    TempDir dir;
+    testing_util::ScratchDir dir;
     FileTable files(frames, dir.path);
     SysResult id = files.Open("f", OpenFlags{.write = true, .create = true});
     ASSERT_TRUE(id.ok());
@@ -159,7 +150,7 @@ TEST(SharedWriteFile, ThrottledWritersManySpaces) {
   constexpr uint64_t kPagesPerThread = 256, kLimitPages = 64;
   LimitsScope limits({.dirty_bytes = kLimitPages * P, .dirty_background_bytes = kLimitPages * P / 2});
   FrameAllocator frames;
-  TempDir dir;
+  testing_util::ScratchDir dir;
   FileTable files(frames, dir.path);
   const uint64_t throttled0 = Ev(Event::kDirtyThrottled), wb0 = Ev(Event::kWritebackPages);
   std::vector<uint64_t> ids;
@@ -217,7 +208,7 @@ TEST(SharedWriteFile, ThrottledWritersManySpaces) {
 TEST(SharedWriteFile, WriteFileThrottles) {
   LimitsScope limits({.dirty_bytes = 16 * P, .dirty_background_bytes = 8 * P});
   FrameAllocator frames;
-  TempDir dir;
+  testing_util::ScratchDir dir;
   FileTable files(frames, dir.path);
   SysResult id = files.Open("w", OpenFlags{.write = true, .create = true});
   ASSERT_TRUE(id.ok());
