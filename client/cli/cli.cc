@@ -1204,8 +1204,8 @@ int CmdBenchShmemDirty(Ctx& c) {
       << " MAP_SHARED shmem mapping, " << runs << " runs each (engine in-process, profile "
       << (rows.empty() ? "" : rows[0].profile) << ")\n";
     char line[256];
-    snprintf(line, sizeof line, "%-22s %10s %8s %9s %10s %9s %9s %10s %10s %8s\n", "shared_fault_completion", "ms",
-             "+-%", "x first", "pgfault", "pgflt/pg", "minflt/pg", "retries", "mmap_lock", "mm-cont");
+    snprintf(line, sizeof line, "%-22s %10s %8s %9s %9s %10s %9s %9s %10s %10s %8s\n", "shared_fault_completion", "ms",
+             "+-%", "min-ms", "x first", "pgfault", "pgflt/pg", "minflt/pg", "retries", "mmap_lock", "mm-cont");
     o << line;
     const double first = rows.empty() ? 0 : rows[0].seconds_mean;
     for (const auto& r : rows) {
@@ -1213,8 +1213,9 @@ int CmdBenchShmemDirty(Ctx& c) {
         o << std::left << std::setw(22) << r.setting << std::right << " error: " << r.error << "\n";
         continue;
       }
-      snprintf(line, sizeof line, "%-22s %10.2f %8.2f %9s %10llu %9.2f %9.2f %10llu %10llu %8llu\n", r.setting.c_str(),
-               r.seconds_mean * 1e3, r.seconds_mean > 0 ? 100 * r.seconds_stddev / r.seconds_mean : 0,
+      snprintf(line, sizeof line, "%-22s %10.2f %8.2f %9.2f %9s %10llu %9.2f %9.2f %10llu %10llu %8llu\n",
+               r.setting.c_str(), r.seconds_mean * 1e3, r.seconds_mean > 0 ? 100 * r.seconds_stddev / r.seconds_mean : 0,
+               r.seconds_min * 1e3,
                first > 0 ? Num(r.seconds_mean / first, "%.3fx").c_str() : "-", static_cast<unsigned long long>(r.pgfault),
                r.pgfault_per_page(), r.min_flt_per_page(), static_cast<unsigned long long>(r.retries),
                static_cast<unsigned long long>(r.mmap_lock_acquisitions),
@@ -1222,13 +1223,15 @@ int CmdBenchShmemDirty(Ctx& c) {
       o << line;
     }
     if (native && native->ok()) {
-      snprintf(line, sizeof line, "%-22s %10.2f %8.2f %9s %10s %9s %9.2f %10s %10s %8s\n", "native (kernel memfd)",
+      snprintf(line, sizeof line, "%-22s %10.2f %8.2f %9.2f %9s %10s %9s %9.2f %10s %10s %8s\n", "native (kernel memfd)",
                native->seconds_mean * 1e3,
-               native->seconds_mean > 0 ? 100 * native->seconds_stddev / native->seconds_mean : 0, "-", "-", "-",
+               native->seconds_mean > 0 ? 100 * native->seconds_stddev / native->seconds_mean : 0,
+               native->seconds_min * 1e3, "-", "-", "-",
                native->min_flt_per_page(), "-", "-", "-");
       o << line;
     }
-    o << "ms = mean time of the write loop; +-% = its standard deviation; pgfault = vmstat pgfault of one run "
+    o << "ms = mean time of the write loop (after one warm-up run); +-% = its standard deviation; min-ms = the "
+         "fastest run; pgfault = vmstat pgfault of one run "
          "(handle_mm_fault calls: a VM_FAULT_RETRY counts twice); minflt/pg = getrusage min_flt per page; "
          "retries = VM_FAULT_RETRY after dirtying; mmap_lock / mm-cont = its acquisitions / contentions in one run\n"
       << "seed 002 (Peter Xu, aarch64 VM, 400 MB): 650.980 ms (retry) -> 569.396 ms (completed)\n";

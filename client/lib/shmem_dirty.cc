@@ -34,7 +34,18 @@ void Summarise(const std::vector<double>& s, ShmemDirtyResult* r) {
 
 std::vector<ShmemDirtyResult> RunShmemDirtyEngine(uint64_t bytes, const std::string& profile,
                                                   const std::vector<SharedFaultCompletion>& modes, int runs) {
-  std::vector<ShmemDirtyResult> out;
+  std::vector<ShmemDirtyResult> out(modes.size());
+  std::vector<SpaceOptions> opts(modes.size());
+  std::vector<std::vector<double>> secs(modes.size());
+  for (size_t k = 0; k < modes.size(); ++k) {
+    ShmemDirtyResult& r = out[k];
+    r.setting = SharedFaultCompletionName(modes[k]);
+    r.pages = bytes / kPageSize;
+    std::string err;
+    if (!LockingProfile::Parse(profile.empty() ? "linux-6.15" : profile, &opts[k].profile, &err)) r.error = "profile: " + err;
+    r.profile = opts[k].profile.name;
+    opts[k].shared_fault_completion = modes[k];
+  }
   FrameAllocator frames;
   {  // fault the host pages behind the frames in once (harness Backend::Prepare)
     std::vector<void*> fs;
@@ -42,26 +53,18 @@ std::vector<ShmemDirtyResult> RunShmemDirtyEngine(uint64_t bytes, const std::str
       if (void* f = frames.Alloc()) fs.push_back(f);
     for (void* f : fs) frames.Free(f);
   }
-  for (SharedFaultCompletion mode : modes) {
-    ShmemDirtyResult r;
-    r.setting = SharedFaultCompletionName(mode);
-    r.pages = bytes / kPageSize;
-    SpaceOptions o;
-    std::string err;
-    if (!LockingProfile::Parse(profile.empty() ? "linux-6.15" : profile, &o.profile, &err)) {
-      r.error = "profile: " + err;
-      out.push_back(r);
-      continue;
-    }
-    r.profile = o.profile.name;
-    o.shared_fault_completion = mode;
-    std::vector<double> secs;
-    for (int i = 0; i < runs && r.ok(); ++i) {
+  // Run 0 warms up (not counted); then the modes take turns, so that drifts of a
+  // shared machine spread over all of them.
+  for (int i = 0; i <= runs; ++i) {
+    for (size_t k = 0; k < modes.size(); ++k) {
+      ShmemDirtyResult& r = out[k];
+      if (!r.ok()) continue;
+      const SpaceOptions& o = opts[k];
       auto as = std::make_unique<AddressSpace>(frames, o);
       SysResult m = as->Mmap(0, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS);
       if (!m.ok()) {
         r.error = harness::ErrnoText("mmap", m.error);
-        break;
+        continue;
       }
       const StatsSnapshot before = ReadStats(o.profile.stats_slot());
       const uint64_t t0 = harness::MonoNs();
@@ -70,9 +73,9 @@ std::vector<ShmemDirtyResult> RunShmemDirtyEngine(uint64_t bytes, const std::str
       const StatsSnapshot d = ReadStats(o.profile.stats_slot()).Minus(before);
       if (!a.ok()) {
         r.error = std::string("write loop ended in ") + FaultOutcomeName(a.stop.outcome);
-        break;
+        continue;
       }
-      secs.push_back(static_cast<double>(t1 - t0) / 1e9);
+      if (i > 0) secs[k].push_back(static_cast<double>(t1 - t0) / 1e9);
       r.pgfault = d.event(Event::kPgfault);
       r.min_flt = a.faults;
       r.retries = d.event(Event::kFaultRetryDirty);
@@ -85,9 +88,8 @@ std::vector<ShmemDirtyResult> RunShmemDirtyEngine(uint64_t bytes, const std::str
       as.reset();
       RcuBarrier();  // the shmem pages are back in the allocator before the next run
     }
-    Summarise(secs, &r);
-    out.push_back(r);
   }
+  for (size_t k = 0; k < modes.size(); ++k) Summarise(secs[k], &out[k]);
   return out;
 }
 
@@ -96,7 +98,7 @@ ShmemDirtyResult RunShmemDirtyNative(uint64_t bytes, int runs) {
   r.setting = "native";
   r.pages = bytes / kPageSize;
   std::vector<double> secs;
-  for (int i = 0; i < runs; ++i) {
+  for (int i = 0; i <= runs; ++i) {  // run 0 warms up (not counted)
     const int fd = memfd_create("vmspace-shmem-dirty", 0);
     if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
       r.error = std::string("memfd: ") + strerror(errno);
@@ -117,6 +119,7 @@ ShmemDirtyResult RunShmemDirtyNative(uint64_t bytes, int runs) {
     const uint64_t t1 = harness::MonoNs();
     getrusage(RUSAGE_THREAD, &u1);
     munmap(p, bytes);
+    if (i == 0) continue;
     secs.push_back(static_cast<double>(t1 - t0) / 1e9);
     r.min_flt = static_cast<uint64_t>(u1.ru_minflt - u0.ru_minflt);
   }

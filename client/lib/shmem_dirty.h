@@ -16,8 +16,9 @@
 
 namespace vmspace::bench {
 
-/// One configuration's figures over `runs` runs (each a fresh mapping; the engine: a
-/// fresh space on one warm frame allocator).
+/// One configuration's figures over `runs` timed runs after one untimed warm-up run
+/// (each a fresh mapping; the engine: a fresh space on one warm frame allocator, the
+/// modes taking turns run by run).
 struct ShmemDirtyResult {
   std::string setting;   // "retry" / "completed" (the engine), "native"
   std::string profile;   // engine locking profile name ("" for native)

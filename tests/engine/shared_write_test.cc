@@ -19,6 +19,8 @@
 #include "engine/file.h"
 #include "engine/stats.h"
 #include "engine/writeback.h"
+#include "filemap.h"
+#include "sync/lockdep.h"
 #include "profiles.h"
 #include "test_util.h"
 
@@ -218,6 +220,23 @@ TEST(SharedWriteFile, WriteFileThrottles) {
   EXPECT_GT(Ev(Event::kDirtyThrottled) - throttled0, 0u);
   EXPECT_LE(ReadWritebackStats().dirty_pages, 17u);
   files.Close(id.value);
+}
+
+// balance_dirty_pages with an engine lock held aborts in lockdep builds (the check
+// that keeps every throttled writer above free of locks).
+TEST(SharedWriteFileDeathTest, ThrottleWithLockHeldAborts) {
+  if (!kLockdep) GTEST_SKIP() << "built without VMSPACE_LOCKDEP";
+  EXPECT_DEATH(
+      {
+        FrameAllocator frames;
+        testing_util::ScratchDir dir;
+        FileTable files(frames, dir.path);
+        SysResult id = files.Open("d", OpenFlags{.write = true, .create = true});
+        File& f = *files.Get(id.value)->file;
+        MutexLock l(f.i_rwsem);
+        BalanceDirtyPagesRatelimited(f);
+      },
+      "balance_dirty_pages with an engine lock held");
 }
 
 }  // namespace
