@@ -473,5 +473,23 @@ TEST(BenchShmemDirty, Usage) {
   EXPECT_EQ(Cli({"bench", "shmem-dirty", "--shared-fault-completion", "sometimes"}).code, kExitUsage);
 }
 
+// bench execl (seed 003): every exec takes the binary's i_mmap_rwsem the same number of
+// times in both scopes (19: the span, three MAP_FIXED segments splitting it, the
+// teardown); the rmap checker never finds a VMA outside i_mmap under wide.
+TEST(BenchExecl, WideNarrow) {
+  json j = CliJson({"bench", "execl", "--clients", "2", "--duration", "300ms", "--skip-native"});
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const json& r : j["results"]) {
+    SCOPED_TRACE(r.dump());
+    EXPECT_GT(r["iterations"].get<uint64_t>(), 0u);
+    EXPECT_EQ(r["i_mmap_rwsem"]["acquisitions"].get<uint64_t>(), 19 * r["iterations"].get<uint64_t>());
+    EXPECT_GT(r["rmap_checks"].get<uint64_t>(), 0u);
+  }
+  EXPECT_EQ(j["results"][0]["i_mmap_scope"], "wide");
+  EXPECT_EQ(j["results"][0]["race_hits"], 0);
+  EXPECT_EQ(j["results"][1]["i_mmap_scope"], "narrow");
+  EXPECT_TRUE(j["error"].is_null());
+}
+
 }  // namespace
 }  // namespace vmspace::cli

@@ -255,6 +255,14 @@ int FileTable::Fsync(uint64_t id) {
   return VfsFsyncRange(*h, 0, ~0ull);
 }
 
+SysResult FileTable::CheckRmap(uint64_t id) {
+  std::shared_ptr<OpenFile> h = Get(id);
+  if (!h) return SysResult::Err(EBADF);
+  File& f = *h->file;
+  ReadGuard l(f.i_mmap_rwsem);
+  return SysResult::Ok(f.unlinked_visible.load(std::memory_order_seq_cst));
+}
+
 SysResult FileTable::Stat(uint64_t id, FileStat* out) const {
   std::shared_ptr<OpenFile> h = Get(id);
   if (!h) return SysResult::Err(EBADF);

@@ -155,6 +155,10 @@ struct File : std::enable_shared_from_this<File> {
   /// mapping->i_mmap_rwsem and i_mmap.
   RwSem i_mmap_rwsem{LockClass::kIMmapRwsem, LockRank::kIMmapRwsem};
   std::set<std::pair<uint64_t, Vma*>> i_mmap ABSL_GUARDED_BY(i_mmap_rwsem);
+  /// VMAs of this file already in a space's VMA tree but not yet in i_mmap: only
+  /// while a narrow-scope mmap is between its two inserts (IMmapScope::kNarrow). An
+  /// rmap walker holding i_mmap_rwsem that sees it nonzero would miss them (CheckRmap).
+  std::atomic<uint64_t> unlinked_visible{0};
 
   /// mapping->wb_err (errseq_t, simplified): the number of failed writebacks so far.
   /// Each OpenFile remembers how many it has reported (OpenFile::wb_err_seen).

@@ -79,8 +79,10 @@ void MmStruct::VmaLinkNewLocked(Vma* v) {
     return;
   }
   if (opts.i_mmap_scope == IMmapScope::kNarrow) {
+    f->unlinked_visible.fetch_add(1, std::memory_order_seq_cst);
     publish();
     VmaLinkFileLocked(v);
+    f->unlinked_visible.fetch_sub(1, std::memory_order_seq_cst);
     return;
   }
   v->vm_mm = this;
