@@ -66,28 +66,24 @@ void MmStruct::VmaLinkFileLocked(Vma* v) {
 
 void MmStruct::VmaLinkNewLocked(Vma* v) {
   File* f = v->file();
-  auto hook = g_mmap_region_test_hook.load(std::memory_order_acquire);
-  auto publish = [&] {
-    VmaInsertLocked(v);  // vma_iter_store: visible to lockless lookups from here
-    if (hook) {
-      v->vm_lock_seq.store(mm_lock_seq.load(std::memory_order_relaxed) - 1, std::memory_order_seq_cst);
-      hook(this, v->vm_start);
-    }
-  };
   if (!f) {
     VmaInsertLocked(v);
     return;
   }
-  if (opts.i_mmap_scope == IMmapScope::kNarrow) {
-    f->unlinked_visible.fetch_add(1, std::memory_order_seq_cst);
-    publish();
-    VmaLinkFileLocked(v);
+  const bool narrow = opts.i_mmap_scope == IMmapScope::kNarrow;
+  v->vm_mm = this;
+  if (narrow) f->unlinked_visible.fetch_add(1, std::memory_order_seq_cst);
+  else IMmapLock(*this, f);  // i_mmap_lock_write(vma->vm_file->f_mapping) across both inserts
+  VmaInsertLocked(v);        // vma_iter_store: visible to lockless lookups from here
+  if (auto hook = g_mmap_region_test_hook.load(std::memory_order_acquire)) {
+    v->vm_lock_seq.store(mm_lock_seq.load(std::memory_order_relaxed) - 1, std::memory_order_seq_cst);
+    hook(this, v->vm_start);
+  }
+  if (narrow) {
+    VmaLinkFileLocked(v);  // the lock for the file side only
     f->unlinked_visible.fetch_sub(1, std::memory_order_seq_cst);
     return;
   }
-  v->vm_mm = this;
-  IMmapLock(*this, f);  // i_mmap_lock_write(vma->vm_file->f_mapping)
-  publish();
   IMmapInsert(f, v);
   IMmapUnlock(*this, f);
 }
