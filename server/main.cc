@@ -40,6 +40,7 @@
 #include "engine/frame_allocator.h"
 #include "engine/stats.h"
 #include "engine/types.h"
+#include "engine/writeback.h"
 #include "metrics/collector.h"
 #include "metrics/rpc_stats.h"
 #include "rpc/auth.h"
@@ -122,6 +123,13 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(bool, insecure_listen_anywhere, false,
           "Allow a non-loopback --listen without authentication (anyone who reaches the "
           "port may use and destroy every space)");
+ABSL_FLAG(uint64_t, dirty_bytes, vmspace::DirtyLimits{}.dirty_bytes,
+          "vm.dirty_bytes: dirty host-file page-cache bytes (daemon-wide) above which a "
+          "writer (MAP_SHARED write fault, WriteFile) waits for writeback");
+ABSL_FLAG(uint64_t, dirty_background_bytes, vmspace::DirtyLimits{}.dirty_background_bytes,
+          "vm.dirty_background_bytes: dirty bytes above which the writeback thread starts "
+          "writing dirty pages to the host files (at least --dirty-bytes / 2 is used when "
+          "it is not below --dirty-bytes)");
 ABSL_FLAG(std::string, shard, "0",
           "This daemon's shard among several, 0..8191: the high bits of its space ids "
           "(id = shard << 40 | n). \"hostname\": the number ending the host name, as a "
@@ -323,6 +331,9 @@ int main(int argc, char** argv) {
   options.fault_around_bytes = absl::GetFlag(FLAGS_fault_around_bytes);
   if (!vmspace::rpc::ValidFaultAroundBytes(options.fault_around_bytes))
     return Fail("--fault-around-bytes must be a power of two in [4096, 2097152]");
+  if (absl::GetFlag(FLAGS_dirty_bytes) < vmspace::kPageSize) return Fail("--dirty-bytes must be >= 4096");
+  vmspace::SetDirtyLimits({.dirty_bytes = absl::GetFlag(FLAGS_dirty_bytes),
+                           .dirty_background_bytes = absl::GetFlag(FLAGS_dirty_background_bytes)});
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   if (!data_dir.empty() && access(data_dir.c_str(), R_OK | W_OK | X_OK) != 0)
     return Fail("--data-dir " + data_dir + ": not a writable directory");
@@ -529,6 +540,7 @@ int main(int argc, char** argv) {
   // page of every file goes back to its host file.
   const auto synced_t0 = std::chrono::steady_clock::now();
   registry.DestroyAll();
+  vmspace::StopWriteback();  // no writeback pass runs while the files are synced and dropped
   if (const int err = registry.files().SyncAll(); err != 0)
     return Fail(std::string("shutdown: writing dirty file pages back failed: ") +
                 vmspace::ErrnoName(err) + " (some data in --data-dir is lost)");

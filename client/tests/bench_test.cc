@@ -443,5 +443,53 @@ TEST(Lockstat, UnreachableDaemon) {
   EXPECT_TRUE(Contains(r.err, "UNAVAILABLE")) << r.err;
 }
 
+// bench shmem-dirty (seed 002): retry handles each page's fault twice (pgfault 2 per
+// page, one VM_FAULT_RETRY each), completed once; min_flt 1 per page either way, and
+// the kernel's memfd loop (VM_FAULT_COMPLETED since 5.19) 1 per page.
+TEST(BenchShmemDirty, RetryVsCompleted) {
+  json j = CliJson({"bench", "shmem-dirty", "--size", "8M", "--runs", "2", "--compare",
+                    "shared_fault_completion=retry,completed"});
+  ASSERT_EQ(j["results"].size(), 2u);
+  const json& retry = j["results"][0];
+  const json& completed = j["results"][1];
+  EXPECT_EQ(retry["shared_fault_completion"], "retry");
+  EXPECT_EQ(retry["pages"], 2048);
+  EXPECT_EQ(retry["pgfault"], 4096);
+  EXPECT_EQ(retry["retries"], 2048);
+  EXPECT_EQ(retry["min_flt"], 2048);
+  EXPECT_EQ(retry["mmap_lock"]["acquisitions"], 2048);  // the retried attempts (6.15: first under the VMA lock)
+  EXPECT_EQ(completed["pgfault"], 2048);
+  EXPECT_EQ(completed["retries"], 0);
+  EXPECT_EQ(completed["completed"], 2048);
+  EXPECT_EQ(completed["mmap_lock"]["acquisitions"], 0);
+  EXPECT_GT(retry["seconds"].get<double>(), 0);
+  ASSERT_TRUE(j["native"].is_object());
+  EXPECT_NEAR(j["native"]["min_flt_per_page"].get<double>(), 1.0, 0.05);
+  EXPECT_TRUE(j["error"].is_null());
+}
+
+TEST(BenchShmemDirty, Usage) {
+  EXPECT_EQ(Cli({"bench", "shmem-dirty", "--compare", "vma_lock=off,all"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"bench", "shmem-dirty", "--shared-fault-completion", "sometimes"}).code, kExitUsage);
+}
+
+// bench execl (seed 003): every exec takes the binary's i_mmap_rwsem the same number of
+// times in both scopes (19: the span, three MAP_FIXED segments splitting it, the
+// teardown); the rmap checker never finds a VMA outside i_mmap under wide.
+TEST(BenchExecl, WideNarrow) {
+  json j = CliJson({"bench", "execl", "--clients", "2", "--duration", "300ms", "--skip-native"});
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const json& r : j["results"]) {
+    SCOPED_TRACE(r.dump());
+    EXPECT_GT(r["iterations"].get<uint64_t>(), 0u);
+    EXPECT_EQ(r["i_mmap_rwsem"]["acquisitions"].get<uint64_t>(), 19 * r["iterations"].get<uint64_t>());
+    EXPECT_GT(r["rmap_checks"].get<uint64_t>(), 0u);
+  }
+  EXPECT_EQ(j["results"][0]["i_mmap_scope"], "wide");
+  EXPECT_EQ(j["results"][0]["race_hits"], 0);
+  EXPECT_EQ(j["results"][1]["i_mmap_scope"], "narrow");
+  EXPECT_TRUE(j["error"].is_null());
+}
+
 }  // namespace
 }  // namespace vmspace::cli

@@ -229,15 +229,23 @@ SysResult FileTable::Write(uint64_t id, uint64_t offset, const void* src, uint64
   RcuThread();
   File& f = *h->file;
   const auto* in = static_cast<const uint8_t*>(src);
-  MutexLock l(f.i_rwsem);  // generic_perform_write under inode_lock
-  return ForEachFolio(f, offset, len, /*read=*/false,
-                      [&](Folio* folio, uint64_t pos, uint64_t in_page, uint64_t done, uint64_t n) -> uint64_t {
-                        memcpy(static_cast<uint8_t*>(folio->frame) + in_page, in + done, n);
-                        f.MarkDirty(folio);
-                        if (pos + n > f.i_size.load(std::memory_order_relaxed))
-                          f.i_size.store(pos + n, std::memory_order_release);
-                        return n;
-                      });
+  bool dirtied = false;
+  SysResult r;
+  {
+    MutexLock l(f.i_rwsem);  // generic_perform_write under inode_lock
+    r = ForEachFolio(f, offset, len, /*read=*/false,
+                     [&](Folio* folio, uint64_t pos, uint64_t in_page, uint64_t done, uint64_t n) -> uint64_t {
+                       memcpy(static_cast<uint8_t*>(folio->frame) + in_page, in + done, n);
+                       dirtied |= f.MarkDirty(folio);
+                       if (pos + n > f.i_size.load(std::memory_order_relaxed))
+                         f.i_size.store(pos + n, std::memory_order_release);
+                       return n;
+                     });
+  }
+  // generic_perform_write throttles per page under i_rwsem; the engine does it once per
+  // call after dropping it, so that a throttled writer holds no engine lock.
+  if (dirtied) BalanceDirtyPagesRatelimited(f);
+  return r;
 }
 
 int FileTable::Fsync(uint64_t id) {
@@ -245,6 +253,14 @@ int FileTable::Fsync(uint64_t id) {
   if (!h) return EBADF;
   RcuThread();
   return VfsFsyncRange(*h, 0, ~0ull);
+}
+
+SysResult FileTable::CheckRmap(uint64_t id) {
+  std::shared_ptr<OpenFile> h = Get(id);
+  if (!h) return SysResult::Err(EBADF);
+  File& f = *h->file;
+  ReadGuard l(f.i_mmap_rwsem);
+  return SysResult::Ok(f.unlinked_visible.load(std::memory_order_seq_cst));
 }
 
 SysResult FileTable::Stat(uint64_t id, FileStat* out) const {

@@ -147,6 +147,7 @@ File::~File() {
     frames.Free(f->frame);
     delete f;
   }
+  if (!shmem()) AccountCleaned(nrdirty.load(std::memory_order_relaxed));
   if (failed)
     fprintf(stderr, "vmspace: %d dirty pages of %s could not be written back at its last close: %s\n",
             failed, maps_name.c_str(), strerror(errno));
@@ -213,9 +214,22 @@ Folio* File::GetLockedFolio(uint64_t index, bool* major, int* err) {
   }
 }
 
-void File::MarkDirty(Folio* f) {
-  if (shmem()) return;  // shmem has no backing store to write to
-  if (!f->dirty.exchange(true, std::memory_order_acq_rel)) nrdirty.fetch_add(1, std::memory_order_relaxed);
+bool File::MarkDirty(Folio* f) {
+  if (f->dirty.exchange(true, std::memory_order_acq_rel)) return false;
+  if (!shmem()) {  // shmem has no backing store to write to: the flag only
+    nrdirty.fetch_add(1, std::memory_order_relaxed);
+    AccountDirtied(*this);
+  }
+  return true;
+}
+
+bool File::ClearDirty(Folio* f) {
+  if (!f->dirty.exchange(false, std::memory_order_acq_rel)) return false;
+  if (!shmem()) {
+    nrdirty.fetch_sub(1, std::memory_order_relaxed);
+    AccountCleaned(1);
+  }
+  return true;
 }
 
 int File::WriteRange(uint64_t first, uint64_t last) {
@@ -238,10 +252,7 @@ int File::WriteRange(uint64_t first, uint64_t last) {
     Folio* f = pages.Load(index);
     if (!f) continue;
     f->Lock();
-    if (!f->removed.load(std::memory_order_relaxed) && f->dirty.exchange(false, std::memory_order_acq_rel)) {
-      nrdirty.fetch_sub(1, std::memory_order_relaxed);
-      cleaned.push_back(index);
-    }
+    if (!f->removed.load(std::memory_order_relaxed) && ClearDirty(f)) cleaned.push_back(index);
     f->Unlock();
   }
   if (cleaned.empty()) return 0;

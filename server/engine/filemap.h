@@ -119,7 +119,7 @@ class PageCacheTree {
 
 /// A file (inode + address_space). Created by FileTable (host files, memfd) or by a
 /// shared anonymous mmap (shmem_zero_setup); lives while an OpenFile refers to it.
-struct File {
+struct File : std::enable_shared_from_this<File> {
   /// `fd`: the host file (owned, closed by the destructor), or -1 for shmem.
   File(FrameAllocator& frames, uint64_t ino, uint32_t dev_major, uint32_t dev_minor, std::string path,
        std::string maps_name, int fd, bool host_writable, uint64_t size);
@@ -149,11 +149,16 @@ struct File {
   Mutex i_pages_lock{LockRank::kIPages};
   PageCacheTree pages;
   std::atomic<uint64_t> nrpages{0};  // folios in the cache
-  std::atomic<uint64_t> nrdirty{0};  // of them dirty
+  std::atomic<uint64_t> nrdirty{0};  // of them dirty (host files; shmem pages are not counted)
+  std::atomic<bool> on_dirty_list{false};  // on the writeback domain's b_dirty list
 
   /// mapping->i_mmap_rwsem and i_mmap.
   RwSem i_mmap_rwsem{LockClass::kIMmapRwsem, LockRank::kIMmapRwsem};
   std::set<std::pair<uint64_t, Vma*>> i_mmap ABSL_GUARDED_BY(i_mmap_rwsem);
+  /// VMAs of this file already in a space's VMA tree but not yet in i_mmap: only
+  /// while a narrow-scope mmap is between its two inserts (IMmapScope::kNarrow). An
+  /// rmap walker holding i_mmap_rwsem that sees it nonzero would miss them (CheckRmap).
+  std::atomic<uint64_t> unlinked_visible{0};
 
   /// mapping->wb_err (errseq_t, simplified): the number of failed writebacks so far.
   /// Each OpenFile remembers how many it has reported (OpenFile::wb_err_seen).
@@ -165,9 +170,15 @@ struct File {
   /// or EIO (the read failed). Does not check i_size (callers do, with it locked).
   /// Takes i_pages_lock; may sleep on the folio lock.
   Folio* GetLockedFolio(uint64_t index, bool* major, int* err);
-  /// folio_mark_dirty() (regular files; shmem pages are not tracked). Folio locked or
-  /// mapped writable by the caller's fault.
-  void MarkDirty(Folio* f);
+  /// folio_mark_dirty(): sets PG_dirty; true if the folio was clean (the caller then
+  /// throttles: fault_dirty_shared_page, balance_dirty_pages_ratelimited). Host
+  /// files count the page in nrdirty and the daemon-wide dirty figure and join the
+  /// writeback list; shmem only sets the flag (noop_dirty_folio: no writeback
+  /// capability). Folio locked or mapped writable by the caller's fault.
+  bool MarkDirty(Folio* f);
+  /// folio_clear_dirty_for_io() / the accounting of removing a dirty folio: clears
+  /// PG_dirty; true if it was set. Folio locked.
+  bool ClearDirty(Folio* f);
   /// filemap_write_and_wait_range() for pages [first, last]: write-protects the dirty
   /// ones in every shared mapping (page_mkclean through i_mmap), waits a grace period
   /// (lockless writers that loaded the writable PTE before are done: the TLB flush),
@@ -190,6 +201,17 @@ struct File {
     return (i_size.load(std::memory_order_acquire) + kPageSize - 1) >> kPageShift;
   }
 };
+
+/// Dirty accounting of host-file pages (page-writeback.cc): one page more / `pages`
+/// fewer in the daemon-wide figure; AccountDirtied also puts f on the writeback list.
+void AccountDirtied(File& f);
+void AccountCleaned(uint64_t pages);
+/// balance_dirty_pages_ratelimited(): after a write dirtied a page of f, starts
+/// background writeback above --dirty-background-bytes and, above --dirty-bytes,
+/// waits until writeback brings the dirty figure under it (or a pass cleans nothing).
+/// Nothing for shmem. The caller holds no engine lock (asserted under lockdep) and is
+/// not in an RCU read-side section (the writeback thread waits for grace periods).
+void BalanceDirtyPagesRatelimited(File& f);
 
 /// vfs_fsync_range() on handle h for pages [first, last] (fs/sync.c, msync.c): writes
 /// them back, then reports EIO once if a writeback of the file failed since h last

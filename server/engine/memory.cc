@@ -8,6 +8,7 @@
 // assumed after a fault: a racing fault may have changed it in between (a concurrent
 // read installing the zero page under this write, a zap), and the re-executed access
 // then faults again, as on the hardware.
+#include <algorithm>
 #include <cstring>
 
 #include "engine/cancel.h"
@@ -216,7 +217,7 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
     if (shared) {  // wp_page_shared: the page becomes dirty, the PTE writable
       Folio* f = lock_mapped(frame);
       if (!f) return FaultOutcome::kNone;
-      file->MarkDirty(f);
+      vmf.dirtied = file->MarkDirty(f);
       {
         SpinGuard l(t->ptl);
         if (t->Get(i) == orig) t->Set(i, MakePte(frame, PteBitsFor(*v, false) | kPteFile));
@@ -280,7 +281,7 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
     return sigbus();
   }
   if (copy) CopyFrameRacy(copy, f->frame);
-  if (write && shared) file->MarkDirty(f);
+  if (write && shared) vmf.dirtied = file->MarkDirty(f);
   bool installed = false;
   {
     SpinGuard l(t->ptl);  // finish_fault
@@ -297,7 +298,8 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
   return major ? FaultOutcome::kMajor : FaultOutcome::kMinor;
 }
 
-FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma_locked, bool* retry) {
+FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma_locked, bool* retry,
+                                 std::shared_ptr<OpenFile>* fpin) {
   FaultResult r;
   r.path = vma_locked ? LockPath::kVmaLock : LockPath::kMmapLock;
   auto segv = [&](int code) {
@@ -331,16 +333,22 @@ FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma
     *retry = true;
     return r;
   }
+  // fault_dirty_shared_page(): the PTE is installed; the caller drops its lock and
+  // throttles (a second attempt, FAULT_FLAG_TRIED, keeps its lock and does not).
+  if (vmf.dirtied && fpin) *fpin = v->vm_file;
   if (o == FaultOutcome::kSigbus) {
+    r.vm_fault = VM_FAULT_SIGBUS;
     r.outcome = o;
     r.sig_code = kBusAdrerr;
     r.sig_addr = addr;
     return r;
   }
   if (o == FaultOutcome::kOom) {
+    r.vm_fault = VM_FAULT_OOM;
     r.outcome = o;
     return r;
   }
+  if (o == FaultOutcome::kMajor) r.vm_fault = VM_FAULT_MAJOR;
   r.faults = (o == FaultOutcome::kMinor || o == FaultOutcome::kMajor) ? 1 : 0;
   if (nx) return segv(kSegvAccerr);
   r.outcome = o;
@@ -356,11 +364,13 @@ FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
                           (++tls_vma_hold_sample & (sync_internal::kHoldSampleEvery - 1)) == 0;
       const uint64_t t0 = sample ? NowTicks() : 0;
       bool retry = false;
-      FaultResult r = FaultInVma(v, addr, acc, /*vma_locked=*/true, &retry);
+      std::shared_ptr<OpenFile> fpin;
+      FaultResult r = FaultInVma(v, addr, acc, /*vma_locked=*/true, &retry, &fpin);
       if (sample)
         RecordHold(LockClass::kVmaLock, LockMode::kRead, NowTicks() - t0, sync_internal::kHoldSampleEvery);
       LockdepRelease(LockRank::kVmaLock, v);
       VmaEndRead(v);
+      if (fpin) return FinishDirtyFault(r, std::move(fpin), addr, acc);  // VMA lock dropped
       if (!retry) {
         CountEvent(Event::kVmaLockSuccess);
         return r;
@@ -368,6 +378,31 @@ FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
       // VM_FAULT_RETRY (counted by reason where it was decided): redo under mmap_lock.
     }
   }
+  return FaultUnderMmapLock(addr, acc, /*tried=*/false);
+}
+
+FaultResult MmStruct::FinishDirtyFault(FaultResult r, std::shared_ptr<OpenFile> fpin, uint64_t addr,
+                                       AccessType acc) {
+  BalanceDirtyPagesRatelimited(*fpin->file);
+  fpin.reset();  // fput
+  if (opts.shared_fault_completion == SharedFaultCompletion::kCompleted) {
+    CountEvent(Event::kFaultCompleted);
+    r.vm_fault |= VM_FAULT_COMPLETED;
+    return r;
+  }
+  // Before Linux 5.19 the only way to say "lock dropped" was VM_FAULT_RETRY: the arch
+  // handler sets FAULT_FLAG_TRIED and runs handle_mm_fault again under mmap_lock; the
+  // PTE is already there, so that attempt is spurious, but it is another pgfault.
+  CountEvent(Event::kFaultRetryDirty);
+  FaultResult r2 = FaultUnderMmapLock(addr, acc, /*tried=*/true);
+  if (r2.failed()) return r2;
+  r2.faults = std::max(r2.faults, r.faults);  // min_flt: a RETRY is accounted once
+  if (r2.outcome == FaultOutcome::kNone) r2.outcome = r.outcome;
+  r2.vm_fault |= VM_FAULT_RETRY;
+  return r2;
+}
+
+FaultResult MmStruct::FaultUnderMmapLock(uint64_t addr, AccessType acc, bool tried) {
   mmap_lock.LockRead();
   Vma* v = FindVmaLocked(addr);
   if (v && v->vm_start > addr && (v->vm_flags & VM_GROWSDOWN)) {
@@ -385,9 +420,12 @@ FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
     MmapWriteUnlock();
     return r;
   }
-  FaultResult r = (!v || v->vm_start > addr) ? MapErr(addr, LockPath::kMmapLock)
-                                             : FaultInVma(v, addr, acc, /*vma_locked=*/false);
+  std::shared_ptr<OpenFile> fpin;
+  FaultResult r = (!v || v->vm_start > addr)
+                      ? MapErr(addr, LockPath::kMmapLock)
+                      : FaultInVma(v, addr, acc, /*vma_locked=*/false, nullptr, tried ? nullptr : &fpin);
   mmap_lock.UnlockRead();
+  if (fpin) return FinishDirtyFault(r, std::move(fpin), addr, acc);
   return r;
 }
 

@@ -137,7 +137,16 @@ struct VmFault {
   /// Set by the handler with outcome kNone: VM_FAULT_RETRY, the fault needs mmap_lock
   /// (only with vma_locked); the event names the reason.
   bool retry = false;
+  /// Set by the handler: a shared write dirtied a clean page-cache page, its PTE is
+  /// installed (fault_dirty_shared_page: the caller drops its lock and throttles).
+  bool dirtied = false;
 };
+
+/// Test-only: called by VmaLinkNewLocked between the VMA-tree insert and the i_mmap
+/// insert of a new file VMA (arguments: the space, the VMA's start), on the mmap
+/// thread, which holds mmap_lock for write (and, with i_mmap_scope wide, the file's
+/// i_mmap_rwsem for write). Null in production.
+inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_mmap_region_test_hook{nullptr};
 
 struct MmStruct final : FrameAllocator::DeferredFrees {
   MmStruct(FrameAllocator& f, const SpaceOptions& o);
@@ -343,6 +352,14 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// vma_link_file() / __vma_link_file(): adds file VMA v to its File's i_mmap (no-op
   /// for anonymous VMAs). Before v can install a PTE: v is new and write-locked.
   void VmaLinkFileLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// __mmap_region's link of a new VMA v (vma_iter_store + vma_link_file): into the
+  /// VMA tree and, for a file VMA, its File's i_mmap, with i_mmap_rwsem held for write
+  /// across both (opts.i_mmap_scope wide) or only around the i_mmap insert (narrow).
+  /// With the test hook set (g_mmap_region_test_hook), v is published not
+  /// write-locked, so a fault can reach it at once (Linux 6.4-rc before "mm: lock newly
+  /// mapped VMA which can be modified after it becomes visible"), and the hook runs
+  /// between the two inserts.
+  void VmaLinkNewLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// unlink_file_vma(): removes v from its File's i_mmap, once its PTEs are zapped or
   /// covered by a VMA that took its place (a merge). Takes i_mmap_rwsem for write.
   void VmaUnlinkFileLocked(Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
@@ -415,8 +432,22 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// access_error() + handle_mm_fault() for a VMA covering addr, pinned by the caller's
   /// lock (as HandleMmFault). Does not perform the access.
   /// With vma_locked, *retry (if given) is set when the fault must be redone under
-  /// mmap_lock (VM_FAULT_RETRY); nothing was done then.
-  FaultResult FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma_locked, bool* retry = nullptr);
+  /// mmap_lock (VM_FAULT_RETRY); nothing was done then. With `fpin` (the caller may
+  /// drop its lock: FAULT_FLAG_ALLOW_RETRY without FAULT_FLAG_TRIED), a fault that
+  /// dirtied a shared page sets *fpin to the VMA's file (get_file), for
+  /// FinishDirtyFault after the caller's unlock (maybe_unlock_mmap_for_io).
+  FaultResult FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma_locked, bool* retry = nullptr,
+                         std::shared_ptr<OpenFile>* fpin = nullptr);
+  /// The mmap_lock part of do_user_addr_fault (lock_mm_and_find_vma, handle_mm_fault);
+  /// `tried`: FAULT_FLAG_TRIED, the second attempt after VM_FAULT_RETRY (it never
+  /// drops its lock to throttle).
+  FaultResult FaultUnderMmapLock(uint64_t addr, AccessType acc, bool tried) ABSL_LOCKS_EXCLUDED(mmap_lock);
+  /// The end of a fault that dirtied a shared page, with the fault's lock dropped:
+  /// balance_dirty_pages_ratelimited, then VM_FAULT_COMPLETED (r returned), or
+  /// VM_FAULT_RETRY: handle_mm_fault again under mmap_lock (vmstat pgfault counts it
+  /// twice; r.faults once, as min_flt), per opts.shared_fault_completion.
+  FaultResult FinishDirtyFault(FaultResult r, std::shared_ptr<OpenFile> fpin, uint64_t addr, AccessType acc)
+      ABSL_LOCKS_EXCLUDED(mmap_lock);
   /// do_user_addr_fault(): one fault at addr, under the VMA read lock when the profile
   /// allows, else (or on VMA_LOCK_ABORT) under mmap_lock read, expanding a stack under
   /// mmap_lock write. Takes and releases every lock itself.

@@ -291,8 +291,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
     v->vm_pgoff = pgoff;
     if (file) v->vm_file = file;
     else if (vm_flags & VM_SHARED) v->vm_file = NewShmemFile(m.frames, "/dev/zero (deleted)", plen);  // shmem_zero_setup
-    m.VmaLinkFileLocked(v);  // __mmap_new_vma: in i_mmap before it can map a page
-    m.VmaInsertLocked(v);
+    m.VmaLinkNewLocked(v);  // __mmap_new_vma: tree + i_mmap, before it can map a page
   }
   m.total_vm.store(m.total_vm.load(std::memory_order_relaxed) + pages, std::memory_order_relaxed);
   *addr_inout = addr;

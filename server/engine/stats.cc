@@ -36,6 +36,10 @@ const char* EventName(Event e) {
     case Event::kFaultAroundPages: return "fault_around_pages";
     case Event::kVmaLockRetryFile: return "vma_lock_retry_file";
     case Event::kVmaLockRetryAnonVma: return "vma_lock_retry_anon_vma";
+    case Event::kFaultRetryDirty: return "fault_retry_dirty";
+    case Event::kFaultCompleted: return "fault_completed";
+    case Event::kDirtyThrottled: return "dirty_throttled";
+    case Event::kWritebackPages: return "writeback_pages";
     case Event::kCount: break;
   }
   return "?";

@@ -64,7 +64,7 @@ int File::SetSizeLocked(uint64_t size) {
       pages.Store(index, nullptr);
       f->removed.store(true, std::memory_order_release);
       nrpages.fetch_sub(1, std::memory_order_relaxed);
-      if (f->dirty.exchange(false, std::memory_order_acq_rel)) nrdirty.fetch_sub(1, std::memory_order_relaxed);
+      ClearDirty(f);
     }
     f->Unlock();
     if (ours) FreeFolioDeferred(f);

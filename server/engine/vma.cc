@@ -64,6 +64,30 @@ void MmStruct::VmaLinkFileLocked(Vma* v) {
   IMmapUnlock(*this, f);
 }
 
+void MmStruct::VmaLinkNewLocked(Vma* v) {
+  File* f = v->file();
+  if (!f) {
+    VmaInsertLocked(v);
+    return;
+  }
+  const bool narrow = opts.i_mmap_scope == IMmapScope::kNarrow;
+  v->vm_mm = this;
+  if (narrow) f->unlinked_visible.fetch_add(1, std::memory_order_seq_cst);
+  else IMmapLock(*this, f);  // i_mmap_lock_write(vma->vm_file->f_mapping) across both inserts
+  VmaInsertLocked(v);        // vma_iter_store: visible to lockless lookups from here
+  if (auto hook = g_mmap_region_test_hook.load(std::memory_order_acquire)) {
+    v->vm_lock_seq.store(mm_lock_seq.load(std::memory_order_relaxed) - 1, std::memory_order_seq_cst);
+    hook(this, v->vm_start);
+  }
+  if (narrow) {
+    VmaLinkFileLocked(v);  // the lock for the file side only
+    f->unlinked_visible.fetch_sub(1, std::memory_order_seq_cst);
+    return;
+  }
+  IMmapInsert(f, v);
+  IMmapUnlock(*this, f);
+}
+
 void MmStruct::VmaUnlinkFileLocked(Vma* v) {
   File* f = v->file();
   if (!f) return;

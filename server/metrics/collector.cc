@@ -10,6 +10,7 @@
 #include "engine/frame_allocator.h"
 #include "engine/stats.h"
 #include "engine/types.h"
+#include "engine/writeback.h"
 #include "metrics/rpc_stats.h"
 
 namespace vmspace::metrics {
@@ -154,7 +155,9 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
   auto retries = Family("vmspace_fault_retries_total",
                         "Per-VMA-lock faults redone under mmap_lock (VM_FAULT_RETRY), by reason: file "
                         "(a file VMA the profile does not fault under the VMA lock), anon_vma (a COW "
-                        "fault that must allocate the anon_vma).",
+                        "fault that must allocate the anon_vma); dirty: a shared write fault that dirtied "
+                        "a page dropped its lock to throttle and returned VM_FAULT_RETRY "
+                        "(shared_fault_completion=retry), handled again under mmap_lock.",
                         MetricType::Counter);
   for (const auto& [profile, ps] : slots) {
     AddValue(around, {{"profile", profile}}, static_cast<double>(ps.event(Event::kFaultAroundPages)));
@@ -162,6 +165,8 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
              static_cast<double>(ps.event(Event::kVmaLockRetryFile)));
     AddValue(retries, {{"reason", "anon_vma"}, {"profile", profile}},
              static_cast<double>(ps.event(Event::kVmaLockRetryAnonVma)));
+    AddValue(retries, {{"reason", "dirty"}, {"profile", profile}},
+             static_cast<double>(ps.event(Event::kFaultRetryDirty)));
   }
   out.push_back(std::move(around));
   out.push_back(std::move(retries));
@@ -264,6 +269,15 @@ std::vector<MetricFamily> Collector::Collect() const {
         g.page_cache_bytes);
   gauge("vmspace_page_cache_dirty_bytes",
         "Bytes of page-cache pages not yet written back to their host files.", g.page_cache_dirty_bytes);
+  const WritebackStats wb = ReadWritebackStats();
+  const DirtyLimits dl = GetDirtyLimits();
+  gauge("vmspace_dirty_limit_bytes", "Dirty host-file bytes above which writers wait (--dirty-bytes).",
+        dl.dirty_bytes);
+  gauge("vmspace_dirty_background_bytes",
+        "Dirty host-file bytes above which the writeback thread runs (--dirty-background-bytes).",
+        dl.dirty_background_bytes);
+  gauge("vmspace_dirty_throttled_writers", "Writers waiting in balance_dirty_pages now.", wb.throttled_now);
+  gauge("vmspace_writeback_passes", "Passes of the writeback thread since start.", wb.passes);
   gauge("vmspace_frame_bytes", "Page-frame memory in use, bytes.",
         frames_ ? frames_->in_use_bytes() : 0);
   gauge("vmspace_frame_limit_bytes",

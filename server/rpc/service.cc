@@ -306,6 +306,11 @@ OpStatus ToSpaceOptions(const v1::SpaceSettings& s, const LockingProfile& defaul
   if (!ValidFaultAroundBytes(o->fault_around_bytes))
     return ErrnoErrorDetail(EINVAL, "CreateSpace",
                             "fault_around_bytes must be a power of two in [4096, 2097152]");
+  if (!s.shared_fault_completion().empty() &&
+      !ParseSharedFaultCompletion(s.shared_fault_completion(), &o->shared_fault_completion))
+    return ErrnoErrorDetail(EINVAL, "CreateSpace", "shared_fault_completion must be retry or completed");
+  if (!s.i_mmap_scope().empty() && !ParseIMmapScope(s.i_mmap_scope(), &o->i_mmap_scope))
+    return ErrnoErrorDetail(EINVAL, "CreateSpace", "i_mmap_scope must be wide or narrow");
   if (!PageAligned(o->mmap_base) || o->mmap_base == 0 || o->mmap_base > kTaskSize)
     return ErrnoErrorDetail(EINVAL, "CreateSpace",
                             "mmap_base must be page aligned and in (0, 0x7ffffffff000]");

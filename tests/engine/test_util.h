@@ -8,7 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <string>
 #include <memory>
 
 #include "engine/address_space.h"
@@ -27,5 +31,15 @@ inline void ExpectAllFramesFreed(std::unique_ptr<AddressSpace>& as, FrameAllocat
   RcuBarrier();
   EXPECT_EQ(frames.in_use_frames(), 0) << "frames leaked (>0) or freed twice (<0)";
 }
+
+/// A temporary directory (a FileTable's data directory), removed with its contents.
+struct ScratchDir {
+  ScratchDir() {
+    char tmpl[] = "/tmp/vmspace-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path); }
+  std::string path;
+};
 
 }  // namespace vmspace::testing_util

@@ -336,6 +336,28 @@ TEST_F(FilesTest, FaultAroundSetting) {
   EXPECT_TRUE(cl_->CreateSpace(s).ok());
 }
 
+// Settings: shared_fault_completion is "", retry or completed.
+TEST_F(FilesTest, SharedFaultCompletionSetting) {
+  v1::SpaceSettings s;
+  s.set_shared_fault_completion("sometimes");
+  EXPECT_TRUE(Fails(cl_->CreateSpace(s), StatusCode::INVALID_ARGUMENT, "EINVAL"));
+  for (const char* ok : {"", "retry", "completed"}) {
+    s.set_shared_fault_completion(ok);
+    EXPECT_TRUE(cl_->CreateSpace(s).ok()) << ok;
+  }
+}
+
+// Settings: i_mmap_scope is "", wide or narrow.
+TEST_F(FilesTest, IMmapScopeSetting) {
+  v1::SpaceSettings s;
+  s.set_i_mmap_scope("medium");
+  EXPECT_TRUE(Fails(cl_->CreateSpace(s), StatusCode::INVALID_ARGUMENT, "EINVAL"));
+  for (const char* ok : {"", "wide", "narrow"}) {
+    s.set_i_mmap_scope(ok);
+    EXPECT_TRUE(cl_->CreateSpace(s).ok()) << ok;
+  }
+}
+
 // Nothing lost: data written through a shared mapping (never msync'ed) survives SIGTERM;
 // a new daemon on the same --data-dir reads it back with ReadFile and through a fresh
 // mapping, whose first access is a major fault (a page-cache miss reads the host file).

@@ -23,6 +23,31 @@
 
 namespace vmspace {
 
+/// How a shared write fault that dirtied a page ends after it dropped its lock to
+/// throttle (fault_dirty_shared_page, mm/memory.c): kRetry returns VM_FAULT_RETRY and
+/// handle_mm_fault runs again (Linux < 5.19: vmstat pgfault counts 2 per page);
+/// kCompleted returns VM_FAULT_COMPLETED (Linux 5.19+, commit "mm: avoid unnecessary
+/// page fault retires on shared memory types": 1 per page).
+enum class SharedFaultCompletion : uint8_t { kRetry, kCompleted };
+/// "retry", "completed".
+const char* SharedFaultCompletionName(SharedFaultCompletion c);
+/// Parses "retry" | "completed"; false if neither.
+bool ParseSharedFaultCompletion(const std::string& s, SharedFaultCompletion* out);
+
+/// How mmap of a file links its new VMA (mm/vma.c __mmap_region, vma_link_file):
+/// kWide holds the file's i_mmap_rwsem for write across the VMA-tree insert and the
+/// i_mmap insert, as Linux does (since 2002: vma_link()); kNarrow stores the VMA in
+/// the tree first and takes the lock only for the i_mmap insert (Yu Ma's 2023
+/// proposal, "mm/mmap: move vma operations to mm_struct out of the critical section
+/// of file mapping lock", rejected as unsafe: an rmap walk such as truncate's
+/// unmap_mapping_range can run between the two inserts and miss a VMA that a fault
+/// can already reach, leaving a page beyond EOF mapped).
+enum class IMmapScope : uint8_t { kWide, kNarrow };
+/// "wide", "narrow".
+const char* IMmapScopeName(IMmapScope s);
+/// Parses "wide" | "narrow"; false if neither.
+bool ParseIMmapScope(const std::string& s, IMmapScope* out);
+
 /// Per-space settings. Defaults are this machine's kernel settings for a root process
 /// started with `setarch -R` (ASLR off) and an 8 MiB stack rlimit.
 struct SpaceOptions {
@@ -55,6 +80,11 @@ struct SpaceOptions {
   /// cache, within this naturally aligned window, the VMA and one page table. A power
   /// of two in [4096, 2 MiB]; 4096 turns fault-around off.
   uint64_t fault_around_bytes = 65536;
+  /// How a shared write fault that dirtied a page completes (see SharedFaultCompletion);
+  /// default completed, as this machine's kernel.
+  SharedFaultCompletion shared_fault_completion = SharedFaultCompletion::kCompleted;
+  /// The i_mmap_rwsem scope of mmap's VMA link (see IMmapScope); default wide (Linux).
+  IMmapScope i_mmap_scope = IMmapScope::kWide;
   /// Locking design (VMA index, per-VMA lock use in faults).
   LockingProfile profile;
 };

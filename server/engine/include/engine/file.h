@@ -113,6 +113,11 @@ class FileTable {
   /// fsync(2): writes back the file's dirty pages. EBADF; EIO when the backing store
   /// refused a write (reported once per failure, like errseq_t).
   int Fsync(uint64_t id);
+  /// The rmap checker of seed 003: with the file's i_mmap_rwsem held for read (as
+  /// truncate's unmap_mapping_range walks i_mmap), how many VMAs of the file are in a
+  /// space's VMA tree but not in i_mmap (only a narrow-scope mmap between its two
+  /// inserts makes this nonzero; an rmap walk now would miss them). EBADF in `error`.
+  SysResult CheckRmap(uint64_t id);
   /// The file's figures. EBADF in `error` if unknown.
   SysResult Stat(uint64_t id, FileStat* out) const;
   /// Every open handle's Stat, by id.

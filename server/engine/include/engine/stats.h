@@ -44,6 +44,10 @@ enum class Event : uint16_t {
   kFaultAroundPages,  // PTEs installed by fault-around (filemap_map_pages), the faulting one included
   kVmaLockRetryFile,  // VMA-lock fault on a file VMA redone under mmap_lock (VM_FAULT_RETRY, vma_lock=anon)
   kVmaLockRetryAnonVma,  // VMA-lock COW fault needing an anon_vma redone under mmap_lock (vmf_anon_prepare)
+  kFaultRetryDirty,   // shared write fault that dirtied a page, dropped its lock, returned VM_FAULT_RETRY
+  kFaultCompleted,    // the same fault ending VM_FAULT_COMPLETED (shared_fault_completion=completed)
+  kDirtyThrottled,    // balance_dirty_pages: a writer waited for writeback (dirty > --dirty-bytes)
+  kWritebackPages,    // dirty pages written back by the writeback thread (wb_writeback)
   kCount
 };
 const char* EventName(Event e);

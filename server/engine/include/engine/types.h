@@ -99,6 +99,19 @@ enum class FaultOutcome : uint8_t { kNone = 0, kMinor, kMajor, kSigsegv, kSigbus
 /// Most times one access is re-executed after a fault before it ends kInterrupted.
 inline constexpr int kMaxFaultRetries = 1 << 16;
 
+/// vm_fault_t bits (include/linux/mm_types.h, Linux's values) that a fault returned
+/// inside the engine; FaultResult::vm_fault carries those of the access's last fault.
+enum VmFaultBits : uint32_t {
+  VM_FAULT_OOM = 0x000001,
+  VM_FAULT_SIGBUS = 0x000002,
+  VM_FAULT_MAJOR = 0x000004,
+  VM_FAULT_SIGSEGV = 0x000040,
+  VM_FAULT_NOPAGE = 0x000100,
+  VM_FAULT_LOCKED = 0x000200,
+  VM_FAULT_RETRY = 0x000400,  // the fault dropped its lock; handle_mm_fault ran again
+  VM_FAULT_COMPLETED = 0x004000,  // the fault is done and dropped its lock (Linux 5.19+)
+};
+
 /// Which lock a fault was finally handled under.
 enum class LockPath : uint8_t { kNone = 0, kVmaLock, kMmapLock };
 
@@ -120,6 +133,10 @@ struct FaultResult {
   /// re-executed after a racing change (e.g. a concurrent read installed the zero page
   /// before this write's PTE: the write then takes the zero-page copy-on-write fault).
   uint32_t faults = 0;
+  /// VmFaultBits of the last fault: MAJOR, SIGBUS, OOM, and RETRY or COMPLETED when a
+  /// shared write fault dropped its lock to throttle for dirty pages (RETRY: the
+  /// fault was handled a second time; `faults` still counts it once, as min_flt).
+  uint32_t vm_fault = 0;
   bool signal() const {
     return outcome == FaultOutcome::kSigsegv || outcome == FaultOutcome::kSigbus;
   }

@@ -1,0 +1,174 @@
+// Dirty accounting, the dirty limits, balance_dirty_pages and the writeback thread
+// (mm/page-writeback.c balance_dirty_pages_ratelimited, domain_dirty_limits;
+// fs/fs-writeback.c wb_writeback over the b_dirty inode list; Linux 6.18). See
+// engine/writeback.h for what is modelled.
+//
+// Simplifications: one domain (no per-BDI or per-memcg limits), no ratelimiting of the
+// check (every dirtying write checks the global figure: it is one atomic load), no
+// pause-time control loop: a writer over the limit waits for writeback passes until
+// the figure is back under it or a pass cleaned nothing (the backing store refuses
+// writes), and no dirty_expire_centisecs (writeback runs only above the background
+// threshold, on fsync/msync, at the last close and at shutdown).
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/stats.h"
+#include "engine/writeback.h"
+#include "filemap.h"
+#include "sync/lockdep.h"
+
+namespace vmspace {
+
+namespace {
+
+/// The writeback domain and its thread (global_wb_domain + the bdi flusher).
+struct Domain {
+  std::mutex mu;
+  std::condition_variable work_cv;  // the thread waits here for work
+  std::condition_variable done_cv;  // throttled writers wait here for a pass to end
+  std::vector<std::weak_ptr<File>> b_dirty;  // files with dirty pages (inode b_dirty list)
+  std::thread thread;
+  bool running = false, stop = false;
+  bool kick = false;     // a throttled writer (or new limits) asks for a pass
+  bool stalled = false;  // the last pass cleaned nothing: wait for a kick
+  uint64_t passes = 0, last_cleaned = 0, throttled = 0;
+  DirtyLimits limits;
+};
+// Never destroyed: the thread may still run while static destructors do.
+Domain& D() {
+  static Domain* d = new Domain;
+  return *d;
+}
+std::atomic<uint64_t> g_nr_dirty{0};  // NR_FILE_DIRTY, pages
+std::atomic<uint64_t> g_bg_pages{(DirtyLimits{}.dirty_background_bytes) >> kPageShift};
+std::atomic<uint64_t> g_limit_pages{(DirtyLimits{}.dirty_bytes) >> kPageShift};
+
+bool OverBackground() { return g_nr_dirty.load(std::memory_order_relaxed) > g_bg_pages.load(std::memory_order_relaxed); }
+bool OverLimit() { return g_nr_dirty.load(std::memory_order_relaxed) > g_limit_pages.load(std::memory_order_relaxed); }
+
+/// wb_workfn / wb_writeback: writes back every file on b_dirty while above the
+/// background threshold or asked to.
+void WritebackThread() {
+  RcuThread();  // WriteRange reads the page cache under RCU and waits for grace periods
+  Domain& d = D();
+  std::unique_lock l(d.mu);
+  for (;;) {
+    d.work_cv.wait(l, [&] { return d.stop || d.kick || (OverBackground() && !d.b_dirty.empty() && !d.stalled); });
+    if (d.stop) break;
+    d.kick = false;
+    std::vector<std::weak_ptr<File>> list;
+    list.swap(d.b_dirty);
+    l.unlock();
+    uint64_t cleaned = 0;
+    for (auto& w : list) {
+      std::shared_ptr<File> f = w.lock();  // __iget: the inode stays while we write it
+      if (!f) continue;
+      f->on_dirty_list.store(false, std::memory_order_release);  // re-dirtying re-registers it
+      const uint64_t before = f->nrdirty.load(std::memory_order_relaxed);
+      f->WriteRange(0, ~0ull);  // a failure counts in wb_err: fsync reports it
+      const uint64_t after = f->nrdirty.load(std::memory_order_relaxed);
+      cleaned += before - std::min(before, after);
+    }
+    if (cleaned) CountEvent(Event::kWritebackPages, cleaned);
+    l.lock();
+    d.passes++;
+    d.last_cleaned = cleaned;
+    d.stalled = cleaned == 0;
+    d.done_cv.notify_all();
+  }
+}
+
+/// Starts the thread if needed and wakes it. Caller holds d.mu.
+void WakeLocked(Domain& d, bool kick) {
+  if (!d.running) {
+    d.running = true;
+    d.thread = std::thread(WritebackThread);
+  }
+  if (kick) {
+    d.kick = true;
+    d.stalled = false;
+  }
+  d.work_cv.notify_one();
+}
+
+}  // namespace
+
+void AccountDirtied(File& f) {
+  g_nr_dirty.fetch_add(1, std::memory_order_relaxed);
+  if (!f.on_dirty_list.exchange(true, std::memory_order_acq_rel)) {  // __mark_inode_dirty
+    Domain& d = D();
+    std::lock_guard l(d.mu);
+    d.b_dirty.push_back(f.weak_from_this());
+    if (OverBackground()) WakeLocked(d, false);
+  }
+}
+
+void AccountCleaned(uint64_t pages) { g_nr_dirty.fetch_sub(pages, std::memory_order_relaxed); }
+
+void BalanceDirtyPagesRatelimited(File& f) {
+  if (f.shmem()) return;  // no BDI_CAP_WRITEBACK: nothing to wait for
+  VMSPACE_LOCK_ASSERT(LockdepDepth() == 0, "balance_dirty_pages with an engine lock held");
+  if (!OverBackground()) return;  // the free-run zone below (bg + limit) / 2 is not modelled
+  Domain& d = D();
+  std::unique_lock l(d.mu);
+  if (!OverLimit()) {
+    WakeLocked(d, false);  // wb_start_background_writeback
+    return;
+  }
+  CountEvent(Event::kDirtyThrottled);
+  d.throttled++;
+  while (OverLimit() && !d.stop) {
+    WakeLocked(d, true);
+    const uint64_t gen = d.passes;
+    d.done_cv.wait(l, [&] { return d.passes != gen || !OverLimit() || d.stop; });
+    if (d.passes != gen && d.last_cleaned == 0) break;  // writeback makes no progress (EIO)
+  }
+  d.throttled--;
+}
+
+void SetDirtyLimits(const DirtyLimits& in) {
+  DirtyLimits l = in;
+  l.dirty_bytes = std::max<uint64_t>(l.dirty_bytes, kPageSize);
+  if (l.dirty_background_bytes >= l.dirty_bytes) l.dirty_background_bytes = l.dirty_bytes / 2;  // domain_dirty_limits
+  Domain& d = D();
+  std::lock_guard g(d.mu);
+  d.limits = l;
+  g_limit_pages.store(l.dirty_bytes >> kPageShift, std::memory_order_relaxed);
+  g_bg_pages.store(l.dirty_background_bytes >> kPageShift, std::memory_order_relaxed);
+  if (d.running || OverBackground()) WakeLocked(d, true);
+  d.done_cv.notify_all();
+}
+
+DirtyLimits GetDirtyLimits() {
+  Domain& d = D();
+  std::lock_guard g(d.mu);
+  return d.limits;
+}
+
+WritebackStats ReadWritebackStats() {
+  Domain& d = D();
+  std::lock_guard g(d.mu);
+  return {g_nr_dirty.load(std::memory_order_relaxed), d.passes, d.throttled};
+}
+
+void StopWriteback() {
+  Domain& d = D();
+  std::thread t;
+  {
+    std::lock_guard g(d.mu);
+    if (!d.running) return;
+    d.stop = true;
+    d.work_cv.notify_all();
+    d.done_cv.notify_all();
+    t = std::move(d.thread);
+  }
+  t.join();
+  std::lock_guard g(d.mu);
+  d.running = false;
+  d.stop = false;
+}
+
+}  // namespace vmspace
