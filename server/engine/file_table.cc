@@ -18,6 +18,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -37,6 +38,7 @@ struct FileTable::State {
   /// The inode cache: one File per host inode, so every open of it shares the page cache.
   std::map<std::pair<dev_t, ino_t>, std::weak_ptr<File>> inodes;
   uint64_t next_id = 1;
+  std::atomic<uint64_t> ra_pages{(128 << 10) >> kPageShift};  // VM_READAHEAD_PAGES
 
   uint64_t Install(std::shared_ptr<OpenFile> h) {
     std::lock_guard<std::mutex> l(mu);
@@ -93,6 +95,8 @@ FileTable::~FileTable() {
 
 FrameAllocator& FileTable::frames() const { return s_->frames; }
 
+void FileTable::SetReadAheadBytes(uint64_t bytes) { s_->ra_pages.store(bytes >> kPageShift); }
+
 SysResult FileTable::Open(const std::string& path, const OpenFlags& flags) {
   if (int e = CheckPath(path)) return SysResult::Err(e);
   if (flags.truncate && !flags.write) return SysResult::Err(EINVAL);
@@ -127,7 +131,8 @@ SysResult FileTable::Open(const std::string& path, const OpenFlags& flags) {
     file = s_->inodes[key].lock();
     if (!file) {
       file = std::make_shared<File>(s_->frames, st.st_ino, major(st.st_dev), minor(st.st_dev), path,
-                                    s_->data_dir + "/" + path, fd, host_writable, st.st_size);
+                                    s_->data_dir + "/" + path, fd, host_writable, st.st_size,
+                                    s_->ra_pages.load());
       s_->inodes[key] = file;
       fd = -1;
     }

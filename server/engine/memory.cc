@@ -259,19 +259,41 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
       return FaultOutcome::kMinor;  // VM_FAULT_NOPAGE: the page was cached
     }
   }
+  // filemap_fault(): a miss on a host file reads the read-around window in
+  // (do_sync_mmap_readahead), drops the lock and answers VM_FAULT_RETRY; the retry
+  // (FAULT_FLAG_TRIED, counted as one major fault) finds the pages cached, and for a
+  // read maps the neighbours by fault-around. Modelled in one pass under the same lock.
+  bool major = false;
+  bool cached;
+  {
+    RcuReadGuard g;
+    cached = file->pages.Load(pgoff) != nullptr;
+  }
+  if (!cached && file->ReadAround(pgoff)) {
+    major = true;
+    if (!write && opts.fault_around_bytes > kPageSize) {
+      DoFaultAround(vmf, t);
+      if (t->Get(i) & kPtePresent) {
+        CountEvent(Event::kPgmajfault);
+        CountEvent(kind);
+        return FaultOutcome::kMajor;
+      }
+    }
+  }
   void* copy = nullptr;
   if (cow) {  // do_cow_fault: the copy first
     if (!cow_prepare()) return retry(Event::kVmaLockRetryAnonVma);
     copy = frames.Alloc();
     if (!copy) return oom();
   }
-  bool major = false;
+  bool read_in = false;
   int err = 0;
-  Folio* f = file->GetLockedFolio(pgoff, &major, &err);
+  Folio* f = file->GetLockedFolio(pgoff, &read_in, &err);
   if (!f) {
     if (copy) frames.Free(copy);
     return err == ENOMEM ? oom() : sigbus();
   }
+  major |= read_in;
   if (major) CountEvent(Event::kPgmajfault);
   if (pgoff >= file->size_pages()) {  // truncated while we read it in
     f->Unlock();

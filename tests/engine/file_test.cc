@@ -403,25 +403,43 @@ TEST_P(FileMapTest, MergeNeedsTheSameFileAndContinuousOffsets) {
 }
 
 TEST_P(FileMapTest, MajorFaultOnMissMinorOnHitAndFaultAround) {
+  files_->SetReadAheadBytes(32 * P);  // before the open: the File keeps its window
   auto f = OpenFileOf("big", 64 * P);
-  ASSERT_TRUE(Map(0, 64 * P, PROT_READ, MAP_SHARED, f, 0).ok());
+  const uint64_t id = IdOf(f);
+  ASSERT_TRUE(Map(0, 64 * P, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0).ok());
   const uint64_t maj0 = Ev(Event::kPgmajfault), fa0 = Ev(Event::kFaultAroundPages);
-  AccessResult a = as_->Access(kBase, P, P, AccessType::kRead);  // nothing cached yet
+  // Nothing cached: the first fault (at page 20) reads the read-around window
+  // [20 - 16, 20 + 16) in and, redone, maps the 16-page fault-around block [16, 32).
+  AccessResult a = as_->Access(kBase + 20 * P, 1, 1, AccessType::kRead);
+  EXPECT_EQ(a.faults, 1u);
   EXPECT_EQ(a.major_faults, 1u);
   EXPECT_EQ(Ev(Event::kPgmajfault) - maj0, 1u);
-  EXPECT_EQ(Ev(Event::kFaultAroundPages) - fa0, 0u);  // no neighbour was cached
-  // Read the whole file into the cache, drop the PTEs: now one read fault maps the
-  // 16-page window (fault_around_bytes 64 KiB) of cached pages.
-  std::vector<uint8_t> buf(64 * P);
-  ASSERT_EQ(files_->Read(IdOf(f), 0, buf.data(), buf.size()).value, buf.size());
-  ASSERT_TRUE(as_->Madvise(kBase, 64 * P, MADV_DONTNEED).ok());
-  a = as_->Access(kBase, 64 * P, P, AccessType::kRead);
-  EXPECT_EQ(a.faults, 4u);  // 64 pages / 16 per fault
+  EXPECT_EQ(Ev(Event::kFaultAroundPages) - fa0, 16u);
+  FileStat st;
+  ASSERT_TRUE(files_->Stat(id, &st).ok());
+  EXPECT_EQ(st.cached_pages, 32u);
+  // Pages 4..15 are cached: one minor fault maps [0, 16) except what is not cached.
+  a = as_->Access(kBase + 4 * P, 1, 1, AccessType::kRead);
   EXPECT_EQ(a.major_faults, 0u);
-  EXPECT_EQ(Ev(Event::kFaultAroundPages) - fa0, 64u);
+  EXPECT_EQ(as_->Counters().file_pages, 28u);  // 16 + pages 4..15
+  // Page 0 is not cached: a major fault again, reading [0, 16) (what is missing).
+  a = as_->Access(kBase, 1, 1, AccessType::kRead);
+  EXPECT_EQ(a.major_faults, 1u);
+  // The whole file cached, the PTEs dropped: 64 pages take 4 minor faults.
+  std::vector<uint8_t> buf(64 * P);
+  ASSERT_EQ(files_->Read(id, 0, buf.data(), buf.size()).value, buf.size());
+  ASSERT_TRUE(as_->Madvise(kBase, 64 * P, MADV_DONTNEED).ok());
+  const uint64_t fa1 = Ev(Event::kFaultAroundPages);
+  a = as_->Access(kBase, 64 * P, P, AccessType::kRead);
+  EXPECT_EQ(a.faults, 4u);
+  EXPECT_EQ(a.major_faults, 0u);
+  EXPECT_EQ(Ev(Event::kFaultAroundPages) - fa1, 64u);
   EXPECT_EQ(as_->Counters().file_pages, 64u);
-  // Writes to the shared mapping each fault once (read-only PTEs: dirty tracking).
-  ASSERT_TRUE(as_->Mprotect(kBase, 64 * P, PROT_READ).ok());
+  // Writes to the shared mapping fault once per page (read-only PTEs: dirty tracking).
+  a = as_->Access(kBase, 64 * P, P, AccessType::kWrite);
+  EXPECT_EQ(a.faults, 64u);
+  ASSERT_TRUE(files_->Stat(id, &st).ok());
+  EXPECT_EQ(st.dirty_pages, 64u);
   EXPECT_EQ(as_->Validate(), "");
 }
 

@@ -122,6 +122,10 @@ class FileTable {
   int SyncAll();
 
   FrameAllocator& frames() const;
+  /// The read-ahead window of host files opened from now on (the backing device's
+  /// read_ahead_kb; default 128 KiB, VM_READAHEAD_PAGES): a page-cache miss in a fault
+  /// reads this much around the page (mmap read-around). 0 reads only the page.
+  void SetReadAheadBytes(uint64_t bytes);
 
  private:
   struct State;
