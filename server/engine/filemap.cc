@@ -283,7 +283,8 @@ int File::WriteRange(uint64_t first, uint64_t last) {
   {
     ReadGuard l(i_mmap_rwsem);
     for (const auto& [pgoff, v] : i_mmap) {
-      if (!(v->vm_flags & VM_SHARED)) continue;  // private mappings map the cache read-only
+      // Private VMAs never map the cache writable: nothing to clean there, but vm_flags
+      // are not ours to read (mprotect changes them without i_mmap_rwsem).
       const uint64_t vend = pgoff + v->pages();
       for (uint64_t index : cleaned) {
         if (index < pgoff || index >= vend) continue;

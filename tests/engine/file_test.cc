@@ -578,8 +578,9 @@ TEST_P(FileMapTest, FailedWritebackKeepsPagesDirtyAndReportsEioOncePerFailure) {
 
 TEST_P(FileMapTest, FaultsInManySpacesAgainstTruncateAndMunmap) {
   // Threads in three spaces fault a shared file (shared reads and writes, private COW)
-  // while one thread truncates it (shrink, grow) and another munmaps and remaps in one
-  // space; after each round every space validates and the frames add up exactly.
+  // while one thread truncates it (shrink, grow), another munmaps and remaps in one
+  // space and a third writes it back; after each round every space validates and the
+  // frames add up exactly.
   constexpr uint64_t kPages = 32;
   auto f = OpenFileOf("stress", kPages * P);
   const uint64_t id = IdOf(f);
@@ -611,6 +612,12 @@ TEST_P(FileMapTest, FaultsInManySpacesAgainstTruncateAndMunmap) {
     }
     threads.emplace_back([&] {
       for (int i = 0; i < 20; i++) EXPECT_EQ(files_->Truncate(id, (i % 2 ? kPages : 1 + i % 7) * P), 0);
+    });
+    threads.emplace_back([&] {  // writeback (page_mkclean, a grace period) meanwhile
+      for (int i = 0; i < 5; i++) {
+        EXPECT_EQ(files_->Fsync(id), 0);
+        EXPECT_NE(spaces[1]->Msync(kBase, kPages * P, MS_SYNC).error, EIO);
+      }
     });
     threads.emplace_back([&] {
       for (int i = 0; i < 20; i++) {
