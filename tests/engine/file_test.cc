@@ -459,9 +459,10 @@ TEST_P(FileMapTest, FaultAroundWindowIsClampedToTheVma) {
 TEST_P(FileMapTest, FileFaultLockPathPerProfile) {
   auto f = OpenFileOf("p", 4 * P);
   ASSERT_TRUE(Map(0, 4 * P, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0).ok());
-  const uint64_t retry0 = Ev(Event::kVmaLockRetryFile);
+  const uint64_t retry0 = Ev(Event::kVmaLockRetryFile), pgfault0 = Ev(Event::kPgfault);
   FaultResult r = as_->Fault(kBase, AccessType::kRead);
   ASSERT_EQ(r.outcome, FaultOutcome::kMajor);
+  EXPECT_EQ(Ev(Event::kPgfault) - pgfault0, 1u);  // a retried attempt is not counted
   const LockingProfile& p = opts_.profile;
   if (p.vma_lock == VmaLockMode::kAll) {
     EXPECT_EQ(r.path, LockPath::kVmaLock);
@@ -470,6 +471,17 @@ TEST_P(FileMapTest, FileFaultLockPathPerProfile) {
     EXPECT_EQ(r.path, LockPath::kMmapLock);
     EXPECT_EQ(Ev(Event::kVmaLockRetryFile) - retry0, p.vma_lock == VmaLockMode::kAnon ? 1u : 0u);
   }
+  // A private write needs an anon_vma: the first one is redone under mmap_lock (6.6),
+  // the next one, with the anon_vma there, runs under the VMA lock.
+  ASSERT_TRUE(Map(8 * P, 2 * P, PROT_READ | PROT_WRITE, MAP_PRIVATE, f, 0).ok());
+  const uint64_t anon0 = Ev(Event::kVmaLockRetryAnonVma);
+  r = as_->Fault(kBase + 8 * P, AccessType::kWrite);
+  EXPECT_EQ(r.path, LockPath::kMmapLock);
+  EXPECT_EQ(Ev(Event::kVmaLockRetryAnonVma) - anon0, p.vma_lock == VmaLockMode::kAll ? 1u : 0u);
+  r = as_->Fault(kBase + 9 * P, AccessType::kWrite);
+  EXPECT_EQ(r.outcome, FaultOutcome::kMinor);
+  EXPECT_EQ(r.path, p.vma_lock == VmaLockMode::kAll ? LockPath::kVmaLock : LockPath::kMmapLock);
+  EXPECT_EQ(as_->Counters().anon_pages, 2u);
 }
 
 TEST_P(FileMapTest, MsyncWritesBackSharedDirtyPages) {
