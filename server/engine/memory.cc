@@ -375,6 +375,7 @@ FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma
 }
 
 FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
+  bool retried = false;
   if (opts.profile.vma_lock != VmaLockMode::kOff) {
     if (Vma* v = LockVmaUnderRcu(addr)) {
       LockdepAcquire(LockRank::kVmaLock, v);
@@ -393,6 +394,7 @@ FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
         return r;
       }
       // VM_FAULT_RETRY (counted by reason where it was decided): redo under mmap_lock.
+      retried = true;
     }
   }
   mmap_lock.LockRead();
@@ -415,6 +417,7 @@ FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
   FaultResult r = (!v || v->vm_start > addr) ? MapErr(addr, LockPath::kMmapLock)
                                              : FaultInVma(v, addr, acc, /*vma_locked=*/false);
   mmap_lock.UnlockRead();
+  r.vma_lock_retry = retried;
   return r;
 }
 

@@ -129,6 +129,18 @@ TEST_F(FileTableTest, ReadWriteThroughThePageCacheAndFsync) {
   EXPECT_EQ(st.dirty_pages, 0u);
   EXPECT_EQ(dir_.HostSize("f"), 5000 + msg.size());
   EXPECT_EQ(dir_.HostByte("f", 5000), 'h');
+  // Totals count each File once, however many handles, and a memfd too.
+  const uint64_t again = OpenOk("f", {});
+  SysResult mfd = files_->CreateShmem("m", P);
+  ASSERT_TRUE(mfd.ok());
+  ASSERT_EQ(files_->Write(mfd.value, 0, "x", 1).value, 1u);
+  PageCacheTotals t = files_->Totals();
+  EXPECT_EQ(t.files, 2u);
+  EXPECT_EQ(t.cached_pages, 2u);  // page 1 of f (page 0 is a hole never read), the memfd page
+  EXPECT_EQ(t.dirty_pages, 0u);   // f was written back; shmem pages are not tracked
+  EXPECT_EQ(files_->Close(again), 0);
+  EXPECT_EQ(files_->Close(mfd.value), 0);
+  EXPECT_EQ(files_->Totals().files, 1u);
   // A read-only handle cannot write or truncate.
   const uint64_t ro = OpenOk("f", {});
   EXPECT_EQ(files_->Write(ro, 0, "x", 1).error, EBADF);
@@ -463,6 +475,7 @@ TEST_P(FileMapTest, FileFaultLockPathPerProfile) {
   FaultResult r = as_->Fault(kBase, AccessType::kRead);
   ASSERT_EQ(r.outcome, FaultOutcome::kMajor);
   EXPECT_EQ(Ev(Event::kPgfault) - pgfault0, 1u);  // a retried attempt is not counted
+  EXPECT_EQ(r.vma_lock_retry, opts_.profile.vma_lock == VmaLockMode::kAnon);
   const LockingProfile& p = opts_.profile;
   if (p.vma_lock == VmaLockMode::kAll) {
     EXPECT_EQ(r.path, LockPath::kVmaLock);
@@ -477,6 +490,7 @@ TEST_P(FileMapTest, FileFaultLockPathPerProfile) {
   const uint64_t anon0 = Ev(Event::kVmaLockRetryAnonVma);
   r = as_->Fault(kBase + 8 * P, AccessType::kWrite);
   EXPECT_EQ(r.path, LockPath::kMmapLock);
+  EXPECT_EQ(r.vma_lock_retry, p.vma_lock != VmaLockMode::kOff);
   EXPECT_EQ(Ev(Event::kVmaLockRetryAnonVma) - anon0, p.vma_lock == VmaLockMode::kAll ? 1u : 0u);
   r = as_->Fault(kBase + 9 * P, AccessType::kWrite);
   EXPECT_EQ(r.outcome, FaultOutcome::kMinor);

@@ -113,6 +113,9 @@ struct FaultResult {
   /// re-executed after a racing change (e.g. a concurrent read installed the zero page
   /// before this write's PTE: the write then takes the zero-page copy-on-write fault).
   uint32_t faults = 0;
+  /// A per-VMA-lock attempt of the last fault answered VM_FAULT_RETRY and the fault was
+  /// redone under mmap_lock (events vma_lock_retry_file, vma_lock_retry_anon_vma).
+  bool vma_lock_retry = false;
   bool signal() const {
     return outcome == FaultOutcome::kSigsegv || outcome == FaultOutcome::kSigbus;
   }
