@@ -18,6 +18,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -36,7 +37,10 @@ struct FileTable::State {
   std::map<uint64_t, std::shared_ptr<OpenFile>> handles;
   /// The inode cache: one File per host inode, so every open of it shares the page cache.
   std::map<std::pair<dev_t, ino_t>, std::weak_ptr<File>> inodes;
+  /// memfds created here (Totals counts them while they live).
+  std::vector<std::weak_ptr<File>> memfds;
   uint64_t next_id = 1;
+  std::atomic<uint64_t> ra_pages{(128 << 10) >> kPageShift};  // VM_READAHEAD_PAGES
 
   uint64_t Install(std::shared_ptr<OpenFile> h) {
     std::lock_guard<std::mutex> l(mu);
@@ -93,6 +97,8 @@ FileTable::~FileTable() {
 
 FrameAllocator& FileTable::frames() const { return s_->frames; }
 
+void FileTable::SetReadAheadBytes(uint64_t bytes) { s_->ra_pages.store(bytes >> kPageShift); }
+
 SysResult FileTable::Open(const std::string& path, const OpenFlags& flags) {
   if (int e = CheckPath(path)) return SysResult::Err(e);
   if (flags.truncate && !flags.write) return SysResult::Err(EINVAL);
@@ -127,7 +133,8 @@ SysResult FileTable::Open(const std::string& path, const OpenFlags& flags) {
     file = s_->inodes[key].lock();
     if (!file) {
       file = std::make_shared<File>(s_->frames, st.st_ino, major(st.st_dev), minor(st.st_dev), path,
-                                    s_->data_dir + "/" + path, fd, host_writable, st.st_size);
+                                    s_->data_dir + "/" + path, fd, host_writable, st.st_size,
+                                    s_->ra_pages.load());
       s_->inodes[key] = file;
       fd = -1;
     }
@@ -150,6 +157,11 @@ SysResult FileTable::CreateShmem(const std::string& name, uint64_t size_bytes) {
   if (name.size() > 249 || name.find('\0') != std::string::npos) return SysResult::Err(EINVAL);  // MFD_NAME_MAX_LEN
   if (size_bytes > kMaxFileSize) return SysResult::Err(EFBIG);
   std::shared_ptr<OpenFile> h = NewShmemFile(s_->frames, "/memfd:" + name + " (deleted)", size_bytes);
+  {
+    std::lock_guard<std::mutex> l(s_->mu);
+    std::erase_if(s_->memfds, [](const std::weak_ptr<File>& w) { return w.expired(); });
+    s_->memfds.push_back(h->file);
+  }
   return SysResult::Ok(s_->Install(std::move(h)));
 }
 
@@ -301,6 +313,24 @@ std::vector<FileStat> FileTable::List() const {
     if (Stat(id, &st).ok()) out.push_back(st);
   }
   return out;
+}
+
+PageCacheTotals FileTable::Totals() const {
+  PageCacheTotals t;
+  std::vector<std::shared_ptr<File>> live;
+  {
+    std::lock_guard<std::mutex> l(s_->mu);
+    for (const auto& [key, w] : s_->inodes)
+      if (auto f = w.lock()) live.push_back(std::move(f));
+    for (const auto& w : s_->memfds)
+      if (auto f = w.lock()) live.push_back(std::move(f));
+  }
+  for (const auto& f : live) {  // released outside the table lock (may be the last reference)
+    t.files++;
+    t.cached_pages += f->nrpages.load(std::memory_order_relaxed);
+    t.dirty_pages += f->nrdirty.load(std::memory_order_relaxed);
+  }
+  return t;
 }
 
 int FileTable::SyncAll() {

@@ -124,9 +124,9 @@ Folio* PageCacheTree::Find(uint64_t* index, uint64_t end) const {
 // ====================================================================== File
 
 File::File(FrameAllocator& f, uint64_t i, uint32_t maj, uint32_t min, std::string p, std::string name,
-           int host_fd, bool writable, uint64_t size)
+           int host_fd, bool writable, uint64_t size, uint64_t ra)
     : frames(f), ino(i), dev_major(maj), dev_minor(min), path(std::move(p)), maps_name(std::move(name)),
-      fd(host_fd), host_writable(writable), i_size(size) {}
+      fd(host_fd), host_writable(writable), ra_pages(ra), i_size(size) {}
 
 File::~File() {
   // iput() of the last reference: nothing maps the file and no lookup can find it.
@@ -154,6 +154,29 @@ File::~File() {
   if (fd >= 0) close(fd);
 }
 
+Folio* File::AddLockedFolio(uint64_t index, int* err) {
+  *err = 0;
+  void* frame = frames.Alloc();
+  if (!frame) {
+    *err = ENOMEM;
+    return nullptr;
+  }
+  auto* f = new Folio(frames, frame, index);
+  f->Lock();
+  {
+    MutexLock l(i_pages_lock);  // filemap_add_folio
+    if (!pages.Load(index)) {
+      pages.Store(index, f);
+      nrpages.fetch_add(1, std::memory_order_relaxed);
+      return f;
+    }
+  }
+  f->Unlock();
+  frames.Free(frame);
+  delete f;
+  return nullptr;
+}
+
 Folio* File::GetLockedFolio(uint64_t index, bool* major, int* err) {
   *major = false;
   *err = 0;
@@ -175,28 +198,10 @@ Folio* File::GetLockedFolio(uint64_t index, bool* major, int* err) {
       if (f->uptodate.load(std::memory_order_acquire)) return f;
       // A reader of the backing store failed and left it not uptodate: retry the read.
     } else {
-      void* frame = frames.Alloc();  // outside RCU: the allocator may wait for frees
-      if (!frame) {
-        *err = ENOMEM;
-        return nullptr;
-      }
-      f = new Folio(frames, frame, index);
-      f->Lock();
-      bool raced = false;
-      {
-        MutexLock l(i_pages_lock);
-        if (pages.Load(index)) {
-          raced = true;
-        } else {
-          pages.Store(index, f);
-          nrpages.fetch_add(1, std::memory_order_relaxed);
-        }
-      }
-      if (raced) {
-        f->Unlock();
-        frames.Free(frame);
-        delete f;
-        continue;
+      f = AddLockedFolio(index, err);  // outside RCU: the allocator may wait for frees
+      if (!f) {
+        if (*err) return nullptr;
+        continue;  // somebody else added it first
       }
     }
     // filemap_read_folio(): the page is locked and not uptodate.
@@ -212,6 +217,32 @@ Folio* File::GetLockedFolio(uint64_t index, bool* major, int* err) {
     f->uptodate.store(true, std::memory_order_release);
     return f;
   }
+}
+
+bool File::ReadAround(uint64_t index) {
+  if (shmem()) return false;
+  const uint64_t start = index > ra_pages / 2 ? index - ra_pages / 2 : 0;
+  const uint64_t end = std::min(start + std::max<uint64_t>(ra_pages, 1), size_pages());
+  bool read_target = false;
+  for (uint64_t i = start; i < end; i++) {  // page_cache_ra_unbounded: skip what is cached
+    {
+      RcuReadGuard g;
+      if (pages.Load(i)) continue;
+    }
+    int err = 0;
+    Folio* f = AddLockedFolio(i, &err);
+    if (!f) {
+      if (err) break;
+      continue;
+    }
+    // A failed read leaves the folio not uptodate: the fault's own lookup retries it.
+    if (pread(fd, f->frame, kPageSize, static_cast<off_t>(i * kPageSize)) >= 0) {
+      f->uptodate.store(true, std::memory_order_release);
+      read_target |= i == index;
+    }
+    f->Unlock();
+  }
+  return read_target;
 }
 
 bool File::MarkDirty(Folio* f) {
@@ -261,7 +292,8 @@ int File::WriteRange(uint64_t first, uint64_t last) {
   {
     ReadGuard l(i_mmap_rwsem);
     for (const auto& [pgoff, v] : i_mmap) {
-      if (!(v->vm_flags & VM_SHARED)) continue;  // private mappings map the cache read-only
+      // Private VMAs never map the cache writable: nothing to clean there, but vm_flags
+      // are not ours to read (mprotect changes them without i_mmap_rwsem).
       const uint64_t vend = pgoff + v->pages();
       for (uint64_t index : cleaned) {
         if (index < pgoff || index >= vend) continue;

@@ -122,7 +122,7 @@ class PageCacheTree {
 struct File : std::enable_shared_from_this<File> {
   /// `fd`: the host file (owned, closed by the destructor), or -1 for shmem.
   File(FrameAllocator& frames, uint64_t ino, uint32_t dev_major, uint32_t dev_minor, std::string path,
-       std::string maps_name, int fd, bool host_writable, uint64_t size);
+       std::string maps_name, int fd, bool host_writable, uint64_t size, uint64_t ra_pages = 0);
   /// Writes back what is still dirty (iput -> write_inode_now; a failure is logged:
   /// nobody is left to report it to), frees the page cache, closes the host file.
   /// No VMA maps the file any more.
@@ -137,6 +137,9 @@ struct File : std::enable_shared_from_this<File> {
   const std::string maps_name;          // the maps path column
   const int fd;                         // host file, -1 = shmem (memory only)
   const bool host_writable;             // fd opened O_RDWR
+  /// file->f_ra.ra_pages (the backing device's read_ahead_kb in pages): the mmap
+  /// read-around window of a page-cache miss. 0 = read only the page.
+  const uint64_t ra_pages;
   bool shmem() const { return fd < 0; }
 
   /// i_size in bytes. Written under i_rwsem; read anywhere (a fault re-reads it with
@@ -170,6 +173,14 @@ struct File : std::enable_shared_from_this<File> {
   /// or EIO (the read failed). Does not check i_size (callers do, with it locked).
   /// Takes i_pages_lock; may sleep on the folio lock.
   Folio* GetLockedFolio(uint64_t index, bool* major, int* err);
+  /// filemap_add_folio() of a new locked, not uptodate folio at `index`; null with
+  /// *err = ENOMEM (no frame) or 0 (a folio is there already). Takes i_pages_lock.
+  Folio* AddLockedFolio(uint64_t index, int* err);
+  /// do_sync_mmap_readahead()'s read-around (mm/filemap.c): reads the pages of
+  /// [index - ra_pages/2, + ra_pages) below i_size that are not cached into the page
+  /// cache (host files only). Returns true if it read `index` itself (I/O was done for
+  /// the fault: major). No folio lock may be held (it allocates frames).
+  bool ReadAround(uint64_t index);
   /// folio_mark_dirty(): sets PG_dirty; true if the folio was clean (the caller then
   /// throttles: fault_dirty_shared_page, balance_dirty_pages_ratelimited). Host
   /// files count the page in nrdirty and the daemon-wide dirty figure and join the

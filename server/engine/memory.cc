@@ -70,6 +70,22 @@ void MmStruct::ZapPteRange(Vma* v, uint64_t start, uint64_t end, std::vector<voi
 
 FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
   Vma* v = vmf.vma;
+  // VM_FAULT_RETRY before anything is done (not counted as pgfault: mm_account_fault
+  // skips incomplete faults). vma_lock=anon: the Linux 6.5 form, where
+  // lock_vma_under_rcu takes file VMAs but do_fault answers RETRY ("mm: allow per-VMA
+  // locks on file-backed VMAs"); from 6.6 file faults run under the VMA lock, except a
+  // copy-on-write that needs an anon_vma first (vmf_anon_prepare).
+  if (v->vm_file && vmf.vma_locked) {
+    Event why = Event::kCount;
+    if (opts.profile.vma_lock != VmaLockMode::kAll) why = Event::kVmaLockRetryFile;
+    else if (vmf.access == AccessType::kWrite && !(v->vm_flags & VM_SHARED) && !v->anon())
+      why = Event::kVmaLockRetryAnonVma;
+    if (why != Event::kCount) {
+      CountEvent(why);
+      vmf.retry = true;
+      return FaultOutcome::kNone;
+    }
+  }
   CountEvent(Event::kPgfault);
   PageTable::PteTable* t = pt.Lookup(vmf.address, true);
   if (!t) {
@@ -159,11 +175,6 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
   // Shared writable shmem maps its pages writable at once; regular files track dirty
   // pages (vma_wants_writenotify: read faults map read-only, the first store faults).
   const bool map_writable = shared && (v->vm_flags & VM_WRITE) && file->shmem();
-  auto retry = [&](Event why) {
-    CountEvent(why);
-    vmf.retry = true;
-    return FaultOutcome::kNone;
-  };
   auto sigbus = [] {
     CountEvent(Event::kFaultSigbus);
     return FaultOutcome::kSigbus;
@@ -172,10 +183,6 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
     CountEvent(Event::kFaultOom);
     return FaultOutcome::kOom;
   };
-  // Linux 6.5-6.5 form of vma_lock=anon: lock_vma_under_rcu takes file VMAs but do_fault
-  // answers VM_FAULT_RETRY ("mm: allow per-VMA locks on file-backed VMAs"); from 6.6
-  // file faults run under the VMA lock.
-  if (vmf.vma_locked && opts.profile.vma_lock != VmaLockMode::kAll) return retry(Event::kVmaLockRetryFile);
   // The folio at pgoff, locked, as the fault saw it mapped at `frame` (null: the PTE
   // changed under us; re-execute the access).
   auto lock_mapped = [&](void* frame) -> Folio* {
@@ -189,14 +196,13 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
     }
     return f;
   };
-  // A private copy of `src` (wp_page_copy / do_cow_fault): needs the anon_vma, which
-  // the VMA-lock path cannot prepare (vmf_anon_prepare answers VM_FAULT_RETRY).
-  auto cow_prepare = [&]() -> bool {
-    if (v->anon()) return true;
-    if (vmf.vma_locked) return false;
+  // A private copy (wp_page_copy / do_cow_fault) needs the anon_vma; the VMA-lock path
+  // never gets here without one (HandleMmFault answered RETRY).
+  auto cow_prepare = [&] {
+    if (v->anon()) return;
+    VMSPACE_LOCK_ASSERT(!vmf.vma_locked, "anon_vma_prepare under the VMA lock");
     mmap_lock.AssertHeld();
     AnonVmaPrepareLocked(v);
-    return true;
   };
 
   if (orig & kPtePresent) {
@@ -227,7 +233,7 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
       return FaultOutcome::kMinor;
     }
     // wp_page_copy of a page-cache page mapped read-only in a private VMA.
-    if (!cow_prepare()) return retry(Event::kVmaLockRetryAnonVma);
+    cow_prepare();
     void* copy = frames.Alloc();  // before the folio lock (LOCKING.md)
     if (!copy) return oom();
     Folio* f = lock_mapped(frame);
@@ -261,19 +267,41 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
       return FaultOutcome::kMinor;  // VM_FAULT_NOPAGE: the page was cached
     }
   }
+  // filemap_fault(): a miss on a host file reads the read-around window in
+  // (do_sync_mmap_readahead), drops the lock and answers VM_FAULT_RETRY; the retry
+  // (FAULT_FLAG_TRIED, counted as one major fault) finds the pages cached, and for a
+  // read maps the neighbours by fault-around. Modelled in one pass under the same lock.
+  bool major = false;
+  bool cached;
+  {
+    RcuReadGuard g;
+    cached = file->pages.Load(pgoff) != nullptr;
+  }
+  if (!cached && file->ReadAround(pgoff)) {
+    major = true;
+    if (!write && opts.fault_around_bytes > kPageSize) {
+      DoFaultAround(vmf, t);
+      if (t->Get(i) & kPtePresent) {
+        CountEvent(Event::kPgmajfault);
+        CountEvent(kind);
+        return FaultOutcome::kMajor;
+      }
+    }
+  }
   void* copy = nullptr;
   if (cow) {  // do_cow_fault: the copy first
-    if (!cow_prepare()) return retry(Event::kVmaLockRetryAnonVma);
+    cow_prepare();
     copy = frames.Alloc();
     if (!copy) return oom();
   }
-  bool major = false;
+  bool read_in = false;
   int err = 0;
-  Folio* f = file->GetLockedFolio(pgoff, &major, &err);
+  Folio* f = file->GetLockedFolio(pgoff, &read_in, &err);
   if (!f) {
     if (copy) frames.Free(copy);
     return err == ENOMEM ? oom() : sigbus();
   }
+  major |= read_in;
   if (major) CountEvent(Event::kPgmajfault);
   if (pgoff >= file->size_pages()) {  // truncated while we read it in
     f->Unlock();
@@ -356,6 +384,7 @@ FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma
 }
 
 FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
+  bool retried = false;
   if (opts.profile.vma_lock != VmaLockMode::kOff) {
     if (Vma* v = LockVmaUnderRcu(addr)) {
       LockdepAcquire(LockRank::kVmaLock, v);
@@ -376,9 +405,12 @@ FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
         return r;
       }
       // VM_FAULT_RETRY (counted by reason where it was decided): redo under mmap_lock.
+      retried = true;
     }
   }
-  return FaultUnderMmapLock(addr, acc, /*tried=*/false);
+  FaultResult r = FaultUnderMmapLock(addr, acc, /*tried=*/false);
+  r.vma_lock_retry = retried;
+  return r;
 }
 
 FaultResult MmStruct::FinishDirtyFault(FaultResult r, std::shared_ptr<OpenFile> fpin, uint64_t addr,

@@ -416,8 +416,9 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// do_fault() for file VMAs (do_read_fault with do_fault_around, do_cow_fault,
   /// do_shared_fault, and do_wp_page / wp_page_shared / wp_page_copy of file pages):
   /// `t`, `i` the PTE slot, `orig` its value when the fault began. kMinor, kMajor (the
-  /// page was read from the backing store), kNone (spurious, or vmf.retry), kSigbus
-  /// (beyond EOF, or the read failed), kOom. Locks as HandleMmFault, plus the folio lock.
+  /// page was read from the backing store), kNone (spurious), kSigbus (beyond EOF, or
+  /// the read failed), kOom. Locks as HandleMmFault, plus the folio lock; under the VMA
+  /// lock only when HandleMmFault did not answer VM_FAULT_RETRY.
   FaultOutcome DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, uint64_t orig);
   /// do_fault_around() + filemap_map_pages(): maps the pages of the fault-around window
   /// around vmf.address that are already cached and uptodate into empty PTEs of table

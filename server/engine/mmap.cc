@@ -285,6 +285,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
     v = m.VmaMergeNewRangeLocked(addr, addr + plen, vm_flags, pgoff, file.get());
   if (!v) {
     v = m.VmaAllocLocked();
+    v->vm_mm = &m;
     v->vm_start = addr;
     v->vm_end = addr + plen;
     v->vm_flags = vm_flags;

@@ -58,7 +58,7 @@ class IMmapSection {
 void MmStruct::VmaLinkFileLocked(Vma* v) {
   File* f = v->file();
   if (!f) return;
-  v->vm_mm = this;
+  VMSPACE_LOCK_ASSERT(v->vm_mm == this, "a file VMA is linked with its vm_mm set");
   IMmapLock(*this, f);
   IMmapInsert(f, v);
   IMmapUnlock(*this, f);
@@ -158,7 +158,9 @@ void MmStruct::ReleaseRetiredVmasLocked() {
 }
 
 void MmStruct::VmaInsertLocked(Vma* v) {
-  v->vm_mm = this;
+  // Set at creation for VMAs of this file (rmap walkers read it once linked); split
+  // parts inherit it.
+  if (!v->vm_mm) v->vm_mm = this;
   VmaInitLocked(v);
   idx->Insert(v);
   map_count.store(map_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);

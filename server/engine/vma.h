@@ -57,7 +57,7 @@ struct Vma {
   /// PTEs are zapped; vm_start, vm_end and vm_pgoff of a linked VMA change only under
   /// i_mmap_rwsem write as well (rmap walkers read them under i_mmap_rwsem read).
   std::shared_ptr<OpenFile> vm_file;
-  MmStruct* vm_mm = nullptr;  // the space (immutable once set at creation)
+  MmStruct* vm_mm = nullptr;  // the space: set at creation (copied by a split), then immutable
 
   // ---- per-VMA lock; which fields are used depends on the profile's VmaLockForm ----
   /// kRefcnt (6.15, include/linux/mmap_lock.h, mm/mmap_lock.c): 0: detached (not in the

@@ -129,6 +129,18 @@ TEST_F(FileTableTest, ReadWriteThroughThePageCacheAndFsync) {
   EXPECT_EQ(st.dirty_pages, 0u);
   EXPECT_EQ(dir_.HostSize("f"), 5000 + msg.size());
   EXPECT_EQ(dir_.HostByte("f", 5000), 'h');
+  // Totals count each File once, however many handles, and a memfd too.
+  const uint64_t again = OpenOk("f", {});
+  SysResult mfd = files_->CreateShmem("m", P);
+  ASSERT_TRUE(mfd.ok());
+  ASSERT_EQ(files_->Write(mfd.value, 0, "x", 1).value, 1u);
+  PageCacheTotals t = files_->Totals();
+  EXPECT_EQ(t.files, 2u);
+  EXPECT_EQ(t.cached_pages, 2u);  // page 1 of f (page 0 is a hole never read), the memfd page
+  EXPECT_EQ(t.dirty_pages, 0u);   // f was written back; shmem pages are not tracked
+  EXPECT_EQ(files_->Close(again), 0);
+  EXPECT_EQ(files_->Close(mfd.value), 0);
+  EXPECT_EQ(files_->Totals().files, 1u);
   // A read-only handle cannot write or truncate.
   const uint64_t ro = OpenOk("f", {});
   EXPECT_EQ(files_->Write(ro, 0, "x", 1).error, EBADF);
@@ -403,25 +415,43 @@ TEST_P(FileMapTest, MergeNeedsTheSameFileAndContinuousOffsets) {
 }
 
 TEST_P(FileMapTest, MajorFaultOnMissMinorOnHitAndFaultAround) {
+  files_->SetReadAheadBytes(32 * P);  // before the open: the File keeps its window
   auto f = OpenFileOf("big", 64 * P);
-  ASSERT_TRUE(Map(0, 64 * P, PROT_READ, MAP_SHARED, f, 0).ok());
+  const uint64_t id = IdOf(f);
+  ASSERT_TRUE(Map(0, 64 * P, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0).ok());
   const uint64_t maj0 = Ev(Event::kPgmajfault), fa0 = Ev(Event::kFaultAroundPages);
-  AccessResult a = as_->Access(kBase, P, P, AccessType::kRead);  // nothing cached yet
+  // Nothing cached: the first fault (at page 20) reads the read-around window
+  // [20 - 16, 20 + 16) in and, redone, maps the 16-page fault-around block [16, 32).
+  AccessResult a = as_->Access(kBase + 20 * P, 1, 1, AccessType::kRead);
+  EXPECT_EQ(a.faults, 1u);
   EXPECT_EQ(a.major_faults, 1u);
   EXPECT_EQ(Ev(Event::kPgmajfault) - maj0, 1u);
-  EXPECT_EQ(Ev(Event::kFaultAroundPages) - fa0, 0u);  // no neighbour was cached
-  // Read the whole file into the cache, drop the PTEs: now one read fault maps the
-  // 16-page window (fault_around_bytes 64 KiB) of cached pages.
-  std::vector<uint8_t> buf(64 * P);
-  ASSERT_EQ(files_->Read(IdOf(f), 0, buf.data(), buf.size()).value, buf.size());
-  ASSERT_TRUE(as_->Madvise(kBase, 64 * P, MADV_DONTNEED).ok());
-  a = as_->Access(kBase, 64 * P, P, AccessType::kRead);
-  EXPECT_EQ(a.faults, 4u);  // 64 pages / 16 per fault
+  EXPECT_EQ(Ev(Event::kFaultAroundPages) - fa0, 16u);
+  FileStat st;
+  ASSERT_TRUE(files_->Stat(id, &st).ok());
+  EXPECT_EQ(st.cached_pages, 32u);
+  // Pages 4..15 are cached: one minor fault maps [0, 16) except what is not cached.
+  a = as_->Access(kBase + 4 * P, 1, 1, AccessType::kRead);
   EXPECT_EQ(a.major_faults, 0u);
-  EXPECT_EQ(Ev(Event::kFaultAroundPages) - fa0, 64u);
+  EXPECT_EQ(as_->Counters().file_pages, 28u);  // 16 + pages 4..15
+  // Page 0 is not cached: a major fault again, reading [0, 16) (what is missing).
+  a = as_->Access(kBase, 1, 1, AccessType::kRead);
+  EXPECT_EQ(a.major_faults, 1u);
+  // The whole file cached, the PTEs dropped: 64 pages take 4 minor faults.
+  std::vector<uint8_t> buf(64 * P);
+  ASSERT_EQ(files_->Read(id, 0, buf.data(), buf.size()).value, buf.size());
+  ASSERT_TRUE(as_->Madvise(kBase, 64 * P, MADV_DONTNEED).ok());
+  const uint64_t fa1 = Ev(Event::kFaultAroundPages);
+  a = as_->Access(kBase, 64 * P, P, AccessType::kRead);
+  EXPECT_EQ(a.faults, 4u);
+  EXPECT_EQ(a.major_faults, 0u);
+  EXPECT_EQ(Ev(Event::kFaultAroundPages) - fa1, 64u);
   EXPECT_EQ(as_->Counters().file_pages, 64u);
-  // Writes to the shared mapping each fault once (read-only PTEs: dirty tracking).
-  ASSERT_TRUE(as_->Mprotect(kBase, 64 * P, PROT_READ).ok());
+  // Writes to the shared mapping fault once per page (read-only PTEs: dirty tracking).
+  a = as_->Access(kBase, 64 * P, P, AccessType::kWrite);
+  EXPECT_EQ(a.faults, 64u);
+  ASSERT_TRUE(files_->Stat(id, &st).ok());
+  EXPECT_EQ(st.dirty_pages, 64u);
   EXPECT_EQ(as_->Validate(), "");
 }
 
@@ -441,9 +471,11 @@ TEST_P(FileMapTest, FaultAroundWindowIsClampedToTheVma) {
 TEST_P(FileMapTest, FileFaultLockPathPerProfile) {
   auto f = OpenFileOf("p", 4 * P);
   ASSERT_TRUE(Map(0, 4 * P, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0).ok());
-  const uint64_t retry0 = Ev(Event::kVmaLockRetryFile);
+  const uint64_t retry0 = Ev(Event::kVmaLockRetryFile), pgfault0 = Ev(Event::kPgfault);
   FaultResult r = as_->Fault(kBase, AccessType::kRead);
   ASSERT_EQ(r.outcome, FaultOutcome::kMajor);
+  EXPECT_EQ(Ev(Event::kPgfault) - pgfault0, 1u);  // a retried attempt is not counted
+  EXPECT_EQ(r.vma_lock_retry, opts_.profile.vma_lock == VmaLockMode::kAnon);
   const LockingProfile& p = opts_.profile;
   if (p.vma_lock == VmaLockMode::kAll) {
     EXPECT_EQ(r.path, LockPath::kVmaLock);
@@ -452,6 +484,18 @@ TEST_P(FileMapTest, FileFaultLockPathPerProfile) {
     EXPECT_EQ(r.path, LockPath::kMmapLock);
     EXPECT_EQ(Ev(Event::kVmaLockRetryFile) - retry0, p.vma_lock == VmaLockMode::kAnon ? 1u : 0u);
   }
+  // A private write needs an anon_vma: the first one is redone under mmap_lock (6.6),
+  // the next one, with the anon_vma there, runs under the VMA lock.
+  ASSERT_TRUE(Map(8 * P, 2 * P, PROT_READ | PROT_WRITE, MAP_PRIVATE, f, 0).ok());
+  const uint64_t anon0 = Ev(Event::kVmaLockRetryAnonVma);
+  r = as_->Fault(kBase + 8 * P, AccessType::kWrite);
+  EXPECT_EQ(r.path, LockPath::kMmapLock);
+  EXPECT_EQ(r.vma_lock_retry, p.vma_lock != VmaLockMode::kOff);
+  EXPECT_EQ(Ev(Event::kVmaLockRetryAnonVma) - anon0, p.vma_lock == VmaLockMode::kAll ? 1u : 0u);
+  r = as_->Fault(kBase + 9 * P, AccessType::kWrite);
+  EXPECT_EQ(r.outcome, FaultOutcome::kMinor);
+  EXPECT_EQ(r.path, p.vma_lock == VmaLockMode::kAll ? LockPath::kVmaLock : LockPath::kMmapLock);
+  EXPECT_EQ(as_->Counters().anon_pages, 2u);
 }
 
 TEST_P(FileMapTest, MsyncWritesBackSharedDirtyPages) {
@@ -560,8 +604,9 @@ TEST_P(FileMapTest, FailedWritebackKeepsPagesDirtyAndReportsEioOncePerFailure) {
 
 TEST_P(FileMapTest, FaultsInManySpacesAgainstTruncateAndMunmap) {
   // Threads in three spaces fault a shared file (shared reads and writes, private COW)
-  // while one thread truncates it (shrink, grow) and another munmaps and remaps in one
-  // space; after each round every space validates and the frames add up exactly.
+  // while one thread truncates it (shrink, grow), another munmaps and remaps in one
+  // space and a third writes it back; after each round every space validates and the
+  // frames add up exactly.
   constexpr uint64_t kPages = 32;
   auto f = OpenFileOf("stress", kPages * P);
   const uint64_t id = IdOf(f);
@@ -593,6 +638,12 @@ TEST_P(FileMapTest, FaultsInManySpacesAgainstTruncateAndMunmap) {
     }
     threads.emplace_back([&] {
       for (int i = 0; i < 20; i++) EXPECT_EQ(files_->Truncate(id, (i % 2 ? kPages : 1 + i % 7) * P), 0);
+    });
+    threads.emplace_back([&] {  // writeback (page_mkclean, a grace period) meanwhile
+      for (int i = 0; i < 5; i++) {
+        EXPECT_EQ(files_->Fsync(id), 0);
+        EXPECT_NE(spaces[1]->Msync(kBase, kPages * P, MS_SYNC).error, EIO);
+      }
     });
     threads.emplace_back([&] {
       for (int i = 0; i < 20; i++) {

@@ -9,6 +9,7 @@
 #include <sys/personality.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -718,6 +719,26 @@ std::string EngineSysText(const SysResult& r, const OracleSession& s, bool addr_
 
 }  // namespace
 
+namespace {
+/// read_ahead_kb of the block device holding `path` (the kernel's mmap read-around
+/// window for its files), or 128 (the default) if there is none to read.
+uint64_t ReadAheadKbOf(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return 128;
+  const std::string id = std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+  std::error_code ec;
+  std::filesystem::path dev = std::filesystem::canonical("/sys/dev/block/" + id, ec);
+  if (!ec && std::filesystem::exists(dev / "partition")) dev = dev.parent_path();
+  for (const std::string& f : {ec ? std::string() : (dev / "queue/read_ahead_kb").string(),
+                               "/sys/class/bdi/" + id + "/read_ahead_kb"}) {
+    std::ifstream in(f);
+    uint64_t kb;
+    if (!f.empty() && in >> kb) return kb;
+  }
+  return 128;
+}
+}  // namespace
+
 bool OracleSession::RunFileOp(const std::vector<std::string>& w, StepResult* res, std::string* err) {
   const std::string& op = w[0];
   static const std::set<std::string> kOps = {"file", "memfd", "pread", "pwrite", "ftruncate", "fstat"};
@@ -760,6 +781,7 @@ bool OracleSession::RunFileOp(const std::vector<std::string>& w, StepResult* res
       std::filesystem::create_directory(tmp_ + "/kernel");
       std::filesystem::create_directory(tmp_ + "/engine");
       files_ = std::make_unique<FileTable>(*frames_, tmp_ + "/engine");
+      files_->SetReadAheadBytes(ReadAheadKbOf(tmp_) << 10);  // as the kernel's files have
     }
     std::string content(size, 0);
     for (uint64_t i = 0; i < size; i++) content[i] = static_cast<char>(((i >> kPageShift) + 1) & 0xff);

@@ -156,17 +156,22 @@ class AddressSpace {
   /// the check order of arch/x86 sys_mmap -> ksys_mmap_pgoff -> do_mmap ->
   /// __get_unmapped_area -> __mmap_region (mm/mmap.c, mm/vma.c, Linux 6.18):
   /// EINVAL (offset unaligned, len 0, MAP_FIXED addr unaligned, bad mapping type,
-  /// anon MAP_SHARED_VALIDATE, GROWSDOWN|SHARED), EBADF (not MAP_ANONYMOUS: file
-  /// mappings are not supported yet), ENOMEM (len overflow, map_count > max, no room,
+  /// anon MAP_SHARED_VALIDATE, GROWSDOWN|SHARED), EBADF (not MAP_ANONYMOUS: no file
+  /// given; see the overload below), EOVERFLOW (offset + len wraps in pages), ENOMEM (len overflow, map_count > max, no room,
   /// FIXED beyond TASK_SIZE, overcommit), EPERM (FIXED below dac_mmap_min_addr),
   /// EEXIST (MAP_FIXED_NOREPLACE overlap). Takes mmap_lock for write.
   SysResult Mmap(uint64_t addr, uint64_t len, int prot, int flags, uint64_t offset = 0);
 
   /// mmap(2) of an open file (`file` non-null, MAP_ANONYMOUS clear), with `offset` in
   /// bytes (page aligned). Checks in the kernel's order on top of the anonymous ones:
-  /// EBADF (file null), EOVERFLOW (offset + len wraps in pages), EACCES (MAP_SHARED
-  /// with PROT_WRITE on a handle not opened for write; any mapping of a handle not
-  /// opened for read), ENODEV (a file that cannot be mapped). MAP_PRIVATE pages are
+  /// EBADF (file null), EINVAL (MAP_HUGETLB; GROWSDOWN), EOVERFLOW (offset + len wraps
+  /// in pages, or beyond MAX_LFS_FILESIZE), EOPNOTSUPP (MAP_SHARED_VALIDATE with an
+  /// unknown flag; MAP_SYNC, refused after a MAP_FIXED replacement as the kernel's fs
+  /// hook does, leaving the range unmapped), EACCES (MAP_SHARED with PROT_WRITE on a
+  /// handle not opened for write; any mapping of a handle not opened for read); no
+  /// ENODEV (every File can be mapped). A shared mapping of a read-only handle gets
+  /// VM_MAYSHARE without VM_SHARED and VM_MAYWRITE. A range beyond EOF maps; its
+  /// accesses are SIGBUS. With MAP_ANONYMOUS `file` is ignored. MAP_PRIVATE pages are
   /// read from the page cache until written (copy-on-write); MAP_SHARED writes go to
   /// the page cache. The VMA joins the file's i_mmap. Takes mmap_lock for write, then
   /// i_mmap_rwsem for write (mm/vma.c __mmap_region, vma_link_file).
@@ -194,8 +199,9 @@ class AddressSpace {
   SysResult Mprotect(uint64_t addr, uint64_t len, int prot);
 
   /// madvise(2), MADV_DONTNEED only (mm/madvise.c): zaps the PTEs of the range so the
-  /// next access faults again (private anonymous pages are freed; shared ones stay in
-  /// their shmem object). EINVAL: addr unaligned, other advice, VM_LOCKED VMA; ENOMEM:
+  /// next access faults again (private anonymous pages, also COW copies of file pages,
+  /// are freed; page-cache pages stay in their file, so a private file page reads the
+  /// file again). EINVAL: addr unaligned, other advice, VM_LOCKED VMA; ENOMEM:
   /// the range has unmapped holes (the mapped parts are still zapped). Takes mmap_lock
   /// for read (Linux 6.16+ may use the per-VMA lock instead; not modelled).
   SysResult Madvise(uint64_t addr, uint64_t len, int advice);
@@ -204,8 +210,10 @@ class AddressSpace {
   /// happens (kNone); otherwise runs the page-fault handler (arch/x86/mm/fault.c
   /// do_user_addr_fault -> handle_mm_fault) and re-executes the access, as the CPU
   /// does, until the PTE allows it or the fault ends in a signal. Outcomes: kMinor
-  /// (zero page mapped, frame allocated, zero page COW), kSigsegv with SEGV_MAPERR (no
-  /// VMA) or SEGV_ACCERR (access_error), kSigbus, kOom. The fault takes the VMA read
+  /// (zero page mapped, frame allocated, zero page COW, a cached file page mapped or
+  /// copied), kMajor (the file page was read from the host file), kSigsegv with
+  /// SEGV_MAPERR (no VMA) or SEGV_ACCERR (access_error), kSigbus with BUS_ADRERR (a file
+  /// page wholly beyond EOF, or its read failed), kOom. The fault takes the VMA read
   /// lock (profiles with per-VMA locks) or mmap_lock for read; the access itself runs
   /// under RCU only.
   FaultResult Fault(uint64_t addr, AccessType access);

@@ -45,6 +45,13 @@ struct FileStat {
   uint64_t open_handles = 0;   // OpenFile handles not yet closed
 };
 
+/// Page-cache figures summed over every file a FileTable knows (FileTable::Totals).
+struct PageCacheTotals {
+  uint64_t files = 0;         // live Files (host inodes and memfds), open or only mapped
+  uint64_t cached_pages = 0;  // nrpages summed
+  uint64_t dirty_pages = 0;   // nrdirty summed
+};
+
 /// How Open() opens a file (the O_* flags that matter here).
 struct OpenFlags {
   bool write = false;      // O_RDWR (else O_RDONLY)
@@ -122,11 +129,19 @@ class FileTable {
   SysResult Stat(uint64_t id, FileStat* out) const;
   /// Every open handle's Stat, by id.
   std::vector<FileStat> List() const;
+  /// The page cache of every File the table opened or created that is still alive
+  /// (open, or closed but still mapped), each counted once. Takes the table lock only
+  /// (the counts are atomics: cheap enough for every metrics scrape).
+  PageCacheTotals Totals() const;
   /// Writes back every dirty page of every file (sync(2)); returns 0 or EIO if any
   /// write failed (the others are still written).
   int SyncAll();
 
   FrameAllocator& frames() const;
+  /// The read-ahead window of host files opened from now on (the backing device's
+  /// read_ahead_kb; default 128 KiB, VM_READAHEAD_PAGES): a page-cache miss in a fault
+  /// reads this much around the page (mmap read-around). 0 reads only the page.
+  void SetReadAheadBytes(uint64_t bytes);
 
  private:
   struct State;

@@ -137,6 +137,9 @@ struct FaultResult {
   /// shared write fault dropped its lock to throttle for dirty pages (RETRY: the
   /// fault was handled a second time; `faults` still counts it once, as min_flt).
   uint32_t vm_fault = 0;
+  /// A per-VMA-lock attempt of the last fault answered VM_FAULT_RETRY and the fault was
+  /// redone under mmap_lock (events vma_lock_retry_file, vma_lock_retry_anon_vma).
+  bool vma_lock_retry = false;
   bool signal() const {
     return outcome == FaultOutcome::kSigsegv || outcome == FaultOutcome::kSigbus;
   }
