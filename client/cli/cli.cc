@@ -1800,7 +1800,7 @@ const std::vector<Command>& Commands() {
        CmdCreate},
       {"destroy", "SPACE", "destroy a space and free its frames", {{"space", "ID", "the space"}}, CmdDestroy},
       {"list", "", "list spaces with their counters", {}, CmdList},
-      {"mmap", "SPACE --len LEN [options]", "mmap(2) anonymous memory; prints the address",
+      {"mmap", "SPACE --len LEN [options]", "mmap(2) anonymous memory or a file (--file); prints the address",
        {{"space", "ID", "the space (or first argument)"},
         {"addr", "ADDR", "hint, or the address with fixed/fixed_noreplace (default 0)"},
         {"len", "LEN", "length in bytes (rounded up to pages)"},
