@@ -116,12 +116,15 @@ uint64_t SyncSession::Mmap(uint64_t len, int prot, int flags, uint64_t file, uin
     counters_.addr_hash = HashAddr(counters_.addr_hash, *addr);
   return ++ops_;
 }
-uint64_t SyncSession::Munmap(uint64_t addr, uint64_t len) {
-  if (error_.empty()) DoMunmap(addr, len);
+bool SyncSession::Literal(const Addr& addr) {
+  return addr.of == 0 || Fail("an op named an earlier op's address on a session that cannot (CanRefer false)");
+}
+uint64_t SyncSession::Munmap(Addr addr, uint64_t len) {
+  if (error_.empty() && Literal(addr)) DoMunmap(addr.value, len);
   return ++ops_;
 }
-uint64_t SyncSession::Access(uint64_t addr, uint64_t len, uint64_t stride, bool write) {
-  if (error_.empty()) DoAccess(addr, len, stride, write);
+uint64_t SyncSession::Access(Addr addr, uint64_t len, uint64_t stride, bool write) {
+  if (error_.empty() && Literal(addr)) DoAccess(addr.value, len, stride, write);
   return ++ops_;
 }
 uint64_t SyncSession::MadviseDontneed(uint64_t addr, uint64_t len) {

@@ -144,6 +144,21 @@ struct SessionCounters {
   uint64_t addr_hash = 0;  // HashAddr over every mmap address returned, in op order
 };
 
+/// An address operand of a Session op: a literal address, or (Addr::Of) the address an
+/// earlier mmap op of the same session returns, for a session that can name results
+/// not yet answered (Session::CanRefer: a Batch stream, resolved by the daemon).
+struct Addr {
+  uint64_t value = 0;  // the address; with `of`, an offset added to that op's address
+  uint64_t of = 0;     // op number of an mmap of this session; 0: `value` is the address
+  Addr(uint64_t addr = 0) : value(addr) {}  // NOLINT(google-explicit-constructor): a literal address
+  /// The address mmap op `op` returns.
+  static Addr Of(uint64_t op) {
+    Addr a;
+    a.of = op;
+    return a;
+  }
+};
+
 /// One client's ops on one address space, used by one thread at a time. Ops run in the
 /// order queued; each returns its op number (1, 2, ...). After the first failure the
 /// session is failed: later ops do nothing and Wait() returns false.
@@ -159,15 +174,18 @@ class Session {
   /// lacks MAP_ANONYMOUS (else ignored).
   virtual uint64_t Mmap(uint64_t len, int prot, int flags, uint64_t file, uint64_t* addr) = 0;
   /// munmap(addr, len).
-  virtual uint64_t Munmap(uint64_t addr, uint64_t len) = 0;
+  virtual uint64_t Munmap(Addr addr, uint64_t len) = 0;
   /// Writes (or with `write` false reads) one byte every `stride` bytes of
   /// [addr, addr + len), taking the faults.
-  uint64_t Access(uint64_t addr, uint64_t len, uint64_t stride) { return Access(addr, len, stride, true); }
-  virtual uint64_t Access(uint64_t addr, uint64_t len, uint64_t stride, bool write) = 0;
+  uint64_t Access(Addr addr, uint64_t len, uint64_t stride) { return Access(addr, len, stride, true); }
+  virtual uint64_t Access(Addr addr, uint64_t len, uint64_t stride, bool write) = 0;
   /// madvise(addr, len, MADV_DONTNEED).
   virtual uint64_t MadviseDontneed(uint64_t addr, uint64_t len) = 0;
   /// True once op `op` is done (never blocks).
   virtual bool Done(uint64_t op) = 0;
+  /// Whether the next op may take Addr::Of(op) (op an mmap of this session, done or not)
+  /// instead of waiting for it. Default false: only literal addresses.
+  virtual bool CanRefer(uint64_t op) { return false; }
   /// Blocks until op `op` (kAll: every queued op) is done or the session failed;
   /// returns ok().
   virtual bool Wait(uint64_t op = kAll) = 0;
@@ -196,8 +214,8 @@ class SyncSession : public Session {
   using Session::Access;
   using Session::Mmap;
   uint64_t Mmap(uint64_t len, int prot, int flags, uint64_t file, uint64_t* addr) final;
-  uint64_t Munmap(uint64_t addr, uint64_t len) final;
-  uint64_t Access(uint64_t addr, uint64_t len, uint64_t stride, bool write) final;
+  uint64_t Munmap(Addr addr, uint64_t len) final;
+  uint64_t Access(Addr addr, uint64_t len, uint64_t stride, bool write) final;
   uint64_t MadviseDontneed(uint64_t addr, uint64_t len) final;
   bool Done(uint64_t) final { return true; }
   bool Wait(uint64_t = kAll) final { return error_.empty(); }
@@ -216,6 +234,8 @@ class SyncSession : public Session {
   SessionCounters counters_;
 
  private:
+  /// True for a literal address; else fails the session (ops run at once: nothing to name).
+  bool Literal(const Addr& addr);
   std::string error_;
   uint64_t ops_ = 0;
 };

@@ -119,17 +119,19 @@ class StreamSession : public Session {
     m->set_file_id(file);
     return Queue("mmap", addr);
   }
-  uint64_t Munmap(uint64_t addr, uint64_t len) override {
-    v1::MunmapRequest* u = cur_.add_ops()->mutable_munmap();
+  uint64_t Munmap(Addr addr, uint64_t len) override {
+    v1::Op* op = cur_.add_ops();
+    v1::MunmapRequest* u = op->mutable_munmap();
     u->set_space_id(space_);
-    u->set_addr(addr);
+    u->set_addr(SetAddrOf(op, addr));
     u->set_len(len);
     return Queue("munmap", nullptr);
   }
-  uint64_t Access(uint64_t addr, uint64_t len, uint64_t stride, bool write) override {
-    v1::AccessRequest* a = cur_.add_ops()->mutable_access();
+  uint64_t Access(Addr addr, uint64_t len, uint64_t stride, bool write) override {
+    v1::Op* op = cur_.add_ops();
+    v1::AccessRequest* a = op->mutable_access();
     a->set_space_id(space_);
-    a->set_addr(addr);
+    a->set_addr(SetAddrOf(op, addr));
     a->set_len(len);
     a->set_stride(stride);
     a->set_access(write ? v1::ACCESS_WRITE : v1::ACCESS_READ);
@@ -161,6 +163,10 @@ class StreamSession : public Session {
     std::lock_guard lk(mu_);
     return done_ >= op;
   }
+
+  /// Every op of the session is an op of the stream, in order (session op n = stream op
+  /// n - 1), so any op the daemon still remembers can be named.
+  bool CanRefer(uint64_t op) override { return op >= 1 && queued_ + 1 - op <= v1::BATCH_REF_WINDOW; }
 
   bool Wait(uint64_t op) override {
     op = std::min(op, queued_);
@@ -229,6 +235,13 @@ class StreamSession : public Session {
     if (error_.empty()) error_ = e;
     if (cancel) stream_->Cancel();
     cv_.notify_all();
+  }
+
+  /// For an op being queued: names the mmap `a.of` in op->addr_of (stream ops count
+  /// from 0, session ops from 1); returns what goes in the op's addr field.
+  uint64_t SetAddrOf(v1::Op* op, const Addr& a) {
+    if (a.of != 0) op->mutable_addr_of()->set_index(a.of - 1);
+    return a.value;
   }
 
   uint64_t Queue(const char* name, uint64_t* addr) {

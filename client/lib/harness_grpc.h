@@ -9,7 +9,9 @@
 // client thread writes; a reader thread per session reads the answers and completes the
 // ops in order (the daemon applies them in order, so the space sees exactly the
 // sequential sequence). Wait(op) sends the message under construction and blocks until
-// op's answer is back. At most one Write and one Read are outstanding on the call at
+// op's answer is back. An op given Addr::Of(mmap op) names that op's result in
+// Op.addr_of (CanRefer: any of the last BATCH_REF_WINDOW ops), so it is sent without
+// waiting for the mmap's answer. At most one Write and one Read are outstanding on the call at
 // any time (gRPC allows no more); a failure on either side (a write refused, a read
 // that ends early, a malformed answer, an op's error) cancels the call, which wakes the
 // other side, and the first failure is the session's error; Close() then joins the

@@ -56,16 +56,21 @@ class Seed004Client : public harness::ClientLoop {
   bool Step(harness::Session& s, const std::atomic<bool>&, harness::ClientFigures& f) override {
     if (f.rounds >= cfg_.rounds) return false;
     Slot& sl = slots_[static_cast<size_t>(seq_.NextSlot())];
-    if (!s.Done(sl.mmap)) {
-      // The slot's address is not back yet (pipelined session): wait for it.
+    // The slot's address: known once its mmap is answered; before, a pipelined session
+    // names that mmap's result (the daemon fills it in), or the round waits for it.
+    harness::Addr addr = harness::Addr::Of(sl.mmap);
+    if (s.Done(sl.mmap)) {
+      addr = sl.addr;
+    } else if (!s.CanRefer(sl.mmap)) {
       ++f.waits;
       if (!s.Wait(sl.mmap)) return false;
+      addr = sl.addr;
     }
     if (cfg_.page_fault) {
-      s.Access(sl.addr, sl.len, cfg_.stride);
+      s.Access(addr, sl.len, cfg_.stride);
       ++f.accesses;
     }
-    s.Munmap(sl.addr, sl.len);
+    s.Munmap(addr, sl.len);
     ++f.munmaps;
     sl.len = seq_.NextSize();
     sl.mmap = s.Mmap(sl.len, kProt, &sl.addr);

@@ -14,8 +14,9 @@
 // With C clients, client c runs the sequence of seed + c in its own space (kernel: its
 // own process), or, with shared_space, all clients share one space (kernel: C threads
 // of one process). A round's munmap needs the address of the slot's previous mmap: on a
-// pipelined session (Batch stream) a round whose slot's mmap is still unanswered waits
-// for it (counted in StressStats::waits); other rounds go on without waiting.
+// pipelined session (Batch stream) a round whose slot's mmap is still unanswered names
+// that mmap's result (harness::Addr::Of), or, where the session cannot, waits for it
+// (counted in StressStats::waits).
 // This file depends only on the engine library and libc (no gRPC), so benchmarks that
 // build without gRPC can compile it (with harness.cc).
 #pragma once

@@ -5,12 +5,12 @@
 // connection.
 //
 // stream: each client keeps one Batch stream and packs the rounds' operations into
-// messages of `batch` ops, with up to `inflight` messages unanswered. A round's munmap
-// needs the address returned by the slot's previous mmap, which is known only once
-// that reply is back; so before a round uses a slot whose mmap is still unanswered,
-// the partial message is sent and the round waits for that reply (counted in
-// StressStats::waits). Rounds touching other slots go on without waiting; the daemon
-// applies ops in order, so the space sees exactly the sequential sequence.
+// messages of `batch` ops, with up to `inflight` messages unanswered. A round's access
+// and munmap need the address returned by the slot's previous mmap; while that mmap is
+// unanswered they name its result (Op.addr_of), which the daemon fills in, so no round
+// waits for a reply (StressStats::waits stays 0); the client only waits for room in the
+// window. The daemon applies ops in order, so the space sees exactly the sequential
+// sequence.
 #pragma once
 
 #include "lib/client.h"

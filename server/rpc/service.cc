@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -392,6 +393,103 @@ uint64_t OpSpaceId(const v1::Op& op) {
   return 0;
 }
 
+// Sets the `addr` field of `op`'s request (every op kind has one).
+void SetOpAddr(v1::Op& op, uint64_t addr) {
+  switch (op.op_case()) {
+    case v1::Op::kMmap: op.mutable_mmap()->set_addr(addr); break;
+    case v1::Op::kMunmap: op.mutable_munmap()->set_addr(addr); break;
+    case v1::Op::kMprotect: op.mutable_mprotect()->set_addr(addr); break;
+    case v1::Op::kFault: op.mutable_fault()->set_addr(addr); break;
+    case v1::Op::kAccess: op.mutable_access()->set_addr(addr); break;
+    case v1::Op::kRead: op.mutable_read()->set_addr(addr); break;
+    case v1::Op::kWrite: op.mutable_write()->set_addr(addr); break;
+    case v1::Op::kMadvise: op.mutable_madvise()->set_addr(addr); break;
+    case v1::Op::kMsync: op.mutable_msync()->set_addr(addr); break;
+    case v1::Op::OP_NOT_SET: break;
+  }
+}
+
+uint64_t OpAddr(const v1::Op& op) {
+  switch (op.op_case()) {
+    case v1::Op::kMmap: return op.mmap().addr();
+    case v1::Op::kMunmap: return op.munmap().addr();
+    case v1::Op::kMprotect: return op.mprotect().addr();
+    case v1::Op::kFault: return op.fault().addr();
+    case v1::Op::kAccess: return op.access().addr();
+    case v1::Op::kRead: return op.read().addr();
+    case v1::Op::kWrite: return op.write().addr();
+    case v1::Op::kMadvise: return op.madvise().addr();
+    case v1::Op::kMsync: return op.msync().addr();
+    case v1::Op::OP_NOT_SET: break;
+  }
+  return 0;
+}
+
+/// The addresses the last v1::BATCH_REF_WINDOW ops of one Batch stream returned, for
+/// Op.addr_of (proto). Ops are numbered from 0 over the whole stream. The ring grows
+/// with the stream up to the window (8 bytes per op: 128 KiB), so a short stream costs
+/// little. Used by the stream's handler thread only.
+class StreamResults {
+ public:
+  static constexpr uint64_t kWindow = v1::BATCH_REF_WINDOW;
+
+  /// For the next op: if it has addr_of, sets its addr to the named op's address plus
+  /// its own addr. EINVAL if the reference is out of range (this op or a later one, or
+  /// older than the window) or names an op that failed or returned no address.
+  OpStatus ApplyAddrOf(v1::Op& op) const {
+    if (!op.has_addr_of()) return {};
+    uint64_t addr = 0;
+    OpStatus s = Resolve(op.addr_of(), &addr);
+    if (s.ok()) SetOpAddr(op, addr + OpAddr(op));
+    return s;
+  }
+
+  /// Records the next op's result: `addr` if it was a successful mmap, else none.
+  void Record(std::optional<uint64_t> addr) {
+    const uint64_t v = addr ? *addr | kHasAddr : 0;
+    if (ring_.size() < kWindow) ring_.push_back(v);
+    else ring_[next_ % kWindow] = v;
+    ++next_;
+  }
+
+ private:
+  // Addresses are page aligned: bit 0 marks a recorded address (0 may be one).
+  static constexpr uint64_t kHasAddr = 1;
+
+  OpStatus Resolve(const v1::OpRef& ref, uint64_t* addr) const {
+    const uint64_t n = next_;
+    uint64_t t = 0;
+    switch (ref.ref_case()) {
+      case v1::OpRef::kBack:
+        if (ref.back() == 0 || ref.back() > n)
+          return Refused(n, "back " + std::to_string(ref.back()) + " is not in [1, " + std::to_string(n) +
+                                "] (the ops before it in the stream)");
+        t = n - ref.back();
+        break;
+      case v1::OpRef::kIndex:
+        if (ref.index() >= n)
+          return Refused(n, "index " + std::to_string(ref.index()) +
+                                " names this op or a later one (each stream numbers its own ops from 0)");
+        t = ref.index();
+        break;
+      case v1::OpRef::REF_NOT_SET: return Refused(n, "neither back nor index is set");
+    }
+    if (n - t > kWindow)
+      return Refused(n, "op " + std::to_string(t) + " is older than the last " + std::to_string(kWindow) +
+                            " ops (BATCH_REF_WINDOW)");
+    const uint64_t v = ring_[t % kWindow];
+    if ((v & kHasAddr) == 0)
+      return Refused(n, "op " + std::to_string(t) + " failed or returned no address (only a successful mmap does)");
+    *addr = v & ~kHasAddr;
+    return {};
+  }
+  static OpStatus Refused(uint64_t n, const std::string& why) {
+    return ErrnoErrorDetail(EINVAL, "Batch", "addr_of of op " + std::to_string(n) + " of the stream: " + why);
+  }
+  std::vector<uint64_t> ring_;
+  uint64_t next_ = 0;
+};
+
 // Whether `op` may fault pages in (the ops the tenant memory quota is checked for, as
 // their unary calls): all but munmap, mprotect and msync, which only free or keep.
 bool MayFaultIn(const v1::Op& op) {
@@ -699,6 +797,7 @@ grpc::Status VmSpaceService::Batch(
   CallScope call(ctx);
   v1::BatchRequest req;
   v1::BatchResponse resp;
+  StreamResults results;  // for Op.addr_of
   // Response bytes beyond the ops' own results: tag, framing, slack.
   constexpr uint64_t kSlack = 1024;
   while (stream->Read(&req)) {
@@ -719,7 +818,7 @@ grpc::Status VmSpaceService::Batch(
     for (int i = 0; i < req.ops_size(); i++) {
       if (i != 0 && i % kCancelCheckOps == 0 && ctx->IsCancelled())
         return finish(Cancelled());
-      const v1::Op& op = req.ops(i);
+      v1::Op& op = *req.mutable_ops(i);
       v1::OpResult* res = resp.add_results();
       OpStatus s;
       Space* sp = nullptr;
@@ -728,6 +827,9 @@ grpc::Status VmSpaceService::Batch(
       } else if ((sp = cache.Get(OpSpaceId(op))) == nullptr) {
         s = SpaceNotFound(OpSpaceId(op));
       } else {
+        s = results.ApplyAddrOf(op);
+      }
+      if (sp != nullptr && s.ok()) {
         switch (op.op_case()) {
           case v1::Op::kMmap:
             s = DoMmap(*sp, op.mmap(), res->mutable_mmap(), registry_);
@@ -766,6 +868,7 @@ grpc::Status VmSpaceService::Batch(
         res->clear_result();
         FillOpError(s, res);
       }
+      results.Record(s.ok() && res->has_mmap() ? std::optional<uint64_t>(res->mmap().addr()) : std::nullopt);
       resp_bytes += res->ByteSizeLong() + 8;
     }
     if (!stream->Write(resp)) return finish(Cancelled());

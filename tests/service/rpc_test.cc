@@ -812,6 +812,232 @@ TEST_F(RpcTest, BatchOverMaxBatchEndsStream) {
   Destroy(id);
 }
 
+// ---- Op.addr_of: ops naming an earlier mmap's result in the same stream ----
+
+v1::OpRef RefIndex(uint64_t index) {
+  v1::OpRef r;
+  r.set_index(index);
+  return r;
+}
+v1::OpRef RefBack(uint64_t back) {
+  v1::OpRef r;
+  r.set_back(back);
+  return r;
+}
+v1::Op* AddMmap(v1::BatchRequest& m, uint64_t id, uint64_t len) {
+  v1::Op* op = m.add_ops();
+  auto* mm = op->mutable_mmap();
+  mm->set_space_id(id);
+  mm->set_len(len);
+  mm->set_prot(kRW);
+  mm->set_flags(kPrivAnon);
+  return op;
+}
+v1::Op* AddMunmap(v1::BatchRequest& m, uint64_t id, uint64_t offset, uint64_t len, const v1::OpRef& ref) {
+  v1::Op* op = m.add_ops();
+  op->mutable_munmap()->set_space_id(id);
+  op->mutable_munmap()->set_addr(offset);
+  op->mutable_munmap()->set_len(len);
+  *op->mutable_addr_of() = ref;
+  return op;
+}
+v1::Op* AddFault(v1::BatchRequest& m, uint64_t id, uint64_t offset, const v1::OpRef& ref) {
+  v1::Op* op = m.add_ops();
+  op->mutable_fault()->set_space_id(id);
+  op->mutable_fault()->set_addr(offset);
+  op->mutable_fault()->set_access(v1::ACCESS_WRITE);
+  *op->mutable_addr_of() = ref;
+  return op;
+}
+/// The result is EINVAL from the reference check, its message containing `why`.
+::testing::AssertionResult RefRefused(const v1::OpResult& r, const std::string& why) {
+  if (r.code() != static_cast<int>(StatusCode::INVALID_ARGUMENT) || r.errno_() != EINVAL ||
+      r.errno_name() != "EINVAL" || r.message().rfind("EINVAL: ", 0) != 0 ||
+      r.message().find(why) == std::string::npos)
+    return ::testing::AssertionFailure() << "code " << r.code() << " " << r.errno_name() << ": " << r.message();
+  return ::testing::AssertionSuccess();
+}
+
+TEST_F(RpcTest, BatchOpsNameEarlierMmapResults) {
+  const uint64_t id = NewSpace();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = stub_->Batch(&ctx);
+
+  // Message 1: op 0 maps 2 pages; ops 1-4 use its address without knowing it.
+  v1::BatchRequest m1;
+  m1.set_tag(1);
+  AddMmap(m1, id, 2 * kPage);
+  v1::Op* wr = m1.add_ops();  // op 1: write across the page boundary
+  wr->mutable_write()->set_space_id(id);
+  wr->mutable_write()->set_addr(kPage - 2);
+  wr->mutable_write()->set_data("abcd");
+  *wr->mutable_addr_of() = RefBack(1);
+  v1::Op* rd = m1.add_ops();  // op 2: read it back
+  rd->mutable_read()->set_space_id(id);
+  rd->mutable_read()->set_addr(kPage - 2);
+  rd->mutable_read()->set_len(4);
+  *rd->mutable_addr_of() = RefIndex(0);
+  AddMunmap(m1, id, 0, kPage, RefIndex(0));  // op 3: the first page
+  AddFault(m1, id, 0, RefBack(4));           // op 4: op 0's first page is gone: SIGSEGV
+
+  // Message 2, written before message 1 is answered: references to message 1's ops.
+  v1::BatchRequest m2;
+  m2.set_tag(2);
+  AddMunmap(m2, id, 0, kPage, RefIndex(5));    // op 5: names itself
+  AddMunmap(m2, id, 0, kPage, RefIndex(100));  // op 6: a future op
+  AddMmap(m2, id, 0);                          // op 7: fails (len 0)
+  AddMunmap(m2, id, 0, kPage, RefBack(1));     // op 8: names the failed op 7
+  AddMunmap(m2, id, 0, kPage, RefIndex(3));    // op 9: a munmap returns no address
+  AddMunmap(m2, id, 0, kPage, RefBack(0));     // op 10: back 0 is this op
+  AddMunmap(m2, id, 0, kPage, v1::OpRef());    // op 11: neither field set
+  AddMunmap(m2, id, 0, kPage, RefBack(13));    // op 12: before the stream's start
+  AddFault(m2, id, kPage, RefBack(13));        // op 13: op 0's second page, written by op 1
+  AddMunmap(m2, id, kPage, kPage, RefIndex(0));  // op 14: unmaps it
+  AddFault(m2, id, kPage, RefIndex(0));        // op 15: now SIGSEGV
+
+  ASSERT_TRUE(stream->Write(m1));
+  ASSERT_TRUE(stream->Write(m2));
+
+  v1::BatchResponse r;
+  ASSERT_TRUE(stream->Read(&r));
+  ASSERT_EQ(r.tag(), 1u);
+  ASSERT_EQ(r.results_size(), 5);
+  ASSERT_EQ(r.results(0).code(), 0) << r.results(0).message();
+  const uint64_t a = r.results(0).mmap().addr();
+  EXPECT_EQ(a, 0x7ffff7ffd000u);  // top-down below mmap_base, as the kernel without ASLR
+  EXPECT_EQ(r.results(1).code(), 0) << r.results(1).message();
+  EXPECT_EQ(r.results(1).write().bytes_written(), 4u);
+  EXPECT_EQ(r.results(1).write().faults(), 2u);
+  EXPECT_EQ(r.results(2).code(), 0) << r.results(2).message();
+  EXPECT_EQ(r.results(2).read().data(), "abcd");
+  EXPECT_EQ(r.results(3).code(), 0) << r.results(3).message();
+  EXPECT_EQ(r.results(4).fault().fault().outcome(), v1::FAULT_OUTCOME_SIGSEGV);
+  EXPECT_EQ(r.results(4).fault().fault().si_code(), v1::SEGV_MAPERR);
+  EXPECT_EQ(r.results(4).fault().fault().si_addr(), a);
+
+  ASSERT_TRUE(stream->Read(&r));
+  ASSERT_EQ(r.tag(), 2u);
+  ASSERT_EQ(r.results_size(), 11);
+  EXPECT_TRUE(RefRefused(r.results(0), "addr_of of op 5 of the stream: index 5 names this op or a later one"));
+  EXPECT_TRUE(RefRefused(r.results(1), "addr_of of op 6 of the stream: index 100 names this op or a later one"));
+  EXPECT_EQ(r.results(2).errno_name(), "EINVAL");  // the mmap itself
+  EXPECT_TRUE(RefRefused(r.results(3), "op 7 failed or returned no address"));
+  EXPECT_TRUE(RefRefused(r.results(4), "op 3 failed or returned no address"));
+  EXPECT_TRUE(RefRefused(r.results(5), "back 0 is not in [1, 10]"));
+  EXPECT_TRUE(RefRefused(r.results(6), "neither back nor index is set"));
+  EXPECT_TRUE(RefRefused(r.results(7), "back 13 is not in [1, 12]"));
+  EXPECT_EQ(r.results(8).code(), 0) << r.results(8).message();
+  EXPECT_EQ(r.results(8).fault().fault().outcome(), v1::FAULT_OUTCOME_NONE);  // present: no fault
+  EXPECT_EQ(r.results(9).code(), 0) << r.results(9).message();
+  EXPECT_EQ(r.results(10).fault().fault().outcome(), v1::FAULT_OUTCOME_SIGSEGV);
+  EXPECT_EQ(r.results(10).fault().fault().si_addr(), a + kPage);
+
+  // The refused munmaps ran nothing: the space is empty (ops 3 and 14 unmapped both pages).
+  v1::GetMapsRequest mreq;
+  mreq.set_space_id(id);
+  v1::GetMapsResponse maps;
+  ASSERT_TRUE(stub_->GetMaps(Ctx().get(), mreq, &maps).ok());
+  EXPECT_EQ(maps.map_count(), 0u);
+
+  stream->WritesDone();
+  EXPECT_FALSE(stream->Read(&r));
+  EXPECT_TRUE(stream->Finish().ok());
+  Destroy(id);
+}
+
+TEST_F(RpcTest, BatchAddrOfCannotNameAnotherStreamsOps) {
+  const uint64_t id = NewSpace();
+  grpc::ClientContext ca, cb;
+  ca.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  cb.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto a = stub_->Batch(&ca);
+  auto b = stub_->Batch(&cb);
+  v1::BatchRequest ma;
+  AddMmap(ma, id, kPage);  // stream a's op 0
+  ASSERT_TRUE(a->Write(ma));
+  v1::BatchResponse r;
+  ASSERT_TRUE(a->Read(&r));
+  ASSERT_EQ(r.results(0).code(), 0);
+  // Stream b's op 0 names op 0 (b's own numbering: nothing before it), its op 1 names
+  // "the previous op", b's op 0, which returned no address.
+  v1::BatchRequest mb;
+  AddMunmap(mb, id, 0, kPage, RefIndex(0));
+  AddMunmap(mb, id, 0, kPage, RefBack(1));
+  ASSERT_TRUE(b->Write(mb));
+  ASSERT_TRUE(b->Read(&r));
+  ASSERT_EQ(r.results_size(), 2);
+  EXPECT_TRUE(RefRefused(r.results(0), "addr_of of op 0 of the stream: index 0 names this op or a later one"));
+  EXPECT_TRUE(RefRefused(r.results(1), "op 0 failed or returned no address"));
+  // Stream a's op 1 can: the mapping is still there until then.
+  v1::BatchRequest ma2;
+  AddMunmap(ma2, id, 0, kPage, RefBack(1));
+  ASSERT_TRUE(a->Write(ma2));
+  ASSERT_TRUE(a->Read(&r));
+  EXPECT_EQ(r.results(0).code(), 0) << r.results(0).message();
+  for (auto* s : {a.get(), b.get()}) {
+    s->WritesDone();
+    EXPECT_FALSE(s->Read(&r));
+    EXPECT_TRUE(s->Finish().ok());
+  }
+  Destroy(id);
+}
+
+TEST_F(RpcTest, BatchAddrOfWindowIsTheLastBatchRefWindowOps) {
+  const uint64_t id = NewSpace();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = stub_->Batch(&ctx);
+  constexpr uint64_t kWindow = v1::BATCH_REF_WINDOW;
+  // Ops 0 and 1 map a page each; ops 2 .. kWindow are no-op madvises (len 0).
+  std::vector<v1::Op> ops;
+  v1::BatchRequest first;
+  AddMmap(first, id, kPage);
+  AddMmap(first, id, kPage);
+  ops.assign(first.ops().begin(), first.ops().end());
+  while (ops.size() <= kWindow) {
+    v1::Op op;
+    op.mutable_madvise()->set_space_id(id);
+    op.mutable_madvise()->set_advice(MADV_DONTNEED);
+    ops.push_back(op);
+  }
+  // Op kWindow + 1 names op 1 (kWindow back: the oldest it may), op kWindow + 2 names
+  // op 1 again (one too far), op kWindow + 3 names op 0.
+  v1::BatchRequest last;
+  AddMunmap(last, id, 0, kPage, RefIndex(1));
+  AddMunmap(last, id, 0, kPage, RefIndex(1));
+  AddMunmap(last, id, 0, kPage, RefBack(kWindow + 3));
+  ops.insert(ops.end(), last.ops().begin(), last.ops().end());
+  std::vector<v1::OpResult> results;
+  for (size_t i = 0; i < ops.size(); i += 64) {  // --max-batch=64
+    v1::BatchRequest m;
+    for (size_t j = i; j < std::min(ops.size(), i + 64); j++) *m.add_ops() = ops[j];
+    ASSERT_TRUE(stream->Write(m));
+    v1::BatchResponse r;
+    ASSERT_TRUE(stream->Read(&r));
+    results.insert(results.end(), r.results().begin(), r.results().end());
+  }
+  ASSERT_EQ(results.size(), kWindow + 4);
+  for (size_t i = 0; i <= kWindow; i++) ASSERT_EQ(results[i].code(), 0) << i << ": " << results[i].message();
+  const uint64_t addr1 = results[1].mmap().addr();
+  EXPECT_EQ(results[0].mmap().addr(), addr1 + kPage);
+  EXPECT_EQ(results[kWindow + 1].code(), 0) << results[kWindow + 1].message();
+  EXPECT_TRUE(RefRefused(results[kWindow + 2], "op 1 is older than the last 16384 ops (BATCH_REF_WINDOW)"));
+  EXPECT_TRUE(RefRefused(results[kWindow + 3], "op 0 is older than the last 16384 ops"));
+  // Only op 1's page went (by op kWindow + 1); op 0's is still mapped.
+  v1::GetMapsRequest mreq;
+  mreq.set_space_id(id);
+  v1::GetMapsResponse maps;
+  ASSERT_TRUE(stub_->GetMaps(Ctx().get(), mreq, &maps).ok());
+  ASSERT_EQ(maps.vmas_size(), 1);
+  EXPECT_EQ(maps.vmas(0).start(), addr1 + kPage);
+  stream->WritesDone();
+  v1::BatchResponse r;
+  EXPECT_FALSE(stream->Read(&r));
+  EXPECT_TRUE(stream->Finish().ok());
+  Destroy(id);
+}
+
 TEST_F(RpcTest, DestroyedSpaceIsNotFoundAfterwards) {
   const uint64_t id = NewSpace();
   uint64_t a = 0;
