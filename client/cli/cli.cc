@@ -1634,7 +1634,7 @@ int CmdBenchStress(Ctx& c) {
   if (transport != "inprocess" && transport != "unary" && transport != "stream") {
     throw UsageError{"--transport must be inprocess, unary or stream"};
   }
-  uint64_t batch = c.U64("batch", 64);
+  uint64_t batch = c.U64("batch", harness::kDefaultBatch);
   uint64_t inflight = c.U64("inflight", 4);
   if (batch < 1 || batch > 1000000) throw UsageError{"--batch must be 1..1000000"};
   if (inflight < 1 || inflight > 4096) throw UsageError{"--inflight must be 1..4096"};
@@ -1889,7 +1889,7 @@ const std::vector<Command>& Commands() {
         {"seed", "N", "srand() seed; client c uses seed + c (default 1, as the C program)"},
         {"stride", "N", "bytes between writes with --page-fault (default 128)"},
         {"transport", "T", "inprocess (engine linked in, default), unary or stream"},
-        {"batch", "N", "stream: ops per Batch message (default 64)"},
+        {"batch", "N", "stream: ops per Batch message (default 1024)"},
         {"inflight", "N", "stream: messages in flight per client (default 4)"},
         {"locking-profile", "P", "engine locking profile of the spaces: linux-6.0|6.1|6.4|6.6|6.7|6.15[,switch=v] (default: the engine's/daemon's)"},
         {"profile", "P", "same as --locking-profile (the base of --compare SWITCH=..)"},

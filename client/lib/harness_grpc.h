@@ -25,8 +25,9 @@
 
 namespace vmspace::harness {
 
-/// Ops per Batch message and messages in flight of will-it-scale's stream sessions
-/// (the daemon's default --max-batch is 4096).
+/// Ops per Batch message of the bench stream sessions (will-it-scale's and seed-004's
+/// `--batch` default; the daemon's default --max-batch is 4096), and messages in flight
+/// of will-it-scale's (seed-004's `--inflight` default is 4).
 inline constexpr int kDefaultBatch = 1024;
 inline constexpr int kDefaultInflight = 1;
 
