@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "arena_message.h"
+
 namespace vmspace::harness {
 namespace {
 
@@ -111,7 +113,7 @@ class StreamSession : public Session {
   using Session::Access;
   using Session::Mmap;
   uint64_t Mmap(uint64_t len, int prot, int flags, uint64_t file, uint64_t* addr) override {
-    v1::MmapRequest* m = cur_.add_ops()->mutable_mmap();
+    v1::MmapRequest* m = cur().add_ops()->mutable_mmap();
     m->set_space_id(space_);
     m->set_len(len);
     m->set_prot(prot);
@@ -120,7 +122,7 @@ class StreamSession : public Session {
     return Queue("mmap", addr);
   }
   uint64_t Munmap(Addr addr, uint64_t len) override {
-    v1::Op* op = cur_.add_ops();
+    v1::Op* op = cur().add_ops();
     v1::MunmapRequest* u = op->mutable_munmap();
     u->set_space_id(space_);
     u->set_addr(SetAddrOf(op, addr));
@@ -128,7 +130,7 @@ class StreamSession : public Session {
     return Queue("munmap", nullptr);
   }
   uint64_t Access(Addr addr, uint64_t len, uint64_t stride, bool write) override {
-    v1::Op* op = cur_.add_ops();
+    v1::Op* op = cur().add_ops();
     v1::AccessRequest* a = op->mutable_access();
     a->set_space_id(space_);
     a->set_addr(SetAddrOf(op, addr));
@@ -138,7 +140,7 @@ class StreamSession : public Session {
     return Queue("access", nullptr);
   }
   uint64_t MadviseDontneed(uint64_t addr, uint64_t len) override {
-    v1::MadviseRequest* m = cur_.add_ops()->mutable_madvise();
+    v1::MadviseRequest* m = cur().add_ops()->mutable_madvise();
     m->set_space_id(space_);
     m->set_addr(addr);
     m->set_len(len);
@@ -247,16 +249,16 @@ class StreamSession : public Session {
   uint64_t Queue(const char* name, uint64_t* addr) {
     cur_ops_.push_back({name, addr});
     uint64_t op = ++queued_;
-    if (cur_.ops_size() >= batch_) Flush();
+    if (cur().ops_size() >= batch_) Flush();
     return op;
   }
 
   // Sends the message under construction, after waiting for room in the window. Only
   // the client thread writes, and one Write at a time.
   void Flush() {
-    if (cur_.ops_size() == 0) return;
-    Sent sent{next_tag_++, queued_ - static_cast<uint64_t>(cur_.ops_size()) + 1, std::move(cur_ops_)};
-    cur_.set_tag(sent.tag);
+    if (cur().ops_size() == 0) return;
+    Sent sent{next_tag_++, queued_ - static_cast<uint64_t>(cur().ops_size()) + 1, std::move(cur_ops_)};
+    cur().set_tag(sent.tag);
     cur_ops_.clear();
     bool send = false;
     {
@@ -268,18 +270,20 @@ class StreamSession : public Session {
         send = true;
       }
     }
-    if (send && !stream_->Write(cur_)) {
+    if (send && !stream_->Write(cur())) {
       // The call is over (the daemon ended it, or the connection broke): the reader's
       // Read ends too, and Finish() gets the reason.
       std::lock_guard lk(mu_);
       Fail("batch stream: write failed (stream broken)", false);
     }
-    cur_.Clear();
+    cur_msg_.Next();
   }
 
   void ReadLoop() {
-    v1::BatchResponse resp;
-    while (stream_->Read(&resp)) {
+    proto::ArenaMessage<v1::BatchResponse> msg;  // each answer's results on an arena
+    for (;; msg.Next()) {
+      v1::BatchResponse& resp = msg.get();
+      if (!stream_->Read(&resp)) break;
       std::lock_guard lk(mu_);
       if (!error_.empty()) break;
       if (inflight_.empty() || resp.tag() != inflight_.front().tag) {
@@ -330,7 +334,8 @@ class StreamSession : public Session {
   bool closed_ = false;
 
   // Client thread only.
-  v1::BatchRequest cur_;
+  proto::ArenaMessage<v1::BatchRequest> cur_msg_;  // the message under construction
+  v1::BatchRequest& cur() { return cur_msg_.get(); }
   std::vector<OpRef> cur_ops_;
   uint64_t queued_ = 0;  // op number of the last op queued
   uint64_t next_tag_ = 1;

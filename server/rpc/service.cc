@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "arena_message.h"
 #include "engine/cancel.h"
 #include "engine/stats.h"
 #include "engine/types.h"
@@ -491,37 +492,6 @@ class StreamResults {
   uint64_t next_ = 0;
 };
 
-/// The request and response of one Batch message on a protobuf Arena, so an op's
-/// sub-messages (its request, its result) are bump-allocated rather than a malloc and a
-/// free each; Next() drops them all at once. The arena's first block (kBlock bytes) is
-/// kept for the stream's life, so a message of up to ~500 mmap/munmap ops allocates
-/// nothing; bigger ones add blocks of at most kMaxBlock bytes.
-class MessageArena {
- public:
-  static constexpr size_t kBlock = 64 << 10;
-  static constexpr size_t kMaxBlock = 256 << 10;
-  MessageArena() : block_(new char[kBlock]) { Next(); }
-  /// Empty messages for the next BatchRequest; the previous ones are gone.
-  void Next() {
-    arena_.reset();  // before the new one: both would share the first block
-    google::protobuf::ArenaOptions o;
-    o.initial_block = block_.get();
-    o.initial_block_size = kBlock;
-    o.max_block_size = kMaxBlock;
-    arena_.emplace(o);
-    req_ = google::protobuf::Arena::CreateMessage<v1::BatchRequest>(&*arena_);
-    resp_ = google::protobuf::Arena::CreateMessage<v1::BatchResponse>(&*arena_);
-  }
-  v1::BatchRequest& req() { return *req_; }
-  v1::BatchResponse& resp() { return *resp_; }
-
- private:
-  std::unique_ptr<char[]> block_;
-  std::optional<google::protobuf::Arena> arena_;
-  v1::BatchRequest* req_ = nullptr;
-  v1::BatchResponse* resp_ = nullptr;
-};
-
 // Whether `op` may fault pages in (the ops the tenant memory quota is checked for, as
 // their unary calls): all but munmap, mprotect and msync, which only free or keep.
 bool MayFaultIn(const v1::Op& op) {
@@ -827,14 +797,16 @@ grpc::Status VmSpaceService::Batch(
   PeerSlot peer(&peer_calls_, ctx, opts_.max_calls_per_peer);
   if (!peer.admitted()) return finish(peer.refusal());
   CallScope call(ctx);
-  MessageArena msg;
+  // Each message's request and response on an arena (32 KiB kept per side).
+  proto::ArenaMessage<v1::BatchRequest> req_arena;
+  proto::ArenaMessage<v1::BatchResponse> resp_arena;
   StreamResults results;  // for Op.addr_of
   // Response bytes beyond the ops' own results: tag, framing, slack.
   constexpr uint64_t kSlack = 1024;
   constexpr uint64_t kSmallResultBytes = 64;
-  for (;; msg.Next()) {
-    v1::BatchRequest& req = msg.req();
-    v1::BatchResponse& resp = msg.resp();
+  for (;; req_arena.Next(), resp_arena.Next()) {
+    v1::BatchRequest& req = req_arena.get();
+    v1::BatchResponse& resp = resp_arena.get();
     if (!stream->Read(&req)) break;
     metrics::CountMsgReceived(RpcMethod::kBatch);
     if (ctx->IsCancelled()) return finish(Cancelled());
