@@ -33,6 +33,7 @@ const char* ModeName(Mode m) { return m == Mode::kThreads ? "threads" : "process
 
 namespace {
 
+using harness::Addr;
 using harness::ClientFigures;
 using harness::ClientLoop;
 using harness::Session;
@@ -109,11 +110,19 @@ class MmapMunmapClient : public MappingLoop {
       : MappingLoop(flags), len_(len), prot_(prot) {}
   bool Step(Session& s, const std::atomic<bool>&, ClientFigures& f) override {
     uint64_t addr = 0;
-    if (!s.Wait(s.Mmap(len_, prot_, flags_, file_, &addr))) return false;
-    s.Munmap(addr, len_);
+    const uint64_t mmap = s.Mmap(len_, prot_, flags_, file_, &addr);
+    // A Batch stream names the mmap's result (both ops go in one message, one round
+    // trip); other sessions have the address at once.
+    Addr target = Addr::Of(mmap);
+    if (!s.CanRefer(mmap)) {
+      if (!s.Wait(mmap)) return false;
+      target = addr;
+    }
+    s.Munmap(target, len_);
     ++f.mmaps;
     ++f.munmaps;
-    if (s.Wait()) ++f.rounds;
+    if (!s.Wait()) return false;  // and `addr` is no longer written
+    ++f.rounds;
     return true;
   }
 
