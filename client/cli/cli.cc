@@ -1305,7 +1305,7 @@ int CmdBenchExecl(Ctx& c) {
   std::optional<bench::ExeclResult> native;
   if (!c.args.Flag("skip-native")) {
     const std::string binary = c.args.Get("native-binary", bench::DefaultExeclBinary());
-    if (progress) c.err << "vmspace bench execl: the kernel (fork + exec " << binary << ")\n" << std::flush;
+    if (progress) c.err << "vmspace bench execl: the kernel (posix_spawn " << binary << ")\n" << std::flush;
     native = bench::RunExeclNative(static_cast<int>(clients), *seconds, binary);
   }
   const std::string error = FirstError(rows, native);
@@ -1337,10 +1337,10 @@ int CmdBenchExecl(Ctx& c) {
       if (!r.ok()) o << "  error: " << r.error << "\n";
     }
     if (native) {
-      snprintf(line, sizeof line, "%-22s %12.0f %8s %12s %12s %14s %12s\n", "native (fork+exec)",
+      snprintf(line, sizeof line, "%-22s %12.0f %8s %12s %12s %14s %12s\n", "native (spawn+exec)",
                native->iterations_per_s(), "-", "-", "-", "-", "-");
       o << line;
-      o << "native = fork + exec + wait of the static " << native->binary << " on this kernel\n";
+      o << "native = posix_spawn (vfork + exec) + wait of the static " << native->binary << " on this kernel\n";
     }
     o << "race hits = rmap checks (i_mmap_rwsem held for read) that found a VMA already in a space's tree but not "
          "in the file's i_mmap / checks run; seed 003 thread: +12% execl (160 parallel, 224 threads) for narrow\n";
@@ -1935,7 +1935,7 @@ const std::vector<Command>& Commands() {
                             {"duration", "D", "per scope (default 2s)"},
                             {"compare", "LIST", "i_mmap_scope=wide,narrow (default)"},
                             {"native-binary", "PATH",
-                             "static program the kernel loop forks and execs (default: vmspace-execl-true "
+                             "static program the kernel loop spawns and execs (default: vmspace-execl-true "
                              "next to this executable)"}}),
        CmdBenchExecl},
       {"lockstat", "[--profile P]", "the daemon's lock statistics, like /proc/lock_stat (GetLockStats)",

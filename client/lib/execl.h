@@ -35,8 +35,9 @@ ExeclResult RunExeclEngine(IMmapScope scope, const std::string& profile, int cli
 /// The static binary the native loop execs: vmspace-execl-true next to the running
 /// executable (/proc/self/exe), where the build and `make install` put it beside `vmspace`.
 std::string DefaultExeclBinary();
-/// UnixBench execl on this machine: `clients` threads each fork + execv `binary` (a
-/// small static program: the kernel's exec maps only it) + waitpid, for `seconds`.
+/// UnixBench execl on this machine: `clients` threads each posix_spawn (vfork + exec)
+/// `binary` (a small static program: the kernel's exec maps only it) + waitpid, for
+/// `seconds`.
 /// error says so if the binary is missing or does not exit 0.
 ExeclResult RunExeclNative(int clients, double seconds, const std::string& binary);
 

@@ -492,10 +492,10 @@ TEST(BenchExecl, WideNarrow) {
   EXPECT_TRUE(j["error"].is_null());
 }
 
-// The kernel's side of bench execl forks and execs the static vmspace-execl-true built
+// The kernel's side of bench execl spawns (vfork + exec) the static vmspace-execl-true built
 // next to the CLI (ET_EXEC without PT_INTERP: exec maps only it, no ld.so); a binary
 // that is not there is an error naming it.
-TEST(BenchExecl, NativeForksAndExecsTheStaticBinary) {
+TEST(BenchExecl, NativeExecsTheStaticBinary) {
   json j = CliJson({"bench", "execl", "--clients", "2", "--duration", "200ms", "--compare", "i_mmap_scope=wide"});
   const json& n = j["native"];
   ASSERT_TRUE(n.is_object()) << j.dump();
