@@ -1185,6 +1185,7 @@ Json ShmemDirtyJson(const bench::ShmemDirtyResult& r) {
           {"completed", r.completed},
           {"mmap_lock", {{"acquisitions", r.mmap_lock_acquisitions}, {"contentions", r.mmap_lock_contentions}}},
           {"vma_lock", {{"acquisitions", r.vma_lock_acquisitions}}},
+          {"i_pages_lock", r.setting == "native" ? Json(nullptr) : Json{{"acquisitions", r.i_pages_lock_acquisitions}}},
           {"error", r.error.empty() ? Json(nullptr) : Json(r.error)}};
 }
 

@@ -463,6 +463,10 @@ TEST(BenchShmemDirty, RetryVsCompleted) {
   EXPECT_EQ(completed["retries"], 0);
   EXPECT_EQ(completed["completed"], 2048);
   EXPECT_EQ(completed["mmap_lock"]["acquisitions"], 0);
+  // Each page enters the shmem page cache once (filemap_add_folio under i_pages_lock);
+  // the retried fault finds it there.
+  EXPECT_EQ(retry["i_pages_lock"]["acquisitions"], 2048);
+  EXPECT_EQ(completed["i_pages_lock"]["acquisitions"], 2048);
   EXPECT_GT(retry["seconds"].get<double>(), 0);
   ASSERT_TRUE(j["native"].is_object());
   EXPECT_NEAR(j["native"]["min_flt_per_page"].get<double>(), 1.0, 0.05);
