@@ -3,9 +3,11 @@
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -114,10 +116,21 @@ ExeclResult RunExeclEngine(IMmapScope scope, const std::string& profile, int cli
   return r;
 }
 
-ExeclResult RunExeclNative(int clients, double seconds) {
+std::string DefaultExeclBinary() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (ec ? std::filesystem::path() : self.parent_path()) / "vmspace-execl-true";
+}
+
+ExeclResult RunExeclNative(int clients, double seconds, const std::string& binary) {
   ExeclResult r;
   r.setting = "native";
   r.clients = clients;
+  r.binary = binary;
+  if (access(binary.c_str(), X_OK) != 0) {
+    r.error = "native binary " + binary + ": " + strerror(errno) + " (build target vmspace-execl-true, or --native-binary)";
+    return r;
+  }
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> iters{0};
   std::atomic<bool> failed{false};
@@ -125,16 +138,17 @@ ExeclResult RunExeclNative(int clients, double seconds) {
   std::vector<std::thread> ts;
   for (int c = 0; c < clients; ++c)
     ts.emplace_back([&] {
-      char arg0[] = "true";
-      char* argv[] = {arg0, nullptr};
+      char* argv[] = {const_cast<char*>(binary.c_str()), nullptr};
       while (!stop.load(std::memory_order_relaxed)) {
-        pid_t pid;
-        if (posix_spawn(&pid, "/bin/true", nullptr, nullptr, argv, environ) != 0) {
+        // posix_spawn: glibc's clone(CLONE_VM | CLONE_VFORK) + execve, so that the cost
+        // is the exec of the small binary, not a copy of this (larger) process's mm.
+        pid_t pid = -1;
+        int st = 0;
+        if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv, environ) != 0 || waitpid(pid, &st, 0) != pid ||
+            !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
           failed = true;
           break;
         }
-        int st = 0;
-        waitpid(pid, &st, 0);
         iters.fetch_add(1, std::memory_order_relaxed);
       }
     });
@@ -143,7 +157,7 @@ ExeclResult RunExeclNative(int clients, double seconds) {
   for (auto& t : ts) t.join();
   r.seconds = static_cast<double>(harness::MonoNs() - t0) / 1e9;
   r.iterations = iters.load();
-  if (failed) r.error = "posix_spawn /bin/true failed";
+  if (failed) r.error = "posix_spawn of " + binary + " failed";
   return r;
 }
 

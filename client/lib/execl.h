@@ -24,6 +24,7 @@ struct ExeclResult {
   uint64_t i_mmap_acquisitions = 0, i_mmap_contentions = 0;  // i_mmap_rwsem write + read
   double i_mmap_wait_s = 0;  // i_mmap_rwsem wait seconds (read + write)
   uint64_t rmap_checks = 0, race_hits = 0;  // checker runs; of them the window was open
+  std::string binary;  // native: the program exec'd
   std::string error;
   bool ok() const { return error.empty(); }
   double iterations_per_s() const { return seconds > 0 ? iterations / seconds : 0; }
@@ -31,9 +32,13 @@ struct ExeclResult {
 
 /// The loop in the engine linked into this process, `clients` threads for `seconds`.
 ExeclResult RunExeclEngine(IMmapScope scope, const std::string& profile, int clients, double seconds);
-/// UnixBench execl on this machine: `clients` threads each posix_spawn + waitpid
-/// /bin/true (a small dynamic binary: the kernel's exec, mmap of ld.so and libc) for
+/// The static binary the native loop execs: vmspace-execl-true next to the running
+/// executable (/proc/self/exe), where the build and `make install` put it beside `vmspace`.
+std::string DefaultExeclBinary();
+/// UnixBench execl on this machine: `clients` threads each posix_spawn (vfork + exec)
+/// `binary` (a small static program: the kernel's exec maps only it) + waitpid, for
 /// `seconds`.
-ExeclResult RunExeclNative(int clients, double seconds);
+/// error says so if the binary is missing or does not exit 0.
+ExeclResult RunExeclNative(int clients, double seconds, const std::string& binary);
 
 }  // namespace vmspace::bench

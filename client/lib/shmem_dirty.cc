@@ -85,6 +85,7 @@ std::vector<ShmemDirtyResult> RunShmemDirtyEngine(uint64_t bytes, const std::str
       r.mmap_lock_contentions = d.lock(LockClass::kMmapLock, LockMode::kRead).contentions +
                                 d.lock(LockClass::kMmapLock, LockMode::kWrite).contentions;
       r.vma_lock_acquisitions = d.lock(LockClass::kVmaLock, LockMode::kRead).acquisitions;
+      r.i_pages_lock_acquisitions = d.lock(LockClass::kIPagesLock, LockMode::kWrite).acquisitions;
       as.reset();
       RcuBarrier();  // the shmem pages are back in the allocator before the next run
     }

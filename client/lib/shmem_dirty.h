@@ -31,6 +31,7 @@ struct ShmemDirtyResult {
   uint64_t completed = 0;  // VM_FAULT_COMPLETED (Event::kFaultCompleted), one run
   uint64_t mmap_lock_acquisitions = 0, mmap_lock_contentions = 0;  // read + write, one run
   uint64_t vma_lock_acquisitions = 0;  // VMA read locks, one run
+  uint64_t i_pages_lock_acquisitions = 0;  // the shmem file's page-cache lock (a page added), one run
   std::string error;     // "" on success
   bool ok() const { return error.empty(); }
   double pgfault_per_page() const { return pages ? static_cast<double>(pgfault) / pages : 0; }

@@ -3,6 +3,7 @@
 // and short in-process runs whose figures must be real (ops, faults, lock counts).
 #include <gtest/gtest.h>
 
+#include <elf.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -462,6 +463,10 @@ TEST(BenchShmemDirty, RetryVsCompleted) {
   EXPECT_EQ(completed["retries"], 0);
   EXPECT_EQ(completed["completed"], 2048);
   EXPECT_EQ(completed["mmap_lock"]["acquisitions"], 0);
+  // Each page enters the shmem page cache once (filemap_add_folio under i_pages_lock);
+  // the retried fault finds it there.
+  EXPECT_EQ(retry["i_pages_lock"]["acquisitions"], 2048);
+  EXPECT_EQ(completed["i_pages_lock"]["acquisitions"], 2048);
   EXPECT_GT(retry["seconds"].get<double>(), 0);
   ASSERT_TRUE(j["native"].is_object());
   EXPECT_NEAR(j["native"]["min_flt_per_page"].get<double>(), 1.0, 0.05);
@@ -489,6 +494,36 @@ TEST(BenchExecl, WideNarrow) {
   EXPECT_EQ(j["results"][0]["race_hits"], 0);
   EXPECT_EQ(j["results"][1]["i_mmap_scope"], "narrow");
   EXPECT_TRUE(j["error"].is_null());
+}
+
+// The kernel's side of bench execl spawns (vfork + exec) the static vmspace-execl-true built
+// next to the CLI (ET_EXEC without PT_INTERP: exec maps only it, no ld.so); a binary
+// that is not there is an error naming it.
+TEST(BenchExecl, NativeExecsTheStaticBinary) {
+  json j = CliJson({"bench", "execl", "--clients", "2", "--duration", "200ms", "--compare", "i_mmap_scope=wide"});
+  const json& n = j["native"];
+  ASSERT_TRUE(n.is_object()) << j.dump();
+  EXPECT_TRUE(n["error"].is_null()) << n.dump();
+  EXPECT_GT(n["iterations"].get<uint64_t>(), 0u);
+  const std::string bin = n["binary"];
+  EXPECT_EQ(bin.substr(bin.rfind('/') + 1), "vmspace-execl-true");
+  std::ifstream f(bin, std::ios::binary);
+  Elf64_Ehdr eh{};
+  ASSERT_TRUE(f.read(reinterpret_cast<char*>(&eh), sizeof eh)) << bin;
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(eh.e_ident), 4), "\177ELF");
+  EXPECT_EQ(eh.e_type, ET_EXEC);
+  int interp = 0;
+  for (int i = 0; i < eh.e_phnum; i++) {
+    Elf64_Phdr ph{};
+    f.seekg(static_cast<std::streamoff>(eh.e_phoff + i * eh.e_phentsize));
+    ASSERT_TRUE(f.read(reinterpret_cast<char*>(&ph), sizeof ph));
+    interp += ph.p_type == PT_INTERP;
+  }
+  EXPECT_EQ(interp, 0);
+  CliRun missing = Cli({"bench", "execl", "--clients", "1", "--duration", "50ms", "--compare", "i_mmap_scope=wide",
+                        "--native-binary", "/nonexistent/true", "--quiet"});
+  EXPECT_EQ(missing.code, kExitFailed);
+  EXPECT_TRUE(Contains(missing.err, "/nonexistent/true")) << missing.err;
 }
 
 }  // namespace

@@ -559,6 +559,16 @@ TEST_F(DaemonTest, Lockstat) {
   std::string sid = std::to_string(CliJson({"create", "--locking-profile", "linux-6.0"})["space_id"].get<uint64_t>());
   json m = CliJson({"mmap", sid, "--len", "64K"});
   CliJson({"access", sid, "--addr", m["addr_hex"], "--len", "64K", "--stride", "4096", "--access", "write"});
+  // 16 pages of shmem: each enters its page cache under the i_pages lock.
+  auto i_pages_of = [](const json& lockstat) {
+    uint64_t n = 0;
+    for (const json& l : lockstat["locks"])
+      if (l["lock"] == "i_pages_lock") n = l["acquisitions"];
+    return n;
+  };
+  const uint64_t i_pages0 = i_pages_of(CliJson({"lockstat", "--profile", "linux-6.0"}));
+  json shm = CliJson({"mmap", sid, "--len", "64K", "--flags", "shared,anonymous"});
+  CliJson({"access", sid, "--addr", shm["addr_hex"], "--len", "64K", "--stride", "4096", "--access", "write"});
   ProcResult r = Cli({"lockstat", "--profile", "linux-6.0", "--json"});
   if (Unimplemented(r)) {
     GTEST_SKIP() << "vmspaced answers UNIMPLEMENTED for GetLockStats (the server handler is not there yet); "
@@ -572,6 +582,11 @@ TEST_F(DaemonTest, Lockstat) {
     if (l["lock"] == "mmap_lock" && l["mode"] == "read") read_acq = l["acquisitions"];
   EXPECT_GE(read_acq, 16u);
   EXPECT_GE(j["events"]["pgfault"].get<uint64_t>(), 16u);
+  // The page-cache lock is there with its count; exclusive locks have no read row.
+  for (const json& l : j["locks"])
+    for (const char* excl : {"ptl", "page_table_lock", "i_pages_lock", "wb_list_lock"})
+      EXPECT_FALSE(l["lock"] == excl && l["mode"] == "read") << l.dump();
+  EXPECT_EQ(i_pages_of(j) - i_pages0, 16u);
   EXPECT_EQ(j["events"]["vma_lock_success"], 0);
   // The CLI renders the table with the engine's FormatLockStat: the daemon's own text
   // (nothing ran in between, so the figures are the same).
@@ -582,6 +597,7 @@ TEST_F(DaemonTest, Lockstat) {
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("lock_stat version 0.4"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("mmap_lock-R:"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("i_pages_lock-W:"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("acquisitions"), std::string::npos);
   EXPECT_NE(text.out.find("pgfault"), std::string::npos);
   CliJson({"destroy", sid});

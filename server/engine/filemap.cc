@@ -148,6 +148,7 @@ File::~File() {
     delete f;
   }
   if (!shmem()) AccountCleaned(nrdirty.load(std::memory_order_relaxed));
+  AccountWriteback(-static_cast<int64_t>(nrwriteback.load(std::memory_order_relaxed)));  // 0: writers hold a reference
   if (failed)
     fprintf(stderr, "vmspace: %d dirty pages of %s could not be written back at its last close: %s\n",
             failed, maps_name.c_str(), strerror(errno));
@@ -263,9 +264,28 @@ bool File::ClearDirty(Folio* f) {
   return true;
 }
 
+void File::StartWriteback(Folio* f) {
+  MutexLock l(i_pages_lock);
+  if (f->writeback.exchange(true, std::memory_order_relaxed)) return;
+  nrwriteback.fetch_add(1, std::memory_order_relaxed);
+  AccountWriteback(1);
+}
+
+void File::EndWriteback(Folio* f) {
+  MutexLock l(i_pages_lock);
+  EndWritebackLocked(f);
+}
+
+void File::EndWritebackLocked(Folio* f) {
+  if (!f->writeback.exchange(false, std::memory_order_relaxed)) return;
+  nrwriteback.fetch_sub(1, std::memory_order_relaxed);
+  AccountWriteback(-1);
+}
+
 int File::WriteRange(uint64_t first, uint64_t last) {
   if (shmem() || !host_writable) return 0;
-  // 1. Take the dirty bit off each dirty page (folio_clear_dirty_for_io), under its lock.
+  // 1. Take the dirty bit off each dirty page (folio_clear_dirty_for_io) and mark it
+  //    under writeback (folio_start_writeback), under its lock.
   std::vector<uint64_t> todo;
   {
     RcuReadGuard g;
@@ -283,7 +303,10 @@ int File::WriteRange(uint64_t first, uint64_t last) {
     Folio* f = pages.Load(index);
     if (!f) continue;
     f->Lock();
-    if (!f->removed.load(std::memory_order_relaxed) && ClearDirty(f)) cleaned.push_back(index);
+    if (!f->removed.load(std::memory_order_relaxed) && ClearDirty(f)) {
+      StartWriteback(f);
+      cleaned.push_back(index);
+    }
     f->Unlock();
   }
   if (cleaned.empty()) return 0;
@@ -305,7 +328,8 @@ int File::WriteRange(uint64_t first, uint64_t last) {
   //    sections) are done after a grace period.
   SynchronizeRcu();
   // 4. Write each page out under its lock (truncate removes it under the same lock and
-  //    shrinks the host file only after: a write never re-extends a truncated file).
+  //    shrinks the host file only after: a write never re-extends a truncated file),
+  //    then end its writeback (a page truncated meanwhile had it ended by the removal).
   int ret = 0;
   std::vector<uint8_t> buf(kPageSize);
   for (uint64_t index : cleaned) {
@@ -326,6 +350,7 @@ int File::WriteRange(uint64_t first, uint64_t last) {
         ret = EIO;
       }
     }
+    if (!f->removed.load(std::memory_order_relaxed)) EndWriteback(f);
     f->Unlock();
   }
   return ret;

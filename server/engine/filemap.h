@@ -53,6 +53,7 @@ struct Folio {
   std::atomic<bool> uptodate{false};  // PG_uptodate: frame holds the file's data
   std::atomic<bool> dirty{false};     // PG_dirty: newer than the backing store
   std::atomic<bool> removed{false};   // folio->mapping == NULL: truncated away
+  std::atomic<bool> writeback{false};  // PG_writeback: cleaned for I/O, not yet written (i_pages lock)
   std::atomic<uint32_t> locked{0};    // PG_locked (1 = locked; waiters futex-wait on it)
   struct rcu_head rcu;
 
@@ -148,11 +149,13 @@ struct File : std::enable_shared_from_this<File> {
   /// inode->i_rwsem: serialises size changes (truncate, extending writes).
   Mutex i_rwsem{LockRank::kIRwsem};
 
-  /// The i_pages xarray lock: stores into `pages`.
-  Mutex i_pages_lock{LockRank::kIPages};
+  /// The i_pages xarray lock (lock class i_pages_lock): stores into `pages`, the
+  /// PG_writeback transitions and nrwriteback.
+  Mutex i_pages_lock{LockRank::kIPages, LockClass::kIPagesLock};
   PageCacheTree pages;
   std::atomic<uint64_t> nrpages{0};  // folios in the cache
   std::atomic<uint64_t> nrdirty{0};  // of them dirty (host files; shmem pages are not counted)
+  std::atomic<uint64_t> nrwriteback{0};  // of them under writeback (PG_writeback; i_pages_lock)
   std::atomic<bool> on_dirty_list{false};  // on the writeback domain's b_dirty list
 
   /// mapping->i_mmap_rwsem and i_mmap.
@@ -190,6 +193,14 @@ struct File : std::enable_shared_from_this<File> {
   /// folio_clear_dirty_for_io() / the accounting of removing a dirty folio: clears
   /// PG_dirty; true if it was set. Folio locked.
   bool ClearDirty(Folio* f);
+  /// folio_start_writeback() (__folio_start_writeback): sets PG_writeback and counts the
+  /// page in nrwriteback and the daemon-wide NR_WRITEBACK, under i_pages_lock (Linux
+  /// takes the xa_lock there to tag the page). Folio locked; nothing if already set.
+  void StartWriteback(Folio* f);
+  /// folio_end_writeback() (__folio_end_writeback): clears PG_writeback and the counts,
+  /// under i_pages_lock. Nothing if not set.
+  void EndWriteback(Folio* f);
+  void EndWritebackLocked(Folio* f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i_pages_lock);
   /// filemap_write_and_wait_range() for pages [first, last]: write-protects the dirty
   /// ones in every shared mapping (page_mkclean through i_mmap), waits a grace period
   /// (lockless writers that loaded the writable PTE before are done: the TLB flush),
@@ -217,6 +228,8 @@ struct File : std::enable_shared_from_this<File> {
 /// fewer in the daemon-wide figure; AccountDirtied also puts f on the writeback list.
 void AccountDirtied(File& f);
 void AccountCleaned(uint64_t pages);
+/// NR_WRITEBACK: `pages` more (positive) or fewer (negative) under writeback.
+void AccountWriteback(int64_t pages);
 /// balance_dirty_pages_ratelimited(): after a write dirtied a page of f, starts
 /// background writeback above --dirty-background-bytes and, above --dirty-bytes,
 /// waits until writeback brings the dirty figure under it (or a pass cleans nothing).

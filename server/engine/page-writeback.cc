@@ -19,6 +19,7 @@
 #include "engine/writeback.h"
 #include "filemap.h"
 #include "sync/lockdep.h"
+#include "sync/mutex.h"
 
 namespace vmspace {
 
@@ -26,16 +27,19 @@ namespace {
 
 /// The writeback domain and its thread (global_wb_domain + the bdi flusher).
 struct Domain {
-  std::mutex mu;
-  std::condition_variable work_cv;  // the thread waits here for work
-  std::condition_variable done_cv;  // throttled writers wait here for a pass to end
+  /// wb->list_lock (lock class wb_list_lock): the dirty-inode list and the thread and
+  /// throttling state below. Nothing is taken under it (but starting the thread);
+  /// readers of the figures (ReadWritebackStats, GetDirtyLimits) do not take it.
+  Mutex mu{LockRank::kWbListLock, LockClass::kWbListLock};
+  std::condition_variable_any work_cv;  // the thread waits here for work
+  std::condition_variable_any done_cv;  // throttled writers wait here for a pass to end
   std::vector<std::weak_ptr<File>> b_dirty;  // files with dirty pages (inode b_dirty list)
   std::thread thread;
   bool running = false, stop = false;
   bool kick = false;     // a throttled writer (or new limits) asks for a pass
   bool stalled = false;  // the last pass cleaned nothing: wait for a kick
-  uint64_t passes = 0, last_cleaned = 0, throttled = 0;
-  DirtyLimits limits;
+  uint64_t last_cleaned = 0;
+  std::atomic<uint64_t> passes{0}, throttled{0};  // written under mu
 };
 // Never destroyed: the thread may still run while static destructors do.
 Domain& D() {
@@ -43,18 +47,22 @@ Domain& D() {
   return *d;
 }
 std::atomic<uint64_t> g_nr_dirty{0};  // NR_FILE_DIRTY, pages
-std::atomic<uint64_t> g_bg_pages{(DirtyLimits{}.dirty_background_bytes) >> kPageShift};
-std::atomic<uint64_t> g_limit_pages{(DirtyLimits{}.dirty_bytes) >> kPageShift};
+std::atomic<uint64_t> g_nr_writeback{0};  // NR_WRITEBACK, pages
+std::atomic<uint64_t> g_bg_bytes{DirtyLimits{}.dirty_background_bytes};  // written under mu
+std::atomic<uint64_t> g_limit_bytes{DirtyLimits{}.dirty_bytes};
 
-bool OverBackground() { return g_nr_dirty.load(std::memory_order_relaxed) > g_bg_pages.load(std::memory_order_relaxed); }
-bool OverLimit() { return g_nr_dirty.load(std::memory_order_relaxed) > g_limit_pages.load(std::memory_order_relaxed); }
+bool Over(const std::atomic<uint64_t>& bytes) {
+  return g_nr_dirty.load(std::memory_order_relaxed) > (bytes.load(std::memory_order_relaxed) >> kPageShift);
+}
+bool OverBackground() { return Over(g_bg_bytes); }
+bool OverLimit() { return Over(g_limit_bytes); }
 
 /// wb_workfn / wb_writeback: writes back every file on b_dirty while above the
 /// background threshold or asked to.
 void WritebackThread() {
   RcuThread();  // WriteRange reads the page cache under RCU and waits for grace periods
   Domain& d = D();
-  std::unique_lock l(d.mu);
+  std::unique_lock<Mutex> l(d.mu);
   for (;;) {
     d.work_cv.wait(l, [&] { return d.stop || d.kick || (OverBackground() && !d.b_dirty.empty() && !d.stalled); });
     if (d.stop) break;
@@ -74,7 +82,7 @@ void WritebackThread() {
     }
     if (cleaned) CountEvent(Event::kWritebackPages, cleaned);
     l.lock();
-    d.passes++;
+    d.passes.fetch_add(1, std::memory_order_relaxed);
     d.last_cleaned = cleaned;
     d.stalled = cleaned == 0;
     d.done_cv.notify_all();
@@ -100,7 +108,7 @@ void AccountDirtied(File& f) {
   g_nr_dirty.fetch_add(1, std::memory_order_relaxed);
   if (!f.on_dirty_list.exchange(true, std::memory_order_acq_rel)) {  // __mark_inode_dirty
     Domain& d = D();
-    std::lock_guard l(d.mu);
+    std::lock_guard<Mutex> l(d.mu);
     d.b_dirty.push_back(f.weak_from_this());
     if (OverBackground()) WakeLocked(d, false);
   }
@@ -108,25 +116,29 @@ void AccountDirtied(File& f) {
 
 void AccountCleaned(uint64_t pages) { g_nr_dirty.fetch_sub(pages, std::memory_order_relaxed); }
 
+void AccountWriteback(int64_t pages) {
+  g_nr_writeback.fetch_add(static_cast<uint64_t>(pages), std::memory_order_relaxed);
+}
+
 void BalanceDirtyPagesRatelimited(File& f) {
   if (f.shmem()) return;  // no BDI_CAP_WRITEBACK: nothing to wait for
   VMSPACE_LOCK_ASSERT(LockdepDepth() == 0, "balance_dirty_pages with an engine lock held");
   if (!OverBackground()) return;  // the free-run zone below (bg + limit) / 2 is not modelled
   Domain& d = D();
-  std::unique_lock l(d.mu);
+  std::unique_lock<Mutex> l(d.mu);
   if (!OverLimit()) {
     WakeLocked(d, false);  // wb_start_background_writeback
     return;
   }
   CountEvent(Event::kDirtyThrottled);
-  d.throttled++;
+  d.throttled.fetch_add(1, std::memory_order_relaxed);
   while (OverLimit() && !d.stop) {
     WakeLocked(d, true);
-    const uint64_t gen = d.passes;
-    d.done_cv.wait(l, [&] { return d.passes != gen || !OverLimit() || d.stop; });
-    if (d.passes != gen && d.last_cleaned == 0) break;  // writeback makes no progress (EIO)
+    const uint64_t gen = d.passes.load(std::memory_order_relaxed);
+    d.done_cv.wait(l, [&] { return d.passes.load(std::memory_order_relaxed) != gen || !OverLimit() || d.stop; });
+    if (d.passes.load(std::memory_order_relaxed) != gen && d.last_cleaned == 0) break;  // no progress (EIO)
   }
-  d.throttled--;
+  d.throttled.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void SetDirtyLimits(const DirtyLimits& in) {
@@ -134,31 +146,28 @@ void SetDirtyLimits(const DirtyLimits& in) {
   l.dirty_bytes = std::max<uint64_t>(l.dirty_bytes, kPageSize);
   if (l.dirty_background_bytes >= l.dirty_bytes) l.dirty_background_bytes = l.dirty_bytes / 2;  // domain_dirty_limits
   Domain& d = D();
-  std::lock_guard g(d.mu);
-  d.limits = l;
-  g_limit_pages.store(l.dirty_bytes >> kPageShift, std::memory_order_relaxed);
-  g_bg_pages.store(l.dirty_background_bytes >> kPageShift, std::memory_order_relaxed);
+  std::lock_guard<Mutex> g(d.mu);
+  g_limit_bytes.store(l.dirty_bytes, std::memory_order_relaxed);
+  g_bg_bytes.store(l.dirty_background_bytes, std::memory_order_relaxed);
   if (d.running || OverBackground()) WakeLocked(d, true);
   d.done_cv.notify_all();
 }
 
 DirtyLimits GetDirtyLimits() {
-  Domain& d = D();
-  std::lock_guard g(d.mu);
-  return d.limits;
+  return {g_limit_bytes.load(std::memory_order_relaxed), g_bg_bytes.load(std::memory_order_relaxed)};
 }
 
 WritebackStats ReadWritebackStats() {
-  Domain& d = D();
-  std::lock_guard g(d.mu);
-  return {g_nr_dirty.load(std::memory_order_relaxed), d.passes, d.throttled};
+  const Domain& d = D();
+  return {g_nr_dirty.load(std::memory_order_relaxed), g_nr_writeback.load(std::memory_order_relaxed),
+          d.passes.load(std::memory_order_relaxed), d.throttled.load(std::memory_order_relaxed)};
 }
 
 void StopWriteback() {
   Domain& d = D();
   std::thread t;
   {
-    std::lock_guard g(d.mu);
+    std::lock_guard<Mutex> g(d.mu);
     if (!d.running) return;
     d.stop = true;
     d.work_cv.notify_all();
@@ -166,7 +175,7 @@ void StopWriteback() {
     t = std::move(d.thread);
   }
   t.join();
-  std::lock_guard g(d.mu);
+  std::lock_guard<Mutex> g(d.mu);
   d.running = false;
   d.stop = false;
 }

@@ -69,9 +69,15 @@ const char* LockClassName(LockClass c) {
     case LockClass::kPtl: return "ptl";
     case LockClass::kPageTableLock: return "page_table_lock";
     case LockClass::kIMmapRwsem: return "i_mmap_rwsem";
+    case LockClass::kIPagesLock: return "i_pages_lock";
+    case LockClass::kWbListLock: return "wb_list_lock";
     case LockClass::kCount: break;
   }
   return "?";
+}
+
+bool LockClassShared(LockClass c) {
+  return c == LockClass::kMmapLock || c == LockClass::kVmaLock || c == LockClass::kIMmapRwsem;
 }
 
 const char* LockModeName(LockMode m) { return m == LockMode::kRead ? "read" : "write"; }

@@ -65,6 +65,7 @@ int File::SetSizeLocked(uint64_t size) {
       f->removed.store(true, std::memory_order_release);
       nrpages.fetch_sub(1, std::memory_order_relaxed);
       ClearDirty(f);
+      EndWritebackLocked(f);  // a writeback between its passes (no folio lock) skips it now
     }
     f->Unlock();
     if (ours) FreeFolioDeferred(f);

@@ -112,6 +112,7 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
       for (size_t m = 0; m < static_cast<size_t>(LockMode::kCount); m++) {
         const auto cls = static_cast<LockClass>(c);
         const auto mode = static_cast<LockMode>(m);
+        if (mode == LockMode::kRead && !LockClassShared(cls)) continue;  // never taken for read
         const LockStatCell& cell = ps.lock(cls, mode);
         std::vector<ClientMetric::Label> labels = {
             {"lock", LockClassName(cls)}, {"mode", LockModeName(mode)}, {"profile", profile}};
@@ -255,11 +256,12 @@ std::vector<MetricFamily> Collector::Collect() const {
 
   SpaceGauges g;
   if (gather_spaces_) g = gather_spaces_();
-  auto gauge = [&](const char* name, const char* help, uint64_t v) {
-    auto f = Family(name, help, MetricType::Gauge);
+  auto metric = [&](const char* name, const char* help, MetricType type, uint64_t v) {
+    auto f = Family(name, help, type);
     AddValue(f, {}, static_cast<double>(v));
     out.push_back(std::move(f));
   };
+  auto gauge = [&](const char* name, const char* help, uint64_t v) { metric(name, help, MetricType::Gauge, v); };
   gauge("vmspace_spaces", "Live address spaces.", g.spaces);
   gauge("vmspace_vmas", "VMAs in all spaces (sum of map_count).", g.vmas);
   gauge("vmspace_resident_bytes", "Bytes of present PTEs in all spaces (rss).",
@@ -271,13 +273,17 @@ std::vector<MetricFamily> Collector::Collect() const {
         "Bytes of page-cache pages not yet written back to their host files.", g.page_cache_dirty_bytes);
   const WritebackStats wb = ReadWritebackStats();
   const DirtyLimits dl = GetDirtyLimits();
+  gauge("vmspace_page_cache_writeback_bytes",
+        "Bytes of host-file pages being written back now (cleaned for I/O, write not finished; NR_WRITEBACK).",
+        wb.writeback_pages * kPageSize);
   gauge("vmspace_dirty_limit_bytes", "Dirty host-file bytes above which writers wait (--dirty-bytes).",
         dl.dirty_bytes);
   gauge("vmspace_dirty_background_bytes",
         "Dirty host-file bytes above which the writeback thread runs (--dirty-background-bytes).",
         dl.dirty_background_bytes);
   gauge("vmspace_dirty_throttled_writers", "Writers waiting in balance_dirty_pages now.", wb.throttled_now);
-  gauge("vmspace_writeback_passes", "Passes of the writeback thread since start.", wb.passes);
+  metric("vmspace_writeback_passes_total", "Passes of the writeback thread since start.", MetricType::Counter,
+         wb.passes);
   gauge("vmspace_frame_bytes", "Page-frame memory in use, bytes.",
         frames_ ? frames_->in_use_bytes() : 0);
   gauge("vmspace_frame_limit_bytes",

@@ -941,6 +941,7 @@ grpc::Status VmSpaceService::GetLockStats(grpc::ServerContext* ctx,
         for (size_t m = 0; m < static_cast<size_t>(LockMode::kCount); m++) {
           const auto cls = static_cast<LockClass>(c);
           const auto mode = static_cast<LockMode>(m);
+          if (mode == LockMode::kRead && !LockClassShared(cls)) continue;  // never taken for read
           const LockStatCell& cell = snap.lock(cls, mode);
           v1::LockStat* l = resp->add_locks();
           l->set_lock(LockClassName(cls));

@@ -30,6 +30,7 @@ namespace {
 constexpr uint64_t P = kPageSize;
 
 uint64_t Ev(Event e) { return ReadStats().event(e); }
+uint64_t Acquisitions(LockClass c) { return ReadStats().lock(c, LockMode::kWrite).acquisitions; }
 
 SpaceOptions Opts(const std::string& profile, SharedFaultCompletion c) {
   SpaceOptions o;
@@ -132,7 +133,10 @@ TEST(SharedWriteFile, HostFileWriteAfterRead) {
       ASSERT_TRUE(files.Stat(id.value, &st).ok());
       EXPECT_EQ(st.dirty_pages, 4u);
       EXPECT_EQ(ReadWritebackStats().dirty_pages, 4u);
+      const uint64_t i_pages0 = Acquisitions(LockClass::kIPagesLock);
       ASSERT_TRUE(as.Msync(m.value, 4 * P, MS_SYNC).ok());
+      // folio_start_writeback and folio_end_writeback take each page's i_pages lock.
+      EXPECT_EQ(Acquisitions(LockClass::kIPagesLock) - i_pages0, 8u);
       ASSERT_TRUE(files.Stat(id.value, &st).ok());
       EXPECT_EQ(st.dirty_pages, 0u);
       EXPECT_EQ(ReadWritebackStats().dirty_pages, 0u);
@@ -145,9 +149,51 @@ TEST(SharedWriteFile, HostFileWriteAfterRead) {
   EXPECT_EQ(ReadWritebackStats().dirty_pages, 0u);
 }
 
+// The page-cache and writeback locks in the lock statistics, and NR_WRITEBACK: pwrite
+// of N new pages adds each to the page cache under the i_pages lock and joins the file
+// to the writeback list once (wb_list_lock, __mark_inode_dirty); fsync takes each
+// page's i_pages lock twice (folio_start_writeback, folio_end_writeback), and while it
+// waits for the last page's folio lock the pages it started count under writeback.
+TEST(SharedWriteFile, PageCacheAndWritebackLocks) {
+  constexpr uint64_t kPages = 32;
+  FrameAllocator frames;
+  testing_util::ScratchDir dir;
+  FileTable files(frames, dir.path);
+  SysResult id = files.Open("l", OpenFlags{.write = true, .create = true});
+  ASSERT_TRUE(id.ok());
+  File& f = *files.Get(id.value)->file;
+  std::vector<uint8_t> page(P, 0x6b);
+  const uint64_t wb0 = Acquisitions(LockClass::kWbListLock), i_pages0 = Acquisitions(LockClass::kIPagesLock);
+  for (uint64_t k = 0; k < kPages; k++) ASSERT_EQ(files.Write(id.value, k * P, page.data(), P).value, P);
+  EXPECT_EQ(Acquisitions(LockClass::kWbListLock) - wb0, 1u);
+  EXPECT_EQ(Acquisitions(LockClass::kIPagesLock) - i_pages0, kPages);  // filemap_add_folio
+  EXPECT_EQ(ReadWritebackStats().dirty_pages, kPages);
+  EXPECT_EQ(ReadWritebackStats().writeback_pages, 0u);
+  Folio* last;
+  {
+    RcuReadGuard g;
+    last = f.pages.Load(kPages - 1);
+  }
+  ASSERT_NE(last, nullptr);
+  last->Lock();
+  const uint64_t i_pages1 = Acquisitions(LockClass::kIPagesLock);
+  std::thread fsync([&] { EXPECT_EQ(files.Fsync(id.value), 0); });
+  while (ReadWritebackStats().writeback_pages != kPages - 1) std::this_thread::yield();  // a hang is the failure
+  EXPECT_EQ(f.nrwriteback.load(), kPages - 1);
+  last->Unlock();
+  fsync.join();
+  EXPECT_EQ(Acquisitions(LockClass::kIPagesLock) - i_pages1, 2 * kPages);
+  EXPECT_EQ(ReadWritebackStats().writeback_pages, 0u);
+  EXPECT_EQ(f.nrwriteback.load(), 0u);
+  EXPECT_EQ(ReadWritebackStats().dirty_pages, 0u);
+  files.Close(id.value);
+}
+
 // Many writers in many spaces over a 64-page dirty limit: they are throttled, the
 // writeback thread cleans their pages, every writer finishes (no deadlock; a hang is
-// the failure), the dirty figure ends near the limit, and the data reaches the files.
+// the failure), the dirty figure ends near the limit, and the data reaches the files:
+// every page's tag, written while its writer was being throttled, is on the host file
+// after fsync.
 TEST(SharedWriteFile, ThrottledWritersManySpaces) {
   constexpr int kSpaces = 4, kThreadsPerSpace = 2;
   constexpr uint64_t kPagesPerThread = 256, kLimitPages = 64;
@@ -177,10 +223,13 @@ TEST(SharedWriteFile, ThrottledWritersManySpaces) {
   for (int s = 0; s < kSpaces; s++)
     for (int t = 0; t < kThreadsPerSpace; t++)
       writers.emplace_back([&, s, t] {
-        const uint64_t a = addrs[s] + t * kPagesPerThread * P;
-        AccessResult r = spaces[s]->Access(a, kPagesPerThread * P, P, AccessType::kWrite);
-        EXPECT_TRUE(r.ok());
-        faults += r.faults;
+        for (uint64_t k = 0; k < kPagesPerThread; k++) {
+          const uint64_t page = t * kPagesPerThread + k;
+          const uint64_t tag = (uint64_t{0x5eed} << 48) | (uint64_t(s) << 32) | page;
+          CopyResult r = spaces[s]->WriteMemory(addrs[s] + page * P + 8, &tag, sizeof tag);
+          EXPECT_TRUE(r.ok());
+          faults += r.faults;
+        }
       });
   for (auto& w : writers) w.join();
   // At least one fault per page; more where writeback cleaned (write-protected) a page
@@ -191,15 +240,23 @@ TEST(SharedWriteFile, ThrottledWritersManySpaces) {
   // Each writer dirties its page before it checks: at most one page per writer over.
   EXPECT_LE(ReadWritebackStats().dirty_pages, kLimitPages + kSpaces * kThreadsPerSpace);
   EXPECT_EQ(ReadWritebackStats().throttled_now, 0u);
-  // Data safety: a store after the throttled run reaches the host file on fsync.
+  // Data safety: the throttled writers' stores, and one after the run, reach the host
+  // file on fsync.
   for (int s = 0; s < kSpaces; s++) {
     const char marker[] = "seed-002";
-    ASSERT_TRUE(spaces[s]->WriteMemory(addrs[s] + 17, marker, sizeof marker).ok());
+    ASSERT_TRUE(spaces[s]->WriteMemory(addrs[s] + 17 * P + 100, marker, sizeof marker).ok());
     ASSERT_EQ(files.Fsync(ids[s]), 0);
     int fd = open((dir.path + "/f" + std::to_string(s)).c_str(), O_RDONLY);
+    uint64_t wrong = 0;
+    for (uint64_t page = 0; page < kThreadsPerSpace * kPagesPerThread; page++) {
+      uint64_t tag = 0;
+      ASSERT_EQ(pread(fd, &tag, sizeof tag, static_cast<off_t>(page * P + 8)), static_cast<ssize_t>(sizeof tag));
+      wrong += tag != ((uint64_t{0x5eed} << 48) | (uint64_t(s) << 32) | page);
+    }
     char buf[sizeof marker] = {};
-    ASSERT_EQ(pread(fd, buf, sizeof buf, 17), static_cast<ssize_t>(sizeof buf));
+    ASSERT_EQ(pread(fd, buf, sizeof buf, 17 * P + 100), static_cast<ssize_t>(sizeof buf));
     close(fd);
+    EXPECT_EQ(wrong, 0u) << "file " << s;
     EXPECT_STREQ(buf, marker);
     EXPECT_EQ(spaces[s]->Validate(), "");
   }

@@ -482,11 +482,26 @@ TEST(FilesMetrics, CountTheFileWork) {
   for (const v1::SpaceInfo& info : cl.ListSpaces().value()) rss[info.space_id()] = info.rss_bytes();
   EXPECT_EQ(rss[sp_off], kPage);
   EXPECT_EQ(rss[sp66], 16 * kPage);
-  // A pwrite dirties a page until fsync.
+  // A pwrite dirties a page until fsync: the file joins the writeback list (wb_list_lock)
+  // and fsync takes the page's i_pages lock to start and to end its writeback.
+  // Calls outside a space count in the first profile's statistics, so sum them all.
+  auto sum = [](const Samples& s, const std::string& lock) {
+    double n = 0;
+    const std::string prefix = "vmspace_lock_acquisitions_total{lock=\"" + lock + "\",mode=\"write\"";
+    for (const auto& [k, v] : s)
+      if (k.rfind(prefix, 0) == 0) n += v;
+    return n;
+  };
+  const Samples s4 = scrape();
   ASSERT_TRUE(cl.WriteFile(f, 0, "d").ok());
-  EXPECT_EQ(Get(scrape(), dirty), kPage);
+  const Samples s5 = scrape();
+  EXPECT_EQ(Get(s5, dirty), kPage);
+  EXPECT_EQ(sum(s5, "wb_list_lock") - sum(s4, "wb_list_lock"), 1);
   ASSERT_TRUE(cl.FsyncFile(f).ok());
-  EXPECT_EQ(Get(scrape(), dirty), 0);
+  const Samples s6 = scrape();
+  EXPECT_EQ(Get(s6, dirty), 0);
+  EXPECT_EQ(Get(s6, SeriesKey("vmspace_page_cache_writeback_bytes")), 0);
+  EXPECT_EQ(sum(s6, "i_pages_lock") - sum(s5, "i_pages_lock"), 2);
   EXPECT_EQ(d.Stop(), 0);
 }
 

@@ -39,6 +39,31 @@ class MetricsTest : public ::testing::Test {
     return body;
   }
 
+  /// Creates a space with `settings`, maps `pages` read-write pages with `flags` and
+  /// writes each page once; returns the faults that took.
+  uint64_t WriteEachPage(const v1::SpaceSettings& settings, int flags, int pages) {
+    v1::CreateSpaceRequest c;
+    *c.mutable_settings() = settings;
+    v1::CreateSpaceResponse cs;
+    EXPECT_TRUE(stub_->CreateSpace(Ctx().get(), c, &cs).ok());
+    v1::MmapRequest m;
+    m.set_space_id(cs.space_id());
+    m.set_len(pages * kPage);
+    m.set_prot(PROT_READ | PROT_WRITE);
+    m.set_flags(flags);
+    v1::MmapResponse mr;
+    EXPECT_TRUE(stub_->Mmap(Ctx().get(), m, &mr).ok());
+    v1::AccessRequest a;
+    a.set_space_id(cs.space_id());
+    a.set_addr(mr.addr());
+    a.set_len(pages * kPage);
+    a.set_stride(kPage);
+    a.set_access(v1::ACCESS_WRITE);
+    v1::AccessResponse ar;
+    EXPECT_TRUE(stub_->Access(Ctx().get(), a, &ar).ok());
+    return ar.faults();
+  }
+
   Daemon d_;
   std::unique_ptr<v1::VmSpace::Stub> stub_;
 };
@@ -72,7 +97,7 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
         "vmspace_lock_wait_seconds", "vmspace_lock_hold_seconds", "vmspace_faults_total",
         "vmspace_pgfault_total", "vmspace_vma_lock_total", "vmspace_pgmajfault_total",
         "vmspace_fault_around_pages_total", "vmspace_fault_retries_total", "vmspace_page_cache_bytes",
-        "vmspace_page_cache_dirty_bytes",
+        "vmspace_page_cache_dirty_bytes", "vmspace_page_cache_writeback_bytes", "vmspace_writeback_passes_total",
         "vmspace_ops_total", "grpc_server_started_total", "grpc_server_handled_total",
         "grpc_server_handling_seconds", "grpc_server_msg_received_total",
         "grpc_server_msg_sent_total"}) {
@@ -86,6 +111,18 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
   EXPECT_EQ(Get(anon, SeriesKey("vmspace_page_cache_bytes")), 0);
   const Samples s = ParseMetrics(body);
   EXPECT_EQ(Get(s, SeriesKey("vmspace_build_info", {{"version", "0.1.0"}})), 1);
+  // Every lock class is exported; spinlocks and mutexes only in mode write (nothing
+  // exported that can never move).
+  for (const char* lock : {"mmap_lock", "vma_lock", "i_mmap_rwsem", "ptl", "page_table_lock", "i_pages_lock",
+                           "wb_list_lock"}) {
+    const bool rw = std::string(lock) == "mmap_lock" || std::string(lock) == "vma_lock" ||
+                    std::string(lock) == "i_mmap_rwsem";
+    for (const char* mode : {"read", "write"}) {
+      const double v = Get(s, SeriesKey("vmspace_lock_acquisitions_total",
+                                        {{"lock", lock}, {"mode", mode}, {"profile", "linux-6.15"}}));
+      EXPECT_EQ(v >= 0, rw || std::string(mode) == "write") << lock << " " << mode;
+    }
+  }
   EXPECT_GE(Get(s, SeriesKey("vmspace_lock_acquisitions_total",
                              {{"lock", "mmap_lock"}, {"mode", "write"}, {"profile", "linux-6.15"}})),
             1);
@@ -252,6 +289,27 @@ TEST_F(MetricsTest, UnknownPathIsNotFound) {
 // linux-6.0 space and a linux-6.6 space lands in different series, and only the
 // linux-6.6 faults (after the first, which assigns the anon_vma under mmap_lock) are
 // handled under the per-VMA lock.
+// Retries by reason: a space with shared_fault_completion=retry writing each page of a
+// MAP_SHARED|MAP_ANONYMOUS mapping once takes one VM_FAULT_RETRY per page
+// (reason="dirty"), a completed space none; pgfault counts 2 and 1 per page.
+TEST_F(MetricsTest, DirtyRetriesByReason) {
+  constexpr int kPages = 24;
+  const Samples before = ParseMetrics(Scrape());
+  for (const char* mode : {"retry", "completed"}) {
+    v1::SpaceSettings settings;
+    settings.set_shared_fault_completion(mode);
+    ASSERT_EQ(WriteEachPage(settings, MAP_SHARED | MAP_ANONYMOUS, kPages), static_cast<uint64_t>(kPages));
+    const Samples after = ParseMetrics(Scrape());
+    const std::string dirty =
+        SeriesKey("vmspace_fault_retries_total", {{"profile", "linux-6.15"}, {"reason", "dirty"}});
+    const bool retry = std::string(mode) == "retry";
+    EXPECT_EQ(Get(after, dirty) - Get(before, dirty), kPages) << mode;  // both runs' sum: the retry run's
+    EXPECT_EQ(Get(after, "vmspace_pgfault_total") - Get(before, "vmspace_pgfault_total"),
+              retry ? 2 * kPages : 3 * kPages)
+        << mode;
+  }
+}
+
 TEST_F(MetricsTest, LockMetricsArePerProfile) {
   const Samples before = ParseMetrics(Scrape());
   auto delta_of = [&](const Samples& after, const std::string& k) {
@@ -263,26 +321,9 @@ TEST_F(MetricsTest, LockMetricsArePerProfile) {
   };
   constexpr int kPages = 16;
   for (const char* profile : {"linux-6.0", "linux-6.6"}) {
-    v1::CreateSpaceRequest c;
-    c.mutable_settings()->set_locking_profile(profile);
-    v1::CreateSpaceResponse cs;
-    ASSERT_TRUE(stub_->CreateSpace(Ctx().get(), c, &cs).ok());
-    v1::MmapRequest m;
-    m.set_space_id(cs.space_id());
-    m.set_len(kPages * kPage);
-    m.set_prot(PROT_READ | PROT_WRITE);
-    m.set_flags(MAP_PRIVATE | MAP_ANONYMOUS);
-    v1::MmapResponse mr;
-    ASSERT_TRUE(stub_->Mmap(Ctx().get(), m, &mr).ok());
-    v1::AccessRequest a;
-    a.set_space_id(cs.space_id());
-    a.set_addr(mr.addr());
-    a.set_len(kPages * kPage);
-    a.set_stride(kPage);
-    a.set_access(v1::ACCESS_WRITE);
-    v1::AccessResponse ar;
-    ASSERT_TRUE(stub_->Access(Ctx().get(), a, &ar).ok());
-    ASSERT_EQ(ar.faults(), static_cast<uint64_t>(kPages));
+    v1::SpaceSettings settings;
+    settings.set_locking_profile(profile);
+    ASSERT_EQ(WriteEachPage(settings, MAP_PRIVATE | MAP_ANONYMOUS, kPages), static_cast<uint64_t>(kPages));
   }
   const Samples after = ParseMetrics(Scrape());
   auto mmap_read = [&](const char* p) {

@@ -26,6 +26,8 @@ enum class LockRank : uint8_t {
   kAnonVmaLock = 60,    // mm->page_table_lock as __anon_vma_prepare uses it
   kPageTableLock = 70,  // mm->page_table_lock (installing upper-level tables)
   kPtl = 80,            // split PTE lock
+  kWbListLock = 85,     // the writeback domain's lock (wb->list_lock: taken by folio_mark_dirty's
+                        // __mark_inode_dirty under the folio lock, as rmap.c nests it under ptl)
   kIPages = 90,         // mapping->i_pages lock (a File's page-cache tree)
   kFrameShard = 100,    // frame allocator shard (zone/pcp lock)
   kNodePool = 105,      // VMA-index free-node pool

@@ -63,10 +63,20 @@ inline constexpr std::array<int, 12> kTrackedErrnos = {0,  22 /*EINVAL*/, 12 /*E
                                                        95 /*EOPNOTSUPP*/, 11 /*EAGAIN*/, -1};
 int ErrnoSlot(int err);
 
-/// Lock classes for lock_stat-like instrumentation.
-enum class LockClass : uint8_t { kMmapLock, kVmaLock, kPtl, kPageTableLock, kIMmapRwsem, kCount };
+/// Lock classes for lock_stat-like instrumentation (names in LockClassName; LOCKING.md
+/// ranks them). kIPagesLock: a File's i_pages lock (the xarray's xa_lock: folio insert,
+/// removal, PG_writeback start/end); kWbListLock: the writeback domain's lock (the
+/// b_dirty list, as wb->list_lock, and the throttling state balance_dirty_pages waits
+/// on).
+enum class LockClass : uint8_t {
+  kMmapLock, kVmaLock, kPtl, kPageTableLock, kIMmapRwsem, kIPagesLock, kWbListLock, kCount
+};
 enum class LockMode : uint8_t { kRead, kWrite, kCount };
 const char* LockClassName(LockClass c);
+/// Whether the class is a reader-writer lock (mmap_lock, vma_lock, i_mmap_rwsem) with
+/// read acquisitions; the others (spinlocks, mutexes) count only LockMode::kWrite, and
+/// exporters leave their read cells out.
+bool LockClassShared(LockClass c);
 const char* LockModeName(LockMode m);
 
 /// Histogram of durations with fixed buckets (upper bounds in seconds, see

@@ -36,6 +36,7 @@ DirtyLimits GetDirtyLimits();
 /// Daemon-wide writeback figures.
 struct WritebackStats {
   uint64_t dirty_pages = 0;      // dirty host-file pages now (NR_FILE_DIRTY)
+  uint64_t writeback_pages = 0;  // host-file pages being written back now (NR_WRITEBACK)
   uint64_t passes = 0;           // writeback passes run by the thread
   uint64_t throttled_now = 0;    // writers waiting in balance_dirty_pages now
 };
