@@ -72,8 +72,8 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
         "vmspace_lock_wait_seconds", "vmspace_lock_hold_seconds", "vmspace_faults_total",
         "vmspace_pgfault_total", "vmspace_vma_lock_total", "vmspace_pgmajfault_total",
         "vmspace_fault_around_pages_total", "vmspace_fault_retries_total", "vmspace_page_cache_bytes",
-        "vmspace_page_cache_dirty_bytes",
-        "vmspace_ops_total", "grpc_server_started_total", "grpc_server_handled_total",
+        "vmspace_page_cache_dirty_bytes", "vmspace_frame_cache_bytes", "vmspace_frame_cache_limit_bytes",
+        "vmspace_frames_returned_bytes_total", "vmspace_ops_total", "grpc_server_started_total", "grpc_server_handled_total",
         "grpc_server_handling_seconds", "grpc_server_msg_received_total",
         "grpc_server_msg_sent_total"}) {
     EXPECT_NE(body.find(std::string("# TYPE ") + family + " "), std::string::npos) << family;
@@ -96,6 +96,7 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
   EXPECT_GE(holds, 0);
   EXPECT_EQ(std::fmod(holds, 16.0), 0.0);
   EXPECT_EQ(Get(s, "vmspace_frame_limit_bytes"), 268435456.0);
+  EXPECT_EQ(Get(s, "vmspace_frame_cache_limit_bytes"), 64.0 * 1024 * 1024) << "--frame-cache-bytes default";
 
   const std::string promtool = FindOnPath("promtool");
   if (promtool.empty()) GTEST_SKIP() << "promtool not installed (Debian package prometheus)";
