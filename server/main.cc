@@ -14,6 +14,8 @@
 // Listen policy: with no authentication (neither --token-file nor --tls-client-ca) the
 // daemon serves only a loopback --listen (127.0.0.0/8, [::1], localhost, unix:) and
 // refuses any other unless --insecure-listen-anywhere is given.
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -476,10 +478,17 @@ int main(int argc, char** argv) {
   bool flush_stop = false;
   std::thread flusher([&] {
     absl::MutexLock l(&flush_mu);
+    auto trimmed = std::chrono::steady_clock::now();
     while (!flush_mu.AwaitWithTimeout(absl::Condition(&flush_stop), absl::Milliseconds(flush_ms))) {
       flush_mu.Unlock();
       frames.FlushDeferredFrees();
       frames.TrimCache();
+      // And every 5 s, the heap's free memory (glibc keeps what the threads of a burst
+      // of calls freed in their arenas).
+      if (std::chrono::steady_clock::now() - trimmed > std::chrono::seconds(5)) {
+        malloc_trim(0);
+        trimmed = std::chrono::steady_clock::now();
+      }
       flush_mu.Lock();
     }
   });

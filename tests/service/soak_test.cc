@@ -35,6 +35,9 @@ constexpr int kOpsPerSpace = 1500;          // then the space is destroyed and a
 constexpr int kOpsPerClient = 5500;         // for 60 s (VMSPACE_SOAK_SECONDS scales it)
 constexpr uint64_t kFrameCache = 4ull << 20;    // --frame-cache-bytes
 constexpr uint64_t kMaxFrames = 512ull << 20;   // --max-frame-bytes (never reached)
+// RSS after the load beyond the start and the frame cache: gRPC's idle threads and
+// connections, and what malloc keeps (vmspaced trims its heap every 5 s).
+constexpr uint64_t kRssMargin = 32ull << 20;
 constexpr int kUnmapped = -1;
 
 /// What the daemon must answer for one op (from the shadow model).
@@ -445,11 +448,11 @@ TEST(SoakTest, SixtyFourClientsRandomOpsAgainstAShadowModel) {
   EXPECT_EQ(lresp.spaces_size(), 0);
   Samples m;
   uint64_t rss_end = 0;
-  for (int i = 0; i < 200; i++) {  // up to 20 s
+  for (int i = 0; i < 300; i++) {  // up to 30 s
     m = Scrape(d);
     rss_end = ProcStatus(d.pid(), "VmRSS");
     if (Get(m, "vmspace_frame_bytes") == 0 && Get(m, "vmspace_pagetable_bytes") == 0 &&
-        Get(m, "vmspace_frame_cache_bytes") <= kFrameCache && rss_end <= rss_start + kFrameCache + (64ull << 20))
+        Get(m, "vmspace_frame_cache_bytes") <= kFrameCache && rss_end <= rss_start + kFrameCache + kRssMargin)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -467,7 +470,7 @@ TEST(SoakTest, SixtyFourClientsRandomOpsAgainstAShadowModel) {
   // RSS: bounded by the frame limit during the run, back near the start afterwards
   // (gRPC's and malloc's memory, the cache); threads: gRPC's, one per call in flight.
   EXPECT_LE(rss_peak, rss_start + kMaxFrames / 2);
-  EXPECT_LE(rss_end, rss_start + kFrameCache + (64ull << 20));
+  EXPECT_LE(rss_end, rss_start + kFrameCache + kRssMargin);
   if (frames_peak > kFrameCache + (32ull << 20))
     EXPECT_GE(rss_peak, rss_end + (frames_peak - kFrameCache) / 2) << "the frames freed left the daemon's RSS";
   EXPECT_LE(threads_peak, threads_start + 2 * kClients + 32);
