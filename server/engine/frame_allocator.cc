@@ -50,9 +50,10 @@ struct FrameAllocator::State {
   // beyond `keep` (madvise(MADV_DONTNEED) of sorted runs, no lock held during the
   // calls) and files them in `returned`. One thread at a time; a second returns at once.
   void ReturnBeyond(uint64_t keep) ABSL_LOCKS_EXCLUDED(chunk_mu);
-  // Free's check after a spill: above the watermark, give back down to a batch below it
-  // (so a free list hovering at the watermark costs one madvise per kReturnBatch frees).
-  void MaybeReturn() ABSL_LOCKS_EXCLUDED(chunk_mu);
+  // Free's check after a spill that left `global` frames on the global list: above the
+  // watermark, give back down to a batch below it (so a free list hovering at the
+  // watermark costs one madvise per kReturnBatch frees).
+  void MaybeReturn(uint64_t global) ABSL_LOCKS_EXCLUDED(chunk_mu);
 
   const uint64_t limit_frames;  // 0 = unlimited
   std::atomic<uint64_t> reserved_frames{0};  // sum of budgets + frames and tables in use
@@ -188,7 +189,7 @@ void* FrameAllocator::Alloc() {
 void FrameAllocator::Free(void* frame) {
   s_->DebugFree(frame);
   State::Shard& s = s_->MyShard();
-  bool spilled = false;
+  uint64_t global = 0;  // frames on the global list after a spill; 0: no spill
   {
     MutexLock l(s.mu);
     s.free.push_back(frame);
@@ -196,13 +197,13 @@ void FrameAllocator::Free(void* frame) {
       MutexLock g(s_->chunk_mu);
       s_->global_free.insert(s_->global_free.end(), s.free.end() - kBatch, s.free.end());
       s.free.resize(s.free.size() - kBatch);
-      spilled = true;
+      global = s_->global_free.size();
     }
     s.in_use.store(s.in_use.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
     s_->Unreserve(s);
   }
   CountEvent(Event::kFramesFreed);
-  if (spilled) s_->MaybeReturn();
+  if (global) s_->MaybeReturn(global);
 }
 
 // ---- return to host (frame cache watermark) ----
@@ -211,12 +212,9 @@ namespace {
 constexpr uint64_t kReturnBatch = kChunk / kFrame;  // hysteresis below the watermark
 }  // namespace
 
-void FrameAllocator::State::MaybeReturn() {
+void FrameAllocator::State::MaybeReturn(uint64_t global) {
   const uint64_t limit = cache_limit_frames.load(std::memory_order_relaxed);
-  {
-    MutexLock l(chunk_mu);
-    if (global_free.size() <= limit) return;
-  }
+  if (global <= limit) return;
   ReturnBeyond(limit > kReturnBatch ? limit - kReturnBatch : 0);
 }
 
@@ -271,7 +269,7 @@ uint64_t FrameAllocator::returned_bytes() const {
 
 void FrameAllocator::TrimCache() {
   const uint64_t limit = s_->cache_limit_frames.load(std::memory_order_relaxed);
-  if (limit == ~0ull) return;
+  if (limit == ~0ull || cache_bytes() <= limit * kFrame) return;  // shard lists stay warm
   for (State::Shard& s : s_->shards) {
     MutexLock l(s.mu);
     if (s.free.empty()) continue;

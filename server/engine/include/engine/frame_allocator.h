@@ -102,8 +102,8 @@ class FrameAllocator {
   uint64_t cache_bytes() const;
   /// Bytes of frames given back to the host since construction (a counter).
   uint64_t returned_bytes() const;
-  /// Brings the cache down to the watermark now: empties every shard's list into the
-  /// global list, then gives back what exceeds the watermark. The daemon calls it
+  /// Brings the cache down to the watermark now: if it is above, empties every shard's
+  /// list into the global list, then gives back what exceeds the watermark. The daemon calls it
   /// periodically, so frames freed by threads that went idle are given back too.
   /// Takes each shard lock in turn; caller holds no allocator lock.
   void TrimCache();
