@@ -14,6 +14,8 @@
 // Listen policy: with no authentication (neither --token-file nor --tls-client-ca) the
 // daemon serves only a loopback --listen (127.0.0.0/8, [::1], localhost, unix:) and
 // refuses any other unless --insecure-listen-anywhere is given.
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -70,6 +72,9 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
 ABSL_FLAG(uint64_t, max_spaces, 1024, "Most address spaces alive at once");
 ABSL_FLAG(uint64_t, max_frame_bytes, 4ull << 30,
           "Daemon-wide limit on page-frame memory in bytes, page tables included (0 = unlimited)");
+ABSL_FLAG(uint64_t, frame_cache_bytes, 64ull << 20,
+          "Free frames kept resident for reuse, bytes; frames freed beyond it are given back "
+          "to the host (madvise MADV_DONTNEED), so RSS falls after a load");
 ABSL_FLAG(uint64_t, max_io_bytes, 1ull << 20, "Most bytes per ReadMemory/WriteMemory");
 ABSL_FLAG(uint64_t, max_batch, 4096, "Most ops per Batch message");
 ABSL_FLAG(uint64_t, max_access_touches, 1ull << 30,
@@ -386,6 +391,7 @@ int main(int argc, char** argv) {
       tls_cert.empty() ? grpc::InsecureServerCredentials() : grpc::SslServerCredentials(ssl);
 
   vmspace::FrameAllocator frames(absl::GetFlag(FLAGS_max_frame_bytes));
+  frames.SetCacheBytes(absl::GetFlag(FLAGS_frame_cache_bytes));
   vmspace::rpc::SpaceRegistry registry(frames, max_spaces, shard, data_dir);
   vmspace::rpc::VmSpaceService service(registry, options, &auth);
 
@@ -466,14 +472,23 @@ int main(int argc, char** argv) {
        static_cast<unsigned long long>(options.tenant_max_memory_bytes));
 
   // Frees a space keeps back for batching (its mmu_gather) are handed to RCU every
-  // --deferred-flush-ms, so memory an idle space freed is uncharged.
+  // --deferred-flush-ms, so memory an idle space freed is uncharged; then free frames
+  // beyond --frame-cache-bytes (those of idle threads' lists too) go back to the host.
   absl::Mutex flush_mu;
   bool flush_stop = false;
   std::thread flusher([&] {
     absl::MutexLock l(&flush_mu);
+    auto trimmed = std::chrono::steady_clock::now();
     while (!flush_mu.AwaitWithTimeout(absl::Condition(&flush_stop), absl::Milliseconds(flush_ms))) {
       flush_mu.Unlock();
       frames.FlushDeferredFrees();
+      frames.TrimCache();
+      // And every 5 s, the heap's free memory (glibc keeps what the threads of a burst
+      // of calls freed in their arenas).
+      if (std::chrono::steady_clock::now() - trimmed > std::chrono::seconds(5)) {
+        malloc_trim(0);
+        trimmed = std::chrono::steady_clock::now();
+      }
       flush_mu.Lock();
     }
   });

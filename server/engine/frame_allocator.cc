@@ -46,6 +46,14 @@ struct FrameAllocator::State {
   void Unreserve(Shard& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   void DebugAlloc(void* f);
   void DebugFree(void* f);
+  // Return to host (the frame cache watermark): gives back the global free frames
+  // beyond `keep` (madvise(MADV_DONTNEED) of sorted runs, no lock held during the
+  // calls) and files them in `returned`. One thread at a time; a second returns at once.
+  void ReturnBeyond(uint64_t keep) ABSL_LOCKS_EXCLUDED(chunk_mu);
+  // Free's check after a spill that left `global` frames on the global list: above the
+  // watermark, give back down to a batch below it (so a free list hovering at the
+  // watermark costs one madvise per kReturnBatch frees).
+  void MaybeReturn(uint64_t global) ABSL_LOCKS_EXCLUDED(chunk_mu);
 
   const uint64_t limit_frames;  // 0 = unlimited
   std::atomic<uint64_t> reserved_frames{0};  // sum of budgets + frames and tables in use
@@ -58,6 +66,10 @@ struct FrameAllocator::State {
   std::vector<void*> global_free ABSL_GUARDED_BY(chunk_mu);  // frames shards gave back
   char* carve ABSL_GUARDED_BY(chunk_mu) = nullptr;
   char* carve_end ABSL_GUARDED_BY(chunk_mu) = nullptr;
+  std::vector<void*> returned ABSL_GUARDED_BY(chunk_mu);  // given back to the host: zero
+  std::atomic<uint64_t> cache_limit_frames{~0ull};        // SetCacheBytes / kFrame
+  std::atomic<uint64_t> returned_total{0};                // frames given back, ever
+  std::atomic<bool> returning{false};                     // a ReturnBeyond is running
   Mutex debug_mu{LockRank::kFrameDebug};
   std::unordered_set<void*> debug_in_use ABSL_GUARDED_BY(debug_mu);  // lockdep builds only
 };
@@ -88,10 +100,13 @@ void* FrameAllocator::State::CarveFrame() {
 
 void* FrameAllocator::State::TakeFromGlobal(Shard& s) {
   MutexLock l(chunk_mu);
-  if (global_free.empty()) return nullptr;
-  size_t n = std::min<size_t>(kBatch, global_free.size());
-  s.free.insert(s.free.end(), global_free.end() - n, global_free.end());
-  global_free.resize(global_free.size() - n);
+  // Resident free frames first, then frames given back to the host (zero-filled again
+  // on first touch), before a new chunk is carved.
+  std::vector<void*>& from = global_free.empty() ? returned : global_free;
+  if (from.empty()) return nullptr;
+  size_t n = std::min<size_t>(kBatch, from.size());
+  s.free.insert(s.free.end(), from.end() - n, from.end());
+  from.resize(from.size() - n);
   void* f = s.free.back();
   s.free.pop_back();
   return f;
@@ -174,16 +189,95 @@ void* FrameAllocator::Alloc() {
 void FrameAllocator::Free(void* frame) {
   s_->DebugFree(frame);
   State::Shard& s = s_->MyShard();
-  MutexLock l(s.mu);
-  s.free.push_back(frame);
-  if (s.free.size() > 2 * kBatch) {
-    MutexLock g(s_->chunk_mu);
-    s_->global_free.insert(s_->global_free.end(), s.free.end() - kBatch, s.free.end());
-    s.free.resize(s.free.size() - kBatch);
+  uint64_t global = 0;  // frames on the global list after a spill; 0: no spill
+  {
+    MutexLock l(s.mu);
+    s.free.push_back(frame);
+    if (s.free.size() > 2 * kBatch) {
+      MutexLock g(s_->chunk_mu);
+      s_->global_free.insert(s_->global_free.end(), s.free.end() - kBatch, s.free.end());
+      s.free.resize(s.free.size() - kBatch);
+      global = s_->global_free.size();
+    }
+    s.in_use.store(s.in_use.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    s_->Unreserve(s);
   }
-  s.in_use.store(s.in_use.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-  s_->Unreserve(s);
   CountEvent(Event::kFramesFreed);
+  if (global) s_->MaybeReturn(global);
+}
+
+// ---- return to host (frame cache watermark) ----
+
+namespace {
+constexpr uint64_t kReturnBatch = kChunk / kFrame;  // hysteresis below the watermark
+}  // namespace
+
+void FrameAllocator::State::MaybeReturn(uint64_t global) {
+  const uint64_t limit = cache_limit_frames.load(std::memory_order_relaxed);
+  if (global <= limit) return;
+  ReturnBeyond(limit > kReturnBatch ? limit - kReturnBatch : 0);
+}
+
+void FrameAllocator::State::ReturnBeyond(uint64_t keep) {
+  if (returning.exchange(true, std::memory_order_acquire)) return;
+  std::vector<void*> out;
+  {
+    MutexLock l(chunk_mu);
+    if (global_free.size() > keep) {
+      out.assign(global_free.begin() + static_cast<ptrdiff_t>(keep), global_free.end());
+      global_free.resize(keep);
+    }
+  }
+  // Adjacent frames (frees of one mapping usually are) go back in one call.
+  std::sort(out.begin(), out.end());
+  for (size_t i = 0; i < out.size();) {
+    size_t j = i + 1;
+    while (j < out.size() && static_cast<char*>(out[j]) == static_cast<char*>(out[j - 1]) + kFrame) j++;
+    madvise(out[i], (j - i) * kFrame, MADV_DONTNEED);  // private anonymous: reads zero after
+    i = j;
+  }
+  if (!out.empty()) {
+    MutexLock l(chunk_mu);
+    returned.insert(returned.end(), out.begin(), out.end());
+  }
+  returned_total.fetch_add(out.size(), std::memory_order_relaxed);
+  returning.store(false, std::memory_order_release);
+}
+
+void FrameAllocator::SetCacheBytes(uint64_t bytes) {
+  s_->cache_limit_frames.store(bytes == ~0ull ? ~0ull : bytes / kFrame, std::memory_order_relaxed);
+}
+
+uint64_t FrameAllocator::cache_limit_bytes() const {
+  const uint64_t f = s_->cache_limit_frames.load(std::memory_order_relaxed);
+  return f == ~0ull ? f : f * kFrame;
+}
+
+uint64_t FrameAllocator::cache_bytes() const {
+  uint64_t n = 0;
+  for (State::Shard& s : s_->shards) {
+    MutexLock l(s.mu);
+    n += s.free.size();
+  }
+  MutexLock l(s_->chunk_mu);
+  return (n + s_->global_free.size()) * kFrame;
+}
+
+uint64_t FrameAllocator::returned_bytes() const {
+  return s_->returned_total.load(std::memory_order_relaxed) * kFrame;
+}
+
+void FrameAllocator::TrimCache() {
+  const uint64_t limit = s_->cache_limit_frames.load(std::memory_order_relaxed);
+  if (limit == ~0ull || cache_bytes() <= limit * kFrame) return;  // shard lists stay warm
+  for (State::Shard& s : s_->shards) {
+    MutexLock l(s.mu);
+    if (s.free.empty()) continue;
+    MutexLock g(s_->chunk_mu);
+    s_->global_free.insert(s_->global_free.end(), s.free.begin(), s.free.end());
+    s.free.clear();
+  }
+  s_->ReturnBeyond(limit);
 }
 
 bool FrameAllocator::ChargeTable() {
@@ -234,7 +328,7 @@ uint64_t FrameAllocator::in_use_bytes() const {
 
 uint64_t FrameAllocator::host_bytes() const {
   MutexLock l(s_->chunk_mu);
-  return s_->chunks.size() * kChunk;
+  return (s_->chunks.size() * kChunk) - s_->returned.size() * kFrame;
 }
 
 uint64_t FrameAllocator::table_bytes() const {

@@ -509,6 +509,7 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
     if (r.failed()) return r;
     if (r.outcome == FaultOutcome::kNone) r.outcome = res.outcome;  // keep "minor" once faulted
     res = r;
+    if (auto hook = g_fault_retry_test_hook.load(std::memory_order_relaxed)) hook(&m, addr);
   }
 }
 

@@ -148,6 +148,12 @@ struct VmFault {
 /// i_mmap_rwsem for write). Null in production.
 inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_mmap_region_test_hook{nullptr};
 
+/// Test-only: called after each fault of an access that did not fail, before the access
+/// is re-executed (arguments: the space, the address), on the faulting thread with no
+/// engine lock held: a test that zaps the page there drives the fault retry cap
+/// (kMaxFaultRetries). Null in production.
+inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_fault_retry_test_hook{nullptr};
+
 struct MmStruct final : FrameAllocator::DeferredFrees {
   MmStruct(FrameAllocator& f, const SpaceOptions& o);
   /// exit_mmap(): unmaps everything and frees it at once (no caller may be running).

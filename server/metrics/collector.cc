@@ -289,8 +289,20 @@ std::vector<MetricFamily> Collector::Collect() const {
   gauge("vmspace_frame_limit_bytes",
         "Daemon-wide page-frame memory limit, bytes (--max-frame-bytes; 0 = unlimited).",
         frames_ ? frames_->limit_bytes() : 0);
-  gauge("vmspace_frame_host_bytes", "Host memory held by the frame allocator, bytes.",
+  gauge("vmspace_frame_host_bytes",
+        "Host memory the frame allocator may hold resident (its chunks less the frames given back), bytes.",
         frames_ ? frames_->host_bytes() : 0);
+  gauge("vmspace_frame_cache_bytes", "Free frames kept resident for reuse, bytes.",
+        frames_ ? frames_->cache_bytes() : 0);
+  gauge("vmspace_frame_cache_limit_bytes",
+        "Watermark of the free-frame cache, bytes (--frame-cache-bytes); beyond it frames go back to the host.",
+        frames_ ? frames_->cache_limit_bytes() : 0);
+  {
+    auto f = Family("vmspace_frames_returned_bytes_total",
+                    "Bytes of free frames given back to the host (madvise MADV_DONTNEED).", MetricType::Counter);
+    AddValue(f, {}, static_cast<double>(frames_ ? frames_->returned_bytes() : 0));
+    out.push_back(std::move(f));
+  }
 
   CollectEngine(ReadStats(), out);
   CollectRpc(ReadRpcStats(), out);

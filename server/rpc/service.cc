@@ -567,6 +567,15 @@ OpStatus IoTooLarge(const char* what, uint64_t n, uint64_t max_io) {
                           std::to_string(n) + " bytes exceed --max-io-bytes=" + std::to_string(max_io));
 }
 
+/// The answer to a request message that did not parse (unary: gRPC's INTERNAL with an
+/// empty message, rewritten by ParseErrorInterceptor; Batch: a message of the stream).
+grpc::Status ParseError(std::string_view method) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      "the request message of " + std::string(method) +
+                          " could not be parsed (not a valid protobuf encoding of its type; "
+                          "strings must be UTF-8)");
+}
+
 class ParseErrorInterceptor final : public grpc::experimental::Interceptor {
  public:
   explicit ParseErrorInterceptor(const char* method) : method_(method ? method : "?") {}
@@ -577,10 +586,7 @@ class ParseErrorInterceptor final : public grpc::experimental::Interceptor {
       // No handler answers INTERNAL with an empty message: that is gRPC's own answer
       // to a request it could not deserialize.
       if (st.error_code() == grpc::StatusCode::INTERNAL && st.error_message().empty())
-        m->ModifySendStatus(grpc::Status(
-            grpc::StatusCode::INVALID_ARGUMENT,
-            std::string("the request message of ") + method_ +
-                " could not be parsed (not a valid protobuf encoding of its type; strings must be UTF-8)"));
+        m->ModifySendStatus(ParseError(method_));
     }
     m->Proceed();
   }
@@ -827,9 +833,15 @@ grpc::Status VmSpaceService::Batch(
   // Response bytes beyond the ops' own results: tag, framing, slack.
   constexpr uint64_t kSlack = 1024;
   constexpr uint64_t kSmallResultBytes = 64;
+  // The sync API's Read is false both at the end of the stream and for a message that
+  // does not parse. They differ in `req`: at the end gRPC leaves it untouched, while a
+  // parse (protobuf's ParseFromZeroCopyStream) clears it first. So each Read starts
+  // from a marked message, and a false Read that changed it was a bad message.
+  constexpr uint64_t kUnread = ~0ull;
   for (;; req_arena.Next(), resp_arena.Next()) {
     v1::BatchRequest& req = req_arena.get();
     v1::BatchResponse& resp = resp_arena.get();
+    req.set_tag(kUnread);
     if (!stream->Read(&req)) break;
     metrics::CountMsgReceived(RpcMethod::kBatch);
     if (call.CancelPolled()) return finish(Cancelled());
@@ -906,6 +918,11 @@ grpc::Status VmSpaceService::Batch(
     }
     if (!stream->Write(resp)) return finish(Cancelled());
     metrics::CountMsgSent(RpcMethod::kBatch);
+  }
+  // The loop ended on a false Read, before Next(): get() is the message it read into.
+  if (const v1::BatchRequest& last = req_arena.get(); last.tag() != kUnread || last.ops_size() != 0) {
+    scope.Finish(static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+    return ParseError("/vmspace.v1.VmSpace/Batch");
   }
   return finish(OpStatus{});
 }

@@ -15,6 +15,14 @@
 // bearer token with every call; --tls-ca PEM connects with TLS (the CA file that signed
 // the daemon's certificate). Channels are the client library's (client::MakeChannel).
 //
+// --scenario auth: the cost of authentication and TLS on the unary path. Ping on up to
+// three daemons in one run, taking turns in short rounds (so load from elsewhere falls on
+// all alike): --target an open daemon (no token), --token-target one with --token-file
+// (every call sends --token), --tls-target one with TLS (--tls-ca; --token too, if given).
+// Prints p50/p99 and calls/s per daemon and client count, and their ratios to the open one.
+//   rpc_latency_bench --scenario auth --target OPEN --token-target HOST:PORT --token T
+//       [--tls-target HOST:PORT --tls-ca PEM] [--seconds 6] [--clients 1,16] [--rounds 6]
+//
 // --scenario vma_writers: writers that must wait for per-VMA-lock readers (issue 12,
 // section 2: vma_start_write / vma_mark_detached waiting for readers while holding
 // mmap_lock for write).
@@ -91,11 +99,15 @@ std::chrono::system_clock::time_point Deadline() {
 /// --token and --tls-ca (contents) for every channel.
 vmspace::client::ClientOptions g_conn;
 
+std::unique_ptr<v1::VmSpace::Stub> NewStub(vmspace::client::ClientOptions o) {
+  o.own_connection = true;  // one connection per client
+  return v1::VmSpace::NewStub(vmspace::client::MakeChannel(o));
+}
+
 std::unique_ptr<v1::VmSpace::Stub> NewStub(const std::string& target) {
   vmspace::client::ClientOptions o = g_conn;
   o.target = target;
-  o.own_connection = true;  // one connection per client
-  return v1::VmSpace::NewStub(vmspace::client::MakeChannel(o));
+  return NewStub(o);
 }
 
 bool Call(v1::VmSpace::Stub& stub, Kind k, uint64_t space, uint64_t base, uint64_t& cursor,
@@ -213,6 +225,77 @@ int RunTable(const std::string& target, double seconds, const std::vector<int>& 
       v1::DestroySpaceResponse dr;
       stubs[c]->DestroySpace(&ctx, d, &dr);
     }
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------------ auth
+
+/// One daemon of the auth scenario and how to reach it.
+struct AuthVariant {
+  std::string name;
+  vmspace::client::ClientOptions conn;
+  std::vector<double> us;  // Ping latencies over all rounds
+  double calls = 0;        // calls over all rounds
+  double seconds = 0;      // wall time over all rounds
+};
+
+int RunAuth(std::vector<AuthVariant> variants, double seconds, const std::vector<int>& clients, int rounds) {
+  printf("%-8s %-14s %10s %10s %10s %10s %10s %12s\n", "clients", "daemon", "p50_us", "p99_us", "calls/s",
+         "p50/open", "p99/open", "calls/open");
+  for (int n : clients) {
+    std::vector<std::vector<std::unique_ptr<v1::VmSpace::Stub>>> stubs(variants.size());
+    for (size_t v = 0; v < variants.size(); v++) {
+      variants[v].us.clear();
+      variants[v].calls = variants[v].seconds = 0;
+      for (int c = 0; c < n; c++) stubs[v].push_back(NewStub(variants[v].conn));
+    }
+    bool fail = false;
+    for (int r = 0; r < rounds; r++) {
+      for (size_t v = 0; v < variants.size(); v++) {
+        std::vector<Result> res(n);
+        std::vector<std::thread> ts;
+        std::atomic<bool> f{false};
+        const auto t0 = Clock::now();
+        const auto end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds / rounds));
+        for (int c = 0; c < n; c++)
+          ts.emplace_back([&, c] {
+            uint64_t cursor = 0, lm = 0;
+            for (int w = 0; w < 20; w++) Call(*stubs[v][c], kPing, 0, 0, cursor, lm);  // warm
+            while (Clock::now() < end) {
+              const auto a = Clock::now();
+              if (!Call(*stubs[v][c], kPing, 0, 0, cursor, lm)) f = true;
+              res[c].us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
+            }
+          });
+        for (auto& t : ts) t.join();
+        for (const Result& x : res) {
+          variants[v].us.insert(variants[v].us.end(), x.us.begin(), x.us.end());
+          variants[v].calls += static_cast<double>(x.us.size());
+        }
+        variants[v].seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+        fail |= f;
+      }
+    }
+    double p50_0 = 0, p99_0 = 0, rate_0 = 0;
+    for (size_t v = 0; v < variants.size(); v++) {
+      std::vector<double>& all = variants[v].us;
+      std::sort(all.begin(), all.end());
+      const double p50 = Quantile(all, 0.5), p99 = Quantile(all, 0.99);
+      const double rate = variants[v].calls / variants[v].seconds;
+      if (v == 0) {
+        p50_0 = p50;
+        p99_0 = p99;
+        rate_0 = rate;
+      }
+      printf("%-8d %-14s %10.1f %10.1f %10.0f %10.2f %10.2f %12.2f\n", n, variants[v].name.c_str(), p50, p99, rate,
+             p50 / p50_0, p99 / p99_0, rate / rate_0);
+    }
+    if (fail) {
+      fprintf(stderr, "some Ping calls failed (wrong token, or a daemon not reachable?)\n");
+      return 3;
+    }
+    fflush(stdout);
   }
   return 0;
 }
@@ -751,6 +834,8 @@ int main(int argc, char** argv) {
   std::string target = "127.0.0.1:50051", scenario = "table";
   double seconds = -1;  // default per scenario
   std::vector<int> clients = {1, 16};
+  std::string token_target, tls_target;
+  int rounds = 6;
   WritersConfig wc;
   bool json = false, in_process = false;
   for (int i = 1; i < argc; i++) {
@@ -774,6 +859,9 @@ int main(int argc, char** argv) {
     else if (a == "--slice-kib") wc.slice_bytes = strtoull(v.c_str(), nullptr, 10) << 10;
     else if (a == "--profile") wc.profile = v;
     else if (a == "--token") g_conn.token = v;
+    else if (a == "--token-target") token_target = v;
+    else if (a == "--tls-target") tls_target = v;
+    else if (a == "--rounds") rounds = std::max(1, atoi(v.c_str()));
     else if (a == "--tls-ca") {
       std::ifstream in(v);
       std::stringstream pem;
@@ -787,6 +875,8 @@ int main(int argc, char** argv) {
       fprintf(stderr,
               "usage: %s [--target HOST:PORT] [--token TOKEN] [--tls-ca PEM] [--seconds S]\n"
               "          [--scenario table] [--clients 1,16]\n"
+              "          --scenario auth --target OPEN --token-target HOST:PORT --token T\n"
+              "                          [--tls-target HOST:PORT --tls-ca PEM] [--rounds 6]\n"
               "          --scenario vma_writers [--in-process] [--faulters 6] [--mprotectors 2]\n"
               "                                 [--slice-kib 128] [--profile linux-6.6] [--json]\n",
               argv[0]);
@@ -794,6 +884,27 @@ int main(int argc, char** argv) {
     }
   }
   if (scenario == "table") return RunTable(target, seconds < 0 ? 2 : seconds, clients);
+  if (scenario == "auth") {
+    std::vector<AuthVariant> vs;
+    auto add = [&vs](const std::string& name, const std::string& at, const std::string& token,
+                     const std::string& ca) {
+      AuthVariant v;
+      v.name = name;
+      v.conn.target = at;
+      v.conn.token = token;
+      v.conn.tls_ca_pem = ca;
+      vs.push_back(std::move(v));
+    };
+    add("open", target, "", "");
+    if (!token_target.empty()) add("token", token_target, g_conn.token, "");
+    if (!tls_target.empty())
+      add(g_conn.token.empty() ? "tls" : "tls+token", tls_target, g_conn.token, g_conn.tls_ca_pem);
+    if (vs.size() < 2 || (!tls_target.empty() && g_conn.tls_ca_pem.empty())) {
+      fprintf(stderr, "--scenario auth needs --token-target (with --token) and/or --tls-target (with --tls-ca)\n");
+      return 2;
+    }
+    return RunAuth(std::move(vs), seconds < 0 ? 6 : seconds, clients, rounds);
+  }
   if (scenario != "vma_writers") {
     fprintf(stderr, "unknown --scenario %s (table | vma_writers)\n", scenario.c_str());
     return 2;

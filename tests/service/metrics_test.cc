@@ -98,6 +98,7 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
         "vmspace_pgfault_total", "vmspace_vma_lock_total", "vmspace_pgmajfault_total",
         "vmspace_fault_around_pages_total", "vmspace_fault_retries_total", "vmspace_page_cache_bytes",
         "vmspace_page_cache_dirty_bytes", "vmspace_page_cache_writeback_bytes", "vmspace_writeback_passes_total",
+        "vmspace_frame_cache_bytes", "vmspace_frame_cache_limit_bytes", "vmspace_frames_returned_bytes_total",
         "vmspace_ops_total", "grpc_server_started_total", "grpc_server_handled_total",
         "grpc_server_handling_seconds", "grpc_server_msg_received_total",
         "grpc_server_msg_sent_total"}) {
@@ -133,6 +134,7 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
   EXPECT_GE(holds, 0);
   EXPECT_EQ(std::fmod(holds, 16.0), 0.0);
   EXPECT_EQ(Get(s, "vmspace_frame_limit_bytes"), 268435456.0);
+  EXPECT_EQ(Get(s, "vmspace_frame_cache_limit_bytes"), 64.0 * 1024 * 1024) << "--frame-cache-bytes default";
 
   const std::string promtool = FindOnPath("promtool");
   if (promtool.empty()) GTEST_SKIP() << "promtool not installed (Debian package prometheus)";

@@ -6,7 +6,11 @@
 // shard), each with its own lock, free list and a budget of frames reserved from the
 // global limit in batches of kBatch; so the fault path touches the shared limit
 // counter once per kBatch allocations (Linux's per-CPU page lists and batched
-// vmstat updates). Frames freed are kept for reuse, not returned to the host.
+// vmstat updates). Frames freed are kept for reuse up to a watermark (the frame
+// cache, SetCacheBytes); frames freed beyond it are given back to the host in batches
+// with madvise(MADV_DONTNEED) (the chunk stays mapped; a frame given back reads as
+// zero and is handed out again before a new chunk is mapped), as Linux's page
+// allocator frees pages above the pcp high mark back to the buddy lists.
 // Page-table pages are charged against the same limit (ChargeTable), as a memory
 // cgroup charges page tables (__GFP_ACCOUNT): a client cannot grow the daemon past the
 // limit by touching one byte per 2 MiB.
@@ -80,9 +84,29 @@ class FrameAllocator {
   uint64_t in_use_bytes() const;
   /// Page-table pages charged (ChargeTable minus UnchargeTable), in bytes.
   uint64_t table_bytes() const;
-  /// Host memory held in chunks, in bytes.
+  /// Host memory the allocator may hold resident: bytes of its chunks less the frames
+  /// given back to the host (ReturnedBytes) and not handed out since.
   uint64_t host_bytes() const;
   uint64_t limit_bytes() const;
+
+  /// Sets the frame cache watermark: free frames kept resident for reuse (per-shard
+  /// lists plus the global free list), bytes; frees beyond it are given back to the
+  /// host. ~0 (the default) keeps every freed frame, 0 keeps none beyond the shards'
+  /// own lists. Cheap on the fast path: a Free checks the cache only when its shard's
+  /// list spills to the global list (every kBatch frees), and the madvise runs then on
+  /// the freeing thread (usually the RCU callback thread) with no allocator lock held.
+  void SetCacheBytes(uint64_t bytes);
+  /// The watermark set by SetCacheBytes, bytes.
+  uint64_t cache_limit_bytes() const;
+  /// Free frames held resident for reuse (shard lists plus the global free list), bytes.
+  uint64_t cache_bytes() const;
+  /// Bytes of frames given back to the host since construction (a counter).
+  uint64_t returned_bytes() const;
+  /// Brings the cache down to the watermark now: if it is above, empties every shard's
+  /// list into the global list, then gives back what exceeds the watermark. The daemon calls it
+  /// periodically, so frames freed by threads that went idle are given back too.
+  /// Takes each shard lock in turn; caller holds no allocator lock.
+  void TrimCache();
 
   static constexpr int kShards = 16;
   static constexpr uint64_t kBatch = 32;
