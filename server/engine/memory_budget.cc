@@ -111,9 +111,11 @@ uint64_t MemoryBudget::usage() const {
   return n > 0 ? static_cast<uint64_t>(n) : 0;
 }
 
-bool ScopedCharge::Resize(uint64_t bytes) {
+bool ScopedCharge::Resize(uint64_t bytes, bool force) {
   if (b_ == nullptr) return true;
-  if (bytes > bytes_) {
+  if (bytes > bytes_ && force) {
+    b_->Charge(k_, bytes - bytes_);
+  } else if (bytes > bytes_) {
     if (!b_->TryCharge(k_, bytes - bytes_)) return false;
   } else if (bytes < bytes_) {
     b_->Uncharge(k_, bytes_ - bytes);

@@ -90,9 +90,9 @@ class ScopedCharge {
   ~ScopedCharge() { Resize(0); }
   ScopedCharge(const ScopedCharge&) = delete;
   ScopedCharge& operator=(const ScopedCharge&) = delete;
-  /// Makes the charge `bytes` (growing with TryCharge); false, and the charge left as
-  /// it was, if the budget refuses.
-  bool Resize(uint64_t bytes);
+  /// Makes the charge `bytes` (growing with TryCharge, or with Charge if `force`);
+  /// false, and the charge left as it was, if the budget refuses.
+  bool Resize(uint64_t bytes, bool force = false);
   uint64_t bytes() const { return bytes_; }
 
  private:
