@@ -259,6 +259,16 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// true, so the caller tries once more, as the kernel reclaims before it fails.
   /// Caller holds no engine lock.
   bool ReclaimAfterRefusal(uint64_t failcnt_before) ABSL_LOCKS_EXCLUDED(mmap_lock);
+  /// Runs `op` (a syscall's mmap_lock part, taking and dropping the lock itself; returns
+  /// 0 or an errno) and, if it failed with ENOMEM after a budget refusal, once more
+  /// after ReclaimAfterRefusal. Used by mmap, munmap and mprotect (the calls that add VMAs).
+  template <typename Op>
+  int RetryAfterReclaim(Op&& op) ABSL_LOCKS_EXCLUDED(mmap_lock) {
+    const uint64_t refused = frames.budget().failcnt();
+    int e = op();
+    if (e == ENOMEM && ReclaimAfterRefusal(refused)) e = op();
+    return e;
+  }
   void AddRss(MmCounter c, int64_t n) { rss[c].Add(n); }
   /// Hands the gather kept across write sections to call_rcu now, if it holds anything
   /// (FrameAllocator::Reclaim, the daemon's periodic flush). Takes mmap_lock for write;

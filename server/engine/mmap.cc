@@ -337,19 +337,15 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
   const uint64_t pgoff = offset >> kPageShift;
   if (pgoff + (plen >> kPageShift) < pgoff) return fail(EOVERFLOW);
 
-  const uint64_t refused = m.frames.budget().failcnt();
   uint64_t vm_flags = 0;
-  int err;
-  for (int pass = 0;; pass++) {
-    uint64_t a = addr;
+  const uint64_t hint = addr;
+  const int err = m.RetryAfterReclaim([&] {
+    addr = hint;
     m.MmapWriteLock();
-    err = DoMmapLocked(m, &a, plen, prot, flags, offset, file, &vm_flags);
+    const int e = DoMmapLocked(m, &addr, plen, prot, flags, offset, file, &vm_flags);
     m.MmapWriteUnlock();
-    if (err != ENOMEM || pass == 1 || !m.ReclaimAfterRefusal(refused)) {
-      addr = a;
-      break;
-    }
-  }
+    return e;
+  });
   if (err) return fail(err);
   CountOp(OpType::kMmap, 0);
   const bool populate = ((flags & (MAP_POPULATE | MAP_NONBLOCK)) == MAP_POPULATE) || (vm_flags & VM_LOCKED);
@@ -382,13 +378,10 @@ SysResult AddressSpace::Munmap(uint64_t addr, uint64_t len) {
     CountOp(OpType::kMunmap, EINVAL);
     return SysResult::Err(EINVAL);
   }
-  const uint64_t refused = m.frames.budget().failcnt();
-  m.MmapWriteLock();
-  int e = DoVmiMunmapUnlock(m, addr, end);
-  if (e == ENOMEM && m.ReclaimAfterRefusal(refused)) {  // a split the budget refused
+  const int e = m.RetryAfterReclaim([&] {  // a split the budget refused
     m.MmapWriteLock();
-    e = DoVmiMunmapUnlock(m, addr, end);
-  }
+    return DoVmiMunmapUnlock(m, addr, end);
+  });
   CountOp(OpType::kMunmap, e);
   return e ? SysResult::Err(e) : SysResult::Ok();
 }

@@ -176,6 +176,20 @@ TEST_P(Budget, VmasFreedAfterAGracePeriodAreReclaimedBeforeEnomem) {
     for (int i = 0; i < want; i++)
       ASSERT_TRUE(as->Mmap(0, P, (i & 1) ? PROT_READ : RW, PA).ok()) << "round " << round << " vma " << i;
   }
+  // The same VMAs made by mprotect splits of one mapping (split_vma under the budget).
+  for (int round = 0; round < 2; round++) {
+    ASSERT_TRUE(as->Munmap(0, kTaskSize).ok());
+    const int want = made * 9 / 10;
+    const uint64_t a = as->Mmap(0, static_cast<uint64_t>(want) * P, RW, PA).value;
+    ASSERT_NE(a, 0u);
+    for (int i = 1; i < want; i += 2)
+      ASSERT_TRUE(as->Mprotect(a + static_cast<uint64_t>(i) * P, P, PROT_READ).ok()) << "round " << round << " page " << i;
+  }
+  // Beyond the budget the split is ENOMEM.
+  const uint64_t b = as->Mmap(0, static_cast<uint64_t>(made) * 4 * P, RW, PA | MAP_NORESERVE).value;
+  int err = 0;
+  for (int i = 1; i < made * 4 && !err; i += 2) err = as->Mprotect(b + static_cast<uint64_t>(i) * P, P, PROT_READ).error;
+  EXPECT_EQ(err, ENOMEM);
   as.reset();
   ExpectEveryKindZero(frames);
 }
