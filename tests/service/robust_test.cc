@@ -300,7 +300,8 @@ TEST(RobustTest, BadRequestCatalogue) {
   printf("catalogue: %zu requests, each answered as documented unless reported above\n", cases.size());
 }
 
-// Memory of every kind a client can make the daemon allocate stays within
+// Memory of every kind a client can make the daemon allocate (frames, page cache, page
+// tables, VMAs and index nodes, call and stream buffers) stays within
 // --max-memory-bytes (here with no frame sub-limit): each kind pushed past it gets
 // ENOMEM / RESOURCE_EXHAUSTED, the daemon answers a Ping after each, and once the
 // spaces are destroyed every kind of vmspace_memory_bytes is back to 0.
@@ -337,6 +338,16 @@ TEST(RobustTest, MemoryBudgetCatalogue) {
                      v1::AccessResponse r;
                      grpc::Status s = Access(*stub, space, a, 16 << 20, 4096, v1::ACCESS_WRITE, &r);
                      EXPECT_GT(kind("frames"), 3 << 20);  // most of the budget was usable
+                     EXPECT_LE(total(), kBudget);
+                     unmap_all(space);
+                     return s;
+                   }, StatusCode::RESOURCE_EXHAUSTED, "memory budget"});
+  cases.push_back({"page cache: write 16 MiB of a shared anonymous mapping (shmem pages)", [&] {
+                     const uint64_t a = Map(*stub, space, 16 << 20, kRw, MAP_SHARED | MAP_ANONYMOUS);
+                     v1::AccessResponse r;
+                     grpc::Status s = Access(*stub, space, a, 16 << 20, 4096, v1::ACCESS_WRITE, &r);
+                     EXPECT_GT(kind("page_cache"), 3 << 20);
+                     EXPECT_EQ(kind("frames"), 0);  // shmem pages are page cache, not frames
                      EXPECT_LE(total(), kBudget);
                      unmap_all(space);
                      return s;
