@@ -9,7 +9,7 @@
 //   page_tables  page-table pages, 4 KiB each                  FrameAllocator::ChargeTable
 //   vmas         Vma objects and their separate per-VMA locks  MmStruct::VmaAllocLocked
 //   index_nodes  maple / rbtree nodes held by a space's index  NodeCache
-//   page_cache   page-cache frames of files and shmem          filemap.cc (AddFolio)
+//   page_cache   page-cache frames of files and shmem          File::AddLockedFolio
 //   buffers      service request/response data of a call      rpc::VmSpaceService
 //
 // Charging is cheap on the hot path: per-kind usage lives in per-thread cells (summed
