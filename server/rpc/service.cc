@@ -984,8 +984,10 @@ grpc::Status VmSpaceService::ListFiles(grpc::ServerContext* ctx, const v1::ListF
 
 grpc::Status VmSpaceService::ReadFile(grpc::ServerContext* ctx, const v1::ReadFileRequest* req,
                                       v1::ReadFileResponse* resp) {
+  Buffers buf(registry_.frames());  // the data, while the call runs
   return Handle(RpcMethod::kReadFile, ctx, [&](const Caller& c) -> OpStatus {
     if (req->len() > opts_.max_io_bytes) return IoTooLarge("pread", req->len(), opts_.max_io_bytes);
+    if (OpStatus e = buf.Resize("ReadFile", req->len()); !e.ok()) return e;
     std::string* data = resp->mutable_data();
     data->resize(req->len());
     const SysResult r = registry_.files().Read(registry_.TableFileId(req->file_id(), c.tenant),
@@ -1001,9 +1003,11 @@ grpc::Status VmSpaceService::ReadFile(grpc::ServerContext* ctx, const v1::ReadFi
 
 grpc::Status VmSpaceService::WriteFile(grpc::ServerContext* ctx, const v1::WriteFileRequest* req,
                                        v1::WriteFileResponse* resp) {
+  Buffers buf(registry_.frames());  // the request's data
   return Handle(RpcMethod::kWriteFile, ctx, [&](const Caller& c) -> OpStatus {
     if (req->data().size() > opts_.max_io_bytes)
       return IoTooLarge("pwrite", req->data().size(), opts_.max_io_bytes);
+    if (OpStatus e = buf.Resize("WriteFile", req->data().size()); !e.ok()) return e;
     const SysResult r = registry_.files().Write(registry_.TableFileId(req->file_id(), c.tenant),
                                                 req->offset(), req->data().data(),
                                                 req->data().size());

@@ -389,6 +389,23 @@ TEST(RobustTest, MemoryBudgetCatalogue) {
                      v1::ReadMemoryResponse resp;
                      return stub->ReadMemory(Ctx().get(), req, &resp);
                    }, StatusCode::RESOURCE_EXHAUSTED, "exceed the memory budget"});
+  cases.push_back({"buffers: ReadFile of 2 MiB of a shmem file", [&] {
+                     v1::CreateShmemFileRequest cr;
+                     cr.set_name("budget");
+                     cr.set_size(4 << 20);
+                     v1::CreateShmemFileResponse cf;
+                     EXPECT_TRUE(stub->CreateShmemFile(Ctx().get(), cr, &cf).ok());
+                     v1::ReadFileRequest req;
+                     req.set_file_id(cf.file_id());
+                     req.set_len(2 << 20);
+                     v1::ReadFileResponse resp;
+                     grpc::Status s = stub->ReadFile(Ctx().get(), req, &resp);
+                     v1::CloseFileRequest cl;
+                     cl.set_file_id(cf.file_id());
+                     v1::CloseFileResponse clr;
+                     EXPECT_TRUE(stub->CloseFile(Ctx().get(), cl, &clr).ok());
+                     return s;
+                   }, StatusCode::RESOURCE_EXHAUSTED, "ReadFile: buffers of"});
   cases.push_back({"buffers: WriteMemory of 2 MiB", [&] {
                      v1::WriteMemoryRequest req;
                      req.set_space_id(space);
