@@ -71,7 +71,12 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics listen address host:port; \"\" or \"off\" disables");
 ABSL_FLAG(uint64_t, max_spaces, 1024, "Most address spaces alive at once");
 ABSL_FLAG(uint64_t, max_frame_bytes, 4ull << 30,
-          "Daemon-wide limit on page-frame memory in bytes, page tables included (0 = unlimited)");
+          "Daemon-wide limit on page-frame memory in bytes (frames, page-cache pages and page "
+          "tables; 0 = unlimited): a sub-limit inside --max-memory-bytes");
+ABSL_FLAG(uint64_t, max_memory_bytes, 8ull << 30,
+          "Daemon-wide memory budget in bytes over everything a client can make the daemon "
+          "allocate: frames, page tables, VMAs, index nodes, page cache, call and stream "
+          "buffers (0 = unlimited); beyond it mmap/faults get ENOMEM, buffers RESOURCE_EXHAUSTED");
 ABSL_FLAG(uint64_t, frame_cache_bytes, 64ull << 20,
           "Free frames kept resident for reuse, bytes; frames freed beyond it are given back "
           "to the host (madvise MADV_DONTNEED), so RSS falls after a load");
@@ -390,7 +395,7 @@ int main(int argc, char** argv) {
   const std::shared_ptr<grpc::ServerCredentials> creds =
       tls_cert.empty() ? grpc::InsecureServerCredentials() : grpc::SslServerCredentials(ssl);
 
-  vmspace::FrameAllocator frames(absl::GetFlag(FLAGS_max_frame_bytes));
+  vmspace::FrameAllocator frames(absl::GetFlag(FLAGS_max_frame_bytes), absl::GetFlag(FLAGS_max_memory_bytes));
   frames.SetCacheBytes(absl::GetFlag(FLAGS_frame_cache_bytes));
   vmspace::rpc::SpaceRegistry registry(frames, max_spaces, shard, data_dir);
   vmspace::rpc::VmSpaceService service(registry, options, &auth);
@@ -454,10 +459,12 @@ int main(int argc, char** argv) {
           grpc_port, metrics_addr.c_str());
   fflush(stderr);
   Logf(LogLevel::kInfo,
-       "version %s, shard=%u, max-spaces=%llu max-frame-bytes=%llu max-io-bytes=%llu max-batch=%llu "
+       "version %s, shard=%u, max-spaces=%llu max-frame-bytes=%llu max-memory-bytes=%llu max-io-bytes=%llu "
+       "max-batch=%llu "
        "max-message-bytes=%llu lock-stats=%s locking-profile=%s data-dir=%s",
        VMSPACE_VERSION, shard, static_cast<unsigned long long>(max_spaces),
        static_cast<unsigned long long>(frames.limit_bytes()),
+       static_cast<unsigned long long>(frames.budget().limit_bytes()),
        static_cast<unsigned long long>(options.max_io_bytes),
        static_cast<unsigned long long>(options.max_batch),
        static_cast<unsigned long long>(options.max_message_bytes), lock_stats.c_str(),

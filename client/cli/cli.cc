@@ -514,6 +514,35 @@ int CmdPing(Ctx& c) {
   return kExitOk;
 }
 
+// Each daemon's GetServerInfo: spaces, version, and its memory budget by kind.
+int CmdStats(Ctx& c) {
+  Client cl(c.client);
+  auto r = cl.GetServerInfo();
+  if (!r.ok()) return Fail(c, r.error());
+  Json all = Json::array();
+  for (const v1::GetServerInfoResponse& i : r.value()) {
+    Json mem = Json::object();
+    for (const v1::MemoryUsage& u : i.memory()) mem[u.kind()] = u.bytes();
+    all.push_back(Json{{"shard", i.shard()}, {"version", i.version()}, {"spaces", i.spaces()},
+                       {"max_spaces", i.max_spaces()}, {"memory_bytes", mem},
+                       {"memory_limit_bytes", i.memory_limit_bytes()}});
+    if (c.json) continue;
+    c.out << "shard " << i.shard() << " (vmspaced " << i.version() << "): " << i.spaces() << " of "
+          << i.max_spaces() << " spaces\n";
+    int64_t total = 0;
+    for (const v1::MemoryUsage& u : i.memory()) {
+      c.out << "  memory " << std::left << std::setw(12) << u.kind() << std::right << std::setw(14) << u.bytes()
+            << " bytes\n";
+      total += u.bytes();
+    }
+    c.out << "  memory " << std::left << std::setw(12) << "total" << std::right << std::setw(14) << total
+          << " bytes of " << (i.memory_limit_bytes() ? std::to_string(i.memory_limit_bytes()) : "unlimited")
+          << " (--max-memory-bytes)\n";
+  }
+  if (c.json) c.out << all.dump() << "\n";
+  return kExitOk;
+}
+
 int CmdHealth(Ctx& c) {
   const std::string service = c.args.Get("service", "vmspace.v1.VmSpace");
   Client cl(c.client);
@@ -1881,6 +1910,7 @@ const std::vector<Command>& Commands() {
         {"end", "ADDR", "0 = no limit"}, {"count", "", "also print the space's map_count"}},
        CmdMaps},
       {"ping", "", "check that the daemon answers", {}, CmdPing},
+      {"stats", "", "each daemon's spaces and memory budget by kind (GetServerInfo)", {}, CmdStats},
       {"health", "[--service NAME]",
        "gRPC health check (grpc.health.v1.Health/Check); exit 0 only if SERVING (container HEALTHCHECK)",
        {{"service", "NAME", "service to check (default vmspace.v1.VmSpace; \"\" = the whole server)"}},

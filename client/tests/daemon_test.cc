@@ -225,6 +225,26 @@ TEST_F(DaemonTest, CreateMmapMapsReadWriteDestroy) {
   EXPECT_NE(again.err.find("NOT_FOUND"), std::string::npos) << again.err;
 }
 
+TEST_F(DaemonTest, StatsShowsTheMemoryBudgetByKind) {
+  const std::string sid = std::to_string(NewSpace());
+  json m = CliJson({"mmap", sid, "--len", "8K", "--prot", "rw", "--flags", "private,anonymous"});
+  CliJson({"access", sid, "--addr", m["addr_hex"], "--len", "8192", "--stride", "4096", "--access", "write"});
+  json st = CliJson({"stats"});
+  ASSERT_EQ(st.size(), 1u) << st.dump();
+  EXPECT_EQ(st[0]["memory_limit_bytes"], 8ull << 30);  // the --max-memory-bytes default
+  const json& mem = st[0]["memory_bytes"];
+  for (const char* k : {"frames", "page_tables", "vmas", "index_nodes", "page_cache", "buffers"})
+    EXPECT_TRUE(mem.contains(k)) << k << " missing in " << st.dump();
+  EXPECT_GE(mem["frames"].get<int64_t>(), 8192);  // the two pages written (other spaces may add)
+  EXPECT_GE(mem["page_tables"].get<int64_t>(), 3 * 4096);  // PUD, PMD and PTE pages of the space
+  EXPECT_GT(mem["vmas"].get<int64_t>(), 0);
+  ProcResult text = Cli({"stats"});
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("  memory frames"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("bytes of 8589934592 (--max-memory-bytes)"), std::string::npos) << text.out;
+  CliJson({"destroy", sid});
+}
+
 TEST_F(DaemonTest, ErrnoErrors) {
   std::string sid = std::to_string(NewSpace());
   ProcResult r = Cli({"mmap", sid, "--len", "0"});

@@ -24,7 +24,7 @@ std::atomic<uint64_t> g_next_shmem_ino{1};
 void FreeFolioCallback(struct rcu_head* h) {
   RcuCallbackBegin(h);
   Folio* f = reinterpret_cast<Folio*>(reinterpret_cast<char*>(h) - offsetof(Folio, rcu));
-  f->frames->Free(f->frame);
+  f->frames->Free(f->frame, MemKind::kPageCache);
   delete f;
   RcuCallbackEnd();
 }
@@ -144,7 +144,7 @@ File::~File() {
       const uint64_t n = std::min<uint64_t>(kPageSize, size - off);
       if (pwrite(fd, f->frame, n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) failed++;
     }
-    frames.Free(f->frame);
+    frames.Free(f->frame, MemKind::kPageCache);
     delete f;
   }
   if (!shmem()) AccountCleaned(nrdirty.load(std::memory_order_relaxed));
@@ -157,7 +157,7 @@ File::~File() {
 
 Folio* File::AddLockedFolio(uint64_t index, int* err) {
   *err = 0;
-  void* frame = frames.Alloc();
+  void* frame = frames.Alloc(MemKind::kPageCache);
   if (!frame) {
     *err = ENOMEM;
     return nullptr;
@@ -173,7 +173,7 @@ Folio* File::AddLockedFolio(uint64_t index, int* err) {
     }
   }
   f->Unlock();
-  frames.Free(frame);
+  frames.Free(frame, MemKind::kPageCache);
   delete f;
   return nullptr;
 }

@@ -32,7 +32,7 @@ struct FrameAllocator::State {
     uint64_t budget ABSL_GUARDED_BY(mu) = 0;  // frames reserved from the limit, not in use
     std::atomic<int64_t> in_use{0};  // written under mu, read by in_use_frames()
   };
-  explicit State(uint64_t limit) : limit_frames(limit) {}
+  State(uint64_t limit, uint64_t memory_limit) : limit_frames(limit), budget(memory_limit) {}
 
   Shard& MyShard() {
     if (tls_shard < 0) tls_shard = static_cast<int>(g_next_shard.fetch_add(1) % kShards);
@@ -56,6 +56,7 @@ struct FrameAllocator::State {
   void MaybeReturn(uint64_t global) ABSL_LOCKS_EXCLUDED(chunk_mu);
 
   const uint64_t limit_frames;  // 0 = unlimited
+  MemoryBudget budget;
   std::atomic<uint64_t> reserved_frames{0};  // sum of budgets + frames and tables in use
   std::atomic<int64_t> table_frames{0};      // page-table pages charged (ChargeTable)
   Mutex reclaim_mu{LockRank::kReclaim};
@@ -74,7 +75,8 @@ struct FrameAllocator::State {
   std::unordered_set<void*> debug_in_use ABSL_GUARDED_BY(debug_mu);  // lockdep builds only
 };
 
-FrameAllocator::FrameAllocator(uint64_t limit_bytes) : s_(std::make_unique<State>(limit_bytes / kFrame)) {}
+FrameAllocator::FrameAllocator(uint64_t limit_bytes, uint64_t memory_limit_bytes)
+    : s_(std::make_unique<State>(limit_bytes / kFrame, memory_limit_bytes)) {}
 
 FrameAllocator::~FrameAllocator() {
   RcuBarrier();  // frames freed after a grace period come back here first
@@ -155,13 +157,17 @@ void FrameAllocator::State::Unreserve(Shard& s) {
   }
 }
 
-void* FrameAllocator::Alloc() {
+void* FrameAllocator::Alloc(MemKind kind) {
+  if (!s_->budget.TryCharge(kind, kFrame)) return nullptr;
   State::Shard& s = s_->MyShard();
   void* f = nullptr;
   bool fresh = false;
   {
     MutexLock l(s.mu);
-    if (!s_->Reserve(s)) return nullptr;
+    if (!s_->Reserve(s)) {
+      s_->budget.Uncharge(kind, kFrame);
+      return nullptr;
+    }
     s.in_use.store(s.in_use.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if (s.free.empty()) {
       f = s_->TakeFromGlobal(s);
@@ -177,6 +183,7 @@ void* FrameAllocator::Alloc() {
       MutexLock l(s.mu);
       s_->Unreserve(s);
       s.in_use.store(s.in_use.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+      s_->budget.Uncharge(kind, kFrame);
       return nullptr;
     }
   }
@@ -186,8 +193,9 @@ void* FrameAllocator::Alloc() {
   return f;
 }
 
-void FrameAllocator::Free(void* frame) {
+void FrameAllocator::Free(void* frame, MemKind kind) {
   s_->DebugFree(frame);
+  s_->budget.Uncharge(kind, kFrame);
   State::Shard& s = s_->MyShard();
   uint64_t global = 0;  // frames on the global list after a spill; 0: no spill
   {
@@ -281,14 +289,19 @@ void FrameAllocator::TrimCache() {
 }
 
 bool FrameAllocator::ChargeTable() {
+  if (!s_->budget.TryCharge(MemKind::kPageTables, kFrame)) return false;
   State::Shard& s = s_->MyShard();
   MutexLock l(s.mu);
-  if (!s_->Reserve(s)) return false;
+  if (!s_->Reserve(s)) {
+    s_->budget.Uncharge(MemKind::kPageTables, kFrame);
+    return false;
+  }
   s_->table_frames.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
 void FrameAllocator::UnchargeTable() {
+  s_->budget.Uncharge(MemKind::kPageTables, kFrame);
   State::Shard& s = s_->MyShard();
   MutexLock l(s.mu);
   s_->Unreserve(s);
@@ -307,11 +320,14 @@ void FrameAllocator::RemoveDeferredFrees(DeferredFrees* d) {
 
 void FrameAllocator::FlushDeferredFrees() {
   MutexLock l(s_->reclaim_mu);
-  for (DeferredFrees* d : s_->deferred) d->FlushDeferredFrees();
+  for (DeferredFrees* d : s_->deferred) d->FlushDeferredFrees(false);
 }
 
 void FrameAllocator::Reclaim() {
-  FlushDeferredFrees();
+  {
+    MutexLock l(s_->reclaim_mu);
+    for (DeferredFrees* d : s_->deferred) d->FlushDeferredFrees(true);
+  }
   RcuBarrier();
 }
 
@@ -337,5 +353,7 @@ uint64_t FrameAllocator::table_bytes() const {
 }
 
 uint64_t FrameAllocator::limit_bytes() const { return s_->limit_frames * kFrame; }
+
+MemoryBudget& FrameAllocator::budget() const { return s_->budget; }
 
 }  // namespace vmspace

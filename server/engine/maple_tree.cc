@@ -17,11 +17,20 @@ thread_local int64_t tls_linked_bytes = 0;
 // ======================================================================= node caches
 
 NodeCache::~NodeCache() {
-  if (!free_.empty()) put_(free_);
+  if (!free_.empty()) PutBack(free_);
+}
+
+void NodeCache::PutBack(std::vector<void*>& nodes) {
+  if (budget_) budget_->Uncharge(MemKind::kIndexNodes, nodes.size() * node_size_);
+  put_(nodes);
 }
 
 void* NodeCache::Alloc() {
-  if (free_.empty()) take_(free_, 32);
+  if (free_.empty()) {
+    constexpr size_t kTake = 32;
+    take_(free_, kTake);
+    if (budget_) budget_->Charge(MemKind::kIndexNodes, kTake * node_size_);
+  }
   void* n = free_.back();
   free_.pop_back();
   return n;
@@ -32,7 +41,7 @@ void NodeCache::Free(void* n) {
   if (free_.size() > 128) {
     std::vector<void*> give(free_.end() - 64, free_.end());
     free_.resize(free_.size() - 64);
-    put_(give);
+    PutBack(give);
   }
 }
 
@@ -251,10 +260,11 @@ struct MapleTree::Write {
 
 // ======================================================================= lifetime
 
-MapleTree::MapleTree(bool in_rcu)
+MapleTree::MapleTree(bool in_rcu, MemoryBudget* budget)
     : rcu_(in_rcu),
       cache_([](std::vector<void*>& out, size_t n) { Pool::Get().TakeBatch(out, n); },
-             [](std::vector<void*>& v) { Pool::Get().PutBatch(v); }, kNodeSize) {}
+             [](std::vector<void*>& v) { Pool::Get().PutBatch(v); }, kNodeSize, budget),
+      budget_(budget) {}
 
 MapleTree::~MapleTree() {
   {
@@ -275,7 +285,7 @@ MapleTree::~MapleTree() {
   }
   cache_.CountLinked(-static_cast<int64_t>(all.size()));
   all.insert(all.end(), retired_.begin(), retired_.end());
-  FreeNodes(all);
+  FreeNodes(all, budget_);
 }
 
 void MapleTree::TakeRetired(std::vector<void*>& out) {
@@ -283,8 +293,10 @@ void MapleTree::TakeRetired(std::vector<void*>& out) {
   retired_.clear();
 }
 
-void MapleTree::FreeNodes(std::vector<void*>& nodes) {
-  if (!nodes.empty()) Pool::Get().PutBatch(nodes);
+void MapleTree::FreeNodes(std::vector<void*>& nodes, MemoryBudget* budget) {
+  if (nodes.empty()) return;
+  if (budget) budget->Uncharge(MemKind::kIndexNodes, nodes.size() * kNodeSize);
+  Pool::Get().PutBatch(nodes);
 }
 
 MapleTree::Node* MapleTree::NewNode() {

@@ -47,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/memory_budget.h"
 #include "sync/mutex.h"
 
 namespace vmspace {
@@ -119,12 +120,15 @@ inline void NodePool<kSize, kAlign>::PutBatch(std::vector<void*>& nodes) {
   nodes.clear();
 }
 
-/// A tree's node cache plus the thread's count of nodes linked into trees.
+/// A tree's node cache plus the thread's count of nodes linked into trees. With a
+/// budget, every node it takes from the pool is charged (kIndexNodes) until it goes
+/// back to the pool (here, or by MapleTree::FreeNodes for nodes retired under RCU).
 class NodeCache {
  public:
   using Take = void (*)(std::vector<void*>&, size_t);
   using Put = void (*)(std::vector<void*>&);
-  NodeCache(Take take, Put put, size_t node_size) : take_(take), put_(put), node_size_(node_size) {}
+  NodeCache(Take take, Put put, size_t node_size, MemoryBudget* budget = nullptr)
+      : take_(take), put_(put), node_size_(node_size), budget_(budget) {}
   ~NodeCache();
   void* Alloc();
   void Free(void* n);
@@ -134,9 +138,12 @@ class NodeCache {
   void CountLinked(int64_t nodes);
 
  private:
+  void PutBack(std::vector<void*>& nodes);  // put_ and uncharge
+
   Take take_;
   Put put_;
   size_t node_size_;
+  MemoryBudget* budget_;
   std::vector<void*> free_;
 };
 
@@ -155,8 +162,9 @@ class MapleTree {
   using Pool = NodePool<kNodeSize, kNodeSize>;
 
   /// in_rcu: MT_FLAGS_USE_RCU (nodes replaced, freed after a grace period; LoadRcu is
-  /// allowed); otherwise nodes are rewritten in place and freed at once.
-  explicit MapleTree(bool in_rcu);
+  /// allowed); otherwise nodes are rewritten in place and freed at once. With a
+  /// budget, the nodes the tree holds are charged to it (NodeCache).
+  explicit MapleTree(bool in_rcu, MemoryBudget* budget = nullptr);
   /// Frees every node at once (no reader may remain).
   ~MapleTree();
   MapleTree(const MapleTree&) = delete;
@@ -169,7 +177,9 @@ class MapleTree {
   /// Moves the nodes retired so far into out (free them with FreeNodes after a grace
   /// period). Empty in no-RCU mode (nodes are freed at once).
   void TakeRetired(std::vector<void*>& out);
-  static void FreeNodes(std::vector<void*>& nodes);
+  /// Returns retired nodes to the pool, uncharging them from `budget` (the budget of
+  /// the tree they came from, or null for a tree without one).
+  static void FreeNodes(std::vector<void*>& nodes, MemoryBudget* budget = nullptr);
 
   // ---- readers under the owner's lock (read or write)
   /// The entry at index (NULL in a gap); its range in *first, *last if non-null.
@@ -247,6 +257,7 @@ class MapleTree {
   MapleStats stats_;                // guarded by the writer
   std::vector<void*> retired_;      // guarded by the writer
   NodeCache cache_;                 // guarded by the writer
+  MemoryBudget* const budget_;      // what cache_ charges (FreeNodes uncharges)
   std::vector<void*> prealloc_;     // guarded by the writer: this store's nodes
   StepHook step_hook_ = nullptr;
   void* step_ctx_ = nullptr;

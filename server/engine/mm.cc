@@ -53,7 +53,7 @@ void MmuGather::FreeNow(MmuGather* g) {
   StatsSlotScope slot_scope(g->stats_slot);
   for (void* p : g->pages) g->frames->Free(p);
   PageTable::DeleteTables(g->tables);
-  VmaIndex::DeleteRetired(g->nodes);
+  VmaIndex::DeleteRetired(g->nodes, &g->frames->budget());
   delete g;
 }
 
@@ -74,8 +74,8 @@ MmStruct::MmStruct(FrameAllocator& f, const SpaceOptions& o)
       vma_form(o.profile.vma_lock == VmaLockMode::kOff        ? VmaForm::kNone
                : o.profile.vma_lock_form == VmaLockForm::kRwsem ? VmaForm::kRwsem
                                                                 : VmaForm::kRefcnt),
-      idx(o.profile.index == VmaIndexKind::kMaple ? VmaIndex::CreateMaple(o.profile.maple_rcu)
-                                                  : VmaIndex::Create(o.profile.index)) {
+      idx(o.profile.index == VmaIndexKind::kMaple ? VmaIndex::CreateMaple(o.profile.maple_rcu, &f.budget())
+                                                  : VmaIndex::Create(o.profile.index, &f.budget())) {
   uint64_t limit = o.overcommit_limit_bytes;
   if (limit == 0) {
     struct sysinfo si;
@@ -104,11 +104,11 @@ MmStruct::~MmStruct() {
   for (void* p : pages) frames.Free(p);
   for (Vma* v : all) {
     idx->Erase(v, v->vm_start, v->vm_end);
-    delete v;
+    VmaFree(v);
   }
-  for (Vma* v : retired_vmas) delete v;
+  for (Vma* v : retired_vmas) VmaFree(v);
   retired_vmas.clear();
-  for (Vma* v : vma_cache) delete v;  // no reader of this space can be running
+  for (Vma* v : vma_cache) VmaFree(v);  // no reader of this space can be running
   vma_cache.clear();
   map_count.store(0, std::memory_order_relaxed);
   total_vm.store(0, std::memory_order_relaxed);
@@ -121,7 +121,7 @@ MmStruct::~MmStruct() {
   std::vector<void*> nodes;
   idx->Commit();
   idx->TakeRetired(nodes);
-  VmaIndex::DeleteRetired(nodes);
+  VmaIndex::DeleteRetired(nodes, &frames.budget());
   mmap_lock.UnlockWrite();
 }
 
@@ -135,13 +135,20 @@ void MmStruct::EndWriteSectionLocked() {
 
 void MmStruct::FlushGatherIfFullLocked() {
   const MmuGather& g = GatherLocked();
-  if (g.size() >= kDeferBatch || g.pages.size() >= kDeferFrames) FlushGatherLocked();
-  else if (!g.pages.empty() || !g.tables.empty())  // charged memory waits: see FlushDeferredFrees
+  if (g.size() >= kDeferBatch || g.pages.size() >= kDeferFrames) {
+    FlushGatherLocked();
+    return;
+  }
+  if (g.empty()) return;
+  deferred_any.store(true, std::memory_order_relaxed);
+  if (!g.pages.empty() || !g.tables.empty())  // charged memory waits: see FlushDeferredFrees
     deferred_pending.store(true, std::memory_order_relaxed);
 }
 
-void MmStruct::FlushDeferredFrees() {
-  if (!deferred_pending.exchange(false, std::memory_order_relaxed)) return;
+void MmStruct::FlushDeferredFrees(bool all) {
+  bool pending = deferred_pending.exchange(false, std::memory_order_relaxed);
+  if (all) pending = deferred_any.exchange(false, std::memory_order_relaxed) || pending;
+  if (!pending) return;
   StatsSlotScope slot_scope(stats_slot);
   MmapWriteLock();
   FlushGatherLocked();

@@ -247,15 +247,46 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// vma_lock after a grace period), kRefcnt empties each into vma_cache at once.
   /// (munmap calls it after mmap_write_downgrade, still the only user of both lists.)
   void ReleaseRetiredVmasLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// vm_area_free()'s kmem_cache_free: deletes v (and its vm_lock) and uncharges them
+  /// from the budget VmaAllocLocked charged (kVmas). Every VMA's memory ends here.
+  static void VmaFree(Vma* v);
+  /// Bytes of the budget a change that may add VMAs must find free before it starts
+  /// (kmem charges of two VMAs from a split plus a maple store's worst-case nodes):
+  /// VMAs and index nodes are charged without failing in the middle of a change, so
+  /// each entry point that checks max_map_count also checks MemoryBudget::HasRoom(this)
+  /// and answers ENOMEM; the budget is exceeded by at most this per change running.
+  static constexpr uint64_t kVmaChangeBytes = 8192;
+  /// max_map_count's check (`map_count >= max_map_count`, or `>` with `over`) joined by
+  /// the budget's HasRoom(kVmaChangeBytes): true if a change may add a VMA.
+  bool MayAddVmaLocked(bool over = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// For a call that failed with ENOMEM: if the budget refused a charge since it read
+  /// `failcnt_before` (MemoryBudget::failcnt), waits for the frees already queued
+  /// (FrameAllocator::Reclaim: VMAs and nodes freed after a grace period) and returns
+  /// true, so the caller tries once more, as the kernel reclaims before it fails.
+  /// Caller holds no engine lock.
+  bool ReclaimAfterRefusal(uint64_t failcnt_before) ABSL_LOCKS_EXCLUDED(mmap_lock);
+  /// Runs `op` (a syscall's mmap_lock part, taking and dropping the lock itself; returns
+  /// 0 or an errno) and, if it failed with ENOMEM after a budget refusal, once more
+  /// after ReclaimAfterRefusal. Used by mmap, munmap and mprotect (the calls that add VMAs).
+  template <typename Op>
+  int RetryAfterReclaim(Op&& op) ABSL_LOCKS_EXCLUDED(mmap_lock) {
+    const uint64_t refused = frames.budget().failcnt();
+    int e = op();
+    if (e == ENOMEM && ReclaimAfterRefusal(refused)) e = op();
+    return e;
+  }
   void AddRss(MmCounter c, int64_t n) { rss[c].Add(n); }
   /// Hands the gather kept across write sections to call_rcu now, if it holds anything
   /// (FrameAllocator::Reclaim, the daemon's periodic flush). Takes mmap_lock for write;
   /// caller holds no engine lock.
-  void FlushDeferredFrees() ABSL_LOCKS_EXCLUDED(mmap_lock) override;
+  void FlushDeferredFrees(bool all) ABSL_LOCKS_EXCLUDED(mmap_lock) override;
   /// Set when a write section left frames or page tables (memory charged to the frame
   /// limit) in `gather` without queueing it; VMAs and index nodes alone wait for the
-  /// next batch.
+  /// next batch (or a Reclaim: deferred_any).
   std::atomic<bool> deferred_pending{false};
+  /// Set when a write section left anything in `gather` (Reclaim flushes it: VMAs and
+  /// index nodes are charged to the memory budget too).
+  std::atomic<bool> deferred_any{false};
 
   // ======================================================= vma_lock.cc
   // (include/linux/mmap_lock.h, mm/mmap_lock.c, mm/memory.c lock_vma_under_rcu; the

@@ -198,7 +198,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
   uint64_t addr = *addr_inout;
   const uint64_t pages = plen >> kPageShift;
-  if (m.map_count.load(std::memory_order_relaxed) > m.opts.max_map_count) return (ENOMEM);
+  if (!m.MayAddVmaLocked(/*over=*/true)) return (ENOMEM);
   int err = 0;
   addr = m.GetUnmappedAreaLocked(addr, plen, flags, file && !file->file->shmem(), offset, &err);
   if (err) return (err);
@@ -337,10 +337,15 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
   const uint64_t pgoff = offset >> kPageShift;
   if (pgoff + (plen >> kPageShift) < pgoff) return fail(EOVERFLOW);
 
-  m.MmapWriteLock();
   uint64_t vm_flags = 0;
-  const int err = DoMmapLocked(m, &addr, plen, prot, flags, offset, file, &vm_flags);
-  m.MmapWriteUnlock();
+  const uint64_t hint = addr;
+  const int err = m.RetryAfterReclaim([&] {
+    addr = hint;
+    m.MmapWriteLock();
+    const int e = DoMmapLocked(m, &addr, plen, prot, flags, offset, file, &vm_flags);
+    m.MmapWriteUnlock();
+    return e;
+  });
   if (err) return fail(err);
   CountOp(OpType::kMmap, 0);
   const bool populate = ((flags & (MAP_POPULATE | MAP_NONBLOCK)) == MAP_POPULATE) || (vm_flags & VM_LOCKED);
@@ -373,8 +378,10 @@ SysResult AddressSpace::Munmap(uint64_t addr, uint64_t len) {
     CountOp(OpType::kMunmap, EINVAL);
     return SysResult::Err(EINVAL);
   }
-  m.MmapWriteLock();
-  const int e = DoVmiMunmapUnlock(m, addr, end);
+  const int e = m.RetryAfterReclaim([&] {  // a split the budget refused
+    m.MmapWriteLock();
+    return DoVmiMunmapUnlock(m, addr, end);
+  });
   CountOp(OpType::kMunmap, e);
   return e ? SysResult::Err(e) : SysResult::Ok();
 }

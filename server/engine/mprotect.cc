@@ -30,55 +30,24 @@ void MmStruct::ChangeProtectionLocked(Vma* v, uint64_t start, uint64_t end) {
   });
 }
 
-SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
-  RcuThread();
-  MmStruct& m = *mm_;
-  StatsSlotScope slot_scope(m.stats_slot);
-  auto done = [](int e) {
-    CountOp(OpType::kMprotect, e);
-    return e ? SysResult::Err(e) : SysResult::Ok();
-  };
-  // do_mprotect_pkey (mm/mprotect.c)
-  const int grows = prot & (PROT_GROWSDOWN | PROT_GROWSUP);
-  prot &= ~(PROT_GROWSDOWN | PROT_GROWSUP);
-  if (grows == (PROT_GROWSDOWN | PROT_GROWSUP)) return done(EINVAL);
-  if (start & (kPageSize - 1)) return done(EINVAL);
-  if (!len) return done(0);
-  len = PageAlign(len);
-  uint64_t end = start + len;
-  if (len == 0 || end <= start) return done(ENOMEM);
-  if (prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_SEM)) return done(EINVAL);
+namespace {
 
-  m.MmapWriteLock();
-  int error = ENOMEM;
+// do_mprotect_pkey's part under mmap_lock (held for write by the caller): 0 or an errno.
+int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grows)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
   Vma* vma = m.FindVmaIntersectionLocked(start, end);
-  if (!vma) {
-    m.MmapWriteUnlock();
-    return done(ENOMEM);
-  }
+  if (!vma) return ENOMEM;
   if (grows & PROT_GROWSDOWN) {
-    if (vma->vm_start >= end) {
-      m.MmapWriteUnlock();
-      return done(ENOMEM);
-    }
+    if (vma->vm_start >= end) return ENOMEM;
     start = vma->vm_start;
-    if (!(vma->vm_flags & VM_GROWSDOWN)) {
-      m.MmapWriteUnlock();
-      return done(EINVAL);
-    }
+    if (!(vma->vm_flags & VM_GROWSDOWN)) return EINVAL;
   } else {
-    if (vma->vm_start > start) {
-      m.MmapWriteUnlock();
-      return done(ENOMEM);
-    }
-    if (grows & PROT_GROWSUP) {  // no VM_GROWSUP on x86
-      m.MmapWriteUnlock();
-      return done(EINVAL);
-    }
+    if (vma->vm_start > start) return ENOMEM;
+    if (grows & PROT_GROWSUP) return EINVAL;  // no VM_GROWSUP on x86
   }
   uint64_t nstart = start;
   uint64_t tmp = vma->vm_start;
-  error = 0;
+  int error = 0;
   while (vma && vma->vm_start < end) {
     if (vma->vm_start != tmp) {
       error = ENOMEM;
@@ -122,7 +91,36 @@ SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
     vma = m.VmaNextLocked(cur);
   }
   if (!error && tmp < end) error = ENOMEM;
-  m.MmapWriteUnlock();
+  return error;
+}
+
+}  // namespace
+
+SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
+  RcuThread();
+  MmStruct& m = *mm_;
+  StatsSlotScope slot_scope(m.stats_slot);
+  auto done = [](int e) {
+    CountOp(OpType::kMprotect, e);
+    return e ? SysResult::Err(e) : SysResult::Ok();
+  };
+  // do_mprotect_pkey (mm/mprotect.c)
+  const int grows = prot & (PROT_GROWSDOWN | PROT_GROWSUP);
+  prot &= ~(PROT_GROWSDOWN | PROT_GROWSUP);
+  if (grows == (PROT_GROWSDOWN | PROT_GROWSUP)) return done(EINVAL);
+  if (start & (kPageSize - 1)) return done(EINVAL);
+  if (!len) return done(0);
+  len = PageAlign(len);
+  uint64_t end = start + len;
+  if (len == 0 || end <= start) return done(ENOMEM);
+  if (prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_SEM)) return done(EINVAL);
+
+  const int error = m.RetryAfterReclaim([&] {  // a split the budget refused
+    m.MmapWriteLock();
+    const int e = MprotectLocked(m, start, end, prot, grows);
+    m.MmapWriteUnlock();
+    return e;
+  });
   return done(error);
 }
 

@@ -48,6 +48,16 @@ std::vector<VmaInfo> AddressSpace::Maps(uint64_t start, uint64_t end) {
   return out;
 }
 
+uint64_t AddressSpace::CountVmas(uint64_t start, uint64_t end, uint64_t max) {
+  RcuThread();
+  MmStruct& m = *mm_;
+  StatsSlotScope slot_scope(m.stats_slot);
+  ReadGuard l(m.mmap_lock);
+  uint64_t n = 0;
+  for (Vma* v = m.FindVmaLocked(start); v && v->vm_start < end && n < max; v = m.VmaNextLocked(v)) n++;
+  return n;
+}
+
 std::string AddressSpace::RenderMaps(uint64_t start, uint64_t end) {
   std::string s;
   for (const VmaInfo& v : Maps(start, end)) {

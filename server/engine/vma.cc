@@ -118,10 +118,13 @@ Vma::~Vma() {
 }
 
 namespace {
+// Bytes a VMA's memory is charged as: the object and its separate vma_lock.
+uint64_t VmaBytes(const Vma* v) { return sizeof(Vma) + (v->vm_lock ? sizeof(VmaLock) : 0); }
+
 // vm_area_free_rcu_cb(): the kRwsem form's per-VMA call_rcu callback.
 void FreeVmaRcu(struct rcu_head* h) {
   RcuCallbackBegin(h);
-  delete reinterpret_cast<Vma*>(reinterpret_cast<char*>(h) - offsetof(Vma, vm_rcu));
+  MmStruct::VmaFree(reinterpret_cast<Vma*>(reinterpret_cast<char*>(h) - offsetof(Vma, vm_rcu)));
   RcuCallbackEnd();
 }
 }  // namespace
@@ -134,7 +137,28 @@ Vma* MmStruct::VmaAllocLocked() {
   }
   Vma* v = new Vma;
   if (vma_form == VmaForm::kRwsem) v->vm_lock = new VmaLock;  // vma_lock_alloc()
+  v->charged_to = &frames.budget();
+  v->charged_to->Charge(MemKind::kVmas, VmaBytes(v));
   return v;
+}
+
+void MmStruct::VmaFree(Vma* v) {
+  MemoryBudget* b = v->charged_to;
+  const uint64_t bytes = VmaBytes(v);
+  delete v;
+  if (b) b->Uncharge(MemKind::kVmas, bytes);
+}
+
+bool MmStruct::ReclaimAfterRefusal(uint64_t failcnt_before) {
+  if (frames.budget().failcnt() == failcnt_before) return false;
+  frames.Reclaim();
+  return true;
+}
+
+bool MmStruct::MayAddVmaLocked(bool over) {
+  const uint64_t n = map_count.load(std::memory_order_relaxed);
+  if (over ? n > opts.max_map_count : n >= opts.max_map_count) return false;
+  return frames.budget().HasRoom(kVmaChangeBytes);
 }
 
 Vma* MmStruct::VmaDupLocked(const Vma& o) {
@@ -146,7 +170,7 @@ Vma* MmStruct::VmaDupLocked(const Vma& o) {
 void MmStruct::ReleaseRetiredVmasLocked() {
   for (Vma* v : retired_vmas) {
     switch (vma_form) {
-      case VmaForm::kNone: delete v; break;
+      case VmaForm::kNone: VmaFree(v); break;
       case VmaForm::kRwsem: CallRcu(&v->vm_rcu, &FreeVmaRcu); break;
       case VmaForm::kRefcnt:
         v->ReleaseContents();
@@ -297,14 +321,14 @@ Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, u
   }
   // No merge: split_vma() at the range boundaries.
   if (middle->vm_start < start) {
-    if (map_count.load(std::memory_order_relaxed) >= opts.max_map_count) {
+    if (!MayAddVmaLocked()) {
       *err = ENOMEM;
       return nullptr;
     }
     SplitVmaLocked(middle, start, true);
   }
   if (middle->vm_end > end) {
-    if (map_count.load(std::memory_order_relaxed) >= opts.max_map_count) {
+    if (!MayAddVmaLocked()) {
       *err = ENOMEM;
       return nullptr;
     }
@@ -330,7 +354,7 @@ int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* 
   Vma* v = m.FindVmaIntersectionLocked(start, end);
   if (!v) return 0;
   if (start > v->vm_start) {
-    if (end < v->vm_end && m.map_count.load(std::memory_order_relaxed) >= m.opts.max_map_count) return ENOMEM;
+    if (end < v->vm_end && !m.MayAddVmaLocked()) return ENOMEM;
     m.SplitVmaLocked(v, start, true);  // v is now [start, ...)
   }
   // Collect, splitting the last one if it extends past end.

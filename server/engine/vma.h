@@ -14,6 +14,7 @@ namespace vmspace {
 
 struct MmStruct;
 struct File;
+class MemoryBudget;
 struct VmaLock;  // mm.h: the rwsem form's separately allocated per-VMA lock
 
 /// Identity of an anon_vma (mm/rmap.c): the object that private anonymous pages of a
@@ -80,6 +81,10 @@ struct Vma {
   /// a grace period. (Linux overlays it on vm_start/vm_end; kept apart here so readers
   /// of a stale VMA never race with call_rcu's writes.)
   struct rcu_head vm_rcu {};
+  /// The budget this VMA's memory (and its vm_lock's) is charged to as kVmas, by
+  /// MmStruct::VmaAllocLocked; MmStruct::VmaFree uncharges it (an RCU callback may run
+  /// after the space is gone, so the VMA carries it).
+  MemoryBudget* charged_to = nullptr;
   static constexpr uint32_t kVmaLockOffset = 0x40000000;
 
   Vma() = default;

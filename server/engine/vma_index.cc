@@ -54,9 +54,9 @@ using BTreePool = NodePool<sizeof(MNode), alignof(MNode)>;
 
 class BTreeIndex final : public VmaIndex {
  public:
-  BTreeIndex()
+  explicit BTreeIndex(MemoryBudget* budget)
       : cache_([](std::vector<void*>& out, size_t n) { BTreePool::Get().TakeBatch(out, n); },
-               [](std::vector<void*>& v) { BTreePool::Get().PutBatch(v); }, sizeof(MNode)) {}
+               [](std::vector<void*>& v) { BTreePool::Get().PutBatch(v); }, sizeof(MNode), budget) {}
   ~BTreeIndex() override { Destroy(wroot_); }
 
   Vma* FindVma(uint64_t addr) const override { return FirstEndAbove(wroot_, addr); }
@@ -356,7 +356,7 @@ class BTreeIndex final : public VmaIndex {
 // ===================================================================== maple
 class MapleIndex final : public VmaIndex {
  public:
-  explicit MapleIndex(bool rcu) : mt_(rcu) {}
+  MapleIndex(bool rcu, MemoryBudget* budget) : mt_(rcu, budget) {}
 
   Vma* FindVma(uint64_t addr) const override {
     Settle();
@@ -487,17 +487,21 @@ class MapleIndex final : public VmaIndex {
 
 }  // namespace
 
-void VmaIndex::DeleteRetired(std::vector<void*>& nodes) { MapleTree::FreeNodes(nodes); }
+void VmaIndex::DeleteRetired(std::vector<void*>& nodes, MemoryBudget* budget) {
+  MapleTree::FreeNodes(nodes, budget);
+}
 
 uint64_t VmaIndex::PoolSlabBytes() {
   return MapleTree::Pool::Get().slab_bytes() + BTreePool::Get().slab_bytes();
 }
 
-std::unique_ptr<VmaIndex> VmaIndex::Create(VmaIndexKind kind) {
-  if (kind == VmaIndexKind::kRbtree) return std::make_unique<BTreeIndex>();
-  return CreateMaple(true);
+std::unique_ptr<VmaIndex> VmaIndex::Create(VmaIndexKind kind, MemoryBudget* budget) {
+  if (kind == VmaIndexKind::kRbtree) return std::make_unique<BTreeIndex>(budget);
+  return CreateMaple(true, budget);
 }
 
-std::unique_ptr<VmaIndex> VmaIndex::CreateMaple(bool in_rcu) { return std::make_unique<MapleIndex>(in_rcu); }
+std::unique_ptr<VmaIndex> VmaIndex::CreateMaple(bool in_rcu, MemoryBudget* budget) {
+  return std::make_unique<MapleIndex>(in_rcu, budget);
+}
 
 }  // namespace vmspace

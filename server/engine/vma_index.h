@@ -87,7 +87,8 @@ class VmaIndex {
   /// Moves the nodes retired by changes so far into `out`; the caller frees them with
   /// DeleteRetired after an RCU grace period. Nothing for rbtree.
   virtual void TakeRetired(std::vector<void*>& out) {}
-  static void DeleteRetired(std::vector<void*>& nodes);
+  /// Frees retired nodes, uncharging them from the index's budget (see Create).
+  static void DeleteRetired(std::vector<void*>& nodes, MemoryBudget* budget = nullptr);
 
   /// The index's invariants (mt_validate for maple; order, ranges and gaps for
   /// rbtree): "" or the first one broken. Caller holds mmap_lock.
@@ -102,12 +103,14 @@ class VmaIndex {
   /// Bytes the node pools hold from the heap (slabs: nodes in use and free).
   static uint64_t PoolSlabBytes();
 
-  static std::unique_ptr<VmaIndex> Create(VmaIndexKind kind);
+  /// With a budget, the nodes the index holds are charged to it (kIndexNodes) until
+  /// they go back to the node pool (DeleteRetired with the same budget for retired ones).
+  static std::unique_ptr<VmaIndex> Create(VmaIndexKind kind, MemoryBudget* budget = nullptr);
   /// The maple index with or without RCU mode (without: nodes rewritten in place and
   /// freed at once, appends in place, LookupRcu returns null; the mm tree of Linux
   /// 6.1.0 - 6.1.24 and 6.2, before commit 3dd4432549415 "mm: enable maple tree RCU
   /// mode by default"). Create(kMaple) is CreateMaple(true).
-  static std::unique_ptr<VmaIndex> CreateMaple(bool in_rcu);
+  static std::unique_ptr<VmaIndex> CreateMaple(bool in_rcu, MemoryBudget* budget = nullptr);
 };
 
 }  // namespace vmspace

@@ -303,6 +303,20 @@ std::vector<MetricFamily> Collector::Collect() const {
     AddValue(f, {}, static_cast<double>(frames_ ? frames_->returned_bytes() : 0));
     out.push_back(std::move(f));
   }
+  auto mem = Family("vmspace_memory_bytes",
+                    "Memory charged to the daemon's budget (--max-memory-bytes), bytes, by kind.",
+                    MetricType::Gauge);
+  for (int k = 0; k < kMemKinds; k++) {
+    const int64_t v = frames_ ? frames_->budget().usage(static_cast<MemKind>(k)) : 0;
+    AddValue(mem, {{"kind", MemKindName(static_cast<MemKind>(k))}}, static_cast<double>(v));
+  }
+  out.push_back(std::move(mem));
+  gauge("vmspace_memory_limit_bytes", "The daemon's memory budget, bytes (--max-memory-bytes; 0 = unlimited).",
+        frames_ ? frames_->budget().limit_bytes() : 0);
+  auto fail = Family("vmspace_memory_failures_total",
+                     "Charges the memory budget refused (memcg failcnt).", MetricType::Counter);
+  AddValue(fail, {}, frames_ ? static_cast<double>(frames_->budget().failcnt()) : 0);
+  out.push_back(std::move(fail));
 
   CollectEngine(ReadStats(), out);
   CollectRpc(ReadRpcStats(), out);

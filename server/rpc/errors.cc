@@ -57,9 +57,9 @@ OpStatus FrameLimitError(std::string_view what) {
   OpStatus s;
   s.code = grpc::StatusCode::RESOURCE_EXHAUSTED;
   s.err = ENOMEM;
-  s.message = "ENOMEM: frame memory limit (";
+  s.message = "ENOMEM: frame memory limit or memory budget (";
   s.message += what;
-  s.message += ")";
+  s.message += "; --max-frame-bytes, --max-memory-bytes)";
   return s;
 }
 

@@ -36,7 +36,9 @@ OpStatus ErrnoError(int err, std::string_view what);
 OpStatus ErrnoErrorDetail(int err, std::string_view what, std::string_view detail);
 /// NOT_FOUND "space <id> not found" (no errno).
 OpStatus SpaceNotFound(uint64_t id);
-/// RESOURCE_EXHAUSTED "ENOMEM: frame memory limit" (FaultOutcome::kOom).
+/// RESOURCE_EXHAUSTED "ENOMEM: frame memory limit or memory budget (<what>; ...)"
+/// (FaultOutcome::kOom: a frame or page table that --max-frame-bytes or
+/// --max-memory-bytes refused).
 OpStatus FrameLimitError(std::string_view what);
 /// CANCELLED (client cancelled or deadline passed while the work ran).
 OpStatus Cancelled();

@@ -35,6 +35,33 @@ constexpr int kCancelCheckOps = 256;
 // an answer for more VMAs than max_message_bytes / this is refused before it is built.
 constexpr uint64_t kMinGetMapsBytesPerVma = 96;
 
+/// The buffers of one call or stream (request and response data the service holds),
+/// charged to the memory budget as kBuffers while the call runs.
+class Buffers {
+ public:
+  explicit Buffers(FrameAllocator& f) : frames_(f), charge_(&f.budget(), MemKind::kBuffers) {}
+  /// Makes the charge `bytes` (`force`: even beyond the budget, for bytes already
+  /// received that only free). If the budget refuses, waits for the frees already
+  /// queued (FrameAllocator::Reclaim) and tries once more; then RESOURCE_EXHAUSTED
+  /// (ENOMEM) naming `what`. Caller holds no engine lock.
+  OpStatus Resize(std::string_view what, uint64_t bytes, bool force = false) {
+    if (charge_.Resize(bytes, force)) return {};
+    frames_.Reclaim();
+    if (charge_.Resize(bytes)) return {};
+    const MemoryBudget& b = frames_.budget();
+    return ErrnoErrorDetail(ENOMEM, what,
+                            "buffers of " + std::to_string(bytes - charge_.bytes()) +
+                                " bytes exceed the memory budget (" + std::to_string(b.usage()) +
+                                " of --max-memory-bytes=" + std::to_string(b.limit_bytes()) +
+                                " in use); try again later");
+  }
+  uint64_t bytes() const { return charge_.bytes(); }
+
+ private:
+  FrameAllocator& frames_;
+  ScopedCharge charge_;
+};
+
 // ---- the stop check of a call (engine/cancel.h) ----
 
 /// Why the call should stop now: DEADLINE_EXCEEDED once its deadline has passed,
@@ -235,12 +262,14 @@ OpStatus DoAccess(Space& sp, const v1::AccessRequest& r, v1::AccessResponse* out
   return {};
 }
 
+// `buf`: the call's (or the stream's) buffer charge, grown by the data read.
 OpStatus DoRead(Space& sp, const v1::ReadMemoryRequest& r, v1::ReadMemoryResponse* out,
-                uint64_t max_io) {
+                uint64_t max_io, Buffers& buf) {
   if (r.len() > max_io)
     return ErrnoErrorDetail(EINVAL, "ReadMemory",
                             "len " + std::to_string(r.len()) + " exceeds --max-io-bytes=" +
                                 std::to_string(max_io));
+  if (OpStatus e = buf.Resize("ReadMemory", buf.bytes() + r.len()); !e.ok()) return e;
   std::string* data = out->mutable_data();
   data->resize(r.len());
   const CopyResult cr = sp.as.ReadMemory(r.addr(), data->data(), r.len());
@@ -269,15 +298,22 @@ OpStatus DoWrite(Space& sp, const v1::WriteMemoryRequest& r, v1::WriteMemoryResp
 }
 
 OpStatus DoGetMaps(Space& sp, const v1::GetMapsRequest& r, v1::GetMapsResponse* out,
-                   uint64_t max_message) {
+                   uint64_t max_message, Buffers& buf) {
   const bool whole = r.start() == 0 && r.end() == 0;
   const uint64_t end = r.end() == 0 ? ~0ull : r.end();
   if (r.start() > end) return ErrnoErrorDetail(EINVAL, "GetMaps", "start > end");
-  const uint64_t map_count = sp.as.Counters().map_count;
-  if (whole && map_count > max_message / kMinGetMapsBytesPerVma)
+  // Counted before anything is built: the whole space from map_count, a range in the
+  // index (a walk that stops one past the most an answer may hold).
+  const uint64_t most = max_message / kMinGetMapsBytesPerVma;
+  const uint64_t n = whole ? sp.as.Counters().map_count : sp.as.CountVmas(r.start(), end, most + 1);
+  if (n > most)
     return ErrnoErrorDetail(ENOMEM, "GetMaps",
-                            "the answer for " + std::to_string(map_count) +
+                            "the answer for " + std::string(whole ? "" : "more than ") +
+                                std::to_string(whole ? n : most) +
                                 " VMAs would exceed --max-message-bytes; ask for a smaller range");
+  // The list and the answer: at least this much per VMA while the call runs.
+  const uint64_t want = n * (sizeof(VmaInfo) + 2 * kMinGetMapsBytesPerVma);
+  if (OpStatus e = buf.Resize("GetMaps", want); !e.ok()) return e;
   const std::vector<VmaInfo> vmas = sp.as.Maps(r.start(), end);
   std::string* text = out->mutable_maps_text();
   for (const VmaInfo& v : vmas) {
@@ -785,21 +821,27 @@ grpc::Status VmSpaceService::Access(grpc::ServerContext* ctx, const v1::AccessRe
 
 grpc::Status VmSpaceService::ReadMemory(grpc::ServerContext* ctx, const v1::ReadMemoryRequest* req,
                                         v1::ReadMemoryResponse* resp) {
-  return OnSpace(RpcMethod::kReadMemory, ctx, req->space_id(), true, true,
-                 [&](Space& sp) { return DoRead(sp, *req, resp, opts_.max_io_bytes); });
+  Buffers buf(registry_.frames());  // the data, while the call runs
+  return OnSpace(RpcMethod::kReadMemory, ctx, req->space_id(), true, true, [&](Space& sp) {
+    return DoRead(sp, *req, resp, opts_.max_io_bytes, buf);
+  });
 }
 
 grpc::Status VmSpaceService::WriteMemory(grpc::ServerContext* ctx,
                                          const v1::WriteMemoryRequest* req,
                                          v1::WriteMemoryResponse* resp) {
-  return OnSpace(RpcMethod::kWriteMemory, ctx, req->space_id(), true, true,
-                 [&](Space& sp) { return DoWrite(sp, *req, resp, opts_.max_io_bytes); });
+  Buffers buf(registry_.frames());  // the request's data
+  return OnSpace(RpcMethod::kWriteMemory, ctx, req->space_id(), true, true, [&](Space& sp) {
+    if (OpStatus e = buf.Resize("WriteMemory", req->data().size()); !e.ok()) return e;
+    return DoWrite(sp, *req, resp, opts_.max_io_bytes);
+  });
 }
 
 grpc::Status VmSpaceService::GetMaps(grpc::ServerContext* ctx, const v1::GetMapsRequest* req,
                                      v1::GetMapsResponse* resp) {
+  Buffers buf(registry_.frames());  // the list and the answer
   return OnSpace(RpcMethod::kGetMaps, ctx, req->space_id(), false, false, [&](Space& sp) {
-    return DoGetMaps(sp, *req, resp, opts_.max_message_bytes);
+    return DoGetMaps(sp, *req, resp, opts_.max_message_bytes, buf);
   });
 }
 
@@ -832,6 +874,10 @@ grpc::Status VmSpaceService::Batch(
   StreamResults results;  // for Op.addr_of
   // Response bytes beyond the ops' own results: tag, framing, slack.
   constexpr uint64_t kSlack = 1024;
+  // The stream's buffers (the message read and the answer built) are charged to the
+  // memory budget while each message is handled; a message the budget cannot hold
+  // ends the stream RESOURCE_EXHAUSTED, a read op it cannot hold fails alone.
+  Buffers buf(registry_.frames());
   constexpr uint64_t kSmallResultBytes = 64;
   // The sync API's Read is false both at the end of the stream and for a message that
   // does not parse. They differ in `req`: at the end gRPC leaves it untouched, while a
@@ -852,9 +898,13 @@ grpc::Status VmSpaceService::Batch(
                                          std::to_string(opts_.max_batch)));
     resp.Clear();
     resp.set_tag(req.tag());
-    // Over the quota a message of only munmap/mprotect/msync still runs (it can free).
-    if (std::any_of(req.ops().begin(), req.ops().end(), MayFaultIn))
+    // Over the quota or the budget a message of only munmap/mprotect/msync still runs
+    // (it can free; its bytes, already received, are charged beyond the budget).
+    const bool may_fault_in = std::any_of(req.ops().begin(), req.ops().end(), MayFaultIn);
+    if (may_fault_in)
       if (OpStatus q = CheckMemoryQuota(caller); !q.ok()) return finish(q);
+    const uint64_t req_bytes = req.ByteSizeLong() + kSlack;
+    if (OpStatus e = buf.Resize("Batch", req_bytes, /*force=*/!may_fault_in); !e.ok()) return finish(e);
     SpaceCache cache([&](uint64_t id) { return FindOwn(caller, id); });
     uint64_t resp_bytes = kSlack;
     for (int i = 0; i < req.ops_size(); i++) {
@@ -891,7 +941,7 @@ grpc::Status VmSpaceService::Batch(
                                    "the reads of this batch message would exceed "
                                    "--max-message-bytes");
             } else {
-              s = DoRead(*sp, op.read(), res->mutable_read(), opts_.max_io_bytes);
+              s = DoRead(*sp, op.read(), res->mutable_read(), opts_.max_io_bytes, buf);
             }
             break;
           case v1::Op::kWrite:
@@ -996,6 +1046,13 @@ grpc::Status VmSpaceService::GetServerInfo(grpc::ServerContext* ctx, const v1::G
     resp->set_spaces(registry_.size());
     resp->set_max_spaces(registry_.max_spaces());
     resp->set_version(opts_.version);
+    const MemoryBudget& b = registry_.frames().budget();
+    for (int k = 0; k < kMemKinds; k++) {
+      v1::MemoryUsage* u = resp->add_memory();
+      u->set_kind(MemKindName(static_cast<MemKind>(k)));
+      u->set_bytes(b.usage(static_cast<MemKind>(k)));
+    }
+    resp->set_memory_limit_bytes(b.limit_bytes());
     return OpStatus{};
   });
 }
@@ -1081,8 +1138,10 @@ grpc::Status VmSpaceService::ListFiles(grpc::ServerContext* ctx, const v1::ListF
 
 grpc::Status VmSpaceService::ReadFile(grpc::ServerContext* ctx, const v1::ReadFileRequest* req,
                                       v1::ReadFileResponse* resp) {
+  Buffers buf(registry_.frames());  // the data, while the call runs
   return Handle(RpcMethod::kReadFile, ctx, [&](const Caller& c) -> OpStatus {
     if (req->len() > opts_.max_io_bytes) return IoTooLarge("pread", req->len(), opts_.max_io_bytes);
+    if (OpStatus e = buf.Resize("ReadFile", req->len()); !e.ok()) return e;
     std::string* data = resp->mutable_data();
     data->resize(req->len());
     const SysResult r = registry_.files().Read(registry_.TableFileId(req->file_id(), c.tenant),
@@ -1098,9 +1157,11 @@ grpc::Status VmSpaceService::ReadFile(grpc::ServerContext* ctx, const v1::ReadFi
 
 grpc::Status VmSpaceService::WriteFile(grpc::ServerContext* ctx, const v1::WriteFileRequest* req,
                                        v1::WriteFileResponse* resp) {
+  Buffers buf(registry_.frames());  // the request's data
   return Handle(RpcMethod::kWriteFile, ctx, [&](const Caller& c) -> OpStatus {
     if (req->data().size() > opts_.max_io_bytes)
       return IoTooLarge("pwrite", req->data().size(), opts_.max_io_bytes);
+    if (OpStatus e = buf.Resize("WriteFile", req->data().size()); !e.ok()) return e;
     const SysResult r = registry_.files().Write(registry_.TableFileId(req->file_id(), c.tenant),
                                                 req->offset(), req->data().data(),
                                                 req->data().size());

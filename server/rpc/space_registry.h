@@ -22,6 +22,7 @@
 #include "engine/address_space.h"
 #include "engine/file.h"
 #include "engine/frame_allocator.h"
+#include "engine/frame_allocator.h"
 
 namespace vmspace::rpc {
 
@@ -131,6 +132,8 @@ class SpaceRegistry {
                        bool any_tenant = false) const;
 
   static constexpr size_t kShards = 64;
+  /// The frame allocator (and its memory budget, which service buffers charge).
+  FrameAllocator& frames() const { return frames_; }
 
  private:
   struct alignas(64) Shard {

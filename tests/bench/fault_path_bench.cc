@@ -5,6 +5,8 @@
 //
 // One iteration = one page written (a fault: zero-filled frame allocated and mapped);
 // every 4096 pages the region is zapped with MADV_DONTNEED so faults continue.
+// BM_FaultPathBudget: the same fault with the memory budget limited (charges reserve
+// from the shared limit through the per-thread stock) vs unlimited (only counted).
 #include <benchmark/benchmark.h>
 
 #include "engine/address_space.h"
@@ -48,6 +50,24 @@ BENCHMARK(BM_FaultPath)
     ->ArgsProduct({{0, 1}, {0, 3}})
     ->Repetitions(3)
     ->ReportAggregatesOnly(true);
+
+void BM_FaultPathBudget(benchmark::State& state) {
+  FrameAllocator frames(0, state.range(0) ? (1ull << 30) : 0);
+  AddressSpace as(frames, SpaceOptions{});
+  const uint64_t base = as.Mmap(0, kRegion, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).value;
+  uint64_t off = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(as.Fault(base + off, AccessType::kWrite));
+    off += 4096;
+    if (off == kRegion) {
+      state.PauseTiming();
+      as.Madvise(base, kRegion, MADV_DONTNEED);
+      off = 0;
+      state.ResumeTiming();
+    }
+  }
+}
+BENCHMARK(BM_FaultPathBudget)->ArgName("limited")->Arg(0)->Arg(1)->Repetitions(3)->ReportAggregatesOnly(true);
 
 }  // namespace
 }  // namespace vmspace

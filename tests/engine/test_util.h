@@ -30,6 +30,9 @@ inline void ExpectAllFramesFreed(std::unique_ptr<AddressSpace>& as, FrameAllocat
   as.reset();
   RcuBarrier();
   EXPECT_EQ(frames.in_use_frames(), 0) << "frames leaked (>0) or freed twice (<0)";
+  // The memory budget's kinds a space alone charges are back to exactly 0 as well.
+  for (MemKind k : {MemKind::kFrames, MemKind::kPageTables, MemKind::kVmas, MemKind::kIndexNodes})
+    EXPECT_EQ(frames.budget().usage(k), 0) << MemKindName(k) << " still charged";
 }
 
 /// A temporary directory (a FileTable's data directory), removed with its contents.

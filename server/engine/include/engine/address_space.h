@@ -232,6 +232,10 @@ class AddressSpace {
 
   /// The VMAs overlapping [start, end), in address order. Takes mmap_lock for read.
   std::vector<VmaInfo> Maps(uint64_t start = 0, uint64_t end = ~0ull);
+  /// How many VMAs overlap [start, end), counting no further than `max` (a walk of the
+  /// index that stops there: a cheap bound before building an answer). Takes mmap_lock
+  /// for read.
+  uint64_t CountVmas(uint64_t start, uint64_t end, uint64_t max);
   /// /proc/PID/maps text of the VMAs overlapping [start, end) (one line per VMA).
   std::string RenderMaps(uint64_t start = 0, uint64_t end = ~0ull);
   /// The space's counters in O(1), taking none of its locks (safe from a metrics

@@ -13,7 +13,10 @@
 // allocator frees pages above the pcp high mark back to the buddy lists.
 // Page-table pages are charged against the same limit (ChargeTable), as a memory
 // cgroup charges page tables (__GFP_ACCOUNT): a client cannot grow the daemon past the
-// limit by touching one byte per 2 MiB.
+// limit by touching one byte per 2 MiB. That limit (--max-frame-bytes) is a sub-limit:
+// every frame and table page is also charged to the allocator's MemoryBudget
+// (--max-memory-bytes, memory_budget.h), which the rest of the engine and the service
+// charge too (VMAs, index nodes, buffers); an allocation fails if either refuses.
 //
 // Frees may be deferred (a space's mmu_gather waits for a batch, then an RCU grace
 // period): Reclaim() drains them, so a caller that got nullptr can wait for the memory
@@ -26,6 +29,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "engine/memory_budget.h"
+
 namespace vmspace {
 
 class FrameAllocator {
@@ -34,20 +39,23 @@ class FrameAllocator {
   /// may be in use at once; 0 = unlimited.
   /// The limit is exact up to the budgets held by shards (at most
   /// kShards * 2 * kBatch frames may be refused early when the limit is nearly reached).
-  explicit FrameAllocator(uint64_t limit_bytes = 0);
+  /// `memory_limit_bytes`: the limit of budget() (0 = unlimited).
+  explicit FrameAllocator(uint64_t limit_bytes = 0, uint64_t memory_limit_bytes = 0);
   /// Waits for deferred frees (rcu_barrier), then returns the chunks to the host.
   ~FrameAllocator();
   FrameAllocator(const FrameAllocator&) = delete;
   FrameAllocator& operator=(const FrameAllocator&) = delete;
 
   /// A zero-filled 4 KiB frame (4 KiB aligned), or nullptr if the limit would be
-  /// exceeded (the caller turns that into VM_FAULT_OOM / RESOURCE_EXHAUSTED).
-  void* Alloc();
-  /// Returns a frame obtained from Alloc(). Never pass the zero page.
-  void Free(void* frame);
+  /// exceeded (the caller turns that into VM_FAULT_OOM / RESOURCE_EXHAUSTED). Charged
+  /// to budget() as `kind` (kFrames, or kPageCache for a page-cache folio).
+  void* Alloc(MemKind kind = MemKind::kFrames);
+  /// Returns a frame obtained from Alloc(kind), uncharging it. Never pass the zero page.
+  void Free(void* frame, MemKind kind = MemKind::kFrames);
 
-  /// Charges one page-table page (4 KiB) against the limit without handing out a frame
-  /// (the table itself is a C++ object); false if the limit would be exceeded.
+  /// Charges one page-table page (4 KiB) against the limit and budget() (kPageTables)
+  /// without handing out a frame (the table itself is a C++ object); false if either
+  /// limit would be exceeded.
   bool ChargeTable();
   /// Gives back one ChargeTable() charge.
   void UnchargeTable();
@@ -55,9 +63,10 @@ class FrameAllocator {
   /// Something that holds frees back for a while (a space's pending mmu_gather).
   class DeferredFrees {
    public:
-    /// Hands what is held to call_rcu now. Called with no engine lock held; may take
-    /// the holder's own locks (a space's mmap_lock for write).
-    virtual void FlushDeferredFrees() = 0;
+    /// Hands what is held to call_rcu now: with `all` everything held (Reclaim), else
+    /// only if it holds frames or page tables (the periodic flush). Called with no
+    /// engine lock held; may take the holder's own locks (a space's mmap_lock for write).
+    virtual void FlushDeferredFrees(bool all) = 0;
 
    protected:
     ~DeferredFrees() = default;
@@ -68,8 +77,9 @@ class FrameAllocator {
   /// Flushes every registered holder (the daemon calls it periodically, so an idle
   /// space does not keep its last batch charged). Caller holds no engine lock.
   void FlushDeferredFrees();
-  /// FlushDeferredFrees() then rcu_barrier(): when it returns, every frame freed before
-  /// the call is back in the allocator. For a failed Alloc/ChargeTable before it is
+  /// Every holder's FlushDeferredFrees(all = true), then rcu_barrier(): when it returns,
+  /// every frame, table, VMA and index node freed before the call is back in the
+  /// allocator and uncharged. For a failed Alloc/ChargeTable before it is
   /// reported (the fault path calls it once it has dropped its locks). Slow (a grace
   /// period); caller holds no engine lock and is not in an RCU read-side section.
   void Reclaim();
@@ -88,6 +98,10 @@ class FrameAllocator {
   /// given back to the host (ReturnedBytes) and not handed out since.
   uint64_t host_bytes() const;
   uint64_t limit_bytes() const;
+  /// The daemon's memory budget: frames and table pages are charged to it here; VMAs,
+  /// index nodes and service buffers by their allocators. Outlives every RCU callback
+  /// (the destructor waits for them).
+  MemoryBudget& budget() const;
 
   /// Sets the frame cache watermark: free frames kept resident for reuse (per-shard
   /// lists plus the global free list), bytes; frees beyond it are given back to the
