@@ -108,8 +108,6 @@ MmStruct::~MmStruct() {
   }
   for (Vma* v : retired_vmas) delete v;
   retired_vmas.clear();
-  for (Vma* v : vma_cache) delete v;  // no reader of this space can be running
-  vma_cache.clear();
   map_count.store(0, std::memory_order_relaxed);
   total_vm.store(0, std::memory_order_relaxed);
   if (gather) {

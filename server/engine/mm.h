@@ -17,6 +17,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -128,6 +129,51 @@ struct VmaLock {
 /// freed at once), or the profile's VmaLockForm.
 enum class VmaForm : uint8_t { kNone, kRwsem, kRefcnt };
 
+/// vm_area_cachep for one space: the slab-like cache VMAs come from (vm_area_alloc)
+/// and go back to (vm_area_free): a bounded free list the space's mmap_lock writers use
+/// without atomics (the kernel's per-CPU slab). The kRwsem form frees each VMA by its
+/// own call_rcu (vm_area_free_rcu_cb); the callback empties the VMA and marks it free
+/// (Vma::rcu_free), and the cache takes it back from its FIFO of VMAs in flight (grace
+/// periods end in order). One per space, so independent spaces share neither a lock
+/// nor a cache line on the mmap/munmap path. A free VMA is detached and empty
+/// (Vma::ReleaseContents); the kRwsem form keeps its vma_lock with it (vma_lock_alloc
+/// once per cached object, as a slab constructor would). Every call but the callbacks'
+/// needs mmap_lock for write (the caller's; not checked here).
+class VmaCache {
+ public:
+  /// Free VMAs kept for reuse; more are returned to the heap (at once without lockless
+  /// readers, else after a grace period).
+  static constexpr size_t kMaxFree = 1024;
+  explicit VmaCache(VmaForm form) : form_(form) {}
+  /// Deletes the free VMAs; one still waiting for its grace period is deleted by its
+  /// callback instead.
+  ~VmaCache();
+  VmaCache(const VmaCache&) = delete;
+  VmaCache& operator=(const VmaCache&) = delete;
+  /// An empty detached VMA (with its vma_lock in the kRwsem form): the most recently
+  /// freed one, else the oldest whose grace period has ended, else a new one.
+  Vma* Alloc();
+  /// vm_area_free() of a detached VMA no lockless reader can reach any more (kNone), or
+  /// (kRefcnt, SLAB_TYPESAFE_BY_RCU) one that readers may still touch but that is fine
+  /// to reuse at once: emptied and kept. Beyond kMaxFree, kNone deletes it and kRefcnt
+  /// deletes it after a grace period.
+  void Free(Vma* v);
+  /// The kRwsem form's vm_area_free(): one call_rcu per VMA.
+  void FreeRcu(Vma* v);
+  /// Free VMAs ready for reuse now, and VMAs waiting for their grace period (tests).
+  size_t free_count() const { return free_.size(); }
+  size_t in_flight() const { return in_flight_.size(); }
+
+ private:
+  /// Moves the VMAs at the head of in_flight_ whose callbacks have run to free_.
+  void TakeBackFreed();
+  static void RcuFree(struct rcu_head* h);
+  static void RcuDelete(struct rcu_head* h);
+  const VmaForm form_;
+  std::vector<Vma*> free_;
+  std::deque<Vma*> in_flight_;  // kRwsem: handed to call_rcu, oldest first
+};
+
 /// One page fault being handled (struct vm_fault).
 struct VmFault {
   Vma* vma;
@@ -184,12 +230,12 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// VMAs detached in this write section, released at its end by the profile's rule
   /// (ReleaseRetiredVmasLocked).
   std::vector<Vma*> retired_vmas ABSL_GUARDED_BY(mmap_lock);
-  /// kRefcnt: the space's SLAB_TYPESAFE_BY_RCU cache of free VMAs (detached,
-  /// vm_refcnt 0), reused by the next allocation without a grace period. Linux's cache
-  /// is global with per-CPU slabs (so lock_vma_under_rcu also checks vma->vm_mm); one
-  /// per space keeps independent spaces from sharing it, and a reused VMA is always
-  /// this space's. Never shrinks while the space lives; freed with the space.
-  std::vector<Vma*> vma_cache ABSL_GUARDED_BY(mmap_lock);
+  /// The space's VMA cache (VmaCache). kRefcnt: SLAB_TYPESAFE_BY_RCU, a free VMA
+  /// (detached, vm_refcnt 0) is reused by the next allocation without a grace period.
+  /// Linux's cache is global with per-CPU slabs (so lock_vma_under_rcu also checks
+  /// vma->vm_mm); one per space keeps independent spaces from sharing it, and a reused
+  /// VMA is always this space's. Freed with the space.
+  VmaCache vma_cache ABSL_GUARDED_BY(mmap_lock){vma_form};
   /// mm->map_count and mm->total_vm (pages): written under mmap_lock write, read
   /// without locks (Counters, a scrape).
   std::atomic<uint64_t> map_count{0};

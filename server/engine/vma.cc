@@ -117,25 +117,75 @@ Vma::~Vma() {
   delete vm_lock;
 }
 
+// ====================================================================== VmaCache
+
 namespace {
-// vm_area_free_rcu_cb(): the kRwsem form's per-VMA call_rcu callback.
-void FreeVmaRcu(struct rcu_head* h) {
-  RcuCallbackBegin(h);
-  delete reinterpret_cast<Vma*>(reinterpret_cast<char*>(h) - offsetof(Vma, vm_rcu));
-  RcuCallbackEnd();
-}
+Vma* VmaOfRcu(struct rcu_head* h) { return reinterpret_cast<Vma*>(reinterpret_cast<char*>(h) - offsetof(Vma, vm_rcu)); }
 }  // namespace
 
-Vma* MmStruct::VmaAllocLocked() {
-  if (vma_form == VmaForm::kRefcnt && !vma_cache.empty()) {
-    Vma* v = vma_cache.back();  // the most recently freed: still in this CPU's cache
-    vma_cache.pop_back();
+VmaCache::~VmaCache() {
+  // No reader of this space can be running; callbacks may still be.
+  for (Vma* v : free_) delete v;
+  for (Vma* v : in_flight_)
+    if (v->rcu_free.exchange(Vma::kRcuOrphan, std::memory_order_acq_rel) == Vma::kRcuFreed) delete v;
+}
+
+void VmaCache::TakeBackFreed() {
+  while (!in_flight_.empty() && in_flight_.front()->rcu_free.load(std::memory_order_acquire) == Vma::kRcuFreed) {
+    Vma* v = in_flight_.front();
+    in_flight_.pop_front();
+    v->rcu_free.store(Vma::kRcuNone, std::memory_order_relaxed);
+    if (free_.size() < kMaxFree) free_.push_back(v);
+    else delete v;  // after its grace period: no reader left
+  }
+}
+
+Vma* VmaCache::Alloc() {
+  if (free_.empty()) TakeBackFreed();
+  if (!free_.empty()) {
+    Vma* v = free_.back();  // the most recently freed: still in this CPU's cache
+    free_.pop_back();
     return v;
   }
   Vma* v = new Vma;
-  if (vma_form == VmaForm::kRwsem) v->vm_lock = new VmaLock;  // vma_lock_alloc()
+  if (form_ == VmaForm::kRwsem) v->vm_lock = new VmaLock;  // vma_lock_alloc()
   return v;
 }
+
+void VmaCache::Free(Vma* v) {
+  if (free_.size() < kMaxFree) {
+    v->ReleaseContents();
+    free_.push_back(v);
+  } else if (form_ == VmaForm::kRefcnt) {
+    CallRcu(&v->vm_rcu, &RcuDelete);  // typesafe by RCU: the memory only after a grace period
+  } else {
+    delete v;
+  }
+}
+
+void VmaCache::FreeRcu(Vma* v) {
+  if (in_flight_.size() >= kMaxFree) TakeBackFreed();  // bounds the freed ones it holds
+  in_flight_.push_back(v);
+  CallRcu(&v->vm_rcu, &RcuFree);
+}
+
+// vm_area_free_rcu_cb(): the kRwsem form's per-VMA callback. kmem_cache_free() is the
+// mark the cache takes the VMA back by.
+void VmaCache::RcuFree(struct rcu_head* h) {
+  RcuCallbackBegin(h);
+  Vma* v = VmaOfRcu(h);
+  v->ReleaseContents();
+  if (v->rcu_free.exchange(Vma::kRcuFreed, std::memory_order_acq_rel) == Vma::kRcuOrphan) delete v;
+  RcuCallbackEnd();
+}
+
+void VmaCache::RcuDelete(struct rcu_head* h) {
+  RcuCallbackBegin(h);
+  delete VmaOfRcu(h);
+  RcuCallbackEnd();
+}
+
+Vma* MmStruct::VmaAllocLocked() { return vma_cache.Alloc(); }
 
 Vma* MmStruct::VmaDupLocked(const Vma& o) {
   Vma* v = VmaAllocLocked();
@@ -145,14 +195,8 @@ Vma* MmStruct::VmaDupLocked(const Vma& o) {
 
 void MmStruct::ReleaseRetiredVmasLocked() {
   for (Vma* v : retired_vmas) {
-    switch (vma_form) {
-      case VmaForm::kNone: delete v; break;
-      case VmaForm::kRwsem: CallRcu(&v->vm_rcu, &FreeVmaRcu); break;
-      case VmaForm::kRefcnt:
-        v->ReleaseContents();
-        vma_cache.push_back(v);
-        break;
-    }
+    if (vma_form == VmaForm::kRwsem) vma_cache.FreeRcu(v);
+    else vma_cache.Free(v);
   }
   retired_vmas.clear();
 }

@@ -69,6 +69,11 @@ struct Vma {
   /// kRwsem (6.4 - 6.14): vma->detached, set when the VMA leaves the index (under its
   /// write lock); a reader that locked a stale VMA sees it and retries (VMA_LOCK_MISS).
   std::atomic<bool> detached{true};
+  /// kRwsem, VmaCache: kRcuFreed once the call_rcu callback has emptied this VMA, or
+  /// kRcuOrphan if the space's cache was destroyed first (the callback deletes it);
+  /// kRcuNone otherwise. (In the padding after `detached`.)
+  std::atomic<uint8_t> rcu_free{kRcuNone};
+  static constexpr uint8_t kRcuNone = 0, kRcuFreed = 1, kRcuOrphan = 2;
   /// The space's mm_lock_seq when this VMA was last write-locked; the VMA is
   /// write-locked while it equals the current mm_lock_seq. Written under mmap_lock
   /// write (both forms).
