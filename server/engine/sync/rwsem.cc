@@ -14,9 +14,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <mutex>
-#include <vector>
 
+#include "engine/per_thread.h"
 #include "sync/lock_timing.h"
 
 namespace vmspace {
@@ -92,52 +91,23 @@ enum RwSem::Event : int {
 
 namespace {
 constexpr size_t kClasses = static_cast<size_t>(LockClass::kCount);
-using EventCounts = uint64_t[kClasses][RwSem::kEventCount];
-
-// Every thread's event cells, and the sums of the threads that have exited.
-struct EventRegistry {
-  std::mutex mu;
-  std::vector<const std::atomic<uint64_t> (*)[RwSem::kEventCount]> live;
-  EventCounts exited = {};
-};
-EventRegistry& Registry() {
-  static EventRegistry* r = new EventRegistry;  // never destroyed: threads may exit late
-  return *r;
-}
-// This thread's counts (written by it alone; relaxed atomics so a snapshot may read them).
-struct ThreadEvents {
+// One thread's counts, per lock class (written by that thread alone).
+struct EventBlock {
   std::atomic<uint64_t> n[kClasses][RwSem::kEventCount] = {};
-  ThreadEvents() {
-    std::lock_guard<std::mutex> l(Registry().mu);
-    Registry().live.push_back(n);
-  }
-  ~ThreadEvents() {
-    EventRegistry& r = Registry();
-    std::lock_guard<std::mutex> l(r.mu);
-    for (size_t c = 0; c < kClasses; c++)
-      for (int e = 0; e < RwSem::kEventCount; e++) r.exited[c][e] += n[c][e].load(std::memory_order_relaxed);
-    std::erase(r.live, n);
-  }
 };
-thread_local ThreadEvents tls_events;
 }  // namespace
 
 void RwSem::Inc(Event e, uint64_t n) const {
-  std::atomic<uint64_t>& c = tls_events.n[static_cast<size_t>(cls_)][e];
+  std::atomic<uint64_t>& c = PerThread<EventBlock>::Get().n[static_cast<size_t>(cls_)][e];
   c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
 RwSemEvents RwSem::ClassEvents(LockClass cls) {
   const size_t k = static_cast<size_t>(cls);
-  uint64_t sum[kEventCount];
-  EventRegistry& r = Registry();
-  {
-    std::lock_guard<std::mutex> l(r.mu);
-    for (int e = 0; e < kEventCount; e++) {
-      sum[e] = r.exited[k][e];
-      for (const auto* cell : r.live) sum[e] += cell[k][e].load(std::memory_order_relaxed);
-    }
-  }
+  uint64_t sum[kEventCount] = {};
+  PerThread<EventBlock>::ForEach([&](const EventBlock& b) {
+    for (int e = 0; e < kEventCount; e++) sum[e] += b.n[k][e].load(std::memory_order_relaxed);
+  });
   RwSemEvents out;
   uint64_t* f[kEventCount] = {&out.opt_lock,     &out.opt_fail,     &out.opt_nospin,   &out.rlock_steal,
                               &out.rlock_fast,   &out.rlock_handoff, &out.wlock_handoff, &out.sleep_reader,
