@@ -34,10 +34,13 @@ struct FrameAllocator::State {
   };
   explicit State(uint64_t limit) : limit_frames(limit) {}
 
-  Shard& MyShard() {
+  static int ThreadShard() {
     if (tls_shard < 0) tls_shard = static_cast<int>(g_next_shard.fetch_add(1) % kShards);
-    return shards[tls_shard];
+    return tls_shard;
   }
+  Shard& MyShard() { return shards[ThreadShard()]; }
+  // Free() of one frame with s.mu held.
+  void FreeLocked(Shard& s, void* frame) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   void* CarveFrame();
   void* TakeFromGlobal(Shard& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Takes one frame of the limit from the shard's budget (refilled from the global
@@ -171,19 +174,36 @@ void* FrameAllocator::Alloc() {
   return f;
 }
 
-void FrameAllocator::Free(void* frame) {
-  s_->DebugFree(frame);
-  State::Shard& s = s_->MyShard();
-  MutexLock l(s.mu);
+void FrameAllocator::State::FreeLocked(Shard& s, void* frame) {
+  DebugFree(frame);
   s.free.push_back(frame);
-  if (s.free.size() > 2 * kBatch) {
-    MutexLock g(s_->chunk_mu);
-    s_->global_free.insert(s_->global_free.end(), s.free.end() - kBatch, s.free.end());
-    s.free.resize(s.free.size() - kBatch);
+  if (s.free.size() > kShardHigh) {
+    MutexLock g(chunk_mu);
+    global_free.insert(global_free.end(), s.free.begin(), s.free.begin() + kBatch);  // the coldest
+    s.free.erase(s.free.begin(), s.free.begin() + kBatch);
   }
   s.in_use.store(s.in_use.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-  s_->Unreserve(s);
+  Unreserve(s);
+}
+
+void FrameAllocator::Free(void* frame) {
+  State::Shard& s = s_->MyShard();
+  MutexLock l(s.mu);
+  s_->FreeLocked(s, frame);
   CountEvent(Event::kFramesFreed);
+}
+
+int FrameAllocator::ThreadShard() const { return State::ThreadShard(); }
+
+void FrameAllocator::FreeBatch(std::vector<void*>& frames, int shard) {
+  if (frames.empty()) return;
+  State::Shard& s = s_->shards[static_cast<size_t>(shard)];
+  {
+    MutexLock l(s.mu);
+    for (void* f : frames) s_->FreeLocked(s, f);
+  }
+  CountEvent(Event::kFramesFreed, frames.size());
+  frames.clear();
 }
 
 bool FrameAllocator::ChargeTable() {

@@ -51,7 +51,7 @@ int PercpuCounter::Cell() {
 
 void MmuGather::FreeNow(MmuGather* g) {
   StatsSlotScope slot_scope(g->stats_slot);
-  for (void* p : g->pages) g->frames->Free(p);
+  g->frames->FreeBatch(g->pages, g->frame_shard);
   PageTable::DeleteTables(g->tables);
   VmaIndex::DeleteRetired(g->nodes);
   delete g;
@@ -64,6 +64,7 @@ void MmuGather::Queue(MmuGather* g, FrameAllocator& frames, int stats_slot) {
   }
   g->frames = &frames;
   g->stats_slot = stats_slot;
+  g->frame_shard = frames.ThreadShard();
   CallRcu(&g->head, &FreeGatherCallback);
 }
 
@@ -113,6 +114,7 @@ MmStruct::~MmStruct() {
   if (gather) {
     gather->frames = &frames;
     gather->stats_slot = stats_slot;
+    gather->frame_shard = frames.ThreadShard();
     MmuGather::FreeNow(gather);
     gather = nullptr;
   }

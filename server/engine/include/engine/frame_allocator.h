@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace vmspace {
 
@@ -41,6 +42,13 @@ class FrameAllocator {
   void* Alloc();
   /// Returns a frame obtained from Alloc(). Never pass the zero page.
   void Free(void* frame);
+  /// The calling thread's shard (a thread always uses the same one).
+  int ThreadShard() const;
+  /// Free() of every frame of `frames` (then cleared) into `shard`, under one lock
+  /// acquisition: a deferred batch freed by the RCU callback thread goes back to the
+  /// shard of the thread that unmapped it, which reuses the frames while they are still
+  /// in its caches (Linux frees a batch to the freeing CPU's per-CPU page list).
+  void FreeBatch(std::vector<void*>& frames, int shard);
 
   /// Charges one page-table page (4 KiB) against the limit without handing out a frame
   /// (the table itself is a C++ object); false if the limit would be exceeded.
@@ -86,6 +94,9 @@ class FrameAllocator {
 
   static constexpr int kShards = 16;
   static constexpr uint64_t kBatch = 32;
+  /// Free frames a shard keeps before it gives kBatch of them to the other shards
+  /// (pcp->high; 2 MiB: a deferred batch fits without spilling).
+  static constexpr uint64_t kShardHigh = 512;
 
  private:
   struct State;
