@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/per_thread.h"
 #include "engine/stats.h"
 #include "sync/mutex.h"
 #include "sync/rcu.h"
@@ -21,8 +22,6 @@ namespace {
 constexpr size_t kFrame = 4096;
 constexpr size_t kChunk = 2u << 20;
 alignas(4096) char g_zero_page[4096];
-std::atomic<unsigned> g_next_shard{0};
-thread_local int tls_shard = -1;
 }  // namespace
 
 struct FrameAllocator::State {
@@ -34,11 +33,7 @@ struct FrameAllocator::State {
   };
   explicit State(uint64_t limit) : limit_frames(limit) {}
 
-  static int ThreadShard() {
-    if (tls_shard < 0) tls_shard = static_cast<int>(g_next_shard.fetch_add(1) % kShards);
-    return tls_shard;
-  }
-  Shard& MyShard() { return shards[ThreadShard()]; }
+  Shard& MyShard() { return shards[vmspace::ThreadShard()]; }
   // Free() of one frame with s.mu held.
   void FreeLocked(Shard& s, void* frame) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   void* CarveFrame();
@@ -193,7 +188,7 @@ void FrameAllocator::Free(void* frame) {
   CountEvent(Event::kFramesFreed);
 }
 
-int FrameAllocator::ThreadShard() const { return State::ThreadShard(); }
+static_assert(FrameAllocator::kShards == kThreadShards);
 
 void FrameAllocator::FreeBatch(std::vector<void*>& frames, int shard) {
   if (frames.empty()) return;

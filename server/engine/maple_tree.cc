@@ -283,8 +283,8 @@ void MapleTree::TakeRetired(std::vector<void*>& out) {
   retired_.clear();
 }
 
-void MapleTree::FreeNodes(std::vector<void*>& nodes) {
-  if (!nodes.empty()) Pool::Get().PutBatch(nodes);
+void MapleTree::FreeNodes(std::vector<void*>& nodes, int shard) {
+  if (!nodes.empty()) Pool::Get().PutBatch(nodes, shard);
 }
 
 MapleTree::Node* MapleTree::NewNode() {

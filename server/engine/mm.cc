@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "engine/per_thread.h"
 #include "engine/stats.h"
 #include "sync/rcu.h"
 
@@ -51,9 +52,9 @@ int PercpuCounter::Cell() {
 
 void MmuGather::FreeNow(MmuGather* g) {
   StatsSlotScope slot_scope(g->stats_slot);
-  g->frames->FreeBatch(g->pages, g->frame_shard);
+  g->frames->FreeBatch(g->pages, g->shard);
   PageTable::DeleteTables(g->tables);
-  VmaIndex::DeleteRetired(g->nodes);
+  VmaIndex::DeleteRetired(g->nodes, g->shard);
   delete g;
 }
 
@@ -64,7 +65,7 @@ void MmuGather::Queue(MmuGather* g, FrameAllocator& frames, int stats_slot) {
   }
   g->frames = &frames;
   g->stats_slot = stats_slot;
-  g->frame_shard = frames.ThreadShard();
+  g->shard = ThreadShard();
   CallRcu(&g->head, &FreeGatherCallback);
 }
 
@@ -114,7 +115,7 @@ MmStruct::~MmStruct() {
   if (gather) {
     gather->frames = &frames;
     gather->stats_slot = stats_slot;
-    gather->frame_shard = frames.ThreadShard();
+    gather->shard = ThreadShard();
     MmuGather::FreeNow(gather);
     gather = nullptr;
   }

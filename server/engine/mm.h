@@ -103,7 +103,7 @@ struct MmuGather {
   struct rcu_head head;
   FrameAllocator* frames = nullptr;
   int stats_slot = 0;        // the space's profile slot: frees are counted there
-  int frame_shard = 0;       // the queueing thread's frame shard: the frames go back there
+  int shard = 0;             // the queueing thread's ThreadShard(): frames and nodes go back there
   std::vector<void*> pages;  // private anonymous frames
   PageTable::TableGather tables;
   std::vector<void*> nodes;  // retired VMA-index nodes

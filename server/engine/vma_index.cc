@@ -487,7 +487,7 @@ class MapleIndex final : public VmaIndex {
 
 }  // namespace
 
-void VmaIndex::DeleteRetired(std::vector<void*>& nodes) { MapleTree::FreeNodes(nodes); }
+void VmaIndex::DeleteRetired(std::vector<void*>& nodes, int shard) { MapleTree::FreeNodes(nodes, shard); }
 
 uint64_t VmaIndex::PoolSlabBytes() {
   return MapleTree::Pool::Get().slab_bytes() + BTreePool::Get().slab_bytes();

@@ -87,7 +87,9 @@ class VmaIndex {
   /// Moves the nodes retired by changes so far into `out`; the caller frees them with
   /// DeleteRetired after an RCU grace period. Nothing for rbtree.
   virtual void TakeRetired(std::vector<void*>& out) {}
-  static void DeleteRetired(std::vector<void*>& nodes);
+  /// Returns retired nodes to the node pool's `shard` (the ThreadShard() of the thread
+  /// that retired them; -1: the calling thread's).
+  static void DeleteRetired(std::vector<void*>& nodes, int shard = -1);
 
   /// The index's invariants (mt_validate for maple; order, ranges and gaps for
   /// rbtree): "" or the first one broken. Caller holds mmap_lock.

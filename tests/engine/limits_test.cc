@@ -15,6 +15,7 @@
 #include "engine/address_space.h"
 #include "engine/cancel.h"
 #include "engine/frame_allocator.h"
+#include "engine/per_thread.h"
 #include "mm.h"
 #include "test_util.h"
 
@@ -135,7 +136,7 @@ TEST(Limits, FreeBatchReturnsFramesToTheUnmappingThreadsShard) {
   std::atomic<int> step{0};
   std::vector<void*> again;
   std::thread t([&] {
-    shard = frames.ThreadShard();
+    shard = ThreadShard();
     for (int i = 0; i < 3; i++) batch.push_back(frames.Alloc());
     step = 1;
     while (step.load() != 2) std::this_thread::yield();
@@ -148,7 +149,7 @@ TEST(Limits, FreeBatchReturnsFramesToTheUnmappingThreadsShard) {
   EXPECT_EQ(frames.in_use_frames(), 0);
   void* other = nullptr;
   std::thread o([&] {  // the thread made next gets the next shard: none of them there
-    EXPECT_NE(frames.ThreadShard(), shard);
+    EXPECT_NE(ThreadShard(), shard);
     other = frames.Alloc();
   });
   o.join();

@@ -42,9 +42,8 @@ class FrameAllocator {
   void* Alloc();
   /// Returns a frame obtained from Alloc(). Never pass the zero page.
   void Free(void* frame);
-  /// The calling thread's shard (a thread always uses the same one).
-  int ThreadShard() const;
-  /// Free() of every frame of `frames` (then cleared) into `shard`, under one lock
+  /// Free() of every frame of `frames` (then cleared) into `shard` (a ThreadShard()
+  /// of engine/per_thread.h, the shard a thread always uses), under one lock
   /// acquisition: a deferred batch freed by the RCU callback thread goes back to the
   /// shard of the thread that unmapped it, which reuses the frames while they are still
   /// in its caches (Linux frees a batch to the freeing CPU's per-CPU page list).
