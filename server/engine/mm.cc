@@ -157,7 +157,10 @@ void MmStruct::MmapWriteUnlock() {
 }
 
 MmuGather& MmStruct::GatherLocked() {
-  if (!gather) gather = new MmuGather;
+  if (!gather) {
+    gather = new MmuGather;
+    gather->nodes.reserve(kDeferBatch);  // grown once, not by doubling on every batch
+  }
   return *gather;
 }
 

@@ -145,6 +145,9 @@ class VmaCache {
   /// Free VMAs kept for reuse; more are returned to the heap (at once without lockless
   /// readers, else after a grace period).
   static constexpr size_t kMaxFree = 1024;
+  /// kRwsem: VMAs kept in flight (waiting for their grace period, or freed and not yet
+  /// taken back) before the oldest freed ones are deleted.
+  static constexpr size_t kMaxInFlight = 8192;
   explicit VmaCache(VmaForm form) : form_(form) {}
   /// Deletes the free VMAs; one still waiting for its grace period is deleted by its
   /// callback instead.
@@ -166,8 +169,11 @@ class VmaCache {
   size_t in_flight() const { return in_flight_.size(); }
 
  private:
-  /// Moves the VMAs at the head of in_flight_ whose callbacks have run to free_.
+  /// Moves the VMAs at the head of in_flight_ whose callbacks have run to free_ (up to
+  /// kMaxFree).
   void TakeBackFreed();
+  bool FrontFreed() const;
+  Vma* PopFreed();
   static void RcuFree(struct rcu_head* h);
   static void RcuDelete(struct rcu_head* h);
   const VmaForm form_;

@@ -130,14 +130,19 @@ VmaCache::~VmaCache() {
     if (v->rcu_free.exchange(Vma::kRcuOrphan, std::memory_order_acq_rel) == Vma::kRcuFreed) delete v;
 }
 
+bool VmaCache::FrontFreed() const {
+  return !in_flight_.empty() && in_flight_.front()->rcu_free.load(std::memory_order_acquire) == Vma::kRcuFreed;
+}
+
+Vma* VmaCache::PopFreed() {
+  Vma* v = in_flight_.front();
+  in_flight_.pop_front();
+  v->rcu_free.store(Vma::kRcuNone, std::memory_order_relaxed);
+  return v;
+}
+
 void VmaCache::TakeBackFreed() {
-  while (!in_flight_.empty() && in_flight_.front()->rcu_free.load(std::memory_order_acquire) == Vma::kRcuFreed) {
-    Vma* v = in_flight_.front();
-    in_flight_.pop_front();
-    v->rcu_free.store(Vma::kRcuNone, std::memory_order_relaxed);
-    if (free_.size() < kMaxFree) free_.push_back(v);
-    else delete v;  // after its grace period: no reader left
-  }
+  while (free_.size() < kMaxFree && FrontFreed()) free_.push_back(PopFreed());
 }
 
 Vma* VmaCache::Alloc() {
@@ -164,7 +169,10 @@ void VmaCache::Free(Vma* v) {
 }
 
 void VmaCache::FreeRcu(Vma* v) {
-  if (in_flight_.size() >= kMaxFree) TakeBackFreed();  // bounds the freed ones it holds
+  // Freed VMAs wait in in_flight_ until an allocation wants them (in steady state as
+  // many VMAs are in flight as a grace period's worth of munmaps); beyond kMaxInFlight
+  // the oldest freed ones go back to the heap (no reader is left).
+  while (in_flight_.size() >= kMaxInFlight && FrontFreed()) delete PopFreed();
   in_flight_.push_back(v);
   CallRcu(&v->vm_rcu, &RcuFree);
 }
