@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/per_thread.h"
 #include "engine/stats.h"
 #include "sync/mutex.h"
 #include "sync/rcu.h"
@@ -21,8 +22,6 @@ namespace {
 constexpr size_t kFrame = 4096;
 constexpr size_t kChunk = 2u << 20;
 alignas(4096) char g_zero_page[4096];
-std::atomic<unsigned> g_next_shard{0};
-thread_local int tls_shard = -1;
 }  // namespace
 
 struct FrameAllocator::State {
@@ -34,10 +33,11 @@ struct FrameAllocator::State {
   };
   State(uint64_t limit, uint64_t memory_limit) : limit_frames(limit), budget(memory_limit) {}
 
-  Shard& MyShard() {
-    if (tls_shard < 0) tls_shard = static_cast<int>(g_next_shard.fetch_add(1) % kShards);
-    return shards[tls_shard];
-  }
+  Shard& MyShard() { return shards[vmspace::ThreadShard()]; }
+  // Free() of one frame with s.mu held.
+  // Puts `frame` on `s`'s free list, spilling the coldest kBatch to the global list
+  // beyond kShardHigh; returns the global list's size after a spill, 0 if none.
+  uint64_t FreeLocked(Shard& s, void* frame) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   void* CarveFrame();
   void* TakeFromGlobal(Shard& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Takes one frame of the limit from the shard's budget (refilled from the global
@@ -193,22 +193,28 @@ void* FrameAllocator::Alloc(MemKind kind) {
   return f;
 }
 
+uint64_t FrameAllocator::State::FreeLocked(Shard& s, void* frame) {
+  DebugFree(frame);
+  s.free.push_back(frame);
+  uint64_t global = 0;
+  if (s.free.size() > kShardHigh) {
+    MutexLock g(chunk_mu);
+    global_free.insert(global_free.end(), s.free.begin(), s.free.begin() + kBatch);  // the coldest
+    s.free.erase(s.free.begin(), s.free.begin() + kBatch);
+    global = global_free.size();
+  }
+  s.in_use.store(s.in_use.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  Unreserve(s);
+  return global;
+}
+
 void FrameAllocator::Free(void* frame, MemKind kind) {
-  s_->DebugFree(frame);
   s_->budget.Uncharge(kind, kFrame);
   State::Shard& s = s_->MyShard();
   uint64_t global = 0;  // frames on the global list after a spill; 0: no spill
   {
     MutexLock l(s.mu);
-    s.free.push_back(frame);
-    if (s.free.size() > 2 * kBatch) {
-      MutexLock g(s_->chunk_mu);
-      s_->global_free.insert(s_->global_free.end(), s.free.end() - kBatch, s.free.end());
-      s.free.resize(s.free.size() - kBatch);
-      global = s_->global_free.size();
-    }
-    s.in_use.store(s.in_use.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-    s_->Unreserve(s);
+    global = s_->FreeLocked(s, frame);
   }
   CountEvent(Event::kFramesFreed);
   if (global) s_->MaybeReturn(global);
@@ -286,6 +292,22 @@ void FrameAllocator::TrimCache() {
     s.free.clear();
   }
   s_->ReturnBeyond(limit);
+}
+
+static_assert(FrameAllocator::kShards == kThreadShards);
+
+void FrameAllocator::FreeBatch(std::vector<void*>& frames, int shard) {
+  if (frames.empty()) return;
+  s_->budget.Uncharge(MemKind::kFrames, frames.size() * kFrame);
+  State::Shard& s = s_->shards[static_cast<size_t>(shard)];
+  uint64_t global = 0;
+  {
+    MutexLock l(s.mu);
+    for (void* f : frames) global = std::max(global, s_->FreeLocked(s, f));
+  }
+  CountEvent(Event::kFramesFreed, frames.size());
+  frames.clear();
+  if (global) s_->MaybeReturn(global);
 }
 
 bool FrameAllocator::ChargeTable() {

@@ -293,10 +293,10 @@ void MapleTree::TakeRetired(std::vector<void*>& out) {
   retired_.clear();
 }
 
-void MapleTree::FreeNodes(std::vector<void*>& nodes, MemoryBudget* budget) {
+void MapleTree::FreeNodes(std::vector<void*>& nodes, MemoryBudget* budget, int shard) {
   if (nodes.empty()) return;
   if (budget) budget->Uncharge(MemKind::kIndexNodes, nodes.size() * kNodeSize);
-  Pool::Get().PutBatch(nodes);
+  Pool::Get().PutBatch(nodes, shard);
 }
 
 MapleTree::Node* MapleTree::NewNode() {

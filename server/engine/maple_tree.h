@@ -38,6 +38,7 @@
 // and range_64 node types (the mm tree uses leaf_64 and arange_64 only), bulk mode.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -48,6 +49,7 @@
 #include <vector>
 
 #include "engine/memory_budget.h"
+#include "engine/per_thread.h"
 #include "sync/mutex.h"
 
 namespace vmspace {
@@ -78,9 +80,12 @@ struct MapleStats {
   void Add(const MapleStats& o);
 };
 
-/// Free tree nodes shared by all trees of the process, carved from 64 KiB slabs (a
-/// kmem_cache that never shrinks). Writers take and return nodes in batches into a
-/// per-tree cache, so the pool's mutex is off the per-store path.
+/// Free tree nodes of all trees of the process, carved from 64 KiB slabs (a kmem_cache
+/// that never shrinks), in kThreadShards shards (its per-CPU slabs): a thread takes from
+/// its own shard, and a grace period's batch goes back to the shard of the thread that
+/// retired it, so independent spaces on different threads share neither a lock nor
+/// nodes. Writers take and return nodes in batches into a per-tree cache, so a shard's
+/// mutex is off the per-store path.
 template <size_t kSize, size_t kAlign>
 class NodePool {
  public:
@@ -88,35 +93,42 @@ class NodePool {
     static NodePool* p = new NodePool;  // never destroyed: RCU callbacks may run late
     return *p;
   }
+  /// Moves n free nodes of the calling thread's shard into out (carving a slab if short).
   void TakeBatch(std::vector<void*>& out, size_t n);
-  void PutBatch(std::vector<void*>& nodes);
+  /// Returns nodes (then cleared) to `shard` (-1: the calling thread's).
+  void PutBatch(std::vector<void*>& nodes, int shard = -1);
   /// Bytes of slabs carved so far (heap the pool holds, free or in use).
   uint64_t slab_bytes() const { return slab_bytes_.load(std::memory_order_relaxed); }
   static constexpr size_t kSlabBytes = 64 * 1024;
 
  private:
-  Mutex mu_{LockRank::kNodePool};
-  std::vector<void*> free_ ABSL_GUARDED_BY(mu_);
+  struct alignas(64) Shard {
+    Mutex mu{LockRank::kNodePool};
+    std::vector<void*> free ABSL_GUARDED_BY(mu);
+  };
+  std::array<Shard, kThreadShards> shards_;
   std::atomic<uint64_t> slab_bytes_{0};
 };
 
 template <size_t kSize, size_t kAlign>
 inline void NodePool<kSize, kAlign>::TakeBatch(std::vector<void*>& out, size_t n) {
-  MutexLock l(mu_);
-  while (free_.size() < n) {  // carve a new slab
+  Shard& s = shards_[static_cast<size_t>(ThreadShard())];
+  MutexLock l(s.mu);
+  while (s.free.size() < n) {  // carve a new slab
     char* slab = static_cast<char*>(std::aligned_alloc(kAlign, kSlabBytes));
     if (!slab) throw std::bad_alloc();
-    for (size_t off = 0; off + kSize <= kSlabBytes; off += kSize) free_.push_back(slab + off);
+    for (size_t off = 0; off + kSize <= kSlabBytes; off += kSize) s.free.push_back(slab + off);
     slab_bytes_.fetch_add(kSlabBytes, std::memory_order_relaxed);
   }
-  out.insert(out.end(), free_.end() - static_cast<ptrdiff_t>(n), free_.end());
-  free_.resize(free_.size() - n);
+  out.insert(out.end(), s.free.end() - static_cast<ptrdiff_t>(n), s.free.end());
+  s.free.resize(s.free.size() - n);
 }
 
 template <size_t kSize, size_t kAlign>
-inline void NodePool<kSize, kAlign>::PutBatch(std::vector<void*>& nodes) {
-  MutexLock l(mu_);
-  free_.insert(free_.end(), nodes.begin(), nodes.end());
+inline void NodePool<kSize, kAlign>::PutBatch(std::vector<void*>& nodes, int shard) {
+  Shard& s = shards_[static_cast<size_t>(shard < 0 ? ThreadShard() : shard)];
+  MutexLock l(s.mu);
+  s.free.insert(s.free.end(), nodes.begin(), nodes.end());
   nodes.clear();
 }
 
@@ -177,9 +189,10 @@ class MapleTree {
   /// Moves the nodes retired so far into out (free them with FreeNodes after a grace
   /// period). Empty in no-RCU mode (nodes are freed at once).
   void TakeRetired(std::vector<void*>& out);
-  /// Returns retired nodes to the pool, uncharging them from `budget` (the budget of
-  /// the tree they came from, or null for a tree without one).
-  static void FreeNodes(std::vector<void*>& nodes, MemoryBudget* budget = nullptr);
+  /// Returns retired nodes to the pool's `shard` (-1: the calling thread's; see
+  /// NodePool), uncharging them from `budget` (the budget of the tree they came from,
+  /// or null for a tree without one).
+  static void FreeNodes(std::vector<void*>& nodes, MemoryBudget* budget = nullptr, int shard = -1);
 
   // ---- readers under the owner's lock (read or write)
   /// The entry at index (NULL in a gap); its range in *first, *last if non-null.

@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "engine/per_thread.h"
 #include "engine/stats.h"
 #include "sync/rcu.h"
 
@@ -51,9 +52,9 @@ int PercpuCounter::Cell() {
 
 void MmuGather::FreeNow(MmuGather* g) {
   StatsSlotScope slot_scope(g->stats_slot);
-  for (void* p : g->pages) g->frames->Free(p);
+  g->frames->FreeBatch(g->pages, g->shard);
   PageTable::DeleteTables(g->tables);
-  VmaIndex::DeleteRetired(g->nodes, &g->frames->budget());
+  VmaIndex::DeleteRetired(g->nodes, &g->frames->budget(), g->shard);
   delete g;
 }
 
@@ -64,6 +65,7 @@ void MmuGather::Queue(MmuGather* g, FrameAllocator& frames, int stats_slot) {
   }
   g->frames = &frames;
   g->stats_slot = stats_slot;
+  g->shard = ThreadShard();
   CallRcu(&g->head, &FreeGatherCallback);
 }
 
@@ -108,13 +110,12 @@ MmStruct::~MmStruct() {
   }
   for (Vma* v : retired_vmas) VmaFree(v);
   retired_vmas.clear();
-  for (Vma* v : vma_cache) VmaFree(v);  // no reader of this space can be running
-  vma_cache.clear();
   map_count.store(0, std::memory_order_relaxed);
   total_vm.store(0, std::memory_order_relaxed);
   if (gather) {
     gather->frames = &frames;
     gather->stats_slot = stats_slot;
+    gather->shard = ThreadShard();
     MmuGather::FreeNow(gather);
     gather = nullptr;
   }
@@ -163,7 +164,10 @@ void MmStruct::MmapWriteUnlock() {
 }
 
 MmuGather& MmStruct::GatherLocked() {
-  if (!gather) gather = new MmuGather;
+  if (!gather) {
+    gather = new MmuGather;
+    gather->nodes.reserve(kDeferBatch);  // grown once, not by doubling on every batch
+  }
   return *gather;
 }
 

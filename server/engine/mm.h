@@ -17,6 +17,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -102,6 +103,7 @@ struct MmuGather {
   struct rcu_head head;
   FrameAllocator* frames = nullptr;
   int stats_slot = 0;        // the space's profile slot: frees are counted there
+  int shard = 0;             // the queueing thread's ThreadShard(): frames and nodes go back there
   std::vector<void*> pages;  // private anonymous frames
   PageTable::TableGather tables;
   std::vector<void*> nodes;  // retired VMA-index nodes
@@ -127,6 +129,61 @@ struct VmaLock {
 /// no lockless reader of VMAs, so vma_start_write only records the section and VMAs are
 /// freed at once), or the profile's VmaLockForm.
 enum class VmaForm : uint8_t { kNone, kRwsem, kRefcnt };
+
+/// vm_area_cachep for one space: the slab-like cache VMAs come from (vm_area_alloc)
+/// and go back to (vm_area_free): a bounded free list the space's mmap_lock writers use
+/// without atomics (the kernel's per-CPU slab). The kRwsem form frees each VMA by its
+/// own call_rcu (vm_area_free_rcu_cb); the callback empties the VMA and marks it free
+/// (Vma::rcu_free), and the cache takes it back from its FIFO of VMAs in flight (grace
+/// periods end in order). One per space, so independent spaces share neither a lock
+/// nor a cache line on the mmap/munmap path. A free VMA is detached and empty
+/// (Vma::ReleaseContents); the kRwsem form keeps its vma_lock with it (vma_lock_alloc
+/// once per cached object, as a slab constructor would). Every call but the callbacks'
+/// needs mmap_lock for write (the caller's; not checked here).
+class VmaCache {
+ public:
+  /// Free VMAs kept for reuse; more are returned to the heap (at once without lockless
+  /// readers, else after a grace period).
+  static constexpr size_t kMaxFree = 1024;
+  /// kRwsem: VMAs kept in flight (waiting for their grace period, or freed and not yet
+  /// taken back) before the oldest freed ones are deleted.
+  static constexpr size_t kMaxInFlight = 8192;
+  /// VMAs handed out are charged to `budget` (kVmas; null: none) until they are freed.
+  VmaCache(VmaForm form, MemoryBudget* budget) : form_(form), budget_(budget) {}
+  /// Deletes the free VMAs; one still waiting for its grace period is deleted by its
+  /// callback instead.
+  ~VmaCache();
+  VmaCache(const VmaCache&) = delete;
+  VmaCache& operator=(const VmaCache&) = delete;
+  /// An empty detached VMA (with its vma_lock in the kRwsem form): the most recently
+  /// freed one, else the oldest whose grace period has ended, else a new one.
+  Vma* Alloc();
+  /// vm_area_free() of a detached VMA no lockless reader can reach any more (kNone), or
+  /// (kRefcnt, SLAB_TYPESAFE_BY_RCU) one that readers may still touch but that is fine
+  /// to reuse at once: emptied and kept. Beyond kMaxFree, kNone deletes it and kRefcnt
+  /// deletes it after a grace period.
+  void Free(Vma* v);
+  /// The kRwsem form's vm_area_free(): one call_rcu per VMA.
+  void FreeRcu(Vma* v);
+  /// Free VMAs ready for reuse now, and VMAs waiting for their grace period (tests).
+  size_t free_count() const { return free_.size(); }
+  size_t in_flight() const { return in_flight_.size(); }
+
+ private:
+  /// Moves the VMAs at the head of in_flight_ whose callbacks have run to free_ (up to
+  /// kMaxFree).
+  void TakeBackFreed();
+  bool FrontFreed() const;
+  Vma* PopFreed();
+  static void RcuFree(struct rcu_head* h);
+  static void RcuDelete(struct rcu_head* h);
+  /// Charges v (new or reused) to budget_ and records where (Vma::charged_to).
+  Vma* Charged(Vma* v);
+  const VmaForm form_;
+  MemoryBudget* const budget_;
+  std::vector<Vma*> free_;
+  std::deque<Vma*> in_flight_;  // kRwsem: handed to call_rcu, oldest first
+};
 
 /// One page fault being handled (struct vm_fault).
 struct VmFault {
@@ -164,9 +221,11 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// Deferred frees are handed to call_rcu in batches of at least this many objects
   /// (a call_rcu per mmap/munmap costs more than the operation: it wakes the callback
   /// thread, and every grace period is a membarrier IPI to our threads), or once this
-  /// many frames (1 MiB) wait, so the frame limit is not held up for long.
+  /// many frames (256 KiB) wait, so the frame limit is not held up for long and the
+  /// frames come back to the unmapping thread's shard (FreeBatch) while they are still
+  /// in its caches (1 MiB batches: 8% more CPU per seed-004 round with faults).
   static constexpr size_t kDeferBatch = 4096;
-  static constexpr size_t kDeferFrames = 256;
+  static constexpr size_t kDeferFrames = 64;
   /// A VMA writer waiting for readers spins this long before it sleeps (refcnt form).
   static constexpr uint64_t kVmaWriterSpinNs = 2000;
 
@@ -190,12 +249,12 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// VMAs detached in this write section, released at its end by the profile's rule
   /// (ReleaseRetiredVmasLocked).
   std::vector<Vma*> retired_vmas ABSL_GUARDED_BY(mmap_lock);
-  /// kRefcnt: the space's SLAB_TYPESAFE_BY_RCU cache of free VMAs (detached,
-  /// vm_refcnt 0), reused by the next allocation without a grace period. Linux's cache
-  /// is global with per-CPU slabs (so lock_vma_under_rcu also checks vma->vm_mm); one
-  /// per space keeps independent spaces from sharing it, and a reused VMA is always
-  /// this space's. Never shrinks while the space lives; freed with the space.
-  std::vector<Vma*> vma_cache ABSL_GUARDED_BY(mmap_lock);
+  /// The space's VMA cache (VmaCache). kRefcnt: SLAB_TYPESAFE_BY_RCU, a free VMA
+  /// (detached, vm_refcnt 0) is reused by the next allocation without a grace period.
+  /// Linux's cache is global with per-CPU slabs (so lock_vma_under_rcu also checks
+  /// vma->vm_mm); one per space keeps independent spaces from sharing it, and a reused
+  /// VMA is always this space's. Freed with the space.
+  VmaCache vma_cache ABSL_GUARDED_BY(mmap_lock){vma_form, &frames.budget()};
   /// mm->map_count and mm->total_vm (pages): written under mmap_lock write, read
   /// without locks (Counters, a scrape).
   std::atomic<uint64_t> map_count{0};
@@ -247,8 +306,8 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// vma_lock after a grace period), kRefcnt empties each into vma_cache at once.
   /// (munmap calls it after mmap_write_downgrade, still the only user of both lists.)
   void ReleaseRetiredVmasLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vm_area_free()'s kmem_cache_free: deletes v (and its vm_lock) and uncharges them
-  /// from the budget VmaAllocLocked charged (kVmas). Every VMA's memory ends here.
+  /// Deletes a VMA that is still charged (live or retired at exit_mmap) with its
+  /// vm_lock, uncharging it (kVmas); VMAs freed through vma_cache are uncharged there.
   static void VmaFree(Vma* v);
   /// Bytes of the budget a change that may add VMAs must find free before it starts
   /// (kmem charges of two VMAs from a split plus a maple store's worst-case nodes):

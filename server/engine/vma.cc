@@ -117,36 +117,105 @@ Vma::~Vma() {
   delete vm_lock;
 }
 
+// ====================================================================== VmaCache
+
 namespace {
+Vma* VmaOfRcu(struct rcu_head* h) { return reinterpret_cast<Vma*>(reinterpret_cast<char*>(h) - offsetof(Vma, vm_rcu)); }
+
 // Bytes a VMA's memory is charged as: the object and its separate vma_lock.
 uint64_t VmaBytes(const Vma* v) { return sizeof(Vma) + (v->vm_lock ? sizeof(VmaLock) : 0); }
 
-// vm_area_free_rcu_cb(): the kRwsem form's per-VMA call_rcu callback.
-void FreeVmaRcu(struct rcu_head* h) {
-  RcuCallbackBegin(h);
-  MmStruct::VmaFree(reinterpret_cast<Vma*>(reinterpret_cast<char*>(h) - offsetof(Vma, vm_rcu)));
-  RcuCallbackEnd();
+// The kVmas charge of a VMA handed out by VmaCache::Alloc, given back when it is freed
+// (into the cache or the heap), as memcg's per-object kmem charges are: free VMAs a
+// cache keeps are not charged (at most kMaxFree + kMaxInFlight per space).
+void UnchargeVma(Vma* v) {
+  if (MemoryBudget* b = std::exchange(v->charged_to, nullptr)) b->Uncharge(MemKind::kVmas, VmaBytes(v));
 }
 }  // namespace
 
-Vma* MmStruct::VmaAllocLocked() {
-  if (vma_form == VmaForm::kRefcnt && !vma_cache.empty()) {
-    Vma* v = vma_cache.back();  // the most recently freed: still in this CPU's cache
-    vma_cache.pop_back();
-    return v;
-  }
-  Vma* v = new Vma;
-  if (vma_form == VmaForm::kRwsem) v->vm_lock = new VmaLock;  // vma_lock_alloc()
-  v->charged_to = &frames.budget();
-  v->charged_to->Charge(MemKind::kVmas, VmaBytes(v));
+VmaCache::~VmaCache() {
+  // No reader of this space can be running; callbacks may still be.
+  for (Vma* v : free_) delete v;
+  for (Vma* v : in_flight_)
+    if (v->rcu_free.exchange(Vma::kRcuOrphan, std::memory_order_acq_rel) == Vma::kRcuFreed) delete v;
+}
+
+bool VmaCache::FrontFreed() const {
+  return !in_flight_.empty() && in_flight_.front()->rcu_free.load(std::memory_order_acquire) == Vma::kRcuFreed;
+}
+
+Vma* VmaCache::PopFreed() {
+  Vma* v = in_flight_.front();
+  in_flight_.pop_front();
+  v->rcu_free.store(Vma::kRcuNone, std::memory_order_relaxed);
   return v;
 }
 
+void VmaCache::TakeBackFreed() {
+  while (free_.size() < kMaxFree && FrontFreed()) free_.push_back(PopFreed());
+}
+
+Vma* VmaCache::Alloc() {
+  if (free_.empty()) TakeBackFreed();
+  if (!free_.empty()) {
+    Vma* v = free_.back();  // the most recently freed: still in this CPU's cache
+    free_.pop_back();
+    return Charged(v);
+  }
+  Vma* v = new Vma;
+  if (form_ == VmaForm::kRwsem) v->vm_lock = new VmaLock;  // vma_lock_alloc()
+  return Charged(v);
+}
+
+Vma* VmaCache::Charged(Vma* v) {
+  v->charged_to = budget_;
+  if (budget_) budget_->Charge(MemKind::kVmas, VmaBytes(v));
+  return v;
+}
+
+void VmaCache::Free(Vma* v) {
+  UnchargeVma(v);
+  if (free_.size() < kMaxFree) {
+    v->ReleaseContents();
+    free_.push_back(v);
+  } else if (form_ == VmaForm::kRefcnt) {
+    CallRcu(&v->vm_rcu, &RcuDelete);  // typesafe by RCU: the memory only after a grace period
+  } else {
+    delete v;
+  }
+}
+
+void VmaCache::FreeRcu(Vma* v) {
+  // Freed VMAs wait in in_flight_ until an allocation wants them (in steady state as
+  // many VMAs are in flight as a grace period's worth of munmaps); beyond kMaxInFlight
+  // the oldest freed ones go back to the heap (no reader is left).
+  while (in_flight_.size() >= kMaxInFlight && FrontFreed()) delete PopFreed();
+  in_flight_.push_back(v);
+  CallRcu(&v->vm_rcu, &RcuFree);
+}
+
+// vm_area_free_rcu_cb(): the kRwsem form's per-VMA callback. kmem_cache_free() is the
+// mark the cache takes the VMA back by; the VMA's charge ends with the grace period.
+void VmaCache::RcuFree(struct rcu_head* h) {
+  RcuCallbackBegin(h);
+  Vma* v = VmaOfRcu(h);
+  v->ReleaseContents();
+  UnchargeVma(v);
+  if (v->rcu_free.exchange(Vma::kRcuFreed, std::memory_order_acq_rel) == Vma::kRcuOrphan) delete v;
+  RcuCallbackEnd();
+}
+
+void VmaCache::RcuDelete(struct rcu_head* h) {
+  RcuCallbackBegin(h);
+  delete VmaOfRcu(h);
+  RcuCallbackEnd();
+}
+
+Vma* MmStruct::VmaAllocLocked() { return vma_cache.Alloc(); }
+
 void MmStruct::VmaFree(Vma* v) {
-  MemoryBudget* b = v->charged_to;
-  const uint64_t bytes = VmaBytes(v);
+  UnchargeVma(v);
   delete v;
-  if (b) b->Uncharge(MemKind::kVmas, bytes);
 }
 
 bool MmStruct::ReclaimAfterRefusal(uint64_t failcnt_before) {
@@ -169,14 +238,8 @@ Vma* MmStruct::VmaDupLocked(const Vma& o) {
 
 void MmStruct::ReleaseRetiredVmasLocked() {
   for (Vma* v : retired_vmas) {
-    switch (vma_form) {
-      case VmaForm::kNone: VmaFree(v); break;
-      case VmaForm::kRwsem: CallRcu(&v->vm_rcu, &FreeVmaRcu); break;
-      case VmaForm::kRefcnt:
-        v->ReleaseContents();
-        vma_cache.push_back(v);
-        break;
-    }
+    if (vma_form == VmaForm::kRwsem) vma_cache.FreeRcu(v);
+    else vma_cache.Free(v);
   }
   retired_vmas.clear();
 }

@@ -70,6 +70,11 @@ struct Vma {
   /// kRwsem (6.4 - 6.14): vma->detached, set when the VMA leaves the index (under its
   /// write lock); a reader that locked a stale VMA sees it and retries (VMA_LOCK_MISS).
   std::atomic<bool> detached{true};
+  /// kRwsem, VmaCache: kRcuFreed once the call_rcu callback has emptied this VMA, or
+  /// kRcuOrphan if the space's cache was destroyed first (the callback deletes it);
+  /// kRcuNone otherwise. (In the padding after `detached`.)
+  std::atomic<uint8_t> rcu_free{kRcuNone};
+  static constexpr uint8_t kRcuNone = 0, kRcuFreed = 1, kRcuOrphan = 2;
   /// The space's mm_lock_seq when this VMA was last write-locked; the VMA is
   /// write-locked while it equals the current mm_lock_seq. Written under mmap_lock
   /// write (both forms).
@@ -81,9 +86,10 @@ struct Vma {
   /// a grace period. (Linux overlays it on vm_start/vm_end; kept apart here so readers
   /// of a stale VMA never race with call_rcu's writes.)
   struct rcu_head vm_rcu {};
-  /// The budget this VMA's memory (and its vm_lock's) is charged to as kVmas, by
-  /// MmStruct::VmaAllocLocked; MmStruct::VmaFree uncharges it (an RCU callback may run
-  /// after the space is gone, so the VMA carries it).
+  /// The budget this VMA's memory (and its vm_lock's) is charged to as kVmas while it
+  /// is handed out (VmaCache::Alloc); null while free. Uncharged where it is freed
+  /// (VmaCache::Free, the kRwsem callback after the grace period, MmStruct::VmaFree):
+  /// the callback may run after the space is gone, so the VMA carries it.
   MemoryBudget* charged_to = nullptr;
   static constexpr uint32_t kVmaLockOffset = 0x40000000;
 

@@ -487,8 +487,8 @@ class MapleIndex final : public VmaIndex {
 
 }  // namespace
 
-void VmaIndex::DeleteRetired(std::vector<void*>& nodes, MemoryBudget* budget) {
-  MapleTree::FreeNodes(nodes, budget);
+void VmaIndex::DeleteRetired(std::vector<void*>& nodes, MemoryBudget* budget, int shard) {
+  MapleTree::FreeNodes(nodes, budget, shard);
 }
 
 uint64_t VmaIndex::PoolSlabBytes() {

@@ -87,8 +87,10 @@ class VmaIndex {
   /// Moves the nodes retired by changes so far into `out`; the caller frees them with
   /// DeleteRetired after an RCU grace period. Nothing for rbtree.
   virtual void TakeRetired(std::vector<void*>& out) {}
-  /// Frees retired nodes, uncharging them from the index's budget (see Create).
-  static void DeleteRetired(std::vector<void*>& nodes, MemoryBudget* budget = nullptr);
+  /// Returns retired nodes to the node pool's `shard` (the ThreadShard() of the thread
+  /// that retired them; -1: the calling thread's), uncharging them from the index's
+  /// budget (see Create).
+  static void DeleteRetired(std::vector<void*>& nodes, MemoryBudget* budget = nullptr, int shard = -1);
 
   /// The index's invariants (mt_validate for maple; order, ranges and gaps for
   /// rbtree): "" or the first one broken. Caller holds mmap_lock.

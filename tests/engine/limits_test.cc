@@ -5,6 +5,9 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -12,6 +15,8 @@
 #include "engine/address_space.h"
 #include "engine/cancel.h"
 #include "engine/frame_allocator.h"
+#include "engine/per_thread.h"
+#include "mm.h"
 #include "test_util.h"
 
 namespace vmspace {
@@ -121,21 +126,58 @@ TEST(Limits, FreedFramesAreReusableAtOnce) {
   testing_util::ExpectAllFramesFreed(as, frames);
 }
 
+TEST(Limits, FreeBatchReturnsFramesToTheUnmappingThreadsShard) {
+  // A deferred batch freed by another thread (the RCU callback's) goes to the shard
+  // named, so the thread that unmapped the frames gets them back first (LIFO), and a
+  // thread of another shard does not.
+  FrameAllocator frames(1ull << 30);
+  std::vector<void*> batch;
+  int shard = -1;
+  std::atomic<int> step{0};
+  std::vector<void*> again;
+  std::thread t([&] {
+    shard = ThreadShard();
+    for (int i = 0; i < 3; i++) batch.push_back(frames.Alloc());
+    step = 1;
+    while (step.load() != 2) std::this_thread::yield();
+    for (int i = 0; i < 3; i++) again.push_back(frames.Alloc());
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  const std::vector<void*> freed = batch;
+  frames.FreeBatch(batch, shard);
+  EXPECT_TRUE(batch.empty());
+  EXPECT_EQ(frames.in_use_frames(), 0);
+  void* other = nullptr;
+  std::thread o([&] {  // the thread made next gets the next shard: none of them there
+    EXPECT_NE(ThreadShard(), shard);
+    other = frames.Alloc();
+  });
+  o.join();
+  EXPECT_EQ(std::find(freed.begin(), freed.end(), other), freed.end());
+  step = 2;
+  t.join();
+  EXPECT_EQ(std::vector<void*>(again.rbegin(), again.rend()), freed);
+  frames.Free(other);
+  for (void* f : again) frames.Free(f);
+  EXPECT_EQ(frames.in_use_frames(), 0);
+}
+
 TEST(Limits, FlushDeferredFreesUnchargesIdleSpaces) {
-  // Eight spaces each write and unmap 1020 KiB (255 frames, below a batch): the frees
-  // stay in each space's gather until FlushDeferredFrees hands them to RCU.
+  // Eight spaces each write and unmap one frame less than a batch: the frees stay in
+  // each space's gather until FlushDeferredFrees hands them to RCU.
+  constexpr uint64_t kLen = (MmStruct::kDeferFrames - 1) * P;
   FrameAllocator frames(1ull << 30);
   std::vector<std::unique_ptr<AddressSpace>> spaces;
   for (int i = 0; i < 8; i++) {
     spaces.push_back(std::make_unique<AddressSpace>(frames));
     AddressSpace& as = *spaces.back();
-    const uint64_t a = as.Mmap(0, 1020 << 10, RW, PA).value;
-    ASSERT_TRUE(as.Access(a, 1020 << 10, P, AccessType::kWrite).ok());
-    ASSERT_TRUE(as.Munmap(a, 1020 << 10).ok());
+    const uint64_t a = as.Mmap(0, kLen, RW, PA).value;
+    ASSERT_TRUE(as.Access(a, kLen, P, AccessType::kWrite).ok());
+    ASSERT_TRUE(as.Munmap(a, kLen).ok());
     EXPECT_EQ(as.Counters().anon_pages, 0u);
   }
   RcuBarrier();
-  EXPECT_EQ(frames.in_use_bytes(), 8 * (1020ull << 10)) << "kept back for batching";
+  EXPECT_EQ(frames.in_use_bytes(), 8 * kLen) << "kept back for batching";
   frames.FlushDeferredFrees();
   RcuBarrier();
   EXPECT_EQ(frames.in_use_bytes(), 0u);

@@ -148,6 +148,36 @@ TEST_F(Era, Linux64FreesAVmaOnlyAfterAGracePeriodAndItsLockIsSeparate) {
   EXPECT_EQ(mm->LockFoundVmaRcu(v, A), MmStruct::VmaLockResult::kMiss);
 }
 
+TEST_F(Era, Linux64ReusesAVmaAndItsLockFromTheSpaceCacheAfterItsGracePeriod) {
+  Make("linux-6.4");
+  Vma* v = Map(A);
+  VmaLock* lock = v->vm_lock;
+  Unmap(A);
+  EXPECT_EQ(mm->vma_cache.in_flight(), 1u);  // its call_rcu is queued
+  RcuBarrier();                              // the callback ran: emptied, marked free
+  EXPECT_EQ(v->rcu_free.load(), Vma::kRcuFreed);
+  EXPECT_EQ(v->anon(), nullptr);
+  Vma* w = Map(B);
+  EXPECT_EQ(w, v);  // kmem_cache_alloc after kmem_cache_free: the same object
+  EXPECT_EQ(w->vm_lock, lock);
+  EXPECT_EQ(w->rcu_free.load(), Vma::kRcuNone);
+  EXPECT_EQ(w->vm_start, B);
+  EXPECT_FALSE(mm->VmaIsDetached(w));
+  EXPECT_EQ(mm->vma_cache.in_flight(), 0u);
+}
+
+TEST_F(Era, Linux64SpaceDestroyedBeforeTheGracePeriodLeavesTheVmaToItsCallback) {
+  Make("linux-6.4");
+  Vma* v = Map(A);
+  {
+    RcuReadGuard g;  // holds the grace period up
+    Unmap(A);
+    mm.reset();
+    EXPECT_EQ(v->rcu_free.load(), Vma::kRcuOrphan);  // the callback will delete it
+  }
+  RcuBarrier();  // (a leak or a double free shows in the sanitizer builds)
+}
+
 TEST_F(Era, Linux615ReusesAFreedVmaAtOnceAndTheReaderRechecksIt) {
   Make("linux-6.15");
   RcuReadGuard g;

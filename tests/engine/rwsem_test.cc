@@ -198,6 +198,7 @@ void ExpectWriterBeforeReader(RwSem& sem, Taker& w, Taker& r) {
 // (readers behind it wait); when it leaves, both readers are granted together.
 TEST(RwSem, HeadWriterFirstThenReaderBatch) {
   RwSem sem = MakeSem();
+  const RwSemEvents before = sem.events();  // the counts are per lock class
   Takers q(sem);
   sem.LockWrite();
   Taker& w2 = q.Queue(kW);
@@ -220,7 +221,7 @@ TEST(RwSem, HeadWriterFirstThenReaderBatch) {
   EXPECT_GT(r1.order, 0);
   EXPECT_GT(r2.order, 0);
   EXPECT_EQ(sem.count(), 0u);
-  EXPECT_GE(sem.events().wake_reader, 2u);
+  EXPECT_GE(sem.events().Minus(before).wake_reader, 2u);
 }
 
 // The readers queued behind a write holder are granted the lock by its up_write
@@ -248,11 +249,12 @@ TEST(RwSem, WriteUnlockGrantsQueuedReadersBeforeTheWriterIsBack) {
 // come meanwhile queue behind it instead of joining the readers that hold it.
 TEST(RwSem, HandoffBitSetByWaitingWriterAndClearedOnAcquire) {
   RwSem sem = MakeSem(/*timeout_ns=*/0);
+  const RwSemEvents before = sem.events();
   Takers q(sem);
   sem.LockRead();
   Taker& w = q.Start(kW);
   ASSERT_TRUE(WaitUntil([&] { return (sem.count() & RwSem::kFlagHandoff) != 0; }));
-  EXPECT_EQ(sem.events().wlock_handoff, 1u);
+  EXPECT_EQ(sem.events().Minus(before).wlock_handoff, 1u);
   EXPECT_EQ(sem.waiters(), 1u);
   Taker& r = q.Queue(kR);
   EXPECT_EQ(Readers(sem), 1u) << "the new reader must queue, not join";
@@ -267,6 +269,7 @@ TEST(RwSem, HandoffBitSetByWaitingWriterAndClearedOnAcquire) {
 // writer that set the handoff, so the writer has had the lock when the reader is back.
 TEST(RwSem, HandoffStopsReaderFromStealingTheLockBack) {
   RwSem sem = MakeSem(/*timeout_ns=*/0);
+  const RwSemEvents before = sem.events();
   std::atomic<bool> w_got{false};
   sem.LockRead();
   std::thread w([&] {
@@ -282,11 +285,14 @@ TEST(RwSem, HandoffStopsReaderFromStealingTheLockBack) {
   w.join();
   EXPECT_TRUE(writer_first) << "the reader stole the lock back from the writer that asked for the handoff";
   EXPECT_EQ(sem.count(), 0u);
+  // The writer's thread has exited: its event counts stay in the class's sums.
+  EXPECT_EQ(sem.events().Minus(before).wlock_handoff, 1u);
 }
 
 // With the default timeout nothing is handed off while the waiter is young.
 TEST(RwSem, NoHandoffBeforeTimeout) {
   RwSem sem = MakeSem(/*timeout_ns=*/60'000'000'000ull);
+  const RwSemEvents before = sem.events();
   Takers q(sem);
   sem.LockRead();
   Taker& w = q.Queue(kW);
@@ -294,13 +300,14 @@ TEST(RwSem, NoHandoffBeforeTimeout) {
   sem.UnlockRead();
   ASSERT_TRUE(WaitUntil([&] { return w.Got(); }));
   w.Release();
-  EXPECT_EQ(sem.events().wlock_handoff, 0u);
+  EXPECT_EQ(sem.events().Minus(before).wlock_handoff, 0u);
 }
 
 // Progress under stress: two threads re-take the lock back to back in one mode while a
 // third needs kOps acquisitions in the other; all of them complete while the two run.
 // Returns the stream's acquisitions (the writes, when the stream writes).
 uint64_t StreamAgainstOne(Shared& s, bool stream_writes, const char* what) {
+  const RwSemEvents before = s.sem.events();
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> stream_ops{0};
   std::vector<std::thread> stream;
@@ -328,7 +335,7 @@ uint64_t StreamAgainstOne(Shared& s, bool stream_writes, const char* what) {
   for (auto& t : stream) t.join();
   EXPECT_TRUE(finished) << what << " starved: " << done.load() << " of " << kOps;
   EXPECT_EQ(s.violations.load(), 0);
-  const RwSemEvents e = s.sem.events();
+  const RwSemEvents e = s.sem.events().Minus(before);
   std::printf("%llu stream acquisitions; writers: opt_lock %llu sleeps %llu handoffs %llu; readers: steals %llu "
               "sleeps %llu handoffs %llu\n",
               static_cast<unsigned long long>(stream_ops.load()), static_cast<unsigned long long>(e.opt_lock),

@@ -677,7 +677,7 @@ TEST(RobustTest, IdleSpacesDoNotKeepFreedFramesCharged) {
   auto stub = d.NewStub();
   for (int i = 0; i < 8; i++) {
     const uint64_t space = NewSpace(*stub);
-    const uint64_t len = 1020 << 10;  // 255 frames: below one deferred batch
+    const uint64_t len = 252 << 10;  // 63 frames: below one deferred batch (MmStruct::kDeferFrames, 64)
     const uint64_t a = Map(*stub, space, len, kRw);
     v1::AccessResponse r;
     ASSERT_TRUE(Access(*stub, space, a, len, 4096, v1::ACCESS_WRITE, &r).ok());

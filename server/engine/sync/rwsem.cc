@@ -14,6 +14,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+
+#include "engine/per_thread.h"
 #include "sync/lock_timing.h"
 
 namespace vmspace {
@@ -22,9 +24,10 @@ using sync_internal::EndHold;
 using sync_internal::HoldStamp;
 
 namespace {
-// Acquisition stamp of the read lock each class is currently held in by this thread
-// (a thread holds at most one read lock per class at a time; see LOCKING.md).
+// Acquisition stamps of the read and the write lock each class is currently held in by
+// this thread (a thread holds at most one lock per class at a time; see LOCKING.md).
 thread_local uint64_t tls_read_acquired[static_cast<size_t>(LockClass::kCount)];
+thread_local uint64_t tls_write_acquired[static_cast<size_t>(LockClass::kCount)];
 
 // `current`: a per-thread address, the task in the owner word (its low bits are free).
 alignas(8) thread_local char tls_task;
@@ -62,7 +65,6 @@ const uint64_t& HalfMicrosecondTicks() {
 }
 
 inline void CpuRelax() { __builtin_ia32_pause(); }
-inline void Inc(std::atomic<uint64_t>& c, uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
 
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
 // Sleeps while *word == val (or until a wake-up, possibly spurious: callers re-check).
@@ -76,6 +78,76 @@ void FutexWake(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 }  // namespace
+
+static_assert(sizeof(RwSem) == 40, "struct rw_semaphore's size (count, owner, osq, wait_lock, wait_list)");
+
+// ------------------------------------------------------------------ lock events
+
+// The events of RwSemEvents, in its field order.
+enum RwSem::Event : int {
+  kOptLock, kOptFail, kOptNospin, kRlockSteal, kRlockFast, kRlockHandoff, kWlockHandoff,
+  kSleepReader, kSleepWriter, kWakeReader, kWakeWriter, kEventCount
+};
+
+namespace {
+constexpr size_t kClasses = static_cast<size_t>(LockClass::kCount);
+// One thread's counts, per lock class (written by that thread alone).
+struct EventBlock {
+  std::atomic<uint64_t> n[kClasses][RwSem::kEventCount] = {};
+};
+}  // namespace
+
+void RwSem::Inc(Event e, uint64_t n) const {
+  std::atomic<uint64_t>& c = PerThread<EventBlock>::Get().n[static_cast<size_t>(cls_)][e];
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+RwSemEvents RwSem::ClassEvents(LockClass cls) {
+  const size_t k = static_cast<size_t>(cls);
+  uint64_t sum[kEventCount] = {};
+  PerThread<EventBlock>::ForEach([&](const EventBlock& b) {
+    for (int e = 0; e < kEventCount; e++) sum[e] += b.n[k][e].load(std::memory_order_relaxed);
+  });
+  RwSemEvents out;
+  uint64_t* f[kEventCount] = {&out.opt_lock,     &out.opt_fail,     &out.opt_nospin,   &out.rlock_steal,
+                              &out.rlock_fast,   &out.rlock_handoff, &out.wlock_handoff, &out.sleep_reader,
+                              &out.sleep_writer, &out.wake_reader,  &out.wake_writer};
+  for (int e = 0; e < kEventCount; e++) *f[e] = sum[e];
+  return out;
+}
+
+RwSemEvents RwSemEvents::Minus(const RwSemEvents& b) const {
+  RwSemEvents d;
+  d.opt_lock = opt_lock - b.opt_lock;
+  d.opt_fail = opt_fail - b.opt_fail;
+  d.opt_nospin = opt_nospin - b.opt_nospin;
+  d.rlock_steal = rlock_steal - b.rlock_steal;
+  d.rlock_fast = rlock_fast - b.rlock_fast;
+  d.rlock_handoff = rlock_handoff - b.rlock_handoff;
+  d.wlock_handoff = wlock_handoff - b.wlock_handoff;
+  d.sleep_reader = sleep_reader - b.sleep_reader;
+  d.sleep_writer = sleep_writer - b.sleep_writer;
+  d.wake_reader = wake_reader - b.wake_reader;
+  d.wake_writer = wake_writer - b.wake_writer;
+  return d;
+}
+
+// ------------------------------------------------------------------ wait lock
+
+void RwSem::WaitLock::LockSlow() {
+  // Holders are brief (a queue update): spin a little while it is held but not slept on.
+  for (int i = 0; i < 100; i++) {
+    uint32_t c = word_.load(std::memory_order_relaxed);
+    if (c == 0 && word_.compare_exchange_weak(c, 1, std::memory_order_acquire, std::memory_order_relaxed)) return;
+    if (c == 2) break;
+    CpuRelax();
+  }
+  while (word_.exchange(2, std::memory_order_acquire) != 0) FutexWait(word_, 2);
+}
+
+void RwSem::WaitLock::Unlock() {
+  if (word_.exchange(0, std::memory_order_release) == 2) FutexWake(&word_);
+}
 
 // enum owner_state.
 enum RwSem::OwnerState : int {
@@ -117,7 +189,15 @@ struct RwSem::WakeQ {
 };
 
 RwSem::RwSem(LockClass cls, LockRank rank, uint64_t wait_timeout_ns)
-    : wait_timeout_ticks_(NsToTicks(wait_timeout_ns)), cls_(cls), rank_(rank) {}
+    : wait_timeout_us_(static_cast<uint32_t>(std::min<uint64_t>(wait_timeout_ns / 1000, UINT32_MAX))),
+      cls_(cls),
+      rank_(rank) {}
+
+// The NowTicks() after which a waiter that queued at t0 may ask for the handoff.
+uint64_t RwSem::WaitDeadline(uint64_t t0) const {
+  static const uint64_t ticks_per_us = NsToTicks(1'000'000) / 1000;
+  return wait_timeout_us_ == 0 ? t0 : t0 + wait_timeout_us_ * ticks_per_us;
+}
 
 // ------------------------------------------------------------------ owner word
 
@@ -148,19 +228,28 @@ void RwSem::ClearNonspinnable() {
 
 // ------------------------------------------------------------------ wait queue
 
+// The queue is circular: wait_head_->prev is the newest waiter (list_add_tail on the
+// kernel's list_head).
 void RwSem::AddWaiter(Waiter* w) {  // rwsem_add_waiter (the caller sets WAITERS)
-  w->next = nullptr;
-  w->prev = wait_tail_;
-  if (wait_tail_) wait_tail_->next = w;
-  else wait_head_ = w;
-  wait_tail_ = w;
+  if (!wait_head_) {
+    w->next = w->prev = w;
+    wait_head_ = w;
+    return;
+  }
+  w->next = wait_head_;
+  w->prev = wait_head_->prev;
+  w->prev->next = w;
+  wait_head_->prev = w;
 }
 
 void RwSem::DelWaiter(Waiter* w) {  // list_del
-  if (w->prev) w->prev->next = w->next;
-  else wait_head_ = w->next;
-  if (w->next) w->next->prev = w->prev;
-  else wait_tail_ = w->prev;
+  if (w->next == w) {
+    wait_head_ = nullptr;
+    return;
+  }
+  w->prev->next = w->next;
+  w->next->prev = w->prev;
+  if (wait_head_ == w) wait_head_ = w->next;
 }
 
 bool RwSem::QueueEmpty() const { return wait_head_ == nullptr; }
@@ -177,7 +266,7 @@ void RwSem::MarkWake(int wake_type, WakeQ& q) {
     // it will try again anyway, no second futex wake needed.
     if (wake_type == kWakeAny && first->wake.exchange(1, std::memory_order_acq_rel) == 0) {
       q.Add(&first->wake);
-      Inc(ev_.wake_writer);
+      Inc(kWakeWriter);
     }
     return;
   }
@@ -193,7 +282,7 @@ void RwSem::MarkWake(int wake_type, WakeQ& q) {
       if (NowTicks() > first->timeout) {
         if (!(old & kFlagHandoff)) {
           adjustment -= kFlagHandoff;
-          Inc(ev_.rlock_handoff);
+          Inc(kRlockHandoff);
         }
         first->handoff_set.store(true, std::memory_order_relaxed);
       }
@@ -207,15 +296,17 @@ void RwSem::MarkWake(int wake_type, WakeQ& q) {
   // before any of them can run (and unlock).
   Waiter* granted[kMaxReadersWakeup];
   int woken = 0;
-  for (Waiter* w = wait_head_; w && woken < kMaxReadersWakeup;) {
+  for (Waiter *w = wait_head_, *last = wait_head_->prev; woken < kMaxReadersWakeup;) {
     Waiter* next = w->next;
+    const bool at_end = w == last;
     if (!w->write) {
       DelWaiter(w);
       granted[woken++] = w;
     }
+    if (at_end) break;
     w = next;
   }
-  Inc(ev_.wake_reader, static_cast<uint64_t>(woken));
+  Inc(kWakeReader, static_cast<uint64_t>(woken));
   adjustment = static_cast<uint64_t>(woken) * kReaderBias - adjustment;
   // HANDOFF and WAITERS only change under wait_lock: this read cannot race with them.
   const uint64_t old = count_.load(std::memory_order_relaxed);
@@ -275,12 +366,12 @@ bool RwSem::TryWriteLock(Waiter* w) {
     } else {
       next |= kWriterLocked;
       next &= ~kFlagHandoff;
-      if (wait_head_ == wait_tail_) next &= ~kFlagWaiters;  // list_is_singular
+      if (wait_head_->next == wait_head_) next &= ~kFlagWaiters;  // list_is_singular
     }
   } while (!count_.compare_exchange_weak(count, next, std::memory_order_acq_rel, std::memory_order_relaxed));
   if (next & kFlagHandoff) {
     first->handoff_set.store(true, std::memory_order_relaxed);
-    Inc(ev_.wlock_handoff);
+    Inc(kWlockHandoff);
     return false;
   }
   DelWaiter(w);
@@ -305,7 +396,7 @@ bool RwSem::TryWriteLockUnqueued() {
     if (count_.compare_exchange_weak(count, count | kWriterLocked, std::memory_order_acquire,
                                      std::memory_order_relaxed)) {
       SetOwner();
-      Inc(ev_.opt_lock);
+      Inc(kOptLock);
       return true;
     }
   }
@@ -317,7 +408,7 @@ bool RwSem::TryWriteLockUnqueued() {
 // spin in SpinOnOwner stands in for it).
 bool RwSem::CanSpinOnOwner() {
   if (owner_.load(std::memory_order_relaxed) & kNonspinnable) {
-    Inc(ev_.opt_fail);
+    Inc(kOptFail);
     return false;
   }
   return true;
@@ -346,7 +437,7 @@ RwSem::OwnerState RwSem::SpinOnOwner() const {
 // a time (the osq, reduced to a flag: others queue).
 bool RwSem::OptimisticSpin() {
   if (osq_.exchange(true, std::memory_order_acquire)) {
-    Inc(ev_.opt_fail);
+    Inc(kOptFail);
     return false;
   }
   bool taken = false;
@@ -370,7 +461,7 @@ bool RwSem::OptimisticSpin() {
         loop = 0;
       } else if (!(++loop & 0xf) && NowTicks() > rspin_threshold) {
         SetNonspinnable();
-        Inc(ev_.opt_nospin);
+        Inc(kOptNospin);
         break;
       }
     }
@@ -379,7 +470,7 @@ bool RwSem::OptimisticSpin() {
     CpuRelax();
   }
   osq_.store(false, std::memory_order_release);
-  if (!taken) Inc(ev_.opt_fail);
+  if (!taken) Inc(kOptFail);
   return taken;
 }
 
@@ -399,7 +490,7 @@ bool RwSem::DownReadSlowpath(uint64_t count, uint64_t* wait_ticks) {
       !(count & (kWriterLocked | kFlagHandoff))) {
     // Reader lock stealing: our bias already counts, no writer, no handoff.
     SetReaderOwned(Current());
-    Inc(ev_.rlock_steal);
+    Inc(kRlockSteal);
     if (rcnt == 1 && (count & kFlagWaiters)) {  // first reader in: bring the queued ones
       wait_lock_.Lock();
       if (!QueueEmpty()) MarkWake(kWakeReadOwned, q);
@@ -412,14 +503,14 @@ bool RwSem::DownReadSlowpath(uint64_t count, uint64_t* wait_ticks) {
   Waiter w;
   w.task_id = Current();
   const uint64_t t0 = NowTicks();
-  w.timeout = t0 + wait_timeout_ticks_;
+  w.timeout = WaitDeadline(t0);
   wait_lock_.Lock();
   if (QueueEmpty()) {
     // No one waits and no writer holds it: our bias already counts, we have it.
     if (!(count_.load(std::memory_order_acquire) & kWriterMask)) {
       wait_lock_.Unlock();
       SetReaderOwned(Current());
-      Inc(ev_.rlock_fast);
+      Inc(kRlockFast);
       return false;
     }
     adjustment += kFlagWaiters;
@@ -432,7 +523,7 @@ bool RwSem::DownReadSlowpath(uint64_t count, uint64_t* wait_ticks) {
   q.WakeUp();
   while (w.task.load(std::memory_order_acquire)) {
     FutexWait(w.task, 1);
-    Inc(ev_.sleep_reader);
+    Inc(kSleepReader);
   }
   if (LockStatsEnabled()) {
     const uint64_t t1 = NowTicks();
@@ -461,7 +552,7 @@ bool RwSem::DownWriteSlowpath(uint64_t* wait_ticks) {
   Waiter w;
   w.write = true;
   w.task_id = Current();
-  w.timeout = NowTicks() + wait_timeout_ticks_;
+  w.timeout = WaitDeadline(NowTicks());
   WakeQ q;
   wait_lock_.Lock();
   AddWaiter(&w);
@@ -483,7 +574,7 @@ bool RwSem::DownWriteSlowpath(uint64_t* wait_ticks) {
     const bool retry = w.handoff_set.load(std::memory_order_relaxed) && SpinOnOwner() == kOwnerNull;
     if (!retry) {
       FutexWait(w.wake, 0);  // returns at once if a waker already set it
-      Inc(ev_.sleep_writer);
+      Inc(kSleepWriter);
       w.wake.store(0, std::memory_order_relaxed);  // set_current_state(): the next wake-up counts
     }
     wait_lock_.Lock();
@@ -545,11 +636,11 @@ void RwSem::LockWrite() {
   else
     contended = DownWriteSlowpath(&wait);
   RecordLock(cls_, LockMode::kWrite, contended, wait, 0);
-  write_acquired_ticks_ = HoldStamp();
+  tls_write_acquired[static_cast<size_t>(cls_)] = HoldStamp();
 }
 
 void RwSem::UnlockWrite() {
-  EndHold(cls_, LockMode::kWrite, write_acquired_ticks_);
+  EndHold(cls_, LockMode::kWrite, tls_write_acquired[static_cast<size_t>(cls_)]);
   // __up_write()
   owner_.store(0, std::memory_order_relaxed);
   const uint64_t old = count_.fetch_sub(kWriterLocked, std::memory_order_release);
@@ -558,7 +649,7 @@ void RwSem::UnlockWrite() {
 }
 
 void RwSem::DowngradeWrite() {
-  EndHold(cls_, LockMode::kWrite, write_acquired_ticks_);
+  EndHold(cls_, LockMode::kWrite, tls_write_acquired[static_cast<size_t>(cls_)]);
   // __downgrade_write(): nothing of the write section may leak past it (release).
   const uint64_t old = count_.fetch_add(kReaderBias - kWriterLocked, std::memory_order_release);
   SetReaderOwned(Current());
@@ -586,26 +677,12 @@ void RwSem::AssertWriteHeld() const {
 size_t RwSem::waiters() {
   wait_lock_.Lock();
   size_t n = 0;
-  for (Waiter* w = wait_head_; w; w = w->next) n++;
+  if (Waiter* h = wait_head_) {
+    n = 1;
+    for (Waiter* w = h->next; w != h; w = w->next) n++;
+  }
   wait_lock_.Unlock();
   return n;
-}
-
-RwSemEvents RwSem::events() const {
-  auto r = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
-  RwSemEvents e;
-  e.opt_lock = r(ev_.opt_lock);
-  e.opt_fail = r(ev_.opt_fail);
-  e.opt_nospin = r(ev_.opt_nospin);
-  e.rlock_steal = r(ev_.rlock_steal);
-  e.rlock_fast = r(ev_.rlock_fast);
-  e.rlock_handoff = r(ev_.rlock_handoff);
-  e.wlock_handoff = r(ev_.wlock_handoff);
-  e.sleep_reader = r(ev_.sleep_reader);
-  e.sleep_writer = r(ev_.sleep_writer);
-  e.wake_reader = r(ev_.wake_reader);
-  e.wake_writer = r(ev_.wake_writer);
-  return e;
 }
 
 }  // namespace vmspace

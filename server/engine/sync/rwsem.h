@@ -22,17 +22,21 @@
 //    (RWSEM_WAIT_TIMEOUT, 4 ms: one jiffy at HZ=250) and still finds the lock taken
 //    sets it; then nobody may steal (fast paths, spinning writers, stealing readers
 //    fail) and the lock goes to the first waiter.
-//  * a FIFO wait queue under a wait lock: on release, the first waiter if it is a
+//  * a FIFO wait queue under a wait lock (a circular list, as the kernel's list_head): on release, the first waiter if it is a
 //    writer, else every waiting reader (up to 256, also those queued behind writers,
 //    the kernel's phase-fair reader batch), is woken. Waiters sleep on a futex.
 //  * downgrade_write(): the writer becomes a reader and wakes the readers at the head
 //    of the queue.
 // Not recursive; a thread holds at most one RwSem of a class (LOCKING.md).
+//
+// Size: 40 bytes, as struct rw_semaphore on x86-64 (count, owner, osq, wait_lock, the
+// wait list). What is per lock class rather than per lock lives in per-thread cells:
+// the hold-time stamps (a thread holds one lock of a class at a time) and the lock
+// event counts (RwSemEvents, as the kernel's lock_events are global per-CPU counters).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 
 #include "absl/base/thread_annotations.h"
 #include "engine/stats.h"
@@ -40,8 +44,9 @@
 
 namespace vmspace {
 
-/// Counts of the slow-path events of one RwSem, named after the kernel's lock events
-/// (kernel/locking/lock_events_list.h, CONFIG_LOCK_EVENT_COUNTS). A snapshot.
+/// Counts of the rwsem slow-path events of one lock class, named after the kernel's
+/// lock events (kernel/locking/lock_events_list.h, CONFIG_LOCK_EVENT_COUNTS: global
+/// counters, not per lock). A snapshot; Minus gives the events between two snapshots.
 struct RwSemEvents {
   uint64_t opt_lock = 0;       // rwsem_opt_lock: writer got the lock by optimistic spinning
   uint64_t opt_fail = 0;       // rwsem_opt_fail: writer gave up spinning (or could not spin)
@@ -54,6 +59,8 @@ struct RwSemEvents {
   uint64_t sleep_writer = 0;   // rwsem_sleep_writer: futex sleeps of queued writers
   uint64_t wake_reader = 0;    // rwsem_wake_reader: readers granted the lock from the queue
   uint64_t wake_writer = 0;    // rwsem_wake_writer: wake-ups of the writer at the head
+  /// this - before, field by field.
+  RwSemEvents Minus(const RwSemEvents& before) const;
 };
 
 class ABSL_LOCKABLE RwSem {
@@ -70,7 +77,8 @@ class ABSL_LOCKABLE RwSem {
   /// How long a spinning writer treats a writer owner as running (see above).
   static constexpr uint64_t kOwnerSpinNs = 10'000;
 
-  /// `wait_timeout_ns` is RWSEM_WAIT_TIMEOUT (tests pass 0: a waiter that finds the
+  /// `wait_timeout_ns` is RWSEM_WAIT_TIMEOUT, kept in whole microseconds (at most about
+  /// 71 minutes; tests pass 0: a waiter that finds the
   /// lock taken may set the handoff bit at once, as the kernel's RT tasks do).
   RwSem(LockClass cls, LockRank rank, uint64_t wait_timeout_ns = kWaitTimeoutNs);
   ~RwSem() = default;
@@ -109,8 +117,12 @@ class ABSL_LOCKABLE RwSem {
 
   /// The count word, for tests and debugging (bits above).
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
-  /// This lock's slow-path event counts so far.
-  RwSemEvents events() const;
+  /// The slow-path event counts of this lock's class so far, over all threads (past and
+  /// present; takes a process-wide mutex: not for a hot path).
+  RwSemEvents events() const { return ClassEvents(cls_); }
+  static RwSemEvents ClassEvents(LockClass cls);
+  /// The RwSemEvents counters as indices (rwsem.cc).
+  enum Event : int;
   /// The number of threads in the wait queue (takes the wait lock), for tests.
   size_t waiters();
 
@@ -118,21 +130,23 @@ class ABSL_LOCKABLE RwSem {
   struct Waiter;
   struct WakeQ;
   enum OwnerState : int;
-  /// rwsem's raw wait_lock: protects the wait queue. A plain mutex (the kernel's is a
-  /// spinlock with interrupts off; a user-space holder can be preempted).
+  /// rwsem's raw wait_lock: protects the wait queue. A 4-byte futex lock (unlocked,
+  /// locked, locked with sleepers), as raw_spinlock_t is 4 bytes; it spins briefly
+  /// before it sleeps (a user-space holder can be preempted, so it cannot only spin).
   class ABSL_LOCKABLE WaitLock {
    public:
-    void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
-    void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+    void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
+      uint32_t c = 0;
+      if (!word_.compare_exchange_strong(c, 1, std::memory_order_acquire, std::memory_order_relaxed)) LockSlow();
+    }
+    void Unlock() ABSL_UNLOCK_FUNCTION();
 
    private:
-    std::mutex mu_;
+    void LockSlow();
+    std::atomic<uint32_t> word_{0};
   };
-  struct alignas(64) EventCounters {
-    std::atomic<uint64_t> opt_lock{0}, opt_fail{0}, opt_nospin{0}, rlock_steal{0}, rlock_fast{0},
-        rlock_handoff{0}, wlock_handoff{0}, sleep_reader{0}, sleep_writer{0}, wake_reader{0},
-        wake_writer{0};
-  };
+  uint64_t WaitDeadline(uint64_t t0) const;
+  void Inc(Event e, uint64_t n = 1) const;
 
   bool DownReadSlowpath(uint64_t count, uint64_t* wait_ticks);
   bool DownWriteSlowpath(uint64_t* wait_ticks);
@@ -154,21 +168,17 @@ class ABSL_LOCKABLE RwSem {
   bool QueueEmpty() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_lock_);
   Waiter* FirstWaiter() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_lock_);
 
-  // One cache line, as struct rw_semaphore: the count, the owner, the spinner gate
-  // (the osq), the wait lock and queue.
-  alignas(64) std::atomic<uint64_t> count_{0};
+  // As struct rw_semaphore: the count, the owner, the spinner gate (the osq), the wait
+  // lock and queue; then the class, rank and wait timeout the kernel keeps elsewhere
+  // (lockdep's class key; RWSEM_WAIT_TIMEOUT is a constant there).
+  std::atomic<uint64_t> count_{0};
   std::atomic<uintptr_t> owner_{0};
-  std::atomic<bool> osq_{false};
   WaitLock wait_lock_;
-  Waiter* wait_head_ ABSL_GUARDED_BY(wait_lock_) = nullptr;  // the queue: oldest waiter
-  Waiter* wait_tail_ ABSL_GUARDED_BY(wait_lock_) = nullptr;  // newest waiter
-  const uint64_t wait_timeout_ticks_;
+  const uint32_t wait_timeout_us_;  // RWSEM_WAIT_TIMEOUT in microseconds
+  Waiter* wait_head_ ABSL_GUARDED_BY(wait_lock_) = nullptr;  // the queue's oldest waiter (circular)
+  std::atomic<bool> osq_{false};
   const LockClass cls_;
   const LockRank rank_;
-  // Hold-time stamp of the current writer (0 = not sampled); readers keep theirs in a
-  // thread-local per lock class.
-  uint64_t write_acquired_ticks_ = 0;
-  EventCounters ev_;
 };
 
 /// Scoped read hold of an RwSem.

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "engine/memory_budget.h"
 
@@ -52,6 +53,12 @@ class FrameAllocator {
   void* Alloc(MemKind kind = MemKind::kFrames);
   /// Returns a frame obtained from Alloc(kind), uncharging it. Never pass the zero page.
   void Free(void* frame, MemKind kind = MemKind::kFrames);
+  /// Free(frame, MemKind::kFrames) of every frame of `frames` (then cleared) into `shard` (a ThreadShard()
+  /// of engine/per_thread.h, the shard a thread always uses), under one lock
+  /// acquisition: a deferred batch freed by the RCU callback thread goes back to the
+  /// shard of the thread that unmapped it, which reuses the frames while they are still
+  /// in its caches (Linux frees a batch to the freeing CPU's per-CPU page list).
+  void FreeBatch(std::vector<void*>& frames, int shard);
 
   /// Charges one page-table page (4 KiB) against the limit and budget() (kPageTables)
   /// without handing out a frame (the table itself is a C++ object); false if either
@@ -124,6 +131,9 @@ class FrameAllocator {
 
   static constexpr int kShards = 16;
   static constexpr uint64_t kBatch = 32;
+  /// Free frames a shard keeps before it gives kBatch of them to the other shards
+  /// (pcp->high; 2 MiB: a deferred batch fits without spilling).
+  static constexpr uint64_t kShardHigh = 512;
 
  private:
   struct State;

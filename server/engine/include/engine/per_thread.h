@@ -7,10 +7,24 @@
 // are preserved and the number of blocks is bounded by the peak thread count.
 #pragma once
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
 namespace vmspace {
+
+/// Shards of the engine's per-CPU-like free lists (frames, tree nodes).
+inline constexpr int kThreadShards = 16;
+/// The calling thread's shard in [0, kThreadShards), assigned round robin at its first
+/// call and fixed for its life: the engine's smp_processor_id() for those lists.
+inline int ThreadShard() {
+  static constinit thread_local int shard = -1;
+  if (__builtin_expect(shard < 0, 0)) {
+    static std::atomic<unsigned> next{0};
+    shard = static_cast<int>(next.fetch_add(1, std::memory_order_relaxed) % kThreadShards);
+  }
+  return shard;
+}
 
 template <typename Block>
 class PerThread {
