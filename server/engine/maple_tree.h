@@ -38,6 +38,7 @@
 // and range_64 node types (the mm tree uses leaf_64 and arange_64 only), bulk mode.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -93,7 +94,8 @@ class NodePool {
     static NodePool* p = new NodePool;  // never destroyed: RCU callbacks may run late
     return *p;
   }
-  /// Moves n free nodes of the calling thread's shard into out (carving a slab if short).
+  /// Moves n free nodes into out: the calling thread's shard first, then the other
+  /// shards, carving a slab into its own shard only when all are short.
   void TakeBatch(std::vector<void*>& out, size_t n);
   /// Returns nodes (then cleared) to `shard` (-1: the calling thread's).
   void PutBatch(std::vector<void*>& nodes, int shard = -1);
@@ -112,16 +114,30 @@ class NodePool {
 
 template <size_t kSize, size_t kAlign>
 inline void NodePool<kSize, kAlign>::TakeBatch(std::vector<void*>& out, size_t n) {
-  Shard& s = shards_[static_cast<size_t>(ThreadShard())];
+  const size_t own = static_cast<size_t>(ThreadShard());
+  size_t need = n;
+  // This thread's shard first, then the others (nodes freed by one thread are taken by
+  // another: without this, each shard would carve slabs while others hold free nodes),
+  // and a new slab only when every shard is short. One shard lock at a time.
+  for (size_t i = 0; i < shards_.size() && need > 0; i++) {
+    Shard& s = shards_[(own + i) % shards_.size()];
+    MutexLock l(s.mu);
+    const size_t k = std::min(need, s.free.size());
+    out.insert(out.end(), s.free.end() - static_cast<ptrdiff_t>(k), s.free.end());
+    s.free.resize(s.free.size() - k);
+    need -= k;
+  }
+  if (need == 0) return;
+  Shard& s = shards_[own];
   MutexLock l(s.mu);
-  while (s.free.size() < n) {  // carve a new slab
+  while (s.free.size() < need) {  // carve a new slab
     char* slab = static_cast<char*>(std::aligned_alloc(kAlign, kSlabBytes));
     if (!slab) throw std::bad_alloc();
     for (size_t off = 0; off + kSize <= kSlabBytes; off += kSize) s.free.push_back(slab + off);
     slab_bytes_.fetch_add(kSlabBytes, std::memory_order_relaxed);
   }
-  out.insert(out.end(), s.free.end() - static_cast<ptrdiff_t>(n), s.free.end());
-  s.free.resize(s.free.size() - n);
+  out.insert(out.end(), s.free.end() - static_cast<ptrdiff_t>(need), s.free.end());
+  s.free.resize(s.free.size() - need);
 }
 
 template <size_t kSize, size_t kAlign>
