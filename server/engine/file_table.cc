@@ -343,7 +343,7 @@ int FileTable::SyncAll() {
   RcuThread();
   int ret = 0;
   for (auto& f : files)
-    if (f->WriteRange(0, ~0ull)) ret = EIO;
+    if (f->WriteAndWait(0, ~0ull)) ret = EIO;
   return ret;
 }
 

@@ -280,6 +280,39 @@ void File::EndWritebackLocked(Folio* f) {
   if (!f->writeback.exchange(false, std::memory_order_relaxed)) return;
   nrwriteback.fetch_sub(1, std::memory_order_relaxed);
   AccountWriteback(-1);
+  writeback_done.notify_all();
+}
+
+void File::WaitOnWriteback(uint64_t first, uint64_t last) {
+  if (nrwriteback.load(std::memory_order_acquire) == 0) return;
+  std::vector<uint64_t> busy;
+  {
+    RcuReadGuard g;
+    uint64_t index = first;
+    while (Folio* f = pages.Find(&index, last == ~0ull ? ~0ull : last + 1)) {
+      if (f->writeback.load(std::memory_order_relaxed)) busy.push_back(index);
+      if (index == ~0ull) break;
+      index++;
+    }
+  }
+  for (uint64_t index : busy) {
+    MutexLock l(i_pages_lock);
+    // PG_writeback changes only under i_pages_lock, and a page leaves the cache under
+    // it too: checked under the lock, a clear cannot be missed. The RCU section is
+    // only around the look-up (the writer waits for grace periods before its I/O).
+    auto under = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(i_pages_lock) {
+      RcuReadGuard g;
+      const Folio* f = pages.Load(index);
+      return f && f->writeback.load(std::memory_order_relaxed);
+    };
+    while (under()) writeback_done.wait(i_pages_lock);
+  }
+}
+
+int File::WriteAndWait(uint64_t first, uint64_t last) {
+  const int ret = WriteRange(first, last);
+  WaitOnWriteback(first, last);
+  return ret;
 }
 
 int File::WriteRange(uint64_t first, uint64_t last) {

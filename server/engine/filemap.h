@@ -20,6 +20,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <set>
@@ -201,7 +202,19 @@ struct File : std::enable_shared_from_this<File> {
   /// under i_pages_lock. Nothing if not set.
   void EndWriteback(Folio* f);
   void EndWritebackLocked(Folio* f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i_pages_lock);
-  /// filemap_write_and_wait_range() for pages [first, last]: write-protects the dirty
+  /// Notified (under i_pages_lock) whenever a page's PG_writeback is cleared
+  /// (folio_wake_bit(PG_writeback)).
+  std::condition_variable_any writeback_done;
+  /// filemap_write_and_wait_range() (mm/filemap.c): WriteRange, then
+  /// WaitOnWriteback, so pages another writer (the writeback thread) had already taken
+  /// for I/O are on the host file too when it returns. Returns WriteRange's result; a
+  /// failure of the other writer's I/O shows in wb_err. No engine lock may be held.
+  int WriteAndWait(uint64_t first, uint64_t last);
+  /// __filemap_fdatawait_range() for pages [first, last]: waits until every page that
+  /// is under writeback when it looks has ended it (or left the cache). Takes
+  /// i_pages_lock; no engine lock may be held, not in an RCU read-side section.
+  void WaitOnWriteback(uint64_t first, uint64_t last);
+  /// __filemap_fdatawrite_range() for pages [first, last]: write-protects the dirty
   /// ones in every shared mapping (page_mkclean through i_mmap), waits a grace period
   /// (lockless writers that loaded the writable PTE before are done: the TLB flush),
   /// then writes them to the host file. A failed write leaves the page dirty and

@@ -13,9 +13,10 @@ namespace vmspace {
 
 int VfsFsyncRange(OpenFile& h, uint64_t first, uint64_t last) {
   File& f = *h.file;
-  const int err = f.WriteRange(first, last);
+  const int err = f.WriteAndWait(first, last);
   // file_check_and_advance_wb_err(): a failure since this handle last looked is EIO
-  // once (WriteRange's own failures included: they advanced wb_err).
+  // once (WriteRange's own failures and the writeback thread's included: they
+  // advanced wb_err before their pages ended writeback).
   const uint64_t cur = f.wb_err.load(std::memory_order_acquire);
   if (h.wb_err_seen.exchange(cur, std::memory_order_acq_rel) != cur) return EIO;
   return err;

@@ -189,6 +189,45 @@ TEST(SharedWriteFile, PageCacheAndWritebackLocks) {
   files.Close(id.value);
 }
 
+// fsync waits for pages another writer already took for I/O (filemap_fdatawait): the
+// writeback thread clears a page's dirty bit and sets PG_writeback before it writes;
+// an fsync in between finds nothing dirty and must still wait for that write, else it
+// returns 0 before the data is on the host file.
+TEST(SharedWriteFile, FsyncWaitsForAPageUnderAnotherWritersWriteback) {
+  FrameAllocator frames;
+  testing_util::ScratchDir dir;
+  FileTable files(frames, dir.path);
+  SysResult id = files.Open("w", OpenFlags{.write = true, .create = true});
+  ASSERT_TRUE(id.ok());
+  File& f = *files.Get(id.value)->file;
+  std::vector<uint8_t> page(P, 0x5a);
+  ASSERT_EQ(files.Write(id.value, 0, page.data(), P).value, P);
+  Folio* folio;
+  {
+    RcuReadGuard g;
+    folio = f.pages.Load(0);
+  }
+  ASSERT_NE(folio, nullptr);
+  folio->Lock();  // as WriteRange's step 1 on the writeback thread
+  ASSERT_TRUE(f.ClearDirty(folio));
+  f.StartWriteback(folio);
+  folio->Unlock();
+  std::atomic<bool> returned{false};
+  std::thread fsync([&] {
+    EXPECT_EQ(files.Fsync(id.value), 0);
+    returned.store(true);
+  });
+  // Long enough for an fsync that does not wait to return (it has nothing to write);
+  // one that waits cannot return, however long this takes.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(returned.load()) << "fsync returned while a page was under writeback";
+  f.EndWriteback(folio);
+  fsync.join();
+  EXPECT_TRUE(returned.load());
+  EXPECT_EQ(f.nrwriteback.load(), 0u);
+  files.Close(id.value);
+}
+
 // Many writers in many spaces over a 64-page dirty limit: they are throttled, the
 // writeback thread cleans their pages, every writer finishes (no deadlock; a hang is
 // the failure), the dirty figure ends near the limit, and the data reaches the files:
