@@ -283,18 +283,23 @@ void File::EndWritebackLocked(Folio* f) {
   writeback_done.notify_all();
 }
 
+std::vector<uint64_t> File::IndexesWhere(uint64_t first, uint64_t last,
+                                         const std::function<bool(const Folio&)>& pred) const {
+  std::vector<uint64_t> out;
+  RcuReadGuard g;
+  uint64_t index = first;
+  while (Folio* f = pages.Find(&index, last == ~0ull ? ~0ull : last + 1)) {
+    if (pred(*f)) out.push_back(index);
+    if (index == ~0ull) break;
+    index++;
+  }
+  return out;
+}
+
 void File::WaitOnWriteback(uint64_t first, uint64_t last) {
   if (nrwriteback.load(std::memory_order_acquire) == 0) return;
-  std::vector<uint64_t> busy;
-  {
-    RcuReadGuard g;
-    uint64_t index = first;
-    while (Folio* f = pages.Find(&index, last == ~0ull ? ~0ull : last + 1)) {
-      if (f->writeback.load(std::memory_order_relaxed)) busy.push_back(index);
-      if (index == ~0ull) break;
-      index++;
-    }
-  }
+  const std::vector<uint64_t> busy =
+      IndexesWhere(first, last, [](const Folio& f) { return f.writeback.load(std::memory_order_relaxed); });
   for (uint64_t index : busy) {
     MutexLock l(i_pages_lock);
     // PG_writeback changes only under i_pages_lock, and a page leaves the cache under
@@ -319,16 +324,8 @@ int File::WriteRange(uint64_t first, uint64_t last) {
   if (shmem() || !host_writable) return 0;
   // 1. Take the dirty bit off each dirty page (folio_clear_dirty_for_io) and mark it
   //    under writeback (folio_start_writeback), under its lock.
-  std::vector<uint64_t> todo;
-  {
-    RcuReadGuard g;
-    uint64_t index = first;
-    while (Folio* f = pages.Find(&index, last == ~0ull ? ~0ull : last + 1)) {
-      if (f->dirty.load(std::memory_order_acquire)) todo.push_back(index);
-      if (index == ~0ull) break;
-      index++;
-    }
-  }
+  const std::vector<uint64_t> todo =
+      IndexesWhere(first, last, [](const Folio& f) { return f.dirty.load(std::memory_order_acquire); });
   if (todo.empty()) return 0;
   std::vector<uint64_t> cleaned;
   for (uint64_t index : todo) {

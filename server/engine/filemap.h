@@ -22,6 +22,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -214,6 +215,10 @@ struct File : std::enable_shared_from_this<File> {
   /// is under writeback when it looks has ended it (or left the cache). Takes
   /// i_pages_lock; no engine lock may be held, not in an RCU read-side section.
   void WaitOnWriteback(uint64_t first, uint64_t last);
+  /// Indexes of the cached pages in [first, last] (pages) for which pred holds, read
+  /// in one RCU read-side section (a snapshot: callers re-check under the page's lock).
+  std::vector<uint64_t> IndexesWhere(uint64_t first, uint64_t last,
+                                     const std::function<bool(const Folio&)>& pred) const;
   /// __filemap_fdatawrite_range() for pages [first, last]: write-protects the dirty
   /// ones in every shared mapping (page_mkclean through i_mmap), waits a grace period
   /// (lockless writers that loaded the writable PTE before are done: the TLB flush),

@@ -17,6 +17,24 @@ namespace {
 
 constexpr uint64_t kRegion = 16ull << 20;
 
+// One write fault per iteration on the next page of [base, base + kRegion), the region
+// zapped (untimed) when it is used up; returns the faults counted.
+uint64_t WriteFaultLoop(benchmark::State& state, AddressSpace& as, uint64_t base) {
+  uint64_t off = 0;
+  uint64_t faults = 0;
+  for (auto _ : state) {
+    faults += as.Fault(base + off, AccessType::kWrite).faults;
+    off += 4096;
+    if (off == kRegion) {
+      state.PauseTiming();
+      as.Madvise(base, kRegion, MADV_DONTNEED);
+      off = 0;
+      state.ResumeTiming();
+    }
+  }
+  return faults;
+}
+
 void BM_FaultPath(benchmark::State& state) {
   const bool stats = state.range(0) != 0;
   const int profile = static_cast<int>(state.range(1));
@@ -27,19 +45,7 @@ void BM_FaultPath(benchmark::State& state) {
   LockingProfile::Parse(LockingProfile::kNames[profile], &opts.profile, &err);
   AddressSpace as(frames, opts);
   const uint64_t base = as.Mmap(0, kRegion, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).value;
-  uint64_t off = 0;
-  uint64_t faults = 0;
-  for (auto _ : state) {
-    FaultResult r = as.Fault(base + off, AccessType::kWrite);
-    faults += r.faults;
-    off += 4096;
-    if (off == kRegion) {
-      state.PauseTiming();
-      as.Madvise(base, kRegion, MADV_DONTNEED);
-      off = 0;
-      state.ResumeTiming();
-    }
-  }
+  const uint64_t faults = WriteFaultLoop(state, as, base);
   state.counters["faults_per_iter"] =
       benchmark::Counter(static_cast<double>(faults) / static_cast<double>(state.iterations()));
   state.SetLabel(LockingProfile::kNames[profile]);
@@ -55,17 +61,7 @@ void BM_FaultPathBudget(benchmark::State& state) {
   FrameAllocator frames(0, state.range(0) ? (1ull << 30) : 0);
   AddressSpace as(frames, SpaceOptions{});
   const uint64_t base = as.Mmap(0, kRegion, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).value;
-  uint64_t off = 0;
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(as.Fault(base + off, AccessType::kWrite));
-    off += 4096;
-    if (off == kRegion) {
-      state.PauseTiming();
-      as.Madvise(base, kRegion, MADV_DONTNEED);
-      off = 0;
-      state.ResumeTiming();
-    }
-  }
+  WriteFaultLoop(state, as, base);
 }
 BENCHMARK(BM_FaultPathBudget)->ArgName("limited")->Arg(0)->Arg(1)->Repetitions(3)->ReportAggregatesOnly(true);
 
