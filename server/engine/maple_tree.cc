@@ -260,8 +260,9 @@ struct MapleTree::Write {
 
 // ======================================================================= lifetime
 
-MapleTree::MapleTree(bool in_rcu, MemoryBudget* budget)
+MapleTree::MapleTree(bool in_rcu, MemoryBudget* budget, bool prealloc_worst)
     : rcu_(in_rcu),
+      prealloc_worst_(prealloc_worst),
       cache_([](std::vector<void*>& out, size_t n) { Pool::Get().TakeBatch(out, n); },
              [](std::vector<void*>& v) { Pool::Get().PutBatch(v); }, kNodeSize, budget),
       budget_(budget) {}
@@ -387,8 +388,10 @@ void MapleTree::Store(uint64_t index, uint64_t last, void* entry) {
   }
 }
 
-/// mas_prealloc_calc().
+/// mas_prealloc_calc(); with prealloc_worst_, Linux 6.1's mas_preallocate():
+/// mas_node_count(mas, 1 + mas_mt_height(mas) * 3) whatever the store.
 int MapleTree::PreallocCalc(MapleStoreType t) const {
+  if (prealloc_worst_) return 1 + height_ * 3;
   switch (t) {
     case MapleStoreType::kNewRoot: return 1;
     case MapleStoreType::kStoreRoot: return 1;

@@ -192,7 +192,10 @@ class MapleTree {
   /// in_rcu: MT_FLAGS_USE_RCU (nodes replaced, freed after a grace period; LoadRcu is
   /// allowed); otherwise nodes are rewritten in place and freed at once. With a
   /// budget, the nodes the tree holds are charged to it (NodeCache).
-  explicit MapleTree(bool in_rcu, MemoryBudget* budget = nullptr);
+  /// prealloc_worst: mas_preallocate() as Linux 6.1 - 6.4, the worst case of any store
+  /// (1 + height * 3 nodes) before every store, instead of the store type's own worst
+  /// case (mas_prealloc_calc(), 6.5+).
+  explicit MapleTree(bool in_rcu, MemoryBudget* budget = nullptr, bool prealloc_worst = false);
   /// Frees every node at once (no reader may remain).
   ~MapleTree();
   MapleTree(const MapleTree&) = delete;
@@ -280,6 +283,7 @@ class MapleTree {
   bool PullNeighbour(Big& b, Pos* lpath, Pos* rpath, int d) const;
 
   const bool rcu_;
+  const bool prealloc_worst_;
   std::atomic<uintptr_t> root_{0};  // tagged node pointer (what readers start from)
   int height_ = 0;                  // guarded by the writer: levels
   uint64_t nodes_ = 0;              // guarded by the writer: nodes in the tree

@@ -76,8 +76,9 @@ MmStruct::MmStruct(FrameAllocator& f, const SpaceOptions& o)
       vma_form(o.profile.vma_lock == VmaLockMode::kOff        ? VmaForm::kNone
                : o.profile.vma_lock_form == VmaLockForm::kRwsem ? VmaForm::kRwsem
                                                                 : VmaForm::kRefcnt),
-      idx(o.profile.index == VmaIndexKind::kMaple ? VmaIndex::CreateMaple(o.profile.maple_rcu, &f.budget())
-                                                  : VmaIndex::Create(o.profile.index, &f.budget())) {
+      idx(o.profile.index == VmaIndexKind::kMaple ? VmaIndex::CreateMaple(o.profile.maple_rcu, &f.budget(), o.profile.maple_prealloc_worst)
+                                                  : VmaIndex::Create(o.profile.index, &f.budget())),
+      mt_detach(o.profile.index == VmaIndexKind::kMaple ? std::make_unique<MapleTree>(false, &f.budget()) : nullptr) {
   uint64_t limit = o.overcommit_limit_bytes;
   if (limit == 0) {
     struct sysinfo si;

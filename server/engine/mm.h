@@ -255,6 +255,14 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// vma->vm_mm); one per space keeps independent spaces from sharing it, and a reused
   /// VMA is always this space's. Freed with the space.
   VmaCache vma_cache ABSL_GUARDED_BY(mmap_lock){vma_form, &frames.budget()};
+  /// munmap's detached tree (mt_detach and vms->mas_detach in vms_gather_munmap_vmas,
+  /// Linux 6.1+): the VMAs one munmap removes are stored in it at their ranges, the
+  /// teardown iterates them from it, and it is emptied at the munmap's end (__mt_destroy).
+  /// Not in RCU mode (nothing reads it locklessly); its nodes are charged as index nodes.
+  /// Maple profiles only (null for index=rbtree: 6.0 linked the VMAs in a list). One
+  /// munmap uses it at a time: under mmap_lock write, then read after
+  /// mmap_write_downgrade, when no other writer can start.
+  const std::unique_ptr<MapleTree> mt_detach ABSL_PT_GUARDED_BY(mmap_lock);
   /// mm->map_count and mm->total_vm (pages): written under mmap_lock write, read
   /// without locks (Counters, a scrape).
   std::atomic<uint64_t> map_count{0};

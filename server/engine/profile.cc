@@ -38,8 +38,10 @@ bool Named(const std::string& name, LockingProfile* p) {
     q.vma_lock = VmaLockMode::kOff;
   } else if (name == "linux-6.1") {
     q.maple_rcu = false;
+    q.maple_prealloc_worst = true;
     q.vma_lock = VmaLockMode::kOff;
   } else if (name == "linux-6.4") {
+    q.maple_prealloc_worst = true;
     q.vma_lock = VmaLockMode::kAnon;
     q.vma_lock_form = VmaLockForm::kRwsem;
   } else if (name == "linux-6.6" || name == "linux-6.7") {
@@ -65,18 +67,20 @@ const char* Story(const std::string& name) {
   if (name == "linux-6.1")
     return "the maple tree (commit d4af56c5c7c6 \"mm: start tracking VMAs with maple tree\"), not yet "
            "in RCU mode (before 3dd4432549415): nodes rewritten in place and freed at once, worst-case "
-           "node preallocation before every store (mas_preallocate); every fault takes mmap_lock; "
-           "VMAs freed at once";
+           "node preallocation before every store (mas_preallocate: 1 + height * 3 nodes, the unused "
+           "freed after it); munmap gathers the VMAs it removes in a detached maple tree (mt_detach), "
+           "as every later profile; every fault takes mmap_lock; VMAs freed at once";
   if (name == "linux-6.4")
     return "maple tree in RCU mode; per-VMA locks for anonymous VMAs that have an anon_vma "
            "(lock_vma_under_rcu, \"mm: introduce lock_vma_under_rcu to be used from arch-specific "
            "code\"); the lock a separately allocated vma_lock rw_semaphore (\"mm: separate vma->lock "
            "from vm_area_struct\") plus vm_lock_seq/mm_lock_seq and a detached flag; each VMA freed "
-           "by its own call_rcu (vm_area_free_rcu_cb)";
+           "by its own call_rcu (vm_area_free_rcu_cb); still the worst-case node preallocation of 6.1";
   if (name == "linux-6.6")
     return "as linux-6.4, and VMAs of every type locked (\"mm: allow per-VMA locks on file-backed "
            "VMAs\", the \"Avoid the mmap lock for fault-around\" series; 6.5: swap and userfaultfd "
-           "faults, not modelled); same vma_lock rw_semaphore and call_rcu per VMA";
+           "faults, not modelled); same vma_lock rw_semaphore and call_rcu per VMA; node preallocation "
+           "by store type (6.5: \"maple_tree: refine mas_preallocate() node calculations\")";
   if (name == "linux-6.7")
     return "as linux-6.6, with read, shared and COW faults of file VMAs under the VMA lock (\"mm: "
            "handle read faults under the VMA lock\", \"mm: handle shared faults under the VMA lock\", "
@@ -110,6 +114,7 @@ bool LockingProfile::Parse(const std::string& spec, LockingProfile* out, std::st
       if (k == "index" && v == "rbtree") p.index = VmaIndexKind::kRbtree;
       else if (k == "index" && v == "maple") p.index = VmaIndexKind::kMaple;
       else if (k == "maple_rcu" && (v == "on" || v == "off")) p.maple_rcu = v == "on";
+      else if (k == "maple_prealloc" && (v == "worst" || v == "store")) p.maple_prealloc_worst = v == "worst";
       else if (k == "vma_lock" && v == "off") p.vma_lock = VmaLockMode::kOff;
       else if (k == "vma_lock" && v == "anon") p.vma_lock = VmaLockMode::kAnon;
       else if (k == "vma_lock" && v == "all") p.vma_lock = VmaLockMode::kAll;
@@ -117,7 +122,8 @@ bool LockingProfile::Parse(const std::string& spec, LockingProfile* out, std::st
       else if (k == "vma_lock_form" && v == "refcnt") p.vma_lock_form = VmaLockForm::kRefcnt;
       else {
         *err = "unknown switch '" + item +
-               "' (index=rbtree|maple, maple_rcu=on|off, vma_lock=off|anon|all, vma_lock_form=rwsem|refcnt)";
+               "' (index=rbtree|maple, maple_rcu=on|off, maple_prealloc=worst|store, vma_lock=off|anon|all, "
+               "vma_lock_form=rwsem|refcnt)";
         return false;
       }
       overridden = true;
@@ -156,6 +162,7 @@ bool LockingProfile::Parse(const std::string& spec, LockingProfile* out, std::st
 std::string LockingProfile::Switches() const {
   std::string s = std::string("index=") + VmaIndexKindName(index);
   if (index == VmaIndexKind::kMaple && !maple_rcu) s += " maple_rcu=off";
+  if (index == VmaIndexKind::kMaple && maple_prealloc_worst) s += " maple_prealloc=worst";
   s += std::string(" vma_lock=") + VmaLockModeName(vma_lock);
   if (vma_lock != VmaLockMode::kOff) s += std::string(" vma_lock_form=") + VmaLockFormName(vma_lock_form);
   return s;

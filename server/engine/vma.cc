@@ -402,7 +402,13 @@ Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, u
 
 namespace {
 
-// What vms_gather_munmap_vmas() collects (struct vma_munmap_struct).
+// __mt_destroy(mas_detach->tree): mt_detach emptied (its nodes go back to its cache).
+// The analysis is off: after mmap_write_downgrade the munmap still owns mt_detach (see
+// MmStruct::mt_detach), which the compiler cannot know once the capability is shared.
+void DestroyDetached(MmStruct& m) ABSL_NO_THREAD_SAFETY_ANALYSIS { m.mt_detach->Store(0, ~0ull, nullptr); }
+
+// What vms_gather_munmap_vmas() collects (struct vma_munmap_struct). The VMAs are also
+// in m.mt_detach in the maple profiles, and the teardown takes them from there.
 struct VmaMunmap {
   std::vector<Vma*> vmas;           // detached, in address order
   uint64_t start = 0, end = 0;      // their span
@@ -425,6 +431,7 @@ int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* 
     if (w->vm_end > end) m.SplitVmaLocked(w, end, false);
     m.VmaStartWriteLocked(w);
     vms->vmas.push_back(w);
+    if (m.mt_detach) m.mt_detach->Store(w->vm_start, w->vm_end - 1, w);  // mas_store_gfp(mas_detach, vma)
   }
   vms->start = vms->vmas.front()->vm_start;
   vms->end = vms->vmas.back()->vm_end;
@@ -443,13 +450,23 @@ int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* 
 // vms_clear_ptes(): unmap_vmas() + free_pgtables() of the detached VMAs, into `g`.
 // Needs only mmap_lock read: no VMA covers [floor, ceiling) any more, so no fault can
 // map a page there or install a table that FreePgtables frees (LOCKING.md).
+// The detached VMAs come from mt_detach (unmap_vmas() walks mas_detach) where there is
+// one, which is emptied at the end (__mt_destroy in vms_complete_munmap_vmas).
 void ClearPtesLocked(MmStruct& m, const VmaMunmap& vms, bool free_tables, MmuGather& g)
     ABSL_SHARED_LOCKS_REQUIRED(m.mmap_lock) {
-  for (Vma* w : vms.vmas) {
+  auto clear = [&](Vma* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // m.mmap_lock held, as above
     m.ZapRangeLocked(w, w->vm_start, w->vm_end, g.pages);
     m.VmaUnlinkFileLocked(w);  // unlink_file_vma_batch: PTEs gone, before the tables go
+  };
+  if (MapleTree* t = m.mt_detach.get()) {
+    uint64_t first, last;
+    for (void* e = t->Find(0, &first, &last); e; e = last == ~0ull ? nullptr : t->Find(last + 1, &first, &last))
+      clear(static_cast<Vma*>(e));
+  } else {
+    for (Vma* w : vms.vmas) clear(w);
   }
   if (free_tables) m.pt.FreePgtables(vms.start, vms.end, vms.floor, vms.ceiling, g.tables);
+  if (m.mt_detach) DestroyDetached(m);
 }
 
 // mmap_write_downgrade(): what MmapWriteUnlock does before it unlocks (publish the

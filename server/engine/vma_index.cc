@@ -356,7 +356,7 @@ class BTreeIndex final : public VmaIndex {
 // ===================================================================== maple
 class MapleIndex final : public VmaIndex {
  public:
-  MapleIndex(bool rcu, MemoryBudget* budget) : mt_(rcu, budget) {}
+  MapleIndex(bool rcu, MemoryBudget* budget, bool prealloc_worst) : mt_(rcu, budget, prealloc_worst) {}
 
   Vma* FindVma(uint64_t addr) const override {
     Settle();
@@ -500,8 +500,8 @@ std::unique_ptr<VmaIndex> VmaIndex::Create(VmaIndexKind kind, MemoryBudget* budg
   return CreateMaple(true, budget);
 }
 
-std::unique_ptr<VmaIndex> VmaIndex::CreateMaple(bool in_rcu, MemoryBudget* budget) {
-  return std::make_unique<MapleIndex>(in_rcu, budget);
+std::unique_ptr<VmaIndex> VmaIndex::CreateMaple(bool in_rcu, MemoryBudget* budget, bool prealloc_worst) {
+  return std::make_unique<MapleIndex>(in_rcu, budget, prealloc_worst);
 }
 
 }  // namespace vmspace

@@ -112,7 +112,10 @@ class VmaIndex {
   /// freed at once, appends in place, LookupRcu returns null; the mm tree of Linux
   /// 6.1.0 - 6.1.24 and 6.2, before commit 3dd4432549415 "mm: enable maple tree RCU
   /// mode by default"). Create(kMaple) is CreateMaple(true).
-  static std::unique_ptr<VmaIndex> CreateMaple(bool in_rcu, MemoryBudget* budget = nullptr);
+  /// prealloc_worst: 6.1 - 6.4's worst-case preallocation before every store
+  /// (MapleTree::MapleTree).
+  static std::unique_ptr<VmaIndex> CreateMaple(bool in_rcu, MemoryBudget* budget = nullptr,
+                                               bool prealloc_worst = false);
 };
 
 }  // namespace vmspace

@@ -33,8 +33,8 @@ TEST(Profile, NamedProfilesAndTheirSwitches) {
     const char* switches;
   } cases[] = {
       {"linux-6.0", "index=rbtree vma_lock=off"},
-      {"linux-6.1", "index=maple maple_rcu=off vma_lock=off"},
-      {"linux-6.4", "index=maple vma_lock=anon vma_lock_form=rwsem"},
+      {"linux-6.1", "index=maple maple_rcu=off maple_prealloc=worst vma_lock=off"},
+      {"linux-6.4", "index=maple maple_prealloc=worst vma_lock=anon vma_lock_form=rwsem"},
       {"linux-6.6", "index=maple vma_lock=all vma_lock_form=rwsem"},
       {"linux-6.7", "index=maple vma_lock=all vma_lock_form=rwsem"},
       {"linux-6.15", "index=maple vma_lock=all vma_lock_form=refcnt"},
@@ -60,15 +60,20 @@ TEST(Profile, DescriptionsNameTheCommitsTheyFollow) {
   EXPECT_NE(Parsed("linux-6.4").Describe().find("call_rcu"), std::string::npos);
   EXPECT_NE(Parsed("linux-6.7").Describe().find("mm: handle shared faults under the VMA lock"), std::string::npos);
   EXPECT_NE(Parsed("linux-6.15").Describe().find("mm: make vma cache SLAB_TYPESAFE_BY_RCU"), std::string::npos);
-  EXPECT_EQ(Parsed("linux-6.1,maple_rcu=on").Describe(), "custom (index=maple vma_lock=off)");
+  EXPECT_EQ(Parsed("linux-6.1,maple_rcu=on").Describe(), "custom (index=maple maple_prealloc=worst vma_lock=off)");
+  EXPECT_NE(Parsed("linux-6.6").Describe().find("maple_tree: refine mas_preallocate() node calculations"),
+            std::string::npos);
 }
 
 TEST(Profile, OverridesFindTheNamedProfileOrCustom) {
   EXPECT_EQ(Parsed("linux-6.7,vma_lock_form=refcnt").name, "linux-6.15");
   EXPECT_EQ(Parsed("linux-6.15,vma_lock_form=rwsem").name, "linux-6.6");  // the first with them
   EXPECT_EQ(Parsed("linux-6.7,vma_lock=all").name, "linux-6.7");          // unchanged: kept
-  EXPECT_EQ(Parsed("linux-6.4,vma_lock=all").name, "linux-6.6");
+  EXPECT_EQ(Parsed("linux-6.4,vma_lock=all").name, "custom");  // 6.4 still preallocates the worst case
+  EXPECT_EQ(Parsed("linux-6.4,vma_lock=all,maple_prealloc=store").name, "linux-6.6");
   EXPECT_EQ(Parsed("linux-6.4,vma_lock=off,maple_rcu=off").name, "linux-6.1");
+  EXPECT_EQ(Parsed("linux-6.6,vma_lock=anon,maple_prealloc=worst").name, "linux-6.4");
+  EXPECT_EQ(Parsed("linux-6.4,maple_prealloc=store").name, "custom");
   EXPECT_EQ(Parsed("linux-6.0,vma_lock_form=rwsem").name, "linux-6.0");  // no VMA lock: no form
   EXPECT_EQ(Parsed("linux-6.15,vma_lock=anon").name, "custom");
   EXPECT_EQ(Parsed("linux-6.15,vma_lock=anon").stats_slot(), LockingProfile::kNamedCount);

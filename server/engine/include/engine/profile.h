@@ -30,12 +30,15 @@ const char* VmaLockFormName(VmaLockForm f);
 /// A locking profile: the set of design switches that model one kernel era. Named
 /// profiles (README "Locking profiles" has the commits each follows):
 ///   linux-6.0   index=rbtree                vma_lock=off   every fault takes mmap_lock
-///   linux-6.1   index=maple maple_rcu=off   vma_lock=off   maple tree, not in RCU mode
+///   linux-6.1   index=maple maple_rcu=off   vma_lock=off   maple tree, not in RCU mode,
+///                                                          maple_prealloc=worst
 ///   linux-6.4   index=maple                 vma_lock=anon  vma_lock_form=rwsem
+///                                                          maple_prealloc=worst
 ///   linux-6.6   index=maple                 vma_lock=all   vma_lock_form=rwsem
 ///   linux-6.7   index=maple                 vma_lock=all   vma_lock_form=rwsem
 ///   linux-6.15  index=maple                 vma_lock=all   vma_lock_form=refcnt (default)
-/// (maple_rcu=on and vma_lock_form=refcnt are the defaults where not shown.) A per-VMA
+/// (maple_rcu=on, maple_prealloc=store and vma_lock_form=refcnt are the defaults where not
+/// shown.) A per-VMA
 /// lock needs the RCU-readable index: vma_lock != off requires index=maple maple_rcu=on.
 struct LockingProfile {
   std::string name = "linux-6.15";  // a named profile, or "custom" after overrides
@@ -45,12 +48,22 @@ struct LockingProfile {
   /// 3dd4432549415 "mm: enable maple tree RCU mode by default"). Off: nodes rewritten
   /// in place and freed at once (Linux 6.1.0 - 6.1.24, 6.2). Only for index=maple.
   bool maple_rcu = true;
+  /// How many nodes the maple tree preallocates before a store (mas_preallocate). true
+  /// ("maple_prealloc=worst"): the worst case of any store, 1 + height * 3 nodes, before
+  /// every store, as Linux 6.1 - 6.4; the unused ones are freed after it (mas_destroy).
+  /// false ("store", the default): the worst case of the store's own type (0 for exact
+  /// fit, slot store and append, 1 for a node store, more for split, rebalance and
+  /// spanning stores), as Linux 6.5+ (commit "maple_tree: refine mas_preallocate() node
+  /// calculations", the fix for "a performance regression introduced in platforms that
+  /// have longer allocation timing"; mas_prealloc_calc() since 6.12). Only for index=maple.
+  bool maple_prealloc_worst = false;
   VmaLockMode vma_lock = VmaLockMode::kAll;
   VmaLockForm vma_lock_form = VmaLockForm::kRefcnt;
 
   /// Parses "linux-6.4", "linux-6.4,vma_lock=off", "index=rbtree,vma_lock=off" (a base
   /// name, then switch=value overrides; without a base name linux-6.15 is the base).
-  /// Switches: index=rbtree|maple, maple_rcu=on|off, vma_lock=off|anon|all,
+  /// Switches: index=rbtree|maple, maple_rcu=on|off, maple_prealloc=worst|store,
+  /// vma_lock=off|anon|all,
   /// vma_lock_form=rwsem|refcnt. Returns false with *err set on unknown names/values or
   /// an invalid combination.
   static bool Parse(const std::string& spec, LockingProfile* out, std::string* err);
