@@ -140,7 +140,7 @@ void MmStruct::FlushGatherIfFullLocked() {
     FlushGatherLocked();
     return;
   }
-  if (g.empty()) return;
+  if (g.empty() && !vma_cache.rcu_pending()) return;
   deferred_any.store(true, std::memory_order_relaxed);
   if (!g.pages.empty() || !g.tables.empty())  // charged memory waits: see FlushDeferredFrees
     deferred_pending.store(true, std::memory_order_relaxed);
@@ -175,6 +175,7 @@ void MmStruct::FlushGatherLocked() {
   MmuGather* g = gather;
   gather = nullptr;
   if (g) MmuGather::Queue(g, frames, stats_slot);
+  vma_cache.FlushRcu();
 }
 
 // ====================================================================== AddressSpace
