@@ -287,6 +287,9 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   const std::unique_ptr<VmaIndex> idx ABSL_PT_GUARDED_BY(mmap_lock);
   /// What this write section retires (see MmuGather).
   MmuGather* gather ABSL_GUARDED_BY(mmap_lock) = nullptr;
+  /// The index nodes a write section retired, on their way to the gather
+  /// (EndWriteSectionLocked).
+  std::vector<void*> retired_nodes ABSL_GUARDED_BY(mmap_lock);
   /// The File whose i_mmap_rwsem this write section holds across a multi-VMA change
   /// (vma.cc IMmapSection), or null.
   struct File* i_mmap_held ABSL_GUARDED_BY(mmap_lock) = nullptr;
