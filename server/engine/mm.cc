@@ -131,19 +131,30 @@ void MmStruct::MmapWriteLock() { mmap_lock.LockWrite(); }
 
 void MmStruct::EndWriteSectionLocked() {
   idx->Commit();
-  idx->TakeRetired(GatherLocked().nodes);
+  // Through a vector of this space's, so that the gather (and its node vector, reserved
+  // once at kDeferBatch: growing it by doubling for every batch cost malloc_consolidate)
+  // exists only while it holds something: an index without RCU readers frees its nodes
+  // at once, and its gather holds only munmap's page tables and frames.
+  idx->TakeRetired(retired_nodes);
+  if (!retired_nodes.empty()) {
+    std::vector<void*>& n = GatherLocked().nodes;
+    if (n.capacity() == 0) n.reserve(kDeferBatch);
+    n.insert(n.end(), retired_nodes.begin(), retired_nodes.end());
+    retired_nodes.clear();
+    if (retired_nodes.capacity() > 256) std::vector<void*>().swap(retired_nodes);  // after a large unmap
+  }
   mm_lock_seq.fetch_add(1, std::memory_order_seq_cst);  // vma_end_write_all()
 }
 
 void MmStruct::FlushGatherIfFullLocked() {
-  const MmuGather& g = GatherLocked();
-  if (g.size() >= kDeferBatch || g.pages.size() >= kDeferFrames) {
+  const MmuGather* g = gather;  // (not created here: a space that retires nothing has none)
+  if (g && (g->size() >= kDeferBatch || g->pages.size() >= kDeferFrames)) {
     FlushGatherLocked();
     return;
   }
-  if (g.empty()) return;
+  if ((!g || g->empty()) && !vma_cache.rcu_pending()) return;
   deferred_any.store(true, std::memory_order_relaxed);
-  if (!g.pages.empty() || !g.tables.empty())  // charged memory waits: see FlushDeferredFrees
+  if (g && (!g->pages.empty() || !g->tables.empty()))  // charged memory waits: see FlushDeferredFrees
     deferred_pending.store(true, std::memory_order_relaxed);
 }
 
@@ -165,10 +176,7 @@ void MmStruct::MmapWriteUnlock() {
 }
 
 MmuGather& MmStruct::GatherLocked() {
-  if (!gather) {
-    gather = new MmuGather;
-    gather->nodes.reserve(kDeferBatch);  // grown once, not by doubling on every batch
-  }
+  if (!gather) gather = new MmuGather;
   return *gather;
 }
 
@@ -176,6 +184,7 @@ void MmStruct::FlushGatherLocked() {
   MmuGather* g = gather;
   gather = nullptr;
   if (g) MmuGather::Queue(g, frames, stats_slot);
+  vma_cache.FlushRcu();
 }
 
 // ====================================================================== AddressSpace

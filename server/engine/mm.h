@@ -17,7 +17,6 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <vector>
 
@@ -132,57 +131,102 @@ enum class VmaForm : uint8_t { kNone, kRwsem, kRefcnt };
 
 /// vm_area_cachep for one space: the slab-like cache VMAs come from (vm_area_alloc)
 /// and go back to (vm_area_free): a bounded free list the space's mmap_lock writers use
-/// without atomics (the kernel's per-CPU slab). The kRwsem form frees each VMA by its
-/// own call_rcu (vm_area_free_rcu_cb); the callback empties the VMA and marks it free
-/// (Vma::rcu_free), and the cache takes it back from its FIFO of VMAs in flight (grace
-/// periods end in order). One per space, so independent spaces share neither a lock
-/// nor a cache line on the mmap/munmap path. A free VMA is detached and empty
+/// without atomics (the kernel's per-CPU slab), linked through the free VMAs themselves
+/// (Vma::free_next). One per space, so independent spaces share neither a lock nor a
+/// cache line on the mmap/munmap path. A free VMA is detached and empty
 /// (Vma::ReleaseContents); the kRwsem form keeps its vma_lock with it (vma_lock_alloc
-/// once per cached object, as a slab constructor would). Every call but the callbacks'
-/// needs mmap_lock for write (the caller's; not checked here).
+/// once per cached object, as a slab constructor would).
+///
+/// The kRwsem form's vm_area_free() is a call_rcu per VMA (vm_area_free_rcu_cb). Here
+/// the VMAs freed by one space's writers are collected in an RcuBatch of up to kRcuBatch
+/// VMAs with one rcu_head: the callback runs after a grace period that began after every
+/// VMA of the batch was detached, which is all the per-VMA callbacks guarantee (the
+/// kernel, too, queues the callbacks of one CPU on one list and invokes them together
+/// after the grace period that list waits for). The callback touches only the batch: it
+/// uncharges the batch's bytes and marks it done; the cache takes done batches back from
+/// its FIFO (grace periods end in order) and splices their VMAs onto the free list. A
+/// batch not yet full waits for more VMAs, or for FlushRcu (MmStruct::FlushGatherLocked:
+/// with the space's deferred index nodes, at the next full gather or a Reclaim).
+/// Every call but the callbacks' needs mmap_lock for write (the caller's; not checked).
 class VmaCache {
  public:
   /// Free VMAs kept for reuse; more are returned to the heap (at once without lockless
   /// readers, else after a grace period).
   static constexpr size_t kMaxFree = 1024;
-  /// kRwsem: VMAs kept in flight (waiting for their grace period, or freed and not yet
-  /// taken back) before the oldest freed ones are deleted.
+  /// kRwsem: VMAs kept in flight (in queued batches: waiting for their grace period, or
+  /// freed and not yet taken back) before the oldest freed ones are deleted. In steady
+  /// churn about one callback period's worth of munmaps is in flight (liburcu's
+  /// call_rcu thread runs its callbacks every 10 ms while it has work: about 5 k VMAs
+  /// at 500 k munmaps/s).
   static constexpr size_t kMaxInFlight = 8192;
-  /// VMAs handed out are charged to `budget` (kVmas; null: none) until they are freed.
+  /// VMAs per call_rcu (RcuBatch) in the kRwsem form.
+  static constexpr uint32_t kRcuBatch = 64;
+  /// VMAs handed out are charged to `budget` (kVmas; null: none) until they are freed
+  /// (kRwsem: until the grace period has ended).
   VmaCache(VmaForm form, MemoryBudget* budget) : form_(form), budget_(budget) {}
-  /// Deletes the free VMAs; one still waiting for its grace period is deleted by its
-  /// callback instead.
+  /// Deletes the free VMAs and those of the batch not yet queued (no reader of the
+  /// space can be running); the VMAs of a queued batch still waiting for its grace
+  /// period are deleted by its callback instead.
   ~VmaCache();
   VmaCache(const VmaCache&) = delete;
   VmaCache& operator=(const VmaCache&) = delete;
-  /// An empty detached VMA (with its vma_lock in the kRwsem form): the most recently
-  /// freed one, else the oldest whose grace period has ended, else a new one.
+  /// An empty detached VMA (with its vma_lock in the kRwsem form), charged to the
+  /// budget: the most recently freed one, else one of the oldest batch whose grace
+  /// period has ended, else a new one.
   Vma* Alloc();
   /// vm_area_free() of a detached VMA no lockless reader can reach any more (kNone), or
   /// (kRefcnt, SLAB_TYPESAFE_BY_RCU) one that readers may still touch but that is fine
-  /// to reuse at once: emptied and kept. Beyond kMaxFree, kNone deletes it and kRefcnt
-  /// deletes it after a grace period.
+  /// to reuse at once: uncharged, emptied and kept. Beyond kMaxFree, kNone deletes it
+  /// and kRefcnt passes it to FreeRcu (its memory may go back to the heap only after a
+  /// grace period).
   void Free(Vma* v);
-  /// The kRwsem form's vm_area_free(): one call_rcu per VMA.
+  /// The kRwsem form's vm_area_free(): releases v's contents now (remove_vma's fput
+  /// comes before vm_area_free) and adds v to the current RcuBatch, queued to call_rcu
+  /// once it holds kRcuBatch VMAs. v stays charged until the callback.
   void FreeRcu(Vma* v);
-  /// Free VMAs ready for reuse now, and VMAs waiting for their grace period (tests).
-  size_t free_count() const { return free_.size(); }
-  size_t in_flight() const { return in_flight_.size(); }
+  /// Queues the current batch to call_rcu now, if it holds any VMA.
+  void FlushRcu();
+  /// Whether a batch not yet queued holds VMAs (MmStruct sets deferred_any for it).
+  bool rcu_pending() const { return pending_ != nullptr; }
+  /// Free VMAs ready for reuse now, and VMAs in batches (queued or not) (tests).
+  size_t free_count() const { return nr_free_; }
+  size_t in_flight() const;
 
  private:
-  /// Moves the VMAs at the head of in_flight_ whose callbacks have run to free_ (up to
-  /// kMaxFree).
+  /// One call_rcu of the kRwsem form: VMAs (first..last through free_next), their
+  /// charged bytes and budget, and the state the callback and the cache share.
+  struct RcuBatch {
+    struct rcu_head head {};
+    /// kPending until the callback has run (kDone); kOrphan once the cache is gone
+    /// (the callback then deletes the VMAs and the batch).
+    std::atomic<uint8_t> state{kPending};
+    static constexpr uint8_t kPending = 0, kDone = 1, kOrphan = 2;
+    uint32_t n = 0;
+    Vma* first = nullptr;
+    Vma* last = nullptr;
+    MemoryBudget* budget = nullptr;
+    uint64_t bytes = 0;
+    RcuBatch* next = nullptr;  // the cache's FIFO
+  };
+  /// Splices done batches at the head of the FIFO onto the free list (up to kMaxFree).
   void TakeBackFreed();
-  bool FrontFreed() const;
-  Vma* PopFreed();
-  static void RcuFree(struct rcu_head* h);
-  static void RcuDelete(struct rcu_head* h);
-  /// Charges v (new or reused) to budget_ and records where (Vma::charged_to).
+  /// Pops the head batch of the FIFO (done), returning its VMAs (first..last).
+  RcuBatch* PopDone();
+  /// The callback: uncharges, marks done (or deletes, if orphaned).
+  static void RcuBatchDone(struct rcu_head* h);
+  /// Deletes the VMAs first..last (chained through free_next).
+  static void DeleteChain(Vma* first);
+  /// Charges v (new or reused) to budget_.
   Vma* Charged(Vma* v);
   const VmaForm form_;
   MemoryBudget* const budget_;
-  std::vector<Vma*> free_;
-  std::deque<Vma*> in_flight_;  // kRwsem: handed to call_rcu, oldest first
+  Vma* free_ = nullptr;  // LIFO through Vma::free_next
+  size_t nr_free_ = 0;
+  RcuBatch* pending_ = nullptr;  // being filled, not yet queued
+  RcuBatch* fifo_head_ = nullptr;  // queued batches, oldest first
+  RcuBatch* fifo_tail_ = nullptr;
+  size_t nr_in_flight_ = 0;      // VMAs in queued batches
+  RcuBatch* spare_ = nullptr;    // a taken-back batch kept for the next one
 };
 
 /// One page fault being handled (struct vm_fault).
@@ -243,6 +287,9 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   const std::unique_ptr<VmaIndex> idx ABSL_PT_GUARDED_BY(mmap_lock);
   /// What this write section retires (see MmuGather).
   MmuGather* gather ABSL_GUARDED_BY(mmap_lock) = nullptr;
+  /// The index nodes a write section retired, on their way to the gather
+  /// (EndWriteSectionLocked).
+  std::vector<void*> retired_nodes ABSL_GUARDED_BY(mmap_lock);
   /// The File whose i_mmap_rwsem this write section holds across a multi-VMA change
   /// (vma.cc IMmapSection), or null.
   struct File* i_mmap_held ABSL_GUARDED_BY(mmap_lock) = nullptr;
@@ -298,10 +345,13 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// into the gather, and advances mm_lock_seq (vma_end_write_all).
   void EndWriteSectionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// Hands the gather to call_rcu once it holds kDeferBatch objects or kDeferFrames
-  /// frames (else it keeps collecting across write sections).
+  /// frames (else it keeps collecting across write sections; deferred_any is set while
+  /// it or vma_cache's batch holds anything).
   void FlushGatherIfFullLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// This write section's gather, created on first use.
   MmuGather& GatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// Hands the gather to call_rcu now (if any), and vma_cache's batch of freed VMAs
+  /// not yet queued (VmaCache::FlushRcu).
   void FlushGatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// vm_area_alloc(): an empty detached VMA: kRefcnt reuses one from vma_cache if it has
   /// any; kRwsem allocates its vma_lock with it.
@@ -316,7 +366,7 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   void ReleaseRetiredVmasLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// Deletes a VMA that is still charged (live or retired at exit_mmap) with its
   /// vm_lock, uncharging it (kVmas); VMAs freed through vma_cache are uncharged there.
-  static void VmaFree(Vma* v);
+  void VmaFree(Vma* v);
   /// Bytes of the budget a change that may add VMAs must find free before it starts
   /// (kmem charges of two VMAs from a split plus a maple store's worst-case nodes):
   /// VMAs and index nodes are charged without failing in the middle of a change, so

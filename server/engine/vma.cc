@@ -101,15 +101,15 @@ void Vma::InitFrom(const Vma& o) {
   vm_end = o.vm_end;
   vm_flags = o.vm_flags;
   vm_pgoff = o.vm_pgoff;
-  set_anon(o.anon());
-  vm_file = o.vm_file;
+  // An empty VMA has no anon_vma to drop (set_anon's exchange is not needed).
+  anon_vma.store(GetAnonVma(o.anon()), std::memory_order_release);
+  if (o.vm_file) vm_file = o.vm_file;
   vm_mm = o.vm_mm;
 }
 
 void Vma::ReleaseContents() {
-  vm_start = vm_end = vm_flags = vm_pgoff = 0;
-  set_anon(nullptr);
-  vm_file.reset();  // vm_mm stays: a cached VMA is reused by this space only
+  if (anon_vma.load(std::memory_order_relaxed)) set_anon(nullptr);
+  if (vm_file) vm_file.reset();  // vm_mm stays: a cached VMA is reused by this space only
 }
 
 Vma::~Vma() {
@@ -120,101 +120,153 @@ Vma::~Vma() {
 // ====================================================================== VmaCache
 
 namespace {
-Vma* VmaOfRcu(struct rcu_head* h) { return reinterpret_cast<Vma*>(reinterpret_cast<char*>(h) - offsetof(Vma, vm_rcu)); }
-
 // Bytes a VMA's memory is charged as: the object and its separate vma_lock.
 uint64_t VmaBytes(const Vma* v) { return sizeof(Vma) + (v->vm_lock ? sizeof(VmaLock) : 0); }
-
-// The kVmas charge of a VMA handed out by VmaCache::Alloc, given back when it is freed
-// (into the cache or the heap), as memcg's per-object kmem charges are: free VMAs a
-// cache keeps are not charged (at most kMaxFree + kMaxInFlight per space).
-void UnchargeVma(Vma* v) {
-  if (MemoryBudget* b = std::exchange(v->charged_to, nullptr)) b->Uncharge(MemKind::kVmas, VmaBytes(v));
-}
 }  // namespace
+
+void VmaCache::DeleteChain(Vma* first) {
+  while (first) {
+    Vma* next = first->free_next;
+    delete first;
+    first = next;
+  }
+}
 
 VmaCache::~VmaCache() {
   // No reader of this space can be running; callbacks may still be.
-  for (Vma* v : free_) delete v;
-  for (Vma* v : in_flight_)
-    if (v->rcu_free.exchange(Vma::kRcuOrphan, std::memory_order_acq_rel) == Vma::kRcuFreed) delete v;
+  DeleteChain(free_);
+  if (pending_) {
+    if (budget_) budget_->Uncharge(MemKind::kVmas, pending_->bytes);
+    DeleteChain(pending_->first);
+    delete pending_;
+  }
+  delete spare_;
+  for (RcuBatch* b = fifo_head_; b;) {
+    RcuBatch* next = b->next;
+    if (b->state.exchange(RcuBatch::kOrphan, std::memory_order_acq_rel) == RcuBatch::kDone) {
+      DeleteChain(b->first);
+      delete b;
+    }
+    b = next;
+  }
 }
 
-bool VmaCache::FrontFreed() const {
-  return !in_flight_.empty() && in_flight_.front()->rcu_free.load(std::memory_order_acquire) == Vma::kRcuFreed;
-}
+size_t VmaCache::in_flight() const { return nr_in_flight_ + (pending_ ? pending_->n : 0); }
 
-Vma* VmaCache::PopFreed() {
-  Vma* v = in_flight_.front();
-  in_flight_.pop_front();
-  v->rcu_free.store(Vma::kRcuNone, std::memory_order_relaxed);
-  return v;
+VmaCache::RcuBatch* VmaCache::PopDone() {
+  RcuBatch* b = fifo_head_;
+  fifo_head_ = b->next;
+  if (!fifo_head_) fifo_tail_ = nullptr;
+  nr_in_flight_ -= b->n;
+  return b;
 }
 
 void VmaCache::TakeBackFreed() {
-  while (free_.size() < kMaxFree && FrontFreed()) free_.push_back(PopFreed());
+  while (nr_free_ < kMaxFree && fifo_head_ && fifo_head_->state.load(std::memory_order_acquire) == RcuBatch::kDone) {
+    RcuBatch* b = PopDone();
+    b->last->free_next = free_;
+    free_ = b->first;
+    nr_free_ += b->n;
+    if (spare_) delete b;
+    else spare_ = b;
+  }
 }
 
 Vma* VmaCache::Alloc() {
-  if (free_.empty()) TakeBackFreed();
-  if (!free_.empty()) {
-    Vma* v = free_.back();  // the most recently freed: still in this CPU's cache
-    free_.pop_back();
+  if (!free_) TakeBackFreed();
+  Vma* v = free_;
+  if (v) {
+    free_ = v->free_next;
+    nr_free_--;
+    v->vm_pgoff = 0;
+    // The next allocation's VMA: it waited a grace period and is cold by now.
+    if (free_) __builtin_prefetch(free_, 1);
     return Charged(v);
   }
-  Vma* v = new Vma;
+  v = new Vma;
   if (form_ == VmaForm::kRwsem) v->vm_lock = new VmaLock;  // vma_lock_alloc()
   return Charged(v);
 }
 
 Vma* VmaCache::Charged(Vma* v) {
-  v->charged_to = budget_;
   if (budget_) budget_->Charge(MemKind::kVmas, VmaBytes(v));
   return v;
 }
 
 void VmaCache::Free(Vma* v) {
-  UnchargeVma(v);
-  if (free_.size() < kMaxFree) {
-    v->ReleaseContents();
-    free_.push_back(v);
-  } else if (form_ == VmaForm::kRefcnt) {
-    CallRcu(&v->vm_rcu, &RcuDelete);  // typesafe by RCU: the memory only after a grace period
-  } else {
-    delete v;
+  if (form_ == VmaForm::kRefcnt && nr_free_ >= kMaxFree) {
+    FreeRcu(v);  // typesafe by RCU: the memory goes back to the heap after a grace period
+    return;
   }
+  if (budget_) budget_->Uncharge(MemKind::kVmas, VmaBytes(v));
+  if (nr_free_ >= kMaxFree) {
+    delete v;
+    return;
+  }
+  v->ReleaseContents();
+  v->free_next = free_;
+  free_ = v;
+  nr_free_++;
 }
 
 void VmaCache::FreeRcu(Vma* v) {
-  // Freed VMAs wait in in_flight_ until an allocation wants them (in steady state as
-  // many VMAs are in flight as a grace period's worth of munmaps); beyond kMaxInFlight
-  // the oldest freed ones go back to the heap (no reader is left).
-  while (in_flight_.size() >= kMaxInFlight && FrontFreed()) delete PopFreed();
-  in_flight_.push_back(v);
-  CallRcu(&v->vm_rcu, &RcuFree);
-}
-
-// vm_area_free_rcu_cb(): the kRwsem form's per-VMA callback. kmem_cache_free() is the
-// mark the cache takes the VMA back by; the VMA's charge ends with the grace period.
-void VmaCache::RcuFree(struct rcu_head* h) {
-  RcuCallbackBegin(h);
-  Vma* v = VmaOfRcu(h);
+  // Freed VMAs wait in the FIFO until an allocation wants them; beyond kMaxInFlight the
+  // oldest freed ones go back to the heap (no reader is left).
+  while (nr_in_flight_ >= kMaxInFlight && fifo_head_ &&
+         fifo_head_->state.load(std::memory_order_acquire) == RcuBatch::kDone) {
+    RcuBatch* b = PopDone();
+    DeleteChain(b->first);
+    delete b;
+  }
   v->ReleaseContents();
-  UnchargeVma(v);
-  if (v->rcu_free.exchange(Vma::kRcuFreed, std::memory_order_acq_rel) == Vma::kRcuOrphan) delete v;
-  RcuCallbackEnd();
+  RcuBatch* b = pending_;
+  if (!b) {
+    b = spare_ ? std::exchange(spare_, nullptr) : new RcuBatch;
+    b->state.store(RcuBatch::kPending, std::memory_order_relaxed);
+    b->n = 0;
+    b->first = b->last = nullptr;
+    b->budget = budget_;
+    b->bytes = 0;
+    b->next = nullptr;
+    pending_ = b;
+  }
+  v->free_next = nullptr;
+  if (b->last) b->last->free_next = v;
+  else b->first = v;
+  b->last = v;
+  b->n++;
+  b->bytes += VmaBytes(v);
+  if (b->n >= kRcuBatch) FlushRcu();
 }
 
-void VmaCache::RcuDelete(struct rcu_head* h) {
+void VmaCache::FlushRcu() {
+  RcuBatch* b = std::exchange(pending_, nullptr);
+  if (!b) return;
+  if (fifo_tail_) fifo_tail_->next = b;
+  else fifo_head_ = b;
+  fifo_tail_ = b;
+  nr_in_flight_ += b->n;
+  CallRcu(&b->head, &RcuBatchDone);
+}
+
+// vm_area_free_rcu_cb() for a batch: kmem_cache_free() is the mark the cache takes the
+// VMAs back by; their charge ends with the grace period. Touches only the batch, so the
+// VMAs stay in the cache of the CPU that freed them (and reuses them).
+void VmaCache::RcuBatchDone(struct rcu_head* h) {
   RcuCallbackBegin(h);
-  delete VmaOfRcu(h);
+  RcuBatch* b = reinterpret_cast<RcuBatch*>(reinterpret_cast<char*>(h) - offsetof(RcuBatch, head));
+  if (b->budget) b->budget->Uncharge(MemKind::kVmas, b->bytes);
+  if (b->state.exchange(RcuBatch::kDone, std::memory_order_acq_rel) == RcuBatch::kOrphan) {
+    DeleteChain(b->first);
+    delete b;
+  }
   RcuCallbackEnd();
 }
 
 Vma* MmStruct::VmaAllocLocked() { return vma_cache.Alloc(); }
 
 void MmStruct::VmaFree(Vma* v) {
-  UnchargeVma(v);
+  frames.budget().Uncharge(MemKind::kVmas, VmaBytes(v));
   delete v;
 }
 

@@ -14,7 +14,6 @@ namespace vmspace {
 
 struct MmStruct;
 struct File;
-class MemoryBudget;
 struct VmaLock;  // mm.h: the rwsem form's separately allocated per-VMA lock
 
 /// Identity of an anon_vma (mm/rmap.c): the object that private anonymous pages of a
@@ -38,8 +37,9 @@ inline void PutAnonVma(AnonVma* a) {
 /// MmStruct::VmaAssertWriteLocked), except anon_vma, which a fault may set from null
 /// under mmap_lock read plus the space's anon_vma_lock. Readers hold mmap_lock (read
 /// or write) or the VMA's read lock. Lifetime by the profile (LOCKING.md "Profiles"):
-/// without per-VMA locks freed at once; kRwsem: freed by call_rcu once detached
-/// (lockless lookups may still hold a pointer); kRefcnt: returned to the space's
+/// without per-VMA locks freed at once; kRwsem: its references dropped once detached,
+/// its memory reused after a grace period (lockless lookups may still hold a pointer;
+/// VmaCache::FreeRcu); kRefcnt: returned to the space's
 /// typesafe-by-RCU cache at once and reused by the next VMA, so a lockless reader
 /// re-checks what it locked (MmStruct::LockFoundVmaRcu). The compiler cannot check
 /// "mmap_lock or this VMA's read lock", so these fields carry no GUARDED_BY; the
@@ -49,7 +49,15 @@ struct Vma {
   uint64_t vm_start = 0;  // bytes, page aligned
   uint64_t vm_end = 0;    // bytes, exclusive
   uint64_t vm_flags = 0;  // VM_* bits
-  uint64_t vm_pgoff = 0;  // pages: for private anon, vm_start >> 12 at creation
+  union {
+    uint64_t vm_pgoff = 0;  // pages: for private anon, vm_start >> 12 at creation
+    /// While the VMA is free or waiting for its grace period (VmaCache): the next VMA
+    /// of its list. Linux overlays the slab's free pointer and vm_rcu on vm_start and
+    /// vm_end (vm_freeptr, 6.15; vm_rcu, 6.4); here it overlays vm_pgoff, which no
+    /// lockless reader reads of a detached VMA (LockFoundVmaRcu reads the range before
+    /// it checks `detached`). Every VmaCache::Alloc caller writes vm_pgoff.
+    Vma* free_next;
+  };
   // Null until the first write fault (private anon). Holds a reference (GetAnonVma).
   std::atomic<AnonVma*> anon_vma{nullptr};
   /// The open file mapped (struct file; for shared anonymous memory an unnamed shmem
@@ -70,11 +78,6 @@ struct Vma {
   /// kRwsem (6.4 - 6.14): vma->detached, set when the VMA leaves the index (under its
   /// write lock); a reader that locked a stale VMA sees it and retries (VMA_LOCK_MISS).
   std::atomic<bool> detached{true};
-  /// kRwsem, VmaCache: kRcuFreed once the call_rcu callback has emptied this VMA, or
-  /// kRcuOrphan if the space's cache was destroyed first (the callback deletes it);
-  /// kRcuNone otherwise. (In the padding after `detached`.)
-  std::atomic<uint8_t> rcu_free{kRcuNone};
-  static constexpr uint8_t kRcuNone = 0, kRcuFreed = 1, kRcuOrphan = 2;
   /// The space's mm_lock_seq when this VMA was last write-locked; the VMA is
   /// write-locked while it equals the current mm_lock_seq. Written under mmap_lock
   /// write (both forms).
@@ -82,15 +85,9 @@ struct Vma {
   /// kRwsem: vma->vm_lock, the separately allocated `struct vma_lock` (an rw_semaphore),
   /// allocated with the VMA and freed with it; null in the kRefcnt form.
   VmaLock* vm_lock = nullptr;
-  /// kRwsem: vma->vm_rcu, the call_rcu head that frees this VMA (and its vm_lock) after
-  /// a grace period. (Linux overlays it on vm_start/vm_end; kept apart here so readers
-  /// of a stale VMA never race with call_rcu's writes.)
-  struct rcu_head vm_rcu {};
-  /// The budget this VMA's memory (and its vm_lock's) is charged to as kVmas while it
-  /// is handed out (VmaCache::Alloc); null while free. Uncharged where it is freed
-  /// (VmaCache::Free, the kRwsem callback after the grace period, MmStruct::VmaFree):
-  /// the callback may run after the space is gone, so the VMA carries it.
-  MemoryBudget* charged_to = nullptr;
+  // No rcu_head and no budget pointer: the kRwsem form frees VMAs after a grace period
+  // in batches (VmaCache::FreeRcu), each batch with one rcu_head and the budget it
+  // uncharges. 88 bytes: a 96-byte malloc chunk.
   static constexpr uint32_t kVmaLockOffset = 0x40000000;
 
   Vma() = default;
@@ -100,11 +97,13 @@ struct Vma {
   ~Vma();
   Vma& operator=(const Vma&) = delete;
   /// vm_area_init_from(): copies o's range, flags, pgoff, anon_vma (a new reference)
-  /// and backing object into this detached VMA, leaving vm_refcnt, detached,
-  /// vm_lock_seq and vm_lock alone.
+  /// and backing object into this empty detached VMA (from VmaCache::Alloc: no
+  /// anon_vma, no file), leaving vm_refcnt, detached, vm_lock_seq and vm_lock alone.
   void InitFrom(const Vma& o);
-  /// What vm_area_free() releases besides the memory (the anon_vma reference, the
-  /// backing object), leaving an empty detached VMA for reuse.
+  /// What remove_vma() releases before vm_area_free() (the backing object's reference,
+  /// fput; and the anon_vma reference, as unlink_anon_vmas), leaving an empty detached
+  /// VMA. The range, flags and lock state stay (a lockless reader may still read the
+  /// range and lock state of a VMA waiting for its grace period).
   void ReleaseContents();
   AnonVma* anon() const { return anon_vma.load(std::memory_order_acquire); }
   /// Replaces the anon_vma (caller holds mmap_lock for write).

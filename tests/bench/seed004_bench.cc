@@ -12,9 +12,12 @@
 //   BM_EngineMemoryPerVma/vmas:N/profile:P  bytes per VMA, every profile: the VMA and
 //                                        other heap (mallinfo2 delta without the node
 //                                        slabs) plus the index nodes in the tree
+//                                        (deferred_bytes: what the space's deferred-free
+//                                        batches held, per space)
 //   BM_EngineMemorySeed004/profile:P     index bytes per VMA in seed 004's steady state
 //                                        (1024 slots of 1-32 KiB, neighbours merged, gaps
-//                                        between)
+//                                        between); the space's other heap (live VMAs,
+//                                        vma_bytes, plus its VMA cache) and deferred batches
 //   BM_EngineMemoryPerPage/pages:N       bytes per resident page: frames, host chunks,
 //                                        heap (page tables), pgtable_bytes
 //
@@ -197,12 +200,23 @@ uint64_t HeapBytes() {
 /// from the index node slabs (VMAs, anon_vmas, vectors), plus the index nodes in its
 /// tree (nodes x node size; slabs are shared by all spaces and never shrink, so the
 /// heap delta alone would count free nodes left by earlier spaces, or miss them).
+/// Each point first queues the deferred frees every space holds (FrameAllocator::
+/// Reclaim: the gather of retired index nodes, page tables and frames, and the batch of
+/// freed VMAs) and waits for their grace period: what those batches held (the gather's
+/// node vector reserves MmStruct::kDeferBatch pointers, 32 KiB) is a per-space cost of
+/// the deferred frees, reported as `deferred`, not a cost per VMA.
 struct MemoryProbe {
   uint64_t heap = 0, slabs = 0;
   int64_t nodes = 0;
-  static MemoryProbe Now() {
-    vmspace::RcuBarrier();  // nodes and VMAs retired so far are freed
-    return {HeapBytes(), vmspace::VmaIndex::PoolSlabBytes(), vmspace::VmaIndex::ThreadNodeBytes()};
+  double deferred = 0;  // heap the deferred-free batches held before the flush
+  static MemoryProbe Now(vmspace::FrameAllocator& frames) {
+    vmspace::RcuBarrier();
+    const uint64_t heap0 = HeapBytes(), slabs0 = vmspace::VmaIndex::PoolSlabBytes();
+    frames.Reclaim();  // deferred batches queued, their grace period over
+    MemoryProbe p{HeapBytes(), vmspace::VmaIndex::PoolSlabBytes(), vmspace::VmaIndex::ThreadNodeBytes()};
+    p.deferred = (static_cast<double>(heap0) - static_cast<double>(p.heap)) -
+                 (static_cast<double>(slabs0) - static_cast<double>(p.slabs));
+    return p;
   }
   static void Report(benchmark::State& state, const MemoryProbe& a, const MemoryProbe& b, double vmas) {
     const double other = (static_cast<double>(b.heap) - static_cast<double>(a.heap)) -
@@ -211,6 +225,7 @@ struct MemoryProbe {
     state.counters["index_bytes_per_vma"] = nodes / vmas;
     state.counters["other_heap_bytes_per_vma"] = other / vmas;
     state.counters["bytes_per_vma"] = (nodes + other) / vmas;
+    state.counters["deferred_bytes"] = b.deferred;
   }
 };
 
@@ -230,14 +245,14 @@ void BM_EngineMemoryPerVma(benchmark::State& state) {
     }
     auto as = std::make_unique<vmspace::AddressSpace>(frames, opts);
     const uint64_t before_vmas = as->Counters().map_count;
-    const MemoryProbe before = MemoryProbe::Now();
+    const MemoryProbe before = MemoryProbe::Now(frames);
     for (uint64_t i = 0; i < n; ++i) {
       if (!as->Mmap(0, 4096, (i & 1) ? PROT_READ : kProt, kFlags).ok()) {
         state.SkipWithError("mmap failed");
         return;
       }
     }
-    const MemoryProbe after = MemoryProbe::Now();
+    const MemoryProbe after = MemoryProbe::Now(frames);
     const uint64_t vmas = as->Counters().map_count - before_vmas;
     if (vmas != n) state.SkipWithError("VMAs merged unexpectedly");
     MemoryProbe::Report(state, before, after, static_cast<double>(vmas));
@@ -257,9 +272,9 @@ BENCHMARK(BM_EngineMemoryPerVma)
 void BM_EngineMemorySeed004(benchmark::State& state) {
   for (auto _ : state) {
     vmspace::FrameAllocator frames;
-    const MemoryProbe before = MemoryProbe::Now();
+    const MemoryProbe before = MemoryProbe::Now(frames);
     auto as = std::make_unique<vmspace::AddressSpace>(frames, ProfileOptions(state, state.range(0)));
-    const MemoryProbe empty = MemoryProbe::Now();
+    const MemoryProbe empty = MemoryProbe::Now(frames);
     Seed004Sequence seq(1);
     std::vector<Slot> slots(Seed004Sequence::kSlots);
     Seed004Setup(*as, seq, slots);
@@ -268,21 +283,24 @@ void BM_EngineMemorySeed004(benchmark::State& state) {
         state.SkipWithError("seed round failed");
         return;
       }
-    const MemoryProbe after = MemoryProbe::Now();
+    const MemoryProbe after = MemoryProbe::Now(frames);
     const double vmas = static_cast<double>(as->Counters().map_count);
     state.counters["index_bytes_per_vma"] = static_cast<double>(after.nodes - empty.nodes) / vmas;
     state.counters["map_count"] = vmas;
     state.counters["empty_space_bytes"] = static_cast<double>(empty.heap - before.heap);
-    // VMAs, plus what the current write-section batch holds until it is queued for
-    // freeing (up to MmStruct::kDeferBatch objects): not per VMA.
+    // The live VMAs (charged to the budget as kVmas, with their vma_locks) and the VMAs
+    // the space's VmaCache keeps for reuse (the rwsem form: up to kMaxInFlight VMAs that
+    // waited for a grace period, as the kernel's RCU-freed VMAs wait in their slab).
     state.counters["other_heap_bytes"] = (static_cast<double>(after.heap) - static_cast<double>(empty.heap)) -
                                          (static_cast<double>(after.slabs) - static_cast<double>(empty.slabs));
+    state.counters["vma_bytes"] = static_cast<double>(frames.budget().usage(vmspace::MemKind::kVmas));
+    state.counters["deferred_bytes"] = after.deferred;
     state.PauseTiming();
     as.reset();
     state.ResumeTiming();
   }
 }
-BENCHMARK(BM_EngineMemorySeed004)->ArgName("profile")->DenseRange(0, 3)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EngineMemorySeed004)->ArgName("profile")->DenseRange(0, 5)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 // Bytes per resident page: one large rw mapping written every 4 KiB.
 void BM_EngineMemoryPerPage(benchmark::State& state) {

@@ -5,9 +5,11 @@
 // from a typesafe-by-RCU cache while a lockless reader re-checks what it locked.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/profile.h"
 #include "engine/stats.h"
@@ -155,32 +157,59 @@ TEST_F(Era, Linux64FreesAVmaOnlyAfterAGracePeriodAndItsLockIsSeparate) {
 
 TEST_F(Era, Linux64ReusesAVmaAndItsLockFromTheSpaceCacheAfterItsGracePeriod) {
   Make("linux-6.4");
+  const int64_t one = static_cast<int64_t>(sizeof(Vma) + sizeof(VmaLock));
   Vma* v = Map(A);
   VmaLock* lock = v->vm_lock;
+  EXPECT_EQ(frames.budget().usage(MemKind::kVmas), one);
   Unmap(A);
-  EXPECT_EQ(mm->vma_cache.in_flight(), 1u);  // its call_rcu is queued
-  RcuBarrier();                              // the callback ran: emptied, marked free
-  EXPECT_EQ(v->rcu_free.load(), Vma::kRcuFreed);
-  EXPECT_EQ(v->anon(), nullptr);
+  EXPECT_EQ(v->anon(), nullptr);  // released at once (remove_vma), the memory waits
+  EXPECT_EQ(mm->vma_cache.in_flight(), 1u);  // in the space's batch, not queued yet
+  RcuBarrier();
+  EXPECT_EQ(frames.budget().usage(MemKind::kVmas), one);  // no grace period asked for yet
+  mm->FlushDeferredFrees(true);  // queues the batch (one call_rcu)
+  RcuBarrier();                  // the callback ran: uncharged, marked free
+  EXPECT_EQ(frames.budget().usage(MemKind::kVmas), 0);
+  EXPECT_EQ(mm->vma_cache.in_flight(), 1u);  // until an allocation takes it back
+  EXPECT_EQ(mm->vma_cache.free_count(), 0u);
   Vma* w = Map(B);
   EXPECT_EQ(w, v);  // kmem_cache_alloc after kmem_cache_free: the same object
   EXPECT_EQ(w->vm_lock, lock);
-  EXPECT_EQ(w->rcu_free.load(), Vma::kRcuNone);
   EXPECT_EQ(w->vm_start, B);
   EXPECT_FALSE(mm->VmaIsDetached(w));
   EXPECT_EQ(mm->vma_cache.in_flight(), 0u);
+  EXPECT_EQ(frames.budget().usage(MemKind::kVmas), one);
+}
+
+TEST_F(Era, Linux64BatchesTheCallRcuOfFreedVmas) {
+  Make("linux-6.4");
+  const uint64_t n = VmaCache::kRcuBatch + 3;
+  std::vector<Vma*> vmas;
+  for (uint64_t i = 0; i < n; i++) vmas.push_back(Map(A + 2 * i * P));  // not adjacent: no merge
+  for (uint64_t i = 0; i < n; i++) Unmap(A + 2 * i * P);
+  RcuBarrier();  // the first kRcuBatch were queued as one batch; 3 wait for more
+  const int64_t one = static_cast<int64_t>(sizeof(Vma) + sizeof(VmaLock));
+  EXPECT_EQ(frames.budget().usage(MemKind::kVmas), 3 * one);
+  EXPECT_EQ(mm->vma_cache.in_flight(), n);
+  // The oldest batch comes back first, whole: the next allocation is one of its VMAs.
+  Vma* w = Map(B);
+  EXPECT_NE(std::find(vmas.begin(), vmas.begin() + VmaCache::kRcuBatch, w), vmas.begin() + VmaCache::kRcuBatch);
+  EXPECT_EQ(mm->vma_cache.free_count(), VmaCache::kRcuBatch - 1);
+  EXPECT_EQ(mm->vma_cache.in_flight(), 3u);
 }
 
 TEST_F(Era, Linux64SpaceDestroyedBeforeTheGracePeriodLeavesTheVmaToItsCallback) {
   Make("linux-6.4");
-  Vma* v = Map(A);
+  Map(A);
   {
     RcuReadGuard g;  // holds the grace period up
     Unmap(A);
+    mm->FlushDeferredFrees(true);  // the batch is queued
     mm.reset();
-    EXPECT_EQ(v->rcu_free.load(), Vma::kRcuOrphan);  // the callback will delete it
+    // The VMA is still charged: its callback (which deletes it) has not run.
+    EXPECT_EQ(frames.budget().usage(MemKind::kVmas), static_cast<int64_t>(sizeof(Vma) + sizeof(VmaLock)));
   }
   RcuBarrier();  // (a leak or a double free shows in the sanitizer builds)
+  EXPECT_EQ(frames.budget().usage(MemKind::kVmas), 0);
 }
 
 TEST_F(Era, Linux615ReusesAFreedVmaAtOnceAndTheReaderRechecksIt) {
