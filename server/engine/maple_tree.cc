@@ -180,6 +180,22 @@ uint64_t MaxGap(uintptr_t e, uint64_t min, uint64_t max) {
   const Node* n = ToNode(e);
   return IsLeaf(e) ? LeafMaxGap(n, min, max) : n->Gap(n->MetaGap());
 }
+
+/// How many of pivots [0, end) of n are below index (pivots ascend, so this is the
+/// offset of the slot holding index): a branchless binary search over the node's
+/// pivots, those at or past end counting as above every index (four probes, no branch
+/// to mispredict; the words past a node's pivots are read but never counted).
+template <int kPivots>
+int CountBelow(const Node* n, int end, uint64_t index) {
+  static_assert(kPivots <= 15, "four probes cover 15 pivots");
+  int o = 0;
+#pragma GCC unroll 4
+  for (int step = 8; step > 0; step >>= 1) {
+    const int m = o + step - 1;
+    o += step & -(static_cast<int>(m < end) & static_cast<int>(n->Piv(m) < index));
+  }
+  return o;
+}
 }  // namespace
 
 /// A node on a walk (the ma_state's node, offset, end, min and max at one level).
@@ -198,6 +214,12 @@ struct MapleTree::Pos {
     min = lo;
     max = hi;
     end = n->DataEnd(leaf, hi);
+  }
+  /// The offset of the slot holding index (mas_wr_walk_descend's pivot scan): the
+  /// number of pivots below index among [0, end), counted without a branch per pivot.
+  /// Writer side only (relaxed loads: the caller is the only writer).
+  int Offset(uint64_t index) const {
+    return leaf ? CountBelow<Pivots(true)>(n, end, index) : CountBelow<Pivots(false)>(n, end, index);
   }
   uint64_t SlotMax(int i) const { return i < end ? n->Piv(i) : max; }
   uint64_t SlotMin(int i) const { return i ? n->Piv(i - 1) + 1 : min; }
@@ -260,8 +282,13 @@ struct MapleTree::Write {
 
 // ======================================================================= lifetime
 
+namespace {
+std::atomic<uint64_t> next_tree_id{1};
+}  // namespace
+
 MapleTree::MapleTree(bool in_rcu, MemoryBudget* budget)
     : rcu_(in_rcu),
+      id_(next_tree_id.fetch_add(1, kRlx)),
       cache_([](std::vector<void*>& out, size_t n) { Pool::Get().TakeBatch(out, n); },
              [](std::vector<void*>& v) { Pool::Get().PutBatch(v); }, kNodeSize, budget),
       budget_(budget) {}
@@ -356,12 +383,74 @@ void MapleTree::RetireReplaced(uintptr_t old_top) {
 
 // ======================================================================= write walk
 
+namespace {
+/// The write-side walk (mas_wr_walk_index): path[0..depth) from the root to the leaf
+/// holding index, each with the offset taken. Returns the depth.
+int WalkTo(uintptr_t root, uint64_t index, MapleTree::Pos* path) {
+  uint64_t min = 0, max = kMax;
+  uintptr_t e = root;
+  for (int d = 0;; d++) {
+    MapleTree::Pos& p = path[d];
+    p.Set(e, min, max);
+    p.off = p.Offset(index);
+    if (p.leaf) return d + 1;
+    min = p.SlotMin(p.off);
+    max = p.SlotMax(p.off);
+    e = p.Slot(p.off);
+  }
+}
+
+/// The last leaf this thread walked to, with its path (the ma_state a kernel caller
+/// keeps across mas_walk / mas_find / mas_store calls of one operation): valid while
+/// the tree (id) has begun no store since (gen). Per thread, so readers under a shared
+/// mmap_lock never write a shared field; the tree's gen only changes under the
+/// writer's lock, which excludes them.
+struct WalkCache {
+  uint64_t tree = 0;  // MapleTree::id_; 0: empty
+  uint64_t gen = 0;
+  int depth = 0;
+  MapleTree::Pos path[MapleTree::kMaxHeight];
+};
+thread_local WalkCache tls_walk;
+}  // namespace
+
+/// mas_walk(): path[0..depth) to the leaf holding index, each level's offset taken;
+/// returns the depth. When index lies in the leaf this thread last walked to and the
+/// tree has not changed since, the path is reused and only the leaf's offset found
+/// (as mas_walk on an active ma_state whose node covers index).
+int MapleTree::Walk(uint64_t index, Pos* path) const {
+  const WalkCache& c = tls_walk;
+  if (c.tree == id_ && c.gen == gen_) {
+    const Pos& L = c.path[c.depth - 1];
+    if (index >= L.min && index <= L.max) {
+      std::copy_n(c.path, c.depth, path);
+      path[c.depth - 1].off = L.Offset(index);
+      return c.depth;
+    }
+  }
+  const int depth = WalkTo(root_.load(kRlx), index, path);
+  Remember(path, depth);
+  return depth;
+}
+
+/// Makes path[0..depth) (a valid path to a leaf of the tree as it is now) this
+/// thread's cached walk.
+void MapleTree::Remember(const Pos* path, int depth) const {
+  WalkCache& c = tls_walk;
+  c.tree = id_;
+  c.gen = gen_;
+  c.depth = depth;
+  std::copy_n(path, depth, c.path);
+}
+
+
 void MapleTree::Store(uint64_t index, uint64_t last, void* entry) {
   Write w;
   w.index = index;
   w.last = last;
   w.entry = entry;
   const MapleStoreType t = Classify(w);
+  gen_++;  // cached walks end here (those of this store were taken before it)
   w.type = t;
   // mas_preallocate(): the store type's worst case, so the store itself cannot fail.
   const int request = PreallocCalc(t);
@@ -380,6 +469,11 @@ void MapleTree::Store(uint64_t index, uint64_t last, void* entry) {
     case MapleStoreType::kSpanningStore: SpanningStore(w); break;
     case MapleStoreType::kCount: break;
   }
+  // A store within one leaf leaves the path valid (the leaf replaced or rewritten in
+  // place, nothing above it but gaps changed): the next walk into this leaf reuses it.
+  if (t == MapleStoreType::kExactFit || t == MapleStoreType::kSlotStore || t == MapleStoreType::kAppend ||
+      t == MapleStoreType::kNodeStore)
+    Remember(w.path, w.depth);
   // mas_destroy(): unused preallocations go back.
   while (!prealloc_.empty()) {
     cache_.Free(prealloc_.back());
@@ -406,23 +500,7 @@ MapleStoreType MapleTree::Classify(Write& w) {
   const uintptr_t root = root_.load(kRlx);
   if (!root) return MapleStoreType::kStoreRoot;
   if (w.index == 0 && w.last == kMax) return MapleStoreType::kNewRoot;
-  // Walk to the leaf holding index.
-  uint64_t min = 0, max = kMax;
-  uintptr_t e = root;
-  for (int d = 0;; d++) {
-    Pos& p = w.path[d];
-    p.Set(e, min, max);
-    int off = 0;
-    while (off < p.end && p.n->Piv(off) < w.index) off++;
-    p.off = off;
-    if (p.leaf) {
-      w.depth = d + 1;
-      break;
-    }
-    min = p.SlotMin(off);
-    max = p.SlotMax(off);
-    e = p.Slot(off);
-  }
+  w.depth = Walk(w.index, w.path);
   Pos& L = w.leaf();
   w.off = L.off;
   w.r_min = L.SlotMin(w.off);
@@ -431,21 +509,7 @@ MapleStoreType MapleTree::Classify(Write& w) {
   // mas_is_span_wr(): past the leaf, or a NULL that would end a leaf that is not the
   // rightmost one.
   if (w.last > L.max || (w.last == L.max && !w.entry && w.last != kMax)) {
-    const uint64_t target = w.last == kMax ? kMax : w.last + 1;
-    min = 0;
-    max = kMax;
-    e = root;
-    for (int d = 0;; d++) {
-      Pos& p = w.rpath[d];
-      p.Set(e, min, max);
-      int off = 0;
-      while (off < p.end && p.n->Piv(off) < target) off++;
-      p.off = off;
-      if (p.leaf) break;
-      min = p.SlotMin(off);
-      max = p.SlotMax(off);
-      e = p.Slot(off);
-    }
+    Walk(w.last == kMax ? kMax : w.last + 1, w.rpath);
     Pos& R = w.rpath[w.depth - 1];
     w.ro = R.off;
     if (!w.entry) {
@@ -463,8 +527,7 @@ MapleStoreType MapleTree::Classify(Write& w) {
     return MapleStoreType::kSpanningStore;
   }
   // mas_wr_end_piv()
-  int oe = w.off;
-  while (oe < L.end && w.last > L.n->Piv(oe)) oe++;
+  int oe = L.Offset(w.last);
   w.end_piv = L.SlotMax(oe);
   if (!w.entry) {  // mas_wr_extend_null()
     if (!L.Slot(oe)) {
@@ -959,23 +1022,6 @@ void MapleTree::SpanningRebalance(Big& b, Pos* lp, Pos* rp) {
 
 namespace {
 using Pos = MapleTree::Pos;
-/// The write-side walk (mas_wr_walk_index): path[0..depth) from the root to the leaf
-/// holding index, each with the offset taken. Returns the depth.
-int WalkTo(uintptr_t root, uint64_t index, Pos* path) {
-  uint64_t min = 0, max = kMax;
-  uintptr_t e = root;
-  for (int d = 0;; d++) {
-    Pos& p = path[d];
-    p.Set(e, min, max);
-    int off = 0;
-    while (off < p.end && p.n->Piv(off) < index) off++;
-    p.off = off;
-    if (p.leaf) return d + 1;
-    min = p.SlotMin(off);
-    max = p.SlotMax(off);
-    e = p.Slot(off);
-  }
-}
 uint64_t Clip(uint64_t gs, uint64_t ge, uint64_t length, uint64_t low, uint64_t high) {
   gs = std::max(gs, low);
   ge = std::min(ge, high);
@@ -1017,7 +1063,7 @@ void* MapleTree::Load(uint64_t index, uint64_t* first, uint64_t* last) const {
   const uintptr_t r = root_.load(kRlx);
   if (!r) return nullptr;
   Pos path[kMaxHeight];
-  const Pos& L = path[WalkTo(r, index, path) - 1];
+  const Pos& L = path[Walk(index, path) - 1];
   if (first) *first = L.SlotMin(L.off);
   if (last) *last = L.SlotMax(L.off);
   return reinterpret_cast<void*>(L.Slot(L.off));
@@ -1026,24 +1072,29 @@ void* MapleTree::Load(uint64_t index, uint64_t* first, uint64_t* last) const {
 /// mas_find() / mas_find_rev(): from the slot holding index, the first non-NULL entry
 /// forwards (or backwards), moving to the next (previous) leaf as mas_next_node()
 /// (mas_prev_node()) does.
-void* MapleTree::FindFrom(uint64_t index, bool forward, uint64_t* first, uint64_t* last) const {
+void* MapleTree::FindFrom(uint64_t index, bool forward, uint64_t min_first, uint64_t* first, uint64_t* last) const {
   const uintptr_t r = root_.load(kRlx);
   if (!r) return nullptr;
   Pos path[kMaxHeight];
-  const int d = WalkTo(r, index, path) - 1;
+  const int depth = Walk(index, path), d = depth - 1;
   const int step = forward ? 1 : -1;
+  // Only the slot holding index can start below it.
+  if (path[d].SlotMin(path[d].off) < min_first) path[d].off++;
+  bool moved = false;  // to another leaf than the walk's (then it becomes the cached one)
   for (;;) {
     const Pos& L = path[d];
     for (int i = L.off; forward ? i <= L.end : i >= 0; i += step)
       if (uintptr_t s = L.Slot(i)) {
         *first = L.SlotMin(i);
         *last = L.SlotMax(i);
+        if (moved) Remember(path, depth);
         return reinterpret_cast<void*>(s);
       }
     int a = d - 1;
     while (a >= 0 && path[a].off == (forward ? path[a].end : 0)) a--;
     if (a < 0) return nullptr;
     path[a].off += step;
+    moved = true;
     for (int l = a; l < d; l++) {
       path[l].Descend(path[l + 1]);
       path[l + 1].off = forward ? 0 : path[l + 1].end;

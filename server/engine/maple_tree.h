@@ -214,9 +214,14 @@ class MapleTree {
   /// The entry at index (NULL in a gap); its range in *first, *last if non-null.
   void* Load(uint64_t index, uint64_t* first = nullptr, uint64_t* last = nullptr) const;
   /// mas_find(): the first non-NULL entry whose range ends at or above index.
-  void* Find(uint64_t index, uint64_t* first, uint64_t* last) const { return FindFrom(index, true, first, last); }
+  void* Find(uint64_t index, uint64_t* first, uint64_t* last) const { return FindFrom(index, true, 0, first, last); }
+  /// The first non-NULL entry whose range starts at or above index (mas_find() from
+  /// index, past an entry that starts below it): one walk.
+  void* FindStart(uint64_t index, uint64_t* first, uint64_t* last) const {
+    return FindFrom(index, true, index, first, last);
+  }
   /// mas_find_rev(): the last non-NULL entry whose range starts at or below index.
-  void* FindRev(uint64_t index, uint64_t* first, uint64_t* last) const { return FindFrom(index, false, first, last); }
+  void* FindRev(uint64_t index, uint64_t* first, uint64_t* last) const { return FindFrom(index, false, 0, first, last); }
   /// Every range in order, gaps included (entry NULL).
   void ForEachRange(const std::function<void(uint64_t first, uint64_t last, void* entry)>& fn) const;
   /// mas_empty_area_rev(): the exclusive end of the highest gap that holds `length`
@@ -253,7 +258,9 @@ class MapleTree {
   struct Write;
   struct Made;
 
-  void* FindFrom(uint64_t index, bool forward, uint64_t* first, uint64_t* last) const;
+  void* FindFrom(uint64_t index, bool forward, uint64_t min_first, uint64_t* first, uint64_t* last) const;
+  int Walk(uint64_t index, Pos* path) const;
+  void Remember(const Pos* path, int depth) const;
   MapleStoreType Classify(Write& w);
   int PreallocCalc(MapleStoreType t) const;
   Node* NewNode();
@@ -280,6 +287,8 @@ class MapleTree {
   bool PullNeighbour(Big& b, Pos* lpath, Pos* rpath, int d) const;
 
   const bool rcu_;
+  const uint64_t id_;               // unique in the process (names the tree in walk caches)
+  uint64_t gen_ = 0;                // guarded by the writer: stores begun (walk cache validity)
   std::atomic<uintptr_t> root_{0};  // tagged node pointer (what readers start from)
   int height_ = 0;                  // guarded by the writer: levels
   uint64_t nodes_ = 0;              // guarded by the writer: nodes in the tree
