@@ -148,10 +148,6 @@ struct MapleTree::Node {
     return p == max ? Pivots(true) - 1 : Pivots(true);
   }
   bool Dead() const { return (parent.load(kAcq) & ~kNodeMask) == reinterpret_cast<uintptr_t>(this); }
-  void Zero() {
-    parent.store(0, kRlx);
-    for (auto& x : w) x.store(0, kRlx);
-  }
 };
 static_assert(sizeof(MapleTree::Node) == MapleTree::kNodeSize, "maple nodes are 256 bytes");
 
@@ -165,12 +161,14 @@ inline uintptr_t ParentVal(Node* p, int slot) { return reinterpret_cast<uintptr_
 inline uint64_t GapSize(uint64_t first, uint64_t last) { return (first == 0 && last == kMax) ? kMax : last - first + 1; }
 
 /// mas_leaf_max_gap(): the largest NULL range of a leaf covering [min, max].
+/// Without a branch on the slots (NULLs alternate with entries unpredictably).
 uint64_t LeafMaxGap(const Node* n, uint64_t min, uint64_t max) {
   const int end = n->DataEnd(true, max);
   uint64_t g = 0, start = min;
   for (int i = 0; i <= end; i++) {
     const uint64_t hi = i < end ? n->Piv(i) : max;
-    if (!n->Slot(true, i)) g = std::max(g, GapSize(start, hi));
+    const uint64_t size = n->Slot(true, i) ? 0 : GapSize(start, hi);
+    g = size > g ? size : g;
     start = hi + 1;
   }
   return g;
@@ -337,7 +335,10 @@ MapleTree::Node* MapleTree::NewNode() {
     stats_.prealloc_short++;
   }
   Node* n = static_cast<Node*>(p);
-  n->Zero();  // mas_pop_node()
+  // mas_pop_node() zeroes the node; here its builder writes every other word. The
+  // parent is cleared at once: a recycled node's is its dead mark, and a lockless
+  // reader may reach a new child before Adopt sets it.
+  n->parent.store(0, kRlx);
   nodes_++;
   cache_.CountLinked(1);
   return n;
@@ -405,6 +406,11 @@ int WalkTo(uintptr_t root, uint64_t index, MapleTree::Pos* path) {
 /// the tree (id) has begun no store since (gen). Per thread, so readers under a shared
 /// mmap_lock never write a shared field; the tree's gen only changes under the
 /// writer's lock, which excludes them.
+/// A path copied Pos by Pos (paths are a few levels: no call to memmove).
+void CopyPath(const MapleTree::Pos* from, int depth, MapleTree::Pos* to) {
+  for (int i = 0; i < depth; i++) to[i] = from[i];
+}
+
 struct WalkCache {
   uint64_t tree = 0;  // MapleTree::id_; 0: empty
   uint64_t gen = 0;
@@ -423,7 +429,7 @@ int MapleTree::Walk(uint64_t index, Pos* path) const {
   if (c.tree == id_ && c.gen == gen_) {
     const Pos& L = c.path[c.depth - 1];
     if (index >= L.min && index <= L.max) {
-      std::copy_n(c.path, c.depth, path);
+      CopyPath(c.path, c.depth, path);
       path[c.depth - 1].off = L.Offset(index);
       return c.depth;
     }
@@ -440,7 +446,7 @@ void MapleTree::Remember(const Pos* path, int depth) const {
   c.tree = id_;
   c.gen = gen_;
   c.depth = depth;
-  std::copy_n(path, depth, c.path);
+  CopyPath(path, depth, c.path);
 }
 
 
@@ -558,18 +564,58 @@ MapleStoreType MapleTree::Classify(Write& w) {
   return MapleStoreType::kNodeStore;
 }
 
-/// mas_store_b_node(), and for a spanning store the copy of the right leaf after last.
-void MapleTree::BuildLeafBig(const Write& w, Big& b) const {
+/// mas_store_b_node()'s order: the leaf's entries before the store, the part of the
+/// first overwritten range below index, the entry, then the entries of the leaf (the
+/// right leaf of a spanning store) after last: copy(pos, from, to) for the kept
+/// entries [from, to] of a node (none if from > to), put(pivot, slot) for the others.
+template <class Copy, class Put>
+void MapleTree::LeafEntries(const Write& w, Copy&& copy, Put&& put) {
   const Pos& L = w.leaf();
   const Pos& R = w.type == MapleStoreType::kSpanningStore ? w.rpath[w.depth - 1] : L;
-  b.n = 0;
-  b.min = L.min;
-  b.AddNode(L, 0, w.off - 1);
-  if (w.r_min < w.index) b.Add(w.index - 1, w.content);
-  b.Add(w.last, reinterpret_cast<uintptr_t>(w.entry));
+  copy(L, 0, w.off - 1);
+  if (w.r_min < w.index) put(w.index - 1, w.content);
+  put(w.last, reinterpret_cast<uintptr_t>(w.entry));
   if (w.last == kMax) return;
-  for (int i = w.ro; i <= R.end; i++)
-    if (R.SlotMax(i) > w.last) b.Add(R.SlotMax(i), R.Slot(i));
+  // Only the first range from ro can end at last (extended over by a NULL store).
+  const int i = w.ro + (w.ro <= R.end && R.SlotMax(w.ro) <= w.last);
+  copy(R, i, R.end);
+}
+
+/// mas_store_b_node(), and for a spanning store the copy of the right leaf after last.
+void MapleTree::BuildLeafBig(const Write& w, Big& b) const {
+  b.n = 0;
+  b.min = w.leaf().min;
+  LeafEntries(
+      w, [&b](const Pos& p, int from, int to) { b.AddNode(p, from, to); },
+      [&b](uint64_t piv, uintptr_t slot) { b.Add(piv, slot); });
+}
+
+/// mas_wr_node_store()'s copy: the leaf with the store (new_end < 16 entries), written
+/// straight into dst (another node: the new leaf, or a copy to write back), every
+/// word of it. Only the leaf's last entry can be the 16th, which has no pivot.
+void MapleTree::FillLeaf(Node* dst, const Write& w) {
+  int j = 0;
+  auto put = [&](uint64_t piv, uintptr_t slot) {
+    if (j < Pivots(true)) dst->piv(j).store(piv, kRlx);
+    dst->slot(true, j++).store(slot, kRlx);
+  };
+  LeafEntries(
+      w,
+      [&](const Pos& p, int from, int to) {
+        const Node* n = p.n;
+        const int inner = std::min(to, p.end - 1);  // entries with a pivot of their own
+        for (int i = from; i <= inner; i++, j++) {
+          dst->piv(j).store(n->Piv(i), kRlx);
+          dst->slot(true, j).store(n->Slot(true, i), kRlx);
+        }
+        if (to == p.end && from <= to) put(p.max, n->Slot(true, to));
+      },
+      put);
+  for (int i = j; i < Pivots(true); i++) {
+    dst->piv(i).store(0, kRlx);
+    dst->slot(true, i).store(0, kRlx);
+  }
+  dst->SetMeta(true, j - 1, 0);
 }
 
 // ======================================================================= node building
@@ -593,6 +639,11 @@ uintptr_t MapleTree::MakeNode(bool leaf, const Big& b, int from, int to) {
       }
     }
   }
+  // The words left unused are zeroed (the leaf's slot 15 holds the metadata).
+  for (int j = count; j < npiv; j++) n->piv(j).store(0, kRlx);
+  for (int j = count; j < Slots(leaf) - (leaf ? 1 : 0); j++) n->slot(leaf, j).store(0, kRlx);
+  if (!leaf)
+    for (int j = count; j < kArangeSlots; j++) n->gap(j).store(0, kRlx);
   n->SetMeta(leaf, count - 1, gap_off);
   return Tag(n, leaf);
 }
@@ -746,21 +797,16 @@ void MapleTree::Append(Write& w) {
 /// mas_wr_node_store(): the leaf rebuilt with the change: a new leaf replaces it
 /// (RCU), or it is rewritten in place.
 void MapleTree::NodeStore(Write& w) {
-  Big b;
-  BuildLeafBig(w, b);
   Pos& L = w.leaf();
   const int d = w.depth - 1;
   if (rcu_) {
-    Retire(ToNode(Publish(w.path, d, MakeNode(true, b, 0, b.n - 1))));
-  } else {
-    const uintptr_t keep = L.n->parent.load(kRlx);  // rewrite everything else from b
-    L.n->Zero();
-    for (int j = 0; j < b.n; j++) {
-      if (j < Pivots(true)) L.n->piv(j).store(b.pivot[j], kRlx);
-      L.n->slot(true, j).store(b.slot[j], kRlx);
-    }
-    L.n->SetMeta(true, b.n - 1, 0);
-    L.n->parent.store(keep, kRlx);
+    Node* n = NewNode();
+    FillLeaf(n, w);
+    Retire(ToNode(Publish(w.path, d, Tag(n, true))));
+  } else {  // built aside (the kernel's on-stack node), then copied over the leaf
+    Node tmp;
+    FillLeaf(&tmp, w);
+    for (int i = 0; i <= kLeafMeta; i++) L.n->w[i].store(tmp.w[i].load(kRlx), kRlx);
     L.Set(L.enode, L.min, L.max);
   }
   UpdateGap(w.path, d);

@@ -269,9 +269,12 @@ class MapleTree {
   void RetireReplaced(uintptr_t old_top);
   uintptr_t Publish(Pos* path, int depth, uintptr_t new_enode);
   void Adopt(uintptr_t enode);
-  void UpdateGap(Pos* path, int depth);
+  void UpdateGap(Pos* path, int d);
   uintptr_t MakeNode(bool leaf, const Big& b, int from, int to);
+  template <class Copy, class Put>
+  static void LeafEntries(const Write& w, Copy&& copy, Put&& put);
   void BuildLeafBig(const Write& w, Big& b) const;
+  static void FillLeaf(Node* dst, const Write& w);
   void StoreRootExpand(Write& w);
   void NewRoot(Write& w);
   void ExactFit(Write& w);
