@@ -417,25 +417,38 @@ struct WalkCache {
   int depth = 0;
   MapleTree::Pos path[MapleTree::kMaxHeight];
 };
-thread_local WalkCache tls_walk;
+constinit thread_local WalkCache tls_walk{};
 }  // namespace
 
-/// mas_walk(): path[0..depth) to the leaf holding index, each level's offset taken;
-/// returns the depth. When index lies in the leaf this thread last walked to and the
-/// tree has not changed since, the path is reused and only the leaf's offset found
-/// (as mas_walk on an active ma_state whose node covers index).
-int MapleTree::Walk(uint64_t index, Pos* path) const {
-  const WalkCache& c = tls_walk;
+/// mas_walk(): the path (*depth levels) to the leaf holding index, each level's
+/// offset taken: this thread's cached path, moved there. When index lies in the leaf
+/// this thread last walked to and the tree has not changed since, only the leaf's
+/// offset is found (mas_walk on an active ma_state whose node covers index). The
+/// caller may move the path to another leaf of the tree (it stays the cached one);
+/// the next walk on this thread overwrites it.
+MapleTree::Pos* MapleTree::Walk(uint64_t index, int* depth) const {
+  WalkCache& c = tls_walk;
   if (c.tree == id_ && c.gen == gen_) {
-    const Pos& L = c.path[c.depth - 1];
+    Pos& L = c.path[c.depth - 1];
     if (index >= L.min && index <= L.max) {
-      CopyPath(c.path, c.depth, path);
-      path[c.depth - 1].off = L.Offset(index);
-      return c.depth;
+      L.off = L.Offset(index);
+      *depth = c.depth;
+      return c.path;
     }
   }
-  const int depth = WalkTo(root_.load(kRlx), index, path);
-  Remember(path, depth);
+  c.tree = id_;
+  c.gen = gen_;
+  c.depth = WalkTo(root_.load(kRlx), index, c.path);
+  *depth = c.depth;
+  return c.path;
+}
+
+/// Walk() into the caller's path (a store's, which it changes as it goes); returns
+/// the depth.
+int MapleTree::WalkInto(uint64_t index, Pos* path) const {
+  int depth;
+  const Pos* from = Walk(index, &depth);
+  CopyPath(from, depth, path);
   return depth;
 }
 
@@ -506,7 +519,7 @@ MapleStoreType MapleTree::Classify(Write& w) {
   const uintptr_t root = root_.load(kRlx);
   if (!root) return MapleStoreType::kStoreRoot;
   if (w.index == 0 && w.last == kMax) return MapleStoreType::kNewRoot;
-  w.depth = Walk(w.index, w.path);
+  w.depth = WalkInto(w.index, w.path);
   Pos& L = w.leaf();
   w.off = L.off;
   w.r_min = L.SlotMin(w.off);
@@ -515,7 +528,7 @@ MapleStoreType MapleTree::Classify(Write& w) {
   // mas_is_span_wr(): past the leaf, or a NULL that would end a leaf that is not the
   // rightmost one.
   if (w.last > L.max || (w.last == L.max && !w.entry && w.last != kMax)) {
-    Walk(w.last == kMax ? kMax : w.last + 1, w.rpath);
+    WalkInto(w.last == kMax ? kMax : w.last + 1, w.rpath);
     Pos& R = w.rpath[w.depth - 1];
     w.ro = R.off;
     if (!w.entry) {
@@ -1073,20 +1086,22 @@ uint64_t Clip(uint64_t gs, uint64_t ge, uint64_t length, uint64_t low, uint64_t 
   ge = std::min(ge, high);
   return (ge > gs && ge - gs >= length) ? ge : kMax;
 }
-/// mas_rev_awalk(): the highest fitting gap under e.
-uint64_t RevGap(uintptr_t e, uint64_t min, uint64_t max, uint64_t length, uint64_t low, uint64_t high) {
-  const Node* n = ToNode(e);
-  const bool leaf = IsLeaf(e);
-  const int end = n->DataEnd(leaf, max);
-  for (int i = end; i >= 0; i--) {
-    const uint64_t lo = i ? n->Piv(i - 1) + 1 : min, hi = i < end ? n->Piv(i) : max;
+/// mas_rev_awalk(): the highest fitting gap under e (path[0] is e's level, filled
+/// with the node and, on success, the offset taken down to the gap's slot).
+uint64_t RevGap(uintptr_t e, uint64_t min, uint64_t max, uint64_t length, uint64_t low, uint64_t high, Pos* path) {
+  Pos& p = *path;
+  p.Set(e, min, max);
+  const Node* n = p.n;
+  for (int i = p.end; i >= 0; i--) {
+    const uint64_t lo = p.SlotMin(i), hi = p.SlotMax(i);
     if (lo >= high) continue;
     if (hi < low) return kMax;
     uint64_t r = kMax;
-    if (leaf) {
+    p.off = i;
+    if (p.leaf) {
       if (!n->Slot(true, i)) r = Clip(lo, hi == kMax ? kMax : hi + 1, length, low, high);
     } else if (n->Gap(i) >= length) {
-      r = RevGap(n->Slot(false, i), lo, hi, length, low, high);
+      r = RevGap(n->Slot(false, i), lo, hi, length, low, high, path + 1);
     }
     if (r != kMax) return r;
   }
@@ -1108,8 +1123,9 @@ void Ranges(uintptr_t e, uint64_t min, uint64_t max,
 void* MapleTree::Load(uint64_t index, uint64_t* first, uint64_t* last) const {
   const uintptr_t r = root_.load(kRlx);
   if (!r) return nullptr;
-  Pos path[kMaxHeight];
-  const Pos& L = path[Walk(index, path) - 1];
+  int depth;
+  const Pos* path = Walk(index, &depth);
+  const Pos& L = path[depth - 1];
   if (first) *first = L.SlotMin(L.off);
   if (last) *last = L.SlotMax(L.off);
   return reinterpret_cast<void*>(L.Slot(L.off));
@@ -1121,26 +1137,24 @@ void* MapleTree::Load(uint64_t index, uint64_t* first, uint64_t* last) const {
 void* MapleTree::FindFrom(uint64_t index, bool forward, uint64_t min_first, uint64_t* first, uint64_t* last) const {
   const uintptr_t r = root_.load(kRlx);
   if (!r) return nullptr;
-  Pos path[kMaxHeight];
-  const int depth = Walk(index, path), d = depth - 1;
+  int depth;
+  Pos* path = Walk(index, &depth);  // moved along to the leaf where the search ends
+  const int d = depth - 1;
   const int step = forward ? 1 : -1;
   // Only the slot holding index can start below it.
   if (path[d].SlotMin(path[d].off) < min_first) path[d].off++;
-  bool moved = false;  // to another leaf than the walk's (then it becomes the cached one)
   for (;;) {
     const Pos& L = path[d];
     for (int i = L.off; forward ? i <= L.end : i >= 0; i += step)
       if (uintptr_t s = L.Slot(i)) {
         *first = L.SlotMin(i);
         *last = L.SlotMax(i);
-        if (moved) Remember(path, depth);
         return reinterpret_cast<void*>(s);
       }
     int a = d - 1;
     while (a >= 0 && path[a].off == (forward ? path[a].end : 0)) a--;
     if (a < 0) return nullptr;
     path[a].off += step;
-    moved = true;
     for (int l = a; l < d; l++) {
       path[l].Descend(path[l + 1]);
       path[l + 1].off = forward ? 0 : path[l + 1].end;
@@ -1156,7 +1170,17 @@ void MapleTree::ForEachRange(const std::function<void(uint64_t, uint64_t, void*)
 uint64_t MapleTree::EmptyAreaRevEnd(uint64_t length, uint64_t low, uint64_t high) const {
   const uintptr_t r = root_.load(kRlx);
   if (!r) return Clip(0, kMax, length, low, high);
-  return RevGap(r, 0, kMax, length, low, high);
+  // mas_empty_area_rev() leaves the ma_state at the gap: the search fills this
+  // thread's cached path, valid if it found one (the caller's next walks are there).
+  WalkCache& c = tls_walk;
+  c.tree = 0;
+  const uint64_t end = RevGap(r, 0, kMax, length, low, high, c.path);
+  if (end != kMax) {
+    c.tree = id_;
+    c.gen = gen_;
+    c.depth = height_;
+  }
+  return end;
 }
 
 /// mtree_load() -> mtree_lookup_walk(): pivots and slots read with acquire loads (the

@@ -259,7 +259,8 @@ class MapleTree {
   struct Made;
 
   void* FindFrom(uint64_t index, bool forward, uint64_t min_first, uint64_t* first, uint64_t* last) const;
-  int Walk(uint64_t index, Pos* path) const;
+  Pos* Walk(uint64_t index, int* depth) const;
+  int WalkInto(uint64_t index, Pos* path) const;
   void Remember(const Pos* path, int depth) const;
   MapleStoreType Classify(Write& w);
   int PreallocCalc(MapleStoreType t) const;
