@@ -606,21 +606,23 @@ void MapleTree::BuildLeafBig(const Write& w, Big& b) const {
 /// mas_wr_node_store()'s copy: the leaf with the store (new_end < 16 entries), written
 /// straight into dst (another node: the new leaf, or a copy to write back), every
 /// word of it. Only the leaf's last entry can be the 16th, which has no pivot.
-void MapleTree::FillLeaf(Node* dst, const Write& w) {
+/// Returns the new leaf's largest gap (mas_leaf_max_gap of it, found on the way).
+uint64_t MapleTree::FillLeaf(Node* dst, const Write& w) {
   int j = 0;
+  uint64_t gap = 0, start = w.leaf().min;
   auto put = [&](uint64_t piv, uintptr_t slot) {
     if (j < Pivots(true)) dst->piv(j).store(piv, kRlx);
     dst->slot(true, j++).store(slot, kRlx);
+    const uint64_t size = slot ? 0 : GapSize(start, piv);
+    gap = size > gap ? size : gap;
+    start = piv + 1;
   };
   LeafEntries(
       w,
       [&](const Pos& p, int from, int to) {
         const Node* n = p.n;
         const int inner = std::min(to, p.end - 1);  // entries with a pivot of their own
-        for (int i = from; i <= inner; i++, j++) {
-          dst->piv(j).store(n->Piv(i), kRlx);
-          dst->slot(true, j).store(n->Slot(true, i), kRlx);
-        }
+        for (int i = from; i <= inner; i++) put(n->Piv(i), n->Slot(true, i));
         if (to == p.end && from <= to) put(p.max, n->Slot(true, to));
       },
       put);
@@ -629,6 +631,7 @@ void MapleTree::FillLeaf(Node* dst, const Write& w) {
     dst->slot(true, i).store(0, kRlx);
   }
   dst->SetMeta(true, j - 1, 0);
+  return gap;
 }
 
 // ======================================================================= node building
@@ -688,8 +691,13 @@ uintptr_t MapleTree::Publish(Pos* path, int d, uintptr_t ne) {
 
 /// mas_update_gap() / mas_parent_gap(): the gap of path[d] into its ancestors, in place.
 void MapleTree::UpdateGap(Pos* path, int d) {
+  if (d > 0) UpdateGap(path, d, MaxGap(path[d].enode, path[d].min, path[d].max));
+}
+
+/// The same, given path[d]'s largest gap g.
+void MapleTree::UpdateGap(Pos* path, int d, uint64_t g) {
   for (int k = d; k > 0; k--) {
-    const uint64_t g = MaxGap(path[k].enode, path[k].min, path[k].max);
+    if (k < d) g = MaxGap(path[k].enode, path[k].min, path[k].max);
     Pos& p = path[k - 1];
     if (p.n->Gap(p.off) == g) return;
     const uint64_t old_max = p.n->Gap(p.n->MetaGap());
@@ -812,17 +820,18 @@ void MapleTree::Append(Write& w) {
 void MapleTree::NodeStore(Write& w) {
   Pos& L = w.leaf();
   const int d = w.depth - 1;
+  uint64_t gap;
   if (rcu_) {
     Node* n = NewNode();
-    FillLeaf(n, w);
+    gap = FillLeaf(n, w);
     Retire(ToNode(Publish(w.path, d, Tag(n, true))));
   } else {  // built aside (the kernel's on-stack node), then copied over the leaf
     Node tmp;
-    FillLeaf(&tmp, w);
+    gap = FillLeaf(&tmp, w);
     for (int i = 0; i <= kLeafMeta; i++) L.n->w[i].store(tmp.w[i].load(kRlx), kRlx);
     L.Set(L.enode, L.min, L.max);
   }
-  UpdateGap(w.path, d);
+  UpdateGap(w.path, d, gap);
 }
 
 // ======================================================================= big-node stores

@@ -271,11 +271,12 @@ class MapleTree {
   uintptr_t Publish(Pos* path, int depth, uintptr_t new_enode);
   void Adopt(uintptr_t enode);
   void UpdateGap(Pos* path, int d);
+  void UpdateGap(Pos* path, int d, uint64_t gap);
   uintptr_t MakeNode(bool leaf, const Big& b, int from, int to);
   template <class Copy, class Put>
   static void LeafEntries(const Write& w, Copy&& copy, Put&& put);
   void BuildLeafBig(const Write& w, Big& b) const;
-  static void FillLeaf(Node* dst, const Write& w);
+  static uint64_t FillLeaf(Node* dst, const Write& w);
   void StoreRootExpand(Write& w);
   void NewRoot(Write& w);
   void ExactFit(Write& w);
