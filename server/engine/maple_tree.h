@@ -34,6 +34,12 @@
 // be freed after a grace period (TakeRetired, FreeNodes). A reader that finds it was
 // in a dead node restarts from the root, as mtree_lookup_walk does.
 //
+// Walks under the owner's lock (Load, Find*, EmptyAreaRevEnd, a store's mas_wr_walk)
+// keep the path to the leaf they end in per thread, as a kernel caller keeps its
+// ma_state across the calls of one operation: the next walk whose index lies in that
+// leaf starts there, until the tree's next store (a store within one leaf leaves its
+// path cached). Pivots are found by a branchless search (writer side only).
+//
 // Not modelled: the single-entry root (an entry at index 0 stored in ma_root), dense
 // and range_64 node types (the mm tree uses leaf_64 and arange_64 only), bulk mode.
 #pragma once
