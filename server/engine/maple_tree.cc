@@ -148,10 +148,6 @@ struct MapleTree::Node {
     return p == max ? Pivots(true) - 1 : Pivots(true);
   }
   bool Dead() const { return (parent.load(kAcq) & ~kNodeMask) == reinterpret_cast<uintptr_t>(this); }
-  void Zero() {
-    parent.store(0, kRlx);
-    for (auto& x : w) x.store(0, kRlx);
-  }
 };
 static_assert(sizeof(MapleTree::Node) == MapleTree::kNodeSize, "maple nodes are 256 bytes");
 
@@ -165,12 +161,14 @@ inline uintptr_t ParentVal(Node* p, int slot) { return reinterpret_cast<uintptr_
 inline uint64_t GapSize(uint64_t first, uint64_t last) { return (first == 0 && last == kMax) ? kMax : last - first + 1; }
 
 /// mas_leaf_max_gap(): the largest NULL range of a leaf covering [min, max].
+/// Without a branch on the slots (NULLs alternate with entries unpredictably).
 uint64_t LeafMaxGap(const Node* n, uint64_t min, uint64_t max) {
   const int end = n->DataEnd(true, max);
   uint64_t g = 0, start = min;
   for (int i = 0; i <= end; i++) {
     const uint64_t hi = i < end ? n->Piv(i) : max;
-    if (!n->Slot(true, i)) g = std::max(g, GapSize(start, hi));
+    const uint64_t size = n->Slot(true, i) ? 0 : GapSize(start, hi);
+    g = size > g ? size : g;
     start = hi + 1;
   }
   return g;
@@ -179,6 +177,22 @@ uint64_t LeafMaxGap(const Node* n, uint64_t min, uint64_t max) {
 uint64_t MaxGap(uintptr_t e, uint64_t min, uint64_t max) {
   const Node* n = ToNode(e);
   return IsLeaf(e) ? LeafMaxGap(n, min, max) : n->Gap(n->MetaGap());
+}
+
+/// How many of pivots [0, end) of n are below index (pivots ascend, so this is the
+/// offset of the slot holding index): a branchless binary search over the node's
+/// pivots, those at or past end counting as above every index (four probes, no branch
+/// to mispredict; the words past a node's pivots are read but never counted).
+template <int kPivots>
+int CountBelow(const Node* n, int end, uint64_t index) {
+  static_assert(kPivots <= 15, "four probes cover 15 pivots");
+  int o = 0;
+#pragma GCC unroll 4
+  for (int step = 8; step > 0; step >>= 1) {
+    const int m = o + step - 1;
+    o += step & -(static_cast<int>(m < end) & static_cast<int>(n->Piv(m) < index));
+  }
+  return o;
 }
 }  // namespace
 
@@ -198,6 +212,12 @@ struct MapleTree::Pos {
     min = lo;
     max = hi;
     end = n->DataEnd(leaf, hi);
+  }
+  /// The offset of the slot holding index (mas_wr_walk_descend's pivot scan): the
+  /// number of pivots below index among [0, end), counted without a branch per pivot.
+  /// Writer side only (relaxed loads: the caller is the only writer).
+  int Offset(uint64_t index) const {
+    return leaf ? CountBelow<Pivots(true)>(n, end, index) : CountBelow<Pivots(false)>(n, end, index);
   }
   uint64_t SlotMax(int i) const { return i < end ? n->Piv(i) : max; }
   uint64_t SlotMin(int i) const { return i ? n->Piv(i - 1) + 1 : min; }
@@ -260,9 +280,14 @@ struct MapleTree::Write {
 
 // ======================================================================= lifetime
 
+namespace {
+std::atomic<uint64_t> next_tree_id{1};
+}  // namespace
+
 MapleTree::MapleTree(bool in_rcu, MemoryBudget* budget, bool prealloc_worst)
     : rcu_(in_rcu),
       prealloc_worst_(prealloc_worst),
+      id_(next_tree_id.fetch_add(1, kRlx)),
       cache_([](std::vector<void*>& out, size_t n) { Pool::Get().TakeBatch(out, n); },
              [](std::vector<void*>& v) { Pool::Get().PutBatch(v); }, kNodeSize, budget),
       budget_(budget) {}
@@ -311,7 +336,10 @@ MapleTree::Node* MapleTree::NewNode() {
     stats_.prealloc_short++;
   }
   Node* n = static_cast<Node*>(p);
-  n->Zero();  // mas_pop_node()
+  // mas_pop_node() zeroes the node; here its builder writes every other word. The
+  // parent is cleared at once: a recycled node's is its dead mark, and a lockless
+  // reader may reach a new child before Adopt sets it.
+  n->parent.store(0, kRlx);
   nodes_++;
   cache_.CountLinked(1);
   return n;
@@ -357,12 +385,92 @@ void MapleTree::RetireReplaced(uintptr_t old_top) {
 
 // ======================================================================= write walk
 
+namespace {
+/// The write-side walk (mas_wr_walk_index): path[0..depth) from the root to the leaf
+/// holding index, each with the offset taken. Returns the depth.
+int WalkTo(uintptr_t root, uint64_t index, MapleTree::Pos* path) {
+  uint64_t min = 0, max = kMax;
+  uintptr_t e = root;
+  for (int d = 0;; d++) {
+    MapleTree::Pos& p = path[d];
+    p.Set(e, min, max);
+    p.off = p.Offset(index);
+    if (p.leaf) return d + 1;
+    min = p.SlotMin(p.off);
+    max = p.SlotMax(p.off);
+    e = p.Slot(p.off);
+  }
+}
+
+/// The last leaf this thread walked to, with its path (the ma_state a kernel caller
+/// keeps across mas_walk / mas_find / mas_store calls of one operation): valid while
+/// the tree (id) has begun no store since (gen). Per thread, so readers under a shared
+/// mmap_lock never write a shared field; the tree's gen only changes under the
+/// writer's lock, which excludes them.
+/// A path copied Pos by Pos (paths are a few levels: no call to memmove).
+void CopyPath(const MapleTree::Pos* from, int depth, MapleTree::Pos* to) {
+  for (int i = 0; i < depth; i++) to[i] = from[i];
+}
+
+struct WalkCache {
+  uint64_t tree = 0;  // MapleTree::id_; 0: empty
+  uint64_t gen = 0;
+  int depth = 0;
+  MapleTree::Pos path[MapleTree::kMaxHeight];
+};
+constinit thread_local WalkCache tls_walk{};
+}  // namespace
+
+/// mas_walk(): the path (*depth levels) to the leaf holding index, each level's
+/// offset taken: this thread's cached path, moved there. When index lies in the leaf
+/// this thread last walked to and the tree has not changed since, only the leaf's
+/// offset is found (mas_walk on an active ma_state whose node covers index). The
+/// caller may move the path to another leaf of the tree (it stays the cached one);
+/// the next walk on this thread overwrites it.
+MapleTree::Pos* MapleTree::Walk(uint64_t index, int* depth) const {
+  WalkCache& c = tls_walk;
+  if (c.tree == id_ && c.gen == gen_) {
+    Pos& L = c.path[c.depth - 1];
+    if (index >= L.min && index <= L.max) {
+      L.off = L.Offset(index);
+      *depth = c.depth;
+      return c.path;
+    }
+  }
+  c.tree = id_;
+  c.gen = gen_;
+  c.depth = WalkTo(root_.load(kRlx), index, c.path);
+  *depth = c.depth;
+  return c.path;
+}
+
+/// Walk() into the caller's path (a store's, which it changes as it goes); returns
+/// the depth.
+int MapleTree::WalkInto(uint64_t index, Pos* path) const {
+  int depth;
+  const Pos* from = Walk(index, &depth);
+  CopyPath(from, depth, path);
+  return depth;
+}
+
+/// Makes path[0..depth) (a valid path to a leaf of the tree as it is now) this
+/// thread's cached walk.
+void MapleTree::Remember(const Pos* path, int depth) const {
+  WalkCache& c = tls_walk;
+  c.tree = id_;
+  c.gen = gen_;
+  c.depth = depth;
+  CopyPath(path, depth, c.path);
+}
+
+
 void MapleTree::Store(uint64_t index, uint64_t last, void* entry) {
   Write w;
   w.index = index;
   w.last = last;
   w.entry = entry;
   const MapleStoreType t = Classify(w);
+  gen_++;  // cached walks end here (those of this store were taken before it)
   w.type = t;
   // mas_preallocate(): the store type's worst case, so the store itself cannot fail.
   const int request = PreallocCalc(t);
@@ -381,6 +489,11 @@ void MapleTree::Store(uint64_t index, uint64_t last, void* entry) {
     case MapleStoreType::kSpanningStore: SpanningStore(w); break;
     case MapleStoreType::kCount: break;
   }
+  // A store within one leaf leaves the path valid (the leaf replaced or rewritten in
+  // place, nothing above it but gaps changed): the next walk into this leaf reuses it.
+  if (t == MapleStoreType::kExactFit || t == MapleStoreType::kSlotStore || t == MapleStoreType::kAppend ||
+      t == MapleStoreType::kNodeStore)
+    Remember(w.path, w.depth);
   // mas_destroy(): unused preallocations go back.
   while (!prealloc_.empty()) {
     cache_.Free(prealloc_.back());
@@ -409,23 +522,7 @@ MapleStoreType MapleTree::Classify(Write& w) {
   const uintptr_t root = root_.load(kRlx);
   if (!root) return MapleStoreType::kStoreRoot;
   if (w.index == 0 && w.last == kMax) return MapleStoreType::kNewRoot;
-  // Walk to the leaf holding index.
-  uint64_t min = 0, max = kMax;
-  uintptr_t e = root;
-  for (int d = 0;; d++) {
-    Pos& p = w.path[d];
-    p.Set(e, min, max);
-    int off = 0;
-    while (off < p.end && p.n->Piv(off) < w.index) off++;
-    p.off = off;
-    if (p.leaf) {
-      w.depth = d + 1;
-      break;
-    }
-    min = p.SlotMin(off);
-    max = p.SlotMax(off);
-    e = p.Slot(off);
-  }
+  w.depth = WalkInto(w.index, w.path);
   Pos& L = w.leaf();
   w.off = L.off;
   w.r_min = L.SlotMin(w.off);
@@ -434,21 +531,7 @@ MapleStoreType MapleTree::Classify(Write& w) {
   // mas_is_span_wr(): past the leaf, or a NULL that would end a leaf that is not the
   // rightmost one.
   if (w.last > L.max || (w.last == L.max && !w.entry && w.last != kMax)) {
-    const uint64_t target = w.last == kMax ? kMax : w.last + 1;
-    min = 0;
-    max = kMax;
-    e = root;
-    for (int d = 0;; d++) {
-      Pos& p = w.rpath[d];
-      p.Set(e, min, max);
-      int off = 0;
-      while (off < p.end && p.n->Piv(off) < target) off++;
-      p.off = off;
-      if (p.leaf) break;
-      min = p.SlotMin(off);
-      max = p.SlotMax(off);
-      e = p.Slot(off);
-    }
+    WalkInto(w.last == kMax ? kMax : w.last + 1, w.rpath);
     Pos& R = w.rpath[w.depth - 1];
     w.ro = R.off;
     if (!w.entry) {
@@ -466,8 +549,7 @@ MapleStoreType MapleTree::Classify(Write& w) {
     return MapleStoreType::kSpanningStore;
   }
   // mas_wr_end_piv()
-  int oe = w.off;
-  while (oe < L.end && w.last > L.n->Piv(oe)) oe++;
+  int oe = L.Offset(w.last);
   w.end_piv = L.SlotMax(oe);
   if (!w.entry) {  // mas_wr_extend_null()
     if (!L.Slot(oe)) {
@@ -498,18 +580,61 @@ MapleStoreType MapleTree::Classify(Write& w) {
   return MapleStoreType::kNodeStore;
 }
 
-/// mas_store_b_node(), and for a spanning store the copy of the right leaf after last.
-void MapleTree::BuildLeafBig(const Write& w, Big& b) const {
+/// mas_store_b_node()'s order: the leaf's entries before the store, the part of the
+/// first overwritten range below index, the entry, then the entries of the leaf (the
+/// right leaf of a spanning store) after last: copy(pos, from, to) for the kept
+/// entries [from, to] of a node (none if from > to), put(pivot, slot) for the others.
+template <class Copy, class Put>
+void MapleTree::LeafEntries(const Write& w, Copy&& copy, Put&& put) {
   const Pos& L = w.leaf();
   const Pos& R = w.type == MapleStoreType::kSpanningStore ? w.rpath[w.depth - 1] : L;
-  b.n = 0;
-  b.min = L.min;
-  b.AddNode(L, 0, w.off - 1);
-  if (w.r_min < w.index) b.Add(w.index - 1, w.content);
-  b.Add(w.last, reinterpret_cast<uintptr_t>(w.entry));
+  copy(L, 0, w.off - 1);
+  if (w.r_min < w.index) put(w.index - 1, w.content);
+  put(w.last, reinterpret_cast<uintptr_t>(w.entry));
   if (w.last == kMax) return;
-  for (int i = w.ro; i <= R.end; i++)
-    if (R.SlotMax(i) > w.last) b.Add(R.SlotMax(i), R.Slot(i));
+  // Only the first range from ro can end at last (extended over by a NULL store).
+  const int i = w.ro + (w.ro <= R.end && R.SlotMax(w.ro) <= w.last);
+  copy(R, i, R.end);
+}
+
+/// mas_store_b_node(), and for a spanning store the copy of the right leaf after last.
+void MapleTree::BuildLeafBig(const Write& w, Big& b) const {
+  b.n = 0;
+  b.min = w.leaf().min;
+  LeafEntries(
+      w, [&b](const Pos& p, int from, int to) { b.AddNode(p, from, to); },
+      [&b](uint64_t piv, uintptr_t slot) { b.Add(piv, slot); });
+}
+
+/// mas_wr_node_store()'s copy: the leaf with the store (new_end < 16 entries), written
+/// straight into dst (another node: the new leaf, or a copy to write back), every
+/// word of it. Only the leaf's last entry can be the 16th, which has no pivot.
+/// Returns the new leaf's largest gap (mas_leaf_max_gap of it, found on the way).
+uint64_t MapleTree::FillLeaf(Node* dst, const Write& w) {
+  int j = 0;
+  uint64_t gap = 0, start = w.leaf().min;
+  auto put = [&](uint64_t piv, uintptr_t slot) {
+    if (j < Pivots(true)) dst->piv(j).store(piv, kRlx);
+    dst->slot(true, j++).store(slot, kRlx);
+    const uint64_t size = slot ? 0 : GapSize(start, piv);
+    gap = size > gap ? size : gap;
+    start = piv + 1;
+  };
+  LeafEntries(
+      w,
+      [&](const Pos& p, int from, int to) {
+        const Node* n = p.n;
+        const int inner = std::min(to, p.end - 1);  // entries with a pivot of their own
+        for (int i = from; i <= inner; i++) put(n->Piv(i), n->Slot(true, i));
+        if (to == p.end && from <= to) put(p.max, n->Slot(true, to));
+      },
+      put);
+  for (int i = j; i < Pivots(true); i++) {
+    dst->piv(i).store(0, kRlx);
+    dst->slot(true, i).store(0, kRlx);
+  }
+  dst->SetMeta(true, j - 1, 0);
+  return gap;
 }
 
 // ======================================================================= node building
@@ -533,6 +658,11 @@ uintptr_t MapleTree::MakeNode(bool leaf, const Big& b, int from, int to) {
       }
     }
   }
+  // The words left unused are zeroed (the leaf's slot 15 holds the metadata).
+  for (int j = count; j < npiv; j++) n->piv(j).store(0, kRlx);
+  for (int j = count; j < Slots(leaf) - (leaf ? 1 : 0); j++) n->slot(leaf, j).store(0, kRlx);
+  if (!leaf)
+    for (int j = count; j < kArangeSlots; j++) n->gap(j).store(0, kRlx);
   n->SetMeta(leaf, count - 1, gap_off);
   return Tag(n, leaf);
 }
@@ -564,8 +694,13 @@ uintptr_t MapleTree::Publish(Pos* path, int d, uintptr_t ne) {
 
 /// mas_update_gap() / mas_parent_gap(): the gap of path[d] into its ancestors, in place.
 void MapleTree::UpdateGap(Pos* path, int d) {
+  if (d > 0) UpdateGap(path, d, MaxGap(path[d].enode, path[d].min, path[d].max));
+}
+
+/// The same, given path[d]'s largest gap g.
+void MapleTree::UpdateGap(Pos* path, int d, uint64_t g) {
   for (int k = d; k > 0; k--) {
-    const uint64_t g = MaxGap(path[k].enode, path[k].min, path[k].max);
+    if (k < d) g = MaxGap(path[k].enode, path[k].min, path[k].max);
     Pos& p = path[k - 1];
     if (p.n->Gap(p.off) == g) return;
     const uint64_t old_max = p.n->Gap(p.n->MetaGap());
@@ -686,24 +821,20 @@ void MapleTree::Append(Write& w) {
 /// mas_wr_node_store(): the leaf rebuilt with the change: a new leaf replaces it
 /// (RCU), or it is rewritten in place.
 void MapleTree::NodeStore(Write& w) {
-  Big b;
-  BuildLeafBig(w, b);
   Pos& L = w.leaf();
   const int d = w.depth - 1;
+  uint64_t gap;
   if (rcu_) {
-    Retire(ToNode(Publish(w.path, d, MakeNode(true, b, 0, b.n - 1))));
-  } else {
-    const uintptr_t keep = L.n->parent.load(kRlx);  // rewrite everything else from b
-    L.n->Zero();
-    for (int j = 0; j < b.n; j++) {
-      if (j < Pivots(true)) L.n->piv(j).store(b.pivot[j], kRlx);
-      L.n->slot(true, j).store(b.slot[j], kRlx);
-    }
-    L.n->SetMeta(true, b.n - 1, 0);
-    L.n->parent.store(keep, kRlx);
+    Node* n = NewNode();
+    gap = FillLeaf(n, w);
+    Retire(ToNode(Publish(w.path, d, Tag(n, true))));
+  } else {  // built aside (the kernel's on-stack node), then copied over the leaf
+    Node tmp;
+    gap = FillLeaf(&tmp, w);
+    for (int i = 0; i <= kLeafMeta; i++) L.n->w[i].store(tmp.w[i].load(kRlx), kRlx);
     L.Set(L.enode, L.min, L.max);
   }
-  UpdateGap(w.path, d);
+  UpdateGap(w.path, d, gap);
 }
 
 // ======================================================================= big-node stores
@@ -962,42 +1093,27 @@ void MapleTree::SpanningRebalance(Big& b, Pos* lp, Pos* rp) {
 
 namespace {
 using Pos = MapleTree::Pos;
-/// The write-side walk (mas_wr_walk_index): path[0..depth) from the root to the leaf
-/// holding index, each with the offset taken. Returns the depth.
-int WalkTo(uintptr_t root, uint64_t index, Pos* path) {
-  uint64_t min = 0, max = kMax;
-  uintptr_t e = root;
-  for (int d = 0;; d++) {
-    Pos& p = path[d];
-    p.Set(e, min, max);
-    int off = 0;
-    while (off < p.end && p.n->Piv(off) < index) off++;
-    p.off = off;
-    if (p.leaf) return d + 1;
-    min = p.SlotMin(off);
-    max = p.SlotMax(off);
-    e = p.Slot(off);
-  }
-}
 uint64_t Clip(uint64_t gs, uint64_t ge, uint64_t length, uint64_t low, uint64_t high) {
   gs = std::max(gs, low);
   ge = std::min(ge, high);
   return (ge > gs && ge - gs >= length) ? ge : kMax;
 }
-/// mas_rev_awalk(): the highest fitting gap under e.
-uint64_t RevGap(uintptr_t e, uint64_t min, uint64_t max, uint64_t length, uint64_t low, uint64_t high) {
-  const Node* n = ToNode(e);
-  const bool leaf = IsLeaf(e);
-  const int end = n->DataEnd(leaf, max);
-  for (int i = end; i >= 0; i--) {
-    const uint64_t lo = i ? n->Piv(i - 1) + 1 : min, hi = i < end ? n->Piv(i) : max;
+/// mas_rev_awalk(): the highest fitting gap under e (path[0] is e's level, filled
+/// with the node and, on success, the offset taken down to the gap's slot).
+uint64_t RevGap(uintptr_t e, uint64_t min, uint64_t max, uint64_t length, uint64_t low, uint64_t high, Pos* path) {
+  Pos& p = *path;
+  p.Set(e, min, max);
+  const Node* n = p.n;
+  for (int i = p.end; i >= 0; i--) {
+    const uint64_t lo = p.SlotMin(i), hi = p.SlotMax(i);
     if (lo >= high) continue;
     if (hi < low) return kMax;
     uint64_t r = kMax;
-    if (leaf) {
+    p.off = i;
+    if (p.leaf) {
       if (!n->Slot(true, i)) r = Clip(lo, hi == kMax ? kMax : hi + 1, length, low, high);
     } else if (n->Gap(i) >= length) {
-      r = RevGap(n->Slot(false, i), lo, hi, length, low, high);
+      r = RevGap(n->Slot(false, i), lo, hi, length, low, high, path + 1);
     }
     if (r != kMax) return r;
   }
@@ -1019,8 +1135,9 @@ void Ranges(uintptr_t e, uint64_t min, uint64_t max,
 void* MapleTree::Load(uint64_t index, uint64_t* first, uint64_t* last) const {
   const uintptr_t r = root_.load(kRlx);
   if (!r) return nullptr;
-  Pos path[kMaxHeight];
-  const Pos& L = path[WalkTo(r, index, path) - 1];
+  int depth;
+  const Pos* path = Walk(index, &depth);
+  const Pos& L = path[depth - 1];
   if (first) *first = L.SlotMin(L.off);
   if (last) *last = L.SlotMax(L.off);
   return reinterpret_cast<void*>(L.Slot(L.off));
@@ -1029,12 +1146,15 @@ void* MapleTree::Load(uint64_t index, uint64_t* first, uint64_t* last) const {
 /// mas_find() / mas_find_rev(): from the slot holding index, the first non-NULL entry
 /// forwards (or backwards), moving to the next (previous) leaf as mas_next_node()
 /// (mas_prev_node()) does.
-void* MapleTree::FindFrom(uint64_t index, bool forward, uint64_t* first, uint64_t* last) const {
+void* MapleTree::FindFrom(uint64_t index, bool forward, uint64_t min_first, uint64_t* first, uint64_t* last) const {
   const uintptr_t r = root_.load(kRlx);
   if (!r) return nullptr;
-  Pos path[kMaxHeight];
-  const int d = WalkTo(r, index, path) - 1;
+  int depth;
+  Pos* path = Walk(index, &depth);  // moved along to the leaf where the search ends
+  const int d = depth - 1;
   const int step = forward ? 1 : -1;
+  // Only the slot holding index can start below it.
+  if (path[d].SlotMin(path[d].off) < min_first) path[d].off++;
   for (;;) {
     const Pos& L = path[d];
     for (int i = L.off; forward ? i <= L.end : i >= 0; i += step)
@@ -1062,7 +1182,17 @@ void MapleTree::ForEachRange(const std::function<void(uint64_t, uint64_t, void*)
 uint64_t MapleTree::EmptyAreaRevEnd(uint64_t length, uint64_t low, uint64_t high) const {
   const uintptr_t r = root_.load(kRlx);
   if (!r) return Clip(0, kMax, length, low, high);
-  return RevGap(r, 0, kMax, length, low, high);
+  // mas_empty_area_rev() leaves the ma_state at the gap: the search fills this
+  // thread's cached path, valid if it found one (the caller's next walks are there).
+  WalkCache& c = tls_walk;
+  c.tree = 0;
+  const uint64_t end = RevGap(r, 0, kMax, length, low, high, c.path);
+  if (end != kMax) {
+    c.tree = id_;
+    c.gen = gen_;
+    c.depth = height_;
+  }
+  return end;
 }
 
 /// mtree_load() -> mtree_lookup_walk(): pivots and slots read with acquire loads (the

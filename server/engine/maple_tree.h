@@ -34,6 +34,12 @@
 // be freed after a grace period (TakeRetired, FreeNodes). A reader that finds it was
 // in a dead node restarts from the root, as mtree_lookup_walk does.
 //
+// Walks under the owner's lock (Load, Find*, EmptyAreaRevEnd, a store's mas_wr_walk)
+// keep the path to the leaf they end in per thread, as a kernel caller keeps its
+// ma_state across the calls of one operation: the next walk whose index lies in that
+// leaf starts there, until the tree's next store (a store within one leaf leaves its
+// path cached). Pivots are found by a branchless search (writer side only).
+//
 // Not modelled: the single-entry root (an entry at index 0 stored in ma_root), dense
 // and range_64 node types (the mm tree uses leaf_64 and arange_64 only), bulk mode.
 #pragma once
@@ -217,9 +223,14 @@ class MapleTree {
   /// The entry at index (NULL in a gap); its range in *first, *last if non-null.
   void* Load(uint64_t index, uint64_t* first = nullptr, uint64_t* last = nullptr) const;
   /// mas_find(): the first non-NULL entry whose range ends at or above index.
-  void* Find(uint64_t index, uint64_t* first, uint64_t* last) const { return FindFrom(index, true, first, last); }
+  void* Find(uint64_t index, uint64_t* first, uint64_t* last) const { return FindFrom(index, true, 0, first, last); }
+  /// The first non-NULL entry whose range starts at or above index (mas_find() from
+  /// index, past an entry that starts below it): one walk.
+  void* FindStart(uint64_t index, uint64_t* first, uint64_t* last) const {
+    return FindFrom(index, true, index, first, last);
+  }
   /// mas_find_rev(): the last non-NULL entry whose range starts at or below index.
-  void* FindRev(uint64_t index, uint64_t* first, uint64_t* last) const { return FindFrom(index, false, first, last); }
+  void* FindRev(uint64_t index, uint64_t* first, uint64_t* last) const { return FindFrom(index, false, 0, first, last); }
   /// Every range in order, gaps included (entry NULL).
   void ForEachRange(const std::function<void(uint64_t first, uint64_t last, void* entry)>& fn) const;
   /// mas_empty_area_rev(): the exclusive end of the highest gap that holds `length`
@@ -256,7 +267,10 @@ class MapleTree {
   struct Write;
   struct Made;
 
-  void* FindFrom(uint64_t index, bool forward, uint64_t* first, uint64_t* last) const;
+  void* FindFrom(uint64_t index, bool forward, uint64_t min_first, uint64_t* first, uint64_t* last) const;
+  Pos* Walk(uint64_t index, int* depth) const;
+  int WalkInto(uint64_t index, Pos* path) const;
+  void Remember(const Pos* path, int depth) const;
   MapleStoreType Classify(Write& w);
   int PreallocCalc(MapleStoreType t) const;
   Node* NewNode();
@@ -265,9 +279,13 @@ class MapleTree {
   void RetireReplaced(uintptr_t old_top);
   uintptr_t Publish(Pos* path, int depth, uintptr_t new_enode);
   void Adopt(uintptr_t enode);
-  void UpdateGap(Pos* path, int depth);
+  void UpdateGap(Pos* path, int d);
+  void UpdateGap(Pos* path, int d, uint64_t gap);
   uintptr_t MakeNode(bool leaf, const Big& b, int from, int to);
+  template <class Copy, class Put>
+  static void LeafEntries(const Write& w, Copy&& copy, Put&& put);
   void BuildLeafBig(const Write& w, Big& b) const;
+  static uint64_t FillLeaf(Node* dst, const Write& w);
   void StoreRootExpand(Write& w);
   void NewRoot(Write& w);
   void ExactFit(Write& w);
@@ -284,6 +302,8 @@ class MapleTree {
 
   const bool rcu_;
   const bool prealloc_worst_;
+  const uint64_t id_;               // unique in the process (names the tree in walk caches)
+  uint64_t gen_ = 0;                // guarded by the writer: stores begun (walk cache validity)
   std::atomic<uintptr_t> root_{0};  // tagged node pointer (what readers start from)
   int height_ = 0;                  // guarded by the writer: levels
   uint64_t nodes_ = 0;              // guarded by the writer: nodes in the tree

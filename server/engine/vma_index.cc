@@ -366,9 +366,7 @@ class MapleIndex final : public VmaIndex {
   Vma* NextFrom(uint64_t addr) const override {
     Settle();
     uint64_t first, last;
-    void* e = mt_.Find(addr, &first, &last);
-    if (e && first < addr) e = last == ~0ull ? nullptr : mt_.Find(last + 1, &first, &last);
-    return static_cast<Vma*>(e);
+    return static_cast<Vma*>(mt_.FindStart(addr, &first, &last));
   }
   Vma* PrevOf(uint64_t addr) const override {
     Settle();

@@ -4,6 +4,8 @@
 //    placement, node fill) checked after every store, and every store type reached;
 //  * one test per store type: the type the kernel's rules pick, what it costs in
 //    nodes, and the result;
+//  * the walk cache: a store on another thread, or another tree, ends a thread's
+//    cached walk; FindStart;
 //  * RCU readers: after every step of every store a lookup finds the value from
 //    before or after the store; readers racing the writer;
 //  * each VmaIndex kind ("rbtree", "maple", maple without RCU) against a std::map of
@@ -393,6 +395,72 @@ TEST(MapleStore, NodesAre256BytesWithTheKernelsFanOut) {
   RangeModel m;
   Fill(t, m, 7);
   EXPECT_EQ(t.nodes(), 1u);
+}
+
+// The walk cache (MapleTree::Walk): a walk reuses the path of the leaf this thread last
+// walked to only while that leaf is the tree's, as it is now.
+
+/// A tree of 300 entries [1000 + 10k, 1000 + 10k + 4] (several levels).
+void FillTree(MapleTree& t) {
+  for (uint64_t k = 0; k < 300; k++) t.Store(1000 + 10 * k, 1004 + 10 * k, E(1 + k));
+}
+
+TEST(MapleWalk, AStoreOnAnotherThreadEndsThisThreadsCachedWalk) {
+  for (bool rcu : {true, false}) {
+    MapleTree t(rcu);
+    FillTree(t);
+    ASSERT_GE(t.height(), 2);
+    std::vector<void*> retired;
+    // This thread walks to the leaf of 1500 (entry 51, [1500, 1504]).
+    ASSERT_EQ(t.Load(1500), E(51));
+    // Another thread (the writer, as under mmap_lock for write) replaces that leaf (a
+    // node store: a new leaf in RCU mode, the leaf rewritten without) and the VMA.
+    std::thread([&] {
+      t.Store(1500, 1502, E(7000));
+      t.TakeRetired(retired);
+    }).join();
+    uint64_t first = 0, last = 0;
+    EXPECT_EQ(t.Load(1500, &first, &last), E(7000)) << "rcu " << rcu;
+    EXPECT_EQ(first, 1500u);
+    EXPECT_EQ(last, 1502u);
+    EXPECT_EQ(t.Load(1503, &first, &last), E(51));  // what is left of the old entry
+    EXPECT_EQ(first, 1503u);
+    EXPECT_EQ(last, 1504u);
+    EXPECT_EQ(t.Find(1505, &first, &last), E(52));
+    EXPECT_EQ(first, 1510u);
+    EXPECT_EQ(t.Validate(), "");
+    MapleTree::FreeNodes(retired);
+  }
+}
+
+TEST(MapleWalk, TwoTreesOnOneThreadDoNotShareACachedWalk) {
+  MapleTree a(true), b(true);
+  FillTree(a);
+  for (uint64_t k = 0; k < 300; k++) b.Store(1000 + 10 * k, 1004 + 10 * k, E(5000 + k));
+  // Same indexes, alternating trees: each answer is the tree's own.
+  for (uint64_t x = 1000; x < 4000; x += 7) {
+    const uint64_t k = (x - 1000) / 10, in = (x - 1000) % 10 < 5;
+    EXPECT_EQ(a.Load(x), in ? E(1 + k) : nullptr) << x;
+    EXPECT_EQ(b.Load(x), in ? E(5000 + k) : nullptr) << x;
+  }
+}
+
+TEST(MapleWalk, FindStartSkipsTheEntryThatStartsBelowIndex) {
+  MapleTree t(true);
+  FillTree(t);
+  uint64_t first = 0, last = 0;
+  EXPECT_EQ(t.FindStart(1502, &first, &last), E(52));  // [1500, 1504] starts below
+  EXPECT_EQ(first, 1510u);
+  EXPECT_EQ(t.FindStart(1500, &first, &last), E(51));
+  EXPECT_EQ(first, 1500u);
+  EXPECT_EQ(t.FindStart(1505, &first, &last), E(52));  // in the gap after it
+  EXPECT_EQ(first, 1510u);
+  // The last entry of a leaf: the next leaf's first entry. Every start checked.
+  for (uint64_t k = 0; k + 1 < 300; k++) {
+    ASSERT_EQ(t.FindStart(1001 + 10 * k, &first, &last), E(2 + k)) << k;
+    ASSERT_EQ(first, 1010 + 10 * k);
+  }
+  EXPECT_EQ(t.FindStart(1000 + 10 * 299 + 1, &first, &last), nullptr);
 }
 
 TEST(MapleStore, GapSearchFindsTheHighestFittingGap) {
