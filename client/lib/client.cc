@@ -163,8 +163,9 @@ std::shared_ptr<grpc::Channel> MakeChannelTo(const std::string& target, const Cl
 }
 
 /// The space id of the first op of a batch that names one (0 if none): the field
-/// "space_id" of whichever Op message is set.
+/// "space_id" of whichever Op message is set, or PackedOps.space_id.
 uint64_t FirstSpaceId(const v1::BatchRequest& req) {
+  if (req.has_packed()) return req.packed().space_id();
   for (const v1::Op& op : req.ops()) {
     const google::protobuf::Reflection* refl = op.GetReflection();
     const google::protobuf::FieldDescriptor* set = refl->GetOneofFieldDescriptor(op, op.GetDescriptor()->oneof_decl(0));

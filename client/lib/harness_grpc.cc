@@ -10,6 +10,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <initializer_list>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -113,38 +114,21 @@ class StreamSession : public Session {
   using Session::Access;
   using Session::Mmap;
   uint64_t Mmap(uint64_t len, int prot, int flags, uint64_t file, uint64_t* addr) override {
-    v1::MmapRequest* m = cur().add_ops()->mutable_mmap();
-    m->set_space_id(space_);
-    m->set_len(len);
-    m->set_prot(prot);
-    m->set_flags(flags);
-    m->set_file_id(file);
+    Words({v1::PACKED_MMAP, 0, len, Word(prot), Word(flags), 0, file});
     return Queue("mmap", addr);
   }
   uint64_t Munmap(Addr addr, uint64_t len) override {
-    v1::Op* op = cur().add_ops();
-    v1::MunmapRequest* u = op->mutable_munmap();
-    u->set_space_id(space_);
-    u->set_addr(SetAddrOf(op, addr));
-    u->set_len(len);
+    Words({v1::PACKED_MUNMAP | RefFlag(addr), addr.value, len});
+    RefWord(addr);
     return Queue("munmap", nullptr);
   }
   uint64_t Access(Addr addr, uint64_t len, uint64_t stride, bool write) override {
-    v1::Op* op = cur().add_ops();
-    v1::AccessRequest* a = op->mutable_access();
-    a->set_space_id(space_);
-    a->set_addr(SetAddrOf(op, addr));
-    a->set_len(len);
-    a->set_stride(stride);
-    a->set_access(write ? v1::ACCESS_WRITE : v1::ACCESS_READ);
+    Words({v1::PACKED_ACCESS | RefFlag(addr), addr.value, len, stride, Word(write ? v1::ACCESS_WRITE : v1::ACCESS_READ)});
+    RefWord(addr);
     return Queue("access", nullptr);
   }
   uint64_t MadviseDontneed(uint64_t addr, uint64_t len) override {
-    v1::MadviseRequest* m = cur().add_ops()->mutable_madvise();
-    m->set_space_id(space_);
-    m->set_addr(addr);
-    m->set_len(len);
-    m->set_advice(MADV_DONTNEED);
+    Words({v1::PACKED_MADVISE, addr, len, Word(MADV_DONTNEED)});
     return Queue("madvise", nullptr);
   }
 
@@ -239,26 +223,34 @@ class StreamSession : public Session {
     cv_.notify_all();
   }
 
-  /// For an op being queued: names the mmap `a.of` in op->addr_of (stream ops count
-  /// from 0, session ops from 1); returns what goes in the op's addr field.
-  uint64_t SetAddrOf(v1::Op* op, const Addr& a) {
-    if (a.of != 0) op->mutable_addr_of()->set_index(a.of - 1);
-    return a.value;
+  // The op being queued, as words of the message's PackedOps (vmspace.proto,
+  // PackedOpKind): its kind word and fields; an int32 field as protobuf stores it.
+  void Words(std::initializer_list<uint64_t> w) {
+    for (uint64_t x : w) cur().mutable_packed()->add_words(x);
+  }
+  static uint64_t Word(int32_t v) { return static_cast<uint64_t>(static_cast<int64_t>(v)); }
+  /// The kind-word flag of an op whose address is Addr::Of(mmap op): addr_of by index.
+  static uint64_t RefFlag(const Addr& a) { return a.of != 0 ? v1::PACKED_ADDR_OF_INDEX : 0; }
+  /// After the fields: the mmap's stream op number (stream ops count from 0, session
+  /// ops from 1).
+  void RefWord(const Addr& a) {
+    if (a.of != 0) Words({a.of - 1});
   }
 
   uint64_t Queue(const char* name, uint64_t* addr) {
     cur_ops_.push_back({name, addr});
     uint64_t op = ++queued_;
-    if (cur().ops_size() >= batch_) Flush();
+    if (static_cast<int>(cur_ops_.size()) >= batch_) Flush();
     return op;
   }
 
   // Sends the message under construction, after waiting for room in the window. Only
   // the client thread writes, and one Write at a time.
   void Flush() {
-    if (cur().ops_size() == 0) return;
-    Sent sent{next_tag_++, queued_ - static_cast<uint64_t>(cur().ops_size()) + 1, std::move(cur_ops_)};
+    if (cur_ops_.empty()) return;
+    Sent sent{next_tag_++, queued_ - static_cast<uint64_t>(cur_ops_.size()) + 1, std::move(cur_ops_)};
     cur().set_tag(sent.tag);
+    cur().mutable_packed()->set_space_id(space_);
     cur_ops_.clear();
     bool send = false;
     {
@@ -292,24 +284,32 @@ class StreamSession : public Session {
       }
       Sent sent = std::move(inflight_.front());
       inflight_.pop_front();
-      if (static_cast<size_t>(resp.results_size()) != sent.ops.size()) {
-        Fail("batch stream: BatchResponse with " + std::to_string(resp.results_size()) + " results for " +
-             std::to_string(sent.ops.size()) + " ops");
+      const v1::PackedResults& p = resp.packed();
+      if (static_cast<size_t>(p.values_size()) != sent.ops.size() || p.full_index_size() != p.full_size()) {
+        Fail("batch stream: BatchResponse with " + std::to_string(p.values_size()) + " values and " +
+             std::to_string(p.full_size()) + " full results for " + std::to_string(sent.ops.size()) + " ops");
         break;
       }
-      for (int i = 0; i < resp.results_size() && error_.empty(); ++i) {
-        const v1::OpResult& r = resp.results(i);
-        const OpRef& op = sent.ops[static_cast<size_t>(i)];
-        if (auto e = client::DecodeOpResult(r)) {
-          Fail(std::string(op.name) + ": " + e->ToString());
+      // The full results (in op order) carry every error and every stopped access.
+      for (int j = 0; j < p.full_size() && error_.empty(); ++j) {
+        const v1::OpResult& r = p.full(j);
+        const uint32_t i = p.full_index(j);
+        if (i >= sent.ops.size()) {
+          Fail("batch stream: full result for op " + std::to_string(i) + " of " + std::to_string(sent.ops.size()));
+        } else if (auto e = client::DecodeOpResult(r)) {
+          Fail(std::string(sent.ops[i].name) + ": " + e->ToString());
         } else if (r.has_access()) {
-          counters_.bytes_touched += r.access().accesses();
-          counters_.faults += r.access().faults();
-          counters_.major_faults += r.access().major_faults();
           if (std::string stop = AccessStop(r.access()); !stop.empty()) Fail(stop);
-        } else if (op.addr) {
-          *op.addr = r.mmap().addr();
-          counters_.addr_hash = HashAddr(counters_.addr_hash, *op.addr);
+        }
+      }
+      if (!error_.empty()) break;
+      counters_.bytes_touched += p.accesses();
+      counters_.faults += p.access_faults();
+      counters_.major_faults += p.access_major_faults();
+      for (size_t i = 0; i < sent.ops.size(); ++i) {
+        if (uint64_t* addr = sent.ops[i].addr) {
+          *addr = p.values(static_cast<int>(i));
+          counters_.addr_hash = HashAddr(counters_.addr_hash, *addr);
         }
       }
       if (!error_.empty()) break;

@@ -5,7 +5,9 @@
 // unary: one RPC per op, each session on its own connection.
 //
 // stream: each session keeps one Batch stream on its own connection and packs its ops
-// into messages of up to `batch` ops, with up to `inflight` messages unanswered. The
+// into messages of up to `batch` ops in the compact form (BatchRequest.packed, answered
+// with PackedResults: only addresses, errors and access sums come back), with up to
+// `inflight` messages unanswered. The
 // client thread writes; a reader thread per session reads the answers and completes the
 // ops in order (the daemon applies them in order, so the space sees exactly the
 // sequential sequence). Wait(op) sends the message under construction and blocks until

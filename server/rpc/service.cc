@@ -494,13 +494,14 @@ class StreamResults {
  public:
   static constexpr uint64_t kWindow = v1::BATCH_REF_WINDOW;
 
-  /// For the next op: if it has addr_of, sets its addr to the named op's address plus
-  /// its own addr. EINVAL if the reference is out of range (this op or a later one, or
-  /// older than the window) or names an op that failed or returned no address.
-  OpStatus ApplyAddrOf(v1::Op& op) const {
-    if (!op.has_addr_of()) return {};
+  /// For the next op: if `ref` (its addr_of) is not null, sets its addr to the named
+  /// op's address plus its own addr. EINVAL if the reference is out of range (this op or
+  /// a later one, or older than the window) or names an op that failed or returned no
+  /// address.
+  OpStatus ApplyAddrOf(const v1::OpRef* ref, v1::Op& op) const {
+    if (ref == nullptr) return {};
     uint64_t addr = 0;
-    OpStatus s = Resolve(op.addr_of(), &addr);
+    OpStatus s = Resolve(*ref, &addr);
     if (s.ok()) SetOpAddr(op, addr + OpAddr(op));
     return s;
   }
@@ -551,10 +552,11 @@ class StreamResults {
   uint64_t next_ = 0;
 };
 
-// Whether `op` may fault pages in (the ops the tenant memory quota is checked for, as
-// their unary calls): all but munmap, mprotect and msync, which only free or keep.
-bool MayFaultIn(const v1::Op& op) {
-  switch (op.op_case()) {
+// Whether an op of kind `c` may fault pages in (the ops the tenant memory quota is
+// checked for, as their unary calls): all but munmap, mprotect and msync, which only
+// free or keep.
+bool MayFaultIn(v1::Op::OpCase c) {
+  switch (c) {
     case v1::Op::kMunmap:
     case v1::Op::kMprotect:
     case v1::Op::kMsync:
@@ -562,6 +564,138 @@ bool MayFaultIn(const v1::Op& op) {
     default: return true;
   }
 }
+
+/// The ops of a PackedOps message (vmspace.proto, PackedOpKind), decoded one at a time
+/// into an Op message of their kind that is kept from op to op (one per kind, its
+/// request allocated once), so a packed op costs a few scalar stores. Handler thread
+/// only.
+class PackedOpDecoder {
+ public:
+  /// Checks the words of `p` (known kinds and flags, every op complete) and counts its
+  /// ops; `may_fault_in`: any of them may fault pages in (MayFaultIn). False if the
+  /// words do not decode.
+  static bool Check(const v1::PackedOps& p, uint64_t* ops, bool* may_fault_in) {
+    *ops = 0;
+    *may_fault_in = false;
+    const int n = p.words_size();
+    for (int pos = 0; pos < n; ++*ops) {
+      const Kind* k = KindOf(p.words(pos));
+      if (k == nullptr) return false;
+      pos += 1 + k->fields + (HasRef(p.words(pos)) ? 1 : 0);
+      if (pos > n) return false;
+      *may_fault_in = *may_fault_in || MayFaultIn(k->op);
+    }
+    return true;
+  }
+
+  /// The op at p.words(*pos) of a checked message (Check), its space p.space_id();
+  /// moves *pos past it. `*ref` is its addr_of, or null. Both stay valid until the next
+  /// call.
+  v1::Op& Next(const v1::PackedOps& p, int* pos, const v1::OpRef** ref) {
+    const uint64_t kind_word = p.words((*pos)++);
+    const auto w = [&] { return p.words((*pos)++); };
+    const auto i32 = [&] { return static_cast<int32_t>(w()); };
+    const uint64_t id = p.space_id();
+    v1::Op& op = op_[kind_word & kKindMask];
+    switch (KindOf(kind_word)->op) {
+      case v1::Op::kMmap: {
+        v1::MmapRequest& r = *op.mutable_mmap();
+        r.set_space_id(id);
+        r.set_addr(w());
+        r.set_len(w());
+        r.set_prot(i32());
+        r.set_flags(i32());
+        r.set_offset(w());
+        r.set_file_id(w());
+        break;
+      }
+      case v1::Op::kMunmap: {
+        v1::MunmapRequest& r = *op.mutable_munmap();
+        r.set_space_id(id);
+        r.set_addr(w());
+        r.set_len(w());
+        break;
+      }
+      case v1::Op::kMprotect: {
+        v1::MprotectRequest& r = *op.mutable_mprotect();
+        r.set_space_id(id);
+        r.set_addr(w());
+        r.set_len(w());
+        r.set_prot(i32());
+        break;
+      }
+      case v1::Op::kFault: {
+        v1::FaultRequest& r = *op.mutable_fault();
+        r.set_space_id(id);
+        r.set_addr(w());
+        r.set_access(static_cast<v1::AccessType>(i32()));
+        break;
+      }
+      case v1::Op::kAccess: {
+        v1::AccessRequest& r = *op.mutable_access();
+        r.set_space_id(id);
+        r.set_addr(w());
+        r.set_len(w());
+        r.set_stride(w());
+        r.set_access(static_cast<v1::AccessType>(i32()));
+        break;
+      }
+      case v1::Op::kMadvise: {
+        v1::MadviseRequest& r = *op.mutable_madvise();
+        r.set_space_id(id);
+        r.set_addr(w());
+        r.set_len(w());
+        r.set_advice(i32());
+        break;
+      }
+      case v1::Op::kMsync: {
+        v1::MsyncRequest& r = *op.mutable_msync();
+        r.set_space_id(id);
+        r.set_addr(w());
+        r.set_len(w());
+        r.set_flags(i32());
+        break;
+      }
+      default: break;  // not in the kind table
+    }
+    *ref = nullptr;
+    if (kind_word & v1::PACKED_ADDR_OF_BACK) {
+      ref_.set_back(w());
+      *ref = &ref_;
+    } else if (kind_word & v1::PACKED_ADDR_OF_INDEX) {
+      ref_.set_index(w());
+      *ref = &ref_;
+    }
+    return op;
+  }
+
+ private:
+  struct Kind {
+    v1::Op::OpCase op;
+    int fields;  // words after the kind word (without addr_of)
+  };
+  static constexpr uint64_t kKindMask = 0xff;
+  static constexpr uint64_t kRefFlags = v1::PACKED_ADDR_OF_BACK | v1::PACKED_ADDR_OF_INDEX;
+  // Indexed by PackedOpKind: the fields of each kind's request, space_id left out.
+  static constexpr Kind kKinds[] = {
+      {v1::Op::OP_NOT_SET, 0}, {v1::Op::kMmap, 6},    {v1::Op::kMunmap, 2},  {v1::Op::kMprotect, 3},
+      {v1::Op::kFault, 2},     {v1::Op::kAccess, 4},  {v1::Op::kMadvise, 3}, {v1::Op::kMsync, 3},
+  };
+  static constexpr size_t kNumKinds = sizeof(kKinds) / sizeof(kKinds[0]);
+
+  static bool HasRef(uint64_t kind_word) { return (kind_word & kRefFlags) != 0; }
+  /// The kind of a kind word; null for an unknown kind or flag, or both ref flags.
+  static const Kind* KindOf(uint64_t kind_word) {
+    const uint64_t k = kind_word & kKindMask;
+    if (k == 0 || k >= kNumKinds || (kind_word & ~(kKindMask | kRefFlags)) != 0 ||
+        (kind_word & kRefFlags) == kRefFlags)
+      return nullptr;
+    return &kKinds[k];
+  }
+
+  v1::Op op_[kNumKinds];
+  v1::OpRef ref_;
+};
 
 // ---- files (the registry's FileTable; ids as clients see them, see TableFileId) ----
 
@@ -872,6 +1006,7 @@ grpc::Status VmSpaceService::Batch(
   proto::ArenaMessage<v1::BatchRequest> req_arena;
   proto::ArenaMessage<v1::BatchResponse> resp_arena;
   StreamResults results;  // for Op.addr_of
+  PackedOpDecoder packed_ops;  // for BatchRequest.packed
   // Response bytes beyond the ops' own results: tag, framing, slack.
   constexpr uint64_t kSlack = 1024;
   // The stream's buffers (the message read and the answer built) are charged to the
@@ -891,27 +1026,34 @@ grpc::Status VmSpaceService::Batch(
     if (!stream->Read(&req)) break;
     metrics::CountMsgReceived(RpcMethod::kBatch);
     if (call.CancelPolled()) return finish(Cancelled());
-    if (static_cast<uint64_t>(req.ops_size()) > opts_.max_batch)
+    const bool packed = req.has_packed();
+    uint64_t n = static_cast<uint64_t>(req.ops_size());
+    bool may_fault_in = std::any_of(req.ops().begin(), req.ops().end(),
+                                    [](const v1::Op& op) { return MayFaultIn(op.op_case()); });
+    if (packed && (n != 0 || !PackedOpDecoder::Check(req.packed(), &n, &may_fault_in)))
       return finish(ErrnoErrorDetail(EINVAL, "Batch",
-                                     std::to_string(req.ops_size()) +
-                                         " ops in one message exceed --max-batch=" +
+                                     n != 0 ? "a message has either ops or packed, not both"
+                                            : "the words of packed do not decode (PackedOpKind)"));
+    if (n > opts_.max_batch)
+      return finish(ErrnoErrorDetail(EINVAL, "Batch",
+                                     std::to_string(n) + " ops in one message exceed --max-batch=" +
                                          std::to_string(opts_.max_batch)));
     resp.Clear();
     resp.set_tag(req.tag());
     // Over the quota or the budget a message of only munmap/mprotect/msync still runs
     // (it can free; its bytes, already received, are charged beyond the budget).
-    const bool may_fault_in = std::any_of(req.ops().begin(), req.ops().end(), MayFaultIn);
     if (may_fault_in)
       if (OpStatus q = CheckMemoryQuota(caller); !q.ok()) return finish(q);
     const uint64_t req_bytes = req.ByteSizeLong() + kSlack;
     if (OpStatus e = buf.Resize("Batch", req_bytes, /*force=*/!may_fault_in); !e.ok()) return finish(e);
     SpaceCache cache([&](uint64_t id) { return FindOwn(caller, id); });
     uint64_t resp_bytes = kSlack;
-    for (int i = 0; i < req.ops_size(); i++) {
-      if (i != 0 && i % kCancelCheckOps == 0 && call.CancelPolled())
-        return finish(Cancelled());
-      v1::Op& op = *req.mutable_ops(i);
-      v1::OpResult* res = resp.add_results();
+    auto stops = [](const OpStatus& s) {
+      return s.code == grpc::StatusCode::CANCELLED || s.code == grpc::StatusCode::DEADLINE_EXCEEDED;
+    };
+    // Runs op `i` of the message (`ref`: its addr_of, or null) into `res` and records
+    // its address for later addr_of; CANCELLED and DEADLINE_EXCEEDED end the stream.
+    auto run = [&](int i, v1::Op& op, const v1::OpRef* ref, v1::OpResult* res) -> OpStatus {
       OpStatus s;
       Space* sp = nullptr;
       if (op.op_case() == v1::Op::OP_NOT_SET) {
@@ -919,7 +1061,7 @@ grpc::Status VmSpaceService::Batch(
       } else if ((sp = cache.Get(OpSpaceId(op))) == nullptr) {
         s = SpaceNotFound(OpSpaceId(op));
       } else {
-        s = results.ApplyAddrOf(op);
+        s = results.ApplyAddrOf(ref, op);
       }
       if (sp != nullptr && s.ok()) {
         switch (op.op_case()) {
@@ -954,17 +1096,51 @@ grpc::Status VmSpaceService::Batch(
           case v1::Op::OP_NOT_SET: break;
         }
       }
-      if (s.code == grpc::StatusCode::CANCELLED || s.code == grpc::StatusCode::DEADLINE_EXCEEDED)
-        return finish(s);
+      if (stops(s)) return s;
       if (!s.ok()) {
         res->clear_result();
         FillOpError(s, res);
       }
       results.Record(s.ok() && res->has_mmap() ? std::optional<uint64_t>(res->mmap().addr()) : std::nullopt);
-      // Only reads and errors can be large; any other successful result is at most
-      // kSmallResultBytes (an AccessResponse with its FaultInfo: 56), which saves
-      // sizing each op twice (here and when the response is serialized).
-      resp_bytes += (s.ok() && !res->has_read() ? kSmallResultBytes : res->ByteSizeLong()) + 8;
+      return s;
+    };
+    if (!packed) {
+      for (int i = 0; i < req.ops_size(); i++) {
+        if (i != 0 && i % kCancelCheckOps == 0 && call.CancelPolled()) return finish(Cancelled());
+        v1::Op& op = *req.mutable_ops(i);
+        v1::OpResult* res = resp.add_results();
+        const OpStatus s = run(i, op, op.has_addr_of() ? &op.addr_of() : nullptr, res);
+        if (stops(s)) return finish(s);
+        // Only reads and errors can be large; any other successful result is at most
+        // kSmallResultBytes (an AccessResponse with its FaultInfo: 56), which saves
+        // sizing each op twice (here and when the response is serialized).
+        resp_bytes += (s.ok() && !res->has_read() ? kSmallResultBytes : res->ByteSizeLong()) + 8;
+      }
+    } else {
+      // Each op's result is built in full (at the end of out.full) and kept there only
+      // if it says more than its value (PackedResults); no reads, so no resp_bytes.
+      v1::PackedResults& out = *resp.mutable_packed();
+      out.mutable_values()->Reserve(static_cast<int>(n));
+      int pos = 0;
+      for (int i = 0; i < static_cast<int>(n); i++) {
+        if (i != 0 && i % kCancelCheckOps == 0 && call.CancelPolled()) return finish(Cancelled());
+        const v1::OpRef* ref = nullptr;
+        v1::Op& op = packed_ops.Next(req.packed(), &pos, &ref);
+        v1::OpResult* res = out.add_full();
+        const OpStatus s = run(i, op, ref, res);
+        if (stops(s)) return finish(s);
+        out.add_values(s.ok() && res->has_mmap() ? res->mmap().addr() : 0);
+        if (s.ok() && res->has_access()) {
+          const v1::AccessResponse& a = res->access();
+          out.set_access_faults(out.access_faults() + a.faults());
+          out.set_access_major_faults(out.access_major_faults() + a.major_faults());
+          out.set_accesses(out.accesses() + a.accesses());
+        }
+        if (!s.ok() || res->has_fault() || (res->has_access() && res->access().has_stop()))
+          out.add_full_index(static_cast<uint32_t>(i));
+        else
+          out.mutable_full()->RemoveLast();
+      }
     }
     if (!stream->Write(resp)) return finish(Cancelled());
     metrics::CountMsgSent(RpcMethod::kBatch);

@@ -140,7 +140,9 @@ class VmSpaceService final : public v1::VmSpace::Service {
   /// every few hundred ops, and the engine polls the call's deadline and cancellation
   /// inside long ops (which then end the stream DEADLINE_EXCEEDED or CANCELLED). Beyond
   /// max_streams open streams a new one ends at once RESOURCE_EXHAUSTED (EAGAIN). A message with more than max_batch ops ends the stream with
-  /// INVALID_ARGUMENT (EINVAL); responses already sent stay valid.
+  /// INVALID_ARGUMENT (EINVAL); responses already sent stay valid. A message of
+  /// PackedOps runs the same ops the same way and is answered with PackedResults; one
+  /// whose words do not decode, or that also has `ops`, ends the stream INVALID_ARGUMENT.
   grpc::Status Batch(
       grpc::ServerContext* ctx,
       grpc::ServerReaderWriter<v1::BatchResponse, v1::BatchRequest>* stream) override;

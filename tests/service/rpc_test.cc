@@ -1038,6 +1038,161 @@ TEST_F(RpcTest, BatchAddrOfWindowIsTheLastBatchRefWindowOps) {
   Destroy(id);
 }
 
+// ---- BatchRequest.packed: the same ops in the compact form ----
+
+/// Appends the words of one packed op to `m` (its space: `id`).
+void AddPacked(v1::BatchRequest& m, uint64_t id, std::initializer_list<uint64_t> words) {
+  m.mutable_packed()->set_space_id(id);
+  for (uint64_t w : words) m.mutable_packed()->add_words(w);
+}
+
+TEST_F(RpcTest, BatchPackedOpsRunAsOpsWithCompactResults) {
+  const uint64_t id = NewSpace();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = stub_->Batch(&ctx);
+  // Message 1 (Op messages): op 0 maps 2 pages.
+  v1::BatchRequest m1;
+  m1.set_tag(1);
+  AddMmap(m1, id, 2 * kPage);
+  // Message 2 (packed), written before message 1 is answered; its ops are 1..8.
+  v1::BatchRequest m2;
+  m2.set_tag(2);
+  const uint64_t idx = v1::PACKED_ADDR_OF_INDEX, back = v1::PACKED_ADDR_OF_BACK;
+  AddPacked(m2, id, {v1::PACKED_ACCESS | idx, 0, 2 * kPage, kPage, v1::ACCESS_WRITE, 0});  // 1: writes op 0's pages
+  AddPacked(m2, id, {v1::PACKED_MUNMAP | back, 0, kPage, 2});                             // 2: op 0's first page
+  AddPacked(m2, id, {v1::PACKED_FAULT | idx, 0, v1::ACCESS_READ, 0});                     // 3: now SIGSEGV
+  AddPacked(m2, id, {v1::PACKED_MMAP, 0, 0, kRW, kPrivAnon, 0, 0});                        // 4: len 0: EINVAL
+  AddPacked(m2, id, {v1::PACKED_MUNMAP | back, 0, kPage, 1});                             // 5: names the failed op 4
+  AddPacked(m2, id, {v1::PACKED_ACCESS | idx, 0, 2 * kPage, kPage, v1::ACCESS_READ, 0});  // 6: stops at the hole
+  AddPacked(m2, id, {v1::PACKED_MMAP, 0, kPage, kRW, kPrivAnon, 0, 0});                    // 7: maps the hole
+  AddPacked(m2, id, {v1::PACKED_MADVISE | back, 0, kPage, MADV_DONTNEED, 1});             // 8: on op 7's page
+  // Message 3 (packed): an unknown space, and op 9 naming op 7.
+  v1::BatchRequest m3;
+  m3.set_tag(3);
+  AddPacked(m3, id + 1000000, {v1::PACKED_MUNMAP | idx, 0, kPage, 7});
+  ASSERT_TRUE(stream->Write(m1));
+  ASSERT_TRUE(stream->Write(m2));
+  ASSERT_TRUE(stream->Write(m3));
+
+  v1::BatchResponse r;
+  ASSERT_TRUE(stream->Read(&r));
+  ASSERT_EQ(r.results_size(), 1);
+  const uint64_t a = r.results(0).mmap().addr();
+  EXPECT_EQ(a, 0x7ffff7ffd000u);
+  EXPECT_FALSE(r.has_packed());
+
+  ASSERT_TRUE(stream->Read(&r));
+  ASSERT_EQ(r.tag(), 2u);
+  EXPECT_EQ(r.results_size(), 0);
+  const v1::PackedResults& p = r.packed();
+  ASSERT_EQ(p.values_size(), 8);
+  for (int i : {0, 1, 2, 3, 4, 5, 7}) EXPECT_EQ(p.values(i), 0u) << i;
+  EXPECT_EQ(p.values(6), a);  // top-down: the highest hole, op 0's first page
+  // Full results: the fault, the failed mmap, the refused munmap, the stopped access.
+  ASSERT_EQ(p.full_index_size(), 4);
+  ASSERT_EQ(p.full_size(), 4);
+  EXPECT_EQ(p.full_index(0), 2u);
+  EXPECT_EQ(p.full(0).code(), 0);
+  EXPECT_EQ(p.full(0).fault().fault().outcome(), v1::FAULT_OUTCOME_SIGSEGV);
+  EXPECT_EQ(p.full(0).fault().fault().si_addr(), a);
+  EXPECT_EQ(p.full_index(1), 3u);
+  EXPECT_EQ(p.full(1).code(), static_cast<int>(StatusCode::INVALID_ARGUMENT));
+  EXPECT_EQ(p.full(1).errno_name(), "EINVAL");
+  EXPECT_EQ(p.full_index(2), 4u);
+  EXPECT_TRUE(RefRefused(p.full(2), "op 4 failed or returned no address"));
+  EXPECT_EQ(p.full_index(3), 5u);
+  EXPECT_EQ(p.full(3).code(), 0);
+  EXPECT_EQ(p.full(3).access().stop().outcome(), v1::FAULT_OUTCOME_SIGSEGV);
+  EXPECT_EQ(p.full(3).access().stop().si_addr(), a);
+  // Access sums: op 1 wrote 2 pages (2 faults), op 5 read none before it stopped.
+  EXPECT_EQ(p.accesses(), 2u + p.full(3).access().accesses());
+  EXPECT_EQ(p.access_faults(), 2u + p.full(3).access().faults());
+  EXPECT_EQ(p.full(3).access().accesses(), 0u);
+  EXPECT_EQ(p.access_major_faults(), 0u);
+
+  ASSERT_TRUE(stream->Read(&r));
+  ASSERT_EQ(r.tag(), 3u);
+  ASSERT_EQ(r.packed().values_size(), 1);
+  ASSERT_EQ(r.packed().full_size(), 1);
+  EXPECT_EQ(r.packed().full(0).code(), static_cast<int>(StatusCode::NOT_FOUND));
+
+  // The space holds op 7's page and op 0's second page (message 3 ran nothing).
+  v1::GetMapsRequest mreq;
+  mreq.set_space_id(id);
+  v1::GetMapsResponse maps;
+  ASSERT_TRUE(stub_->GetMaps(Ctx().get(), mreq, &maps).ok());
+  ASSERT_EQ(maps.vmas_size(), 1);  // adjacent, same flags: one VMA
+  EXPECT_EQ(maps.vmas(0).start(), a);
+  EXPECT_EQ(maps.vmas(0).end(), a + 2 * kPage);
+  EXPECT_EQ(maps.vmas(0).rss_bytes(), kPage);  // op 0's second page; op 7's was never touched
+  stream->WritesDone();
+  EXPECT_FALSE(stream->Read(&r));
+  EXPECT_TRUE(stream->Finish().ok());
+  Destroy(id);
+}
+
+TEST_F(RpcTest, BatchPackedWordsThatDoNotDecodeEndTheStream) {
+  const uint64_t id = NewSpace();
+  const uint64_t unmap[] = {v1::PACKED_MUNMAP, 0x10000000, kPage};
+  struct Case {
+    const char* what;
+    std::vector<uint64_t> words;
+    bool with_op;  // also an Op message
+  };
+  const Case cases[] = {
+      {"unknown kind", {99, 0, kPage}, false},
+      {"kind 0", {0}, false},
+      {"unknown flag", {v1::PACKED_MUNMAP | 1024, 0, kPage}, false},
+      {"both addr_of flags", {v1::PACKED_MUNMAP | v1::PACKED_ADDR_OF_BACK | v1::PACKED_ADDR_OF_INDEX, 0, kPage, 1, 1}, false},
+      {"cut short", {v1::PACKED_MMAP, 0, kPage, kRW}, false},
+      {"addr_of word missing", {v1::PACKED_MUNMAP | v1::PACKED_ADDR_OF_BACK, 0, kPage}, false},
+      {"ops and packed", {unmap, unmap + 3}, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    auto stream = stub_->Batch(&ctx);
+    // First a good packed message: mmap a page at 0x10000000, answered.
+    v1::BatchRequest good;
+    AddPacked(good, id, {v1::PACKED_MMAP, 0x10000000, kPage, kRW, kPrivAnon | MAP_FIXED, 0, 0});
+    ASSERT_TRUE(stream->Write(good));
+    v1::BatchResponse r;
+    ASSERT_TRUE(stream->Read(&r));
+    ASSERT_EQ(r.packed().values_size(), 1);
+    EXPECT_EQ(r.packed().values(0), 0x10000000u);
+    // Then the bad one: the words decode into nothing, it would unmap the page if it ran.
+    v1::BatchRequest bad;
+    bad.mutable_packed()->set_space_id(id);
+    for (uint64_t w : c.words) bad.mutable_packed()->add_words(w);
+    if (c.with_op) AddMunmap(bad, id, 0x10000000, kPage, RefIndex(0));
+    stream->Write(bad);
+    EXPECT_FALSE(stream->Read(&r));
+    const grpc::Status s = stream->Finish();
+    EXPECT_TRUE(HasErrno(s, StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL)) << s.error_message();
+    v1::GetMapsRequest mreq;
+    mreq.set_space_id(id);
+    v1::GetMapsResponse maps;
+    ASSERT_TRUE(stub_->GetMaps(Ctx().get(), mreq, &maps).ok());
+    EXPECT_EQ(maps.map_count(), 1u) << "an op of the bad message ran";
+  }
+  // More than --max-batch=64 packed ops end the stream as 65 Op messages do.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = stub_->Batch(&ctx);
+  v1::BatchRequest big;
+  for (int i = 0; i < 65; i++) AddPacked(big, id, {v1::PACKED_MADVISE, 0, 0, MADV_DONTNEED});
+  stream->Write(big);
+  v1::BatchResponse r;
+  EXPECT_FALSE(stream->Read(&r));
+  const grpc::Status s = stream->Finish();
+  EXPECT_TRUE(HasErrno(s, StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_NE(s.error_message().find("65 ops in one message exceed --max-batch=64"), std::string::npos)
+      << s.error_message();
+  Destroy(id);
+}
+
 TEST_F(RpcTest, DestroyedSpaceIsNotFoundAfterwards) {
   const uint64_t id = NewSpace();
   uint64_t a = 0;
