@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "engine/cancel.h"
+#include "engine/per_thread.h"
 #include "engine/stats.h"
 #include "filemap.h"
 #include "mm.h"
@@ -64,6 +65,12 @@ void MmStruct::ZapPteRange(Vma* v, uint64_t start, uint64_t end, std::vector<voi
     if (anon) AddRss(MM_ANONPAGES, -anon);
     if (file) AddRss(FileCounter(v), -file);
   });
+}
+
+bool MmStruct::FreeZappedPagesIfUnused(std::vector<void*>& pages) {
+  if (pages.empty() || !tlb_users.Idle()) return false;
+  frames.FreeBatch(pages, ThreadShard());
+  return true;
 }
 
 // ====================================================================== faults
@@ -486,12 +493,18 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
   bool reclaimed = false;
   for (int tries = 0;; tries++) {
     {
-      RcuReadGuard g;
+      RcuReadGuard g;  // keeps the page tables alive
       if (PageTable::PteTable* t = m.pt.Lookup(addr, false)) {
-        const uint64_t pte = t->Get(PageTable::PteIndex(addr));
-        if (PteAllows(pte, acc)) {
-          touch(static_cast<uint8_t*>(PteFrame(pte)));
-          return res;
+        const int i = PageTable::PteIndex(addr);
+        if (PteAllows(t->Get(i), acc)) {
+          // The TLB-hit path: announced before the PTE is read again, so a zap that
+          // clears it either sees us here or is seen (MmStruct::FreeZappedPagesIfUnused).
+          const int cell = m.tlb_users.Enter();
+          const uint64_t pte = t->GetSync(i);
+          const bool hit = PteAllows(pte, acc);
+          if (hit) touch(static_cast<uint8_t*>(PteFrame(pte)));
+          m.tlb_users.Exit(cell);
+          if (hit) return res;
         }
       }
     }

@@ -135,8 +135,10 @@ void MmStruct::EndWriteSectionLocked() {
 }
 
 void MmStruct::FlushGatherIfFullLocked() {
-  const MmuGather& g = GatherLocked();
-  if (g.size() >= kDeferBatch || g.pages.size() >= kDeferFrames) {
+  MmuGather& g = GatherLocked();
+  const size_t zapped = g.pages.size();
+  if (FreeZappedPagesIfUnused(g.pages)) g.freed_at_once += zapped;  // no grace period needed
+  if (g.size() >= kDeferBatch || g.pages.size() + g.freed_at_once >= kDeferFrames) {
     FlushGatherLocked();
     return;
   }
