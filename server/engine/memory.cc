@@ -10,6 +10,7 @@
 // then faults again, as on the hardware.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/cancel.h"
 #include "engine/per_thread.h"
@@ -476,7 +477,8 @@ namespace {
 /// A fault that found no frame (kOom) is retried once after FrameAllocator::Reclaim,
 /// here where no lock is held (pagefault_out_of_memory: frees already queued count as
 /// free memory). A retry polls the caller's stop check (CancelScope), and after
-/// kMaxFaultRetries the access ends kInterrupted.
+/// kMaxFaultRetries the access ends kInterrupted. `touch` nullptr: no access of the
+/// frame, only a PTE that allows one (Fault).
 /// Returns the faults taken and, if the access could not be done, the failing fault.
 template <typename Touch>
 FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch) {
@@ -497,14 +499,18 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
       if (PageTable::PteTable* t = m.pt.Lookup(addr, false)) {
         const int i = PageTable::PteIndex(addr);
         if (PteAllows(t->Get(i), acc)) {
-          // The TLB-hit path: announced before the PTE is read again, so a zap that
-          // clears it either sees us here or is seen (MmStruct::FreeZappedPagesIfUnused).
-          const int cell = m.tlb_users.Enter();
-          const uint64_t pte = t->GetSync(i);
-          const bool hit = PteAllows(pte, acc);
-          if (hit) touch(static_cast<uint8_t*>(PteFrame(pte)));
-          m.tlb_users.Exit(cell);
-          if (hit) return res;
+          if constexpr (std::is_null_pointer_v<std::remove_reference_t<Touch>>) {
+            return res;  // nothing to access
+          } else {
+            // The TLB-hit path: announced before the PTE is read again, so a zap that
+            // clears it either sees us here or is seen (MmStruct::FreeZappedPagesIfUnused).
+            const int cell = m.tlb_users.Enter();
+            const uint64_t pte = t->GetSync(i);
+            const bool hit = PteAllows(pte, acc);
+            if (hit) touch(static_cast<uint8_t*>(PteFrame(pte)));
+            m.tlb_users.Exit(cell);
+            if (hit) return res;
+          }
         }
       }
     }
@@ -529,7 +535,7 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
 }  // namespace
 
 FaultResult MmStruct::FaultInPage(uint64_t addr, AccessType acc) {
-  return AccessPage(*this, addr, acc, [](uint8_t*) {});
+  return AccessPage(*this, addr, acc, nullptr);
 }
 
 // ====================================================================== public API
