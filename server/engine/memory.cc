@@ -95,7 +95,7 @@ FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
     }
   }
   CountEvent(Event::kPgfault);
-  PageTable::PteTable* t = pt.Lookup(vmf.address, true);
+  PageTable::PteTable* t = vmf.pte_table ? vmf.pte_table : pt.Lookup(vmf.address, true);
   if (!t) {
     CountEvent(Event::kFaultOom);
     return FaultOutcome::kOom;
@@ -363,6 +363,7 @@ FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma
   // read), then takes the NX protection fault.
   const bool nx = acc == AccessType::kExec && !(v->vm_flags & VM_EXEC);
   VmFault vmf{v, addr, nx ? AccessType::kRead : acc, vma_locked};
+  vmf.pte_table = t;
   const FaultOutcome o = HandleMmFault(vmf);
   if (vmf.retry) {
     VMSPACE_LOCK_ASSERT(vma_locked && retry, "VM_FAULT_RETRY outside the VMA-lock path");

@@ -235,6 +235,9 @@ struct VmFault {
   /// Set by the handler: a shared write dirtied a clean page-cache page, its PTE is
   /// installed (fault_dirty_shared_page: the caller drops its lock and throttles).
   bool dirtied = false;
+  /// The PTE table covering `address` if the caller's walk found one (under the same
+  /// lock, so it stays), else null: the handler walks again, allocating (vmf->pmd).
+  PageTable::PteTable* pte_table = nullptr;
 };
 
 /// Test-only: called by VmaLinkNewLocked between the VMA-tree insert and the i_mmap
