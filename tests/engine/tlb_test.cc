@@ -32,12 +32,7 @@ constexpr uint64_t kPages = 8;
 struct Tlb : ::testing::TestWithParam<const char*> {
   FrameAllocator frames;
   std::unique_ptr<AddressSpace> as;
-  void SetUp() override {
-    SpaceOptions o;
-    std::string err;
-    ASSERT_TRUE(LockingProfile::Parse(GetParam(), &o.profile, &err)) << err;
-    as = std::make_unique<AddressSpace>(frames, o);
-  }
+  void SetUp() override { as = std::make_unique<AddressSpace>(frames, testing_profiles::ProfileOptions(GetParam())); }
   void TearDown() override { testing_util::ExpectAllFramesFreed(as, frames); }
   // kPages pages mapped and written: kPages frames in use.
   uint64_t MapWritten() {
