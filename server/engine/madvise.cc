@@ -42,7 +42,8 @@ SysResult AddressSpace::Madvise(uint64_t start, uint64_t len_in, int advice) {
   }
   if (!err && pos < end) err = ENOMEM;
   m.mmap_lock.UnlockRead();
-  MmuGather::Queue(g, m.frames, m.stats_slot);  // lockless accessors may still touch the frames
+  m.FreeZappedPagesIfUnused(g->pages);
+  MmuGather::Queue(g, m.frames, m.stats_slot);  // else lockless accessors may still touch the frames
   return done(err);
 }
 

@@ -10,8 +10,10 @@
 // then faults again, as on the hardware.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/cancel.h"
+#include "engine/per_thread.h"
 #include "engine/stats.h"
 #include "filemap.h"
 #include "mm.h"
@@ -66,6 +68,12 @@ void MmStruct::ZapPteRange(Vma* v, uint64_t start, uint64_t end, std::vector<voi
   });
 }
 
+bool MmStruct::FreeZappedPagesIfUnused(std::vector<void*>& pages) {
+  if (pages.empty() || !tlb_users.Idle()) return false;
+  frames.FreeBatch(pages, ThreadShard());
+  return true;
+}
+
 // ====================================================================== faults
 
 FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
@@ -87,7 +95,7 @@ FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
     }
   }
   CountEvent(Event::kPgfault);
-  PageTable::PteTable* t = pt.Lookup(vmf.address, true);
+  PageTable::PteTable* t = vmf.pte_table ? vmf.pte_table : pt.Lookup(vmf.address, true);
   if (!t) {
     CountEvent(Event::kFaultOom);
     return FaultOutcome::kOom;
@@ -355,6 +363,7 @@ FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma
   // read), then takes the NX protection fault.
   const bool nx = acc == AccessType::kExec && !(v->vm_flags & VM_EXEC);
   VmFault vmf{v, addr, nx ? AccessType::kRead : acc, vma_locked};
+  vmf.pte_table = t;
   const FaultOutcome o = HandleMmFault(vmf);
   if (vmf.retry) {
     VMSPACE_LOCK_ASSERT(vma_locked && retry, "VM_FAULT_RETRY outside the VMA-lock path");
@@ -469,7 +478,8 @@ namespace {
 /// A fault that found no frame (kOom) is retried once after FrameAllocator::Reclaim,
 /// here where no lock is held (pagefault_out_of_memory: frees already queued count as
 /// free memory). A retry polls the caller's stop check (CancelScope), and after
-/// kMaxFaultRetries the access ends kInterrupted.
+/// kMaxFaultRetries the access ends kInterrupted. `touch` nullptr: no access of the
+/// frame, only a PTE that allows one (Fault).
 /// Returns the faults taken and, if the access could not be done, the failing fault.
 template <typename Touch>
 FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch) {
@@ -486,12 +496,22 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
   bool reclaimed = false;
   for (int tries = 0;; tries++) {
     {
-      RcuReadGuard g;
+      RcuReadGuard g;  // keeps the page tables alive
       if (PageTable::PteTable* t = m.pt.Lookup(addr, false)) {
-        const uint64_t pte = t->Get(PageTable::PteIndex(addr));
-        if (PteAllows(pte, acc)) {
-          touch(static_cast<uint8_t*>(PteFrame(pte)));
-          return res;
+        const int i = PageTable::PteIndex(addr);
+        if (PteAllows(t->Get(i), acc)) {
+          if constexpr (std::is_null_pointer_v<std::remove_reference_t<Touch>>) {
+            return res;  // nothing to access
+          } else {
+            // The TLB-hit path: announced before the PTE is read again, so a zap that
+            // clears it either sees us here or is seen (MmStruct::FreeZappedPagesIfUnused).
+            const int cell = m.tlb_users.Enter();
+            const uint64_t pte = t->GetSync(i);
+            const bool hit = PteAllows(pte, acc);
+            if (hit) touch(static_cast<uint8_t*>(PteFrame(pte)));
+            m.tlb_users.Exit(cell);
+            if (hit) return res;
+          }
         }
       }
     }
@@ -516,7 +536,7 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
 }  // namespace
 
 FaultResult MmStruct::FaultInPage(uint64_t addr, AccessType acc) {
-  return AccessPage(*this, addr, acc, [](uint8_t*) {});
+  return AccessPage(*this, addr, acc, nullptr);
 }
 
 // ====================================================================== public API

@@ -147,8 +147,12 @@ void MmStruct::EndWriteSectionLocked() {
 }
 
 void MmStruct::FlushGatherIfFullLocked() {
-  const MmuGather* g = gather;  // (not created here: a space that retires nothing has none)
-  if (g && (g->size() >= kDeferBatch || g->pages.size() >= kDeferFrames)) {
+  MmuGather* g = gather;  // (not created here: a space that retires nothing has none)
+  if (g) {
+    const size_t zapped = g->pages.size();
+    if (FreeZappedPagesIfUnused(g->pages)) g->freed_at_once += zapped;  // no grace period needed
+  }
+  if (g && (g->size() >= kDeferBatch || g->pages.size() + g->freed_at_once >= kDeferFrames)) {
     FlushGatherLocked();
     return;
   }

@@ -24,6 +24,7 @@
 #include "engine/address_space.h"
 #include "engine/cancel.h"
 #include "engine/frame_allocator.h"
+#include "engine/per_thread.h"
 #include "page_table.h"
 #include "sync/mutex.h"
 #include "sync/rcu.h"
@@ -94,6 +95,40 @@ class PercpuCounter {
   std::array<Padded, kCells> cells_;
 };
 
+/// The threads in a space's TLB-hit path (AccessPage: the lockless PTE read and the
+/// access of the frame it maps), counted in cache-line cells by thread (ThreadShard):
+/// the model's mm_cpumask. Private frames whose PTEs a zap cleared while no thread was
+/// in the path are in no "TLB" and may be freed at once, as tlb_finish_mmu frees the
+/// pages after a TLB flush that needs no IPI when the mm runs on no other CPU; else
+/// they wait for an RCU grace period (the shootdown). No lock.
+class TlbUsers {
+ public:
+  /// Enters the path; the PTE must be (re)read after it, sequentially consistent
+  /// (PageTable::PteTable::GetSync). Returns the cell for Exit.
+  int Enter() {
+    const int c = ThreadShard();
+    cells_[c].v.fetch_add(1, std::memory_order_seq_cst);
+    return c;
+  }
+  /// Leaves the path: the access of the frame is complete.
+  void Exit(int cell) { cells_[cell].v.fetch_sub(1, std::memory_order_release); }
+  /// After PTEs were cleared (PteTable::Clear, sequentially consistent): true if no
+  /// thread is in the path, so none can still be accessing a frame they mapped (one
+  /// that enters from now on reads the cleared PTEs).
+  bool Idle() const {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (const auto& c : cells_)
+      if (c.v.load(std::memory_order_acquire) != 0) return false;
+    return true;
+  }
+
+ private:
+  struct alignas(64) Padded {
+    std::atomic<int64_t> v{0};
+  };
+  std::array<Padded, kThreadShards> cells_;
+};
+
 /// What a write section retires, freed after an RCU grace period: lockless accessors
 /// (the TLB-hit path) and RCU lookups may still use it (Linux's mmu_gather with
 /// MMU_GATHER_RCU_TABLE_FREE, plus maple-node freeing by call_rcu). Detached VMAs go
@@ -104,6 +139,9 @@ struct MmuGather {
   int stats_slot = 0;        // the space's profile slot: frees are counted there
   int shard = 0;             // the queueing thread's ThreadShard(): frames and nodes go back there
   std::vector<void*> pages;  // private anonymous frames
+  /// Frames the zaps of this gather freed at once (MmStruct::FreeZappedPagesIfUnused):
+  /// they count toward kDeferFrames, so the rest is handed on at the same pace.
+  size_t freed_at_once = 0;
   PageTable::TableGather tables;
   std::vector<void*> nodes;  // retired VMA-index nodes
   bool empty() const { return pages.empty() && tables.empty() && nodes.empty(); }
@@ -241,6 +279,9 @@ struct VmFault {
   /// Set by the handler: a shared write dirtied a clean page-cache page, its PTE is
   /// installed (fault_dirty_shared_page: the caller drops its lock and throttles).
   bool dirtied = false;
+  /// The PTE table covering `address` if the caller's walk found one (under the same
+  /// lock, so it stays), else null: the handler walks again, allocating (vmf->pmd).
+  PageTable::PteTable* pte_table = nullptr;
 };
 
 /// Test-only: called by VmaLinkNewLocked between the VMA-tree insert and the i_mmap
@@ -332,6 +373,8 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   PageTable pt{&frames};
   /// mm->rss_stat, changed wherever a PTE starts or stops mapping a counted page.
   PercpuCounter rss[NR_MM_COUNTERS];
+  /// The threads accessing this space's frames through its PTEs (TlbUsers).
+  TlbUsers tlb_users;
 
   // ======================================================= mm.cc
   /// mmap_write_lock().
@@ -344,9 +387,10 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// mmap_write_downgrade: publishes the index to RCU readers, moves its retired nodes
   /// into the gather, and advances mm_lock_seq (vma_end_write_all).
   void EndWriteSectionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Hands the gather to call_rcu once it holds kDeferBatch objects or kDeferFrames
-  /// frames (else it keeps collecting across write sections; deferred_any is set while
-  /// it or vma_cache's batch holds anything).
+  /// Frees the gather's frames at once if no thread can be using them
+  /// (FreeZappedPagesIfUnused), then hands it to call_rcu once it holds kDeferBatch
+  /// objects or its zaps took kDeferFrames frames (else it keeps collecting across
+  /// write sections; deferred_any is set while it or vma_cache's batch holds anything).
   void FlushGatherIfFullLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// This write section's gather, created on first use.
   MmuGather& GatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
@@ -567,6 +611,12 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// VMAs) go to `pages`. Caller holds mmap_lock, or (unmap_mapping_range) the File's
   /// i_mmap_rwsem with v linked, which keeps v's fields and page tables in place.
   void ZapPteRange(Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages);
+  /// tlb_finish_mmu()'s free of the pages a zap gathered: if no thread is in the
+  /// TLB-hit path (tlb_users.Idle()), frees `pages` now into this thread's frame shard,
+  /// while they are still in its caches (the next faults reuse and clear them), and
+  /// returns true; else leaves them for the caller's RCU-deferred MmuGather. Call after
+  /// the zap that cleared their PTEs, from the zapping thread; no PTE lock held.
+  bool FreeZappedPagesIfUnused(std::vector<void*>& pages);
   /// do_fault() for file VMAs (do_read_fault with do_fault_around, do_cow_fault,
   /// do_shared_fault, and do_wp_page / wp_page_shared / wp_page_copy of file pages):
   /// `t`, `i` the PTE slot, `orig` its value when the fault began. kMinor, kMajor (the

@@ -52,14 +52,18 @@ class PageTable {
     }
     /// The entry at index i (lockless read; re-check under ptl before acting on it).
     uint64_t Get(int i) const { return pte[i].load(std::memory_order_acquire); }
+    /// Get(), sequentially consistent: the read after TlbUsers::Enter, which a zap's
+    /// Clear and TlbUsers::Idle order against (a plain load on x86).
+    uint64_t GetSync(int i) const { return pte[i].load(std::memory_order_seq_cst); }
     /// set_pte_at(): caller holds ptl.
     void Set(int i, uint64_t v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ptl) {
       pte[i].store(v, std::memory_order_release);
     }
     /// ptep_get_and_clear(): clears the entry and returns what it held; caller holds ptl,
     /// so the value returned is the one the caller must account for (free its frame).
+    /// Sequentially consistent (see GetSync).
     uint64_t Clear(int i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ptl) {
-      return pte[i].exchange(0, std::memory_order_acq_rel);
+      return pte[i].exchange(0, std::memory_order_seq_cst);
     }
   };
 

@@ -163,24 +163,32 @@ TEST(Limits, FreeBatchReturnsFramesToTheUnmappingThreadsShard) {
 }
 
 TEST(Limits, FlushDeferredFreesUnchargesIdleSpaces) {
-  // Eight spaces each write and unmap one frame less than a batch: the frees stay in
-  // each space's gather until FlushDeferredFrees hands them to RCU.
+  // Eight spaces each write and unmap one frame less than a batch. No thread is in a
+  // space's TLB-hit path, so the frames are freed at once; the page tables the munmaps
+  // free (lockless walkers may still be reading them) stay in each space's gather
+  // until FlushDeferredFrees hands them to RCU.
   constexpr uint64_t kLen = (MmStruct::kDeferFrames - 1) * P;
   FrameAllocator frames(1ull << 30);
   std::vector<std::unique_ptr<AddressSpace>> spaces;
+  std::vector<uint64_t> addrs;
   for (int i = 0; i < 8; i++) {
     spaces.push_back(std::make_unique<AddressSpace>(frames));
     AddressSpace& as = *spaces.back();
-    const uint64_t a = as.Mmap(0, kLen, RW, PA).value;
-    ASSERT_TRUE(as.Access(a, kLen, P, AccessType::kWrite).ok());
-    ASSERT_TRUE(as.Munmap(a, kLen).ok());
-    EXPECT_EQ(as.Counters().anon_pages, 0u);
+    addrs.push_back(as.Mmap(0, kLen, RW, PA).value);
+    ASSERT_TRUE(as.Access(addrs.back(), kLen, P, AccessType::kWrite).ok());
+  }
+  const uint64_t tables = frames.table_bytes();
+  ASSERT_GE(tables, 8 * 3 * P);  // a PUD, a PMD and a PTE table (at least) each
+  for (int i = 0; i < 8; i++) {
+    ASSERT_TRUE(spaces[i]->Munmap(addrs[i], kLen).ok());
+    EXPECT_EQ(spaces[i]->Counters().anon_pages, 0u);
   }
   RcuBarrier();
-  EXPECT_EQ(frames.in_use_bytes(), 8 * kLen) << "kept back for batching";
+  EXPECT_EQ(frames.in_use_bytes(), 0u) << "frames: no thread could be accessing them";
+  EXPECT_EQ(frames.table_bytes(), tables) << "page tables kept back for batching";
   frames.FlushDeferredFrees();
   RcuBarrier();
-  EXPECT_EQ(frames.in_use_bytes(), 0u);
+  EXPECT_EQ(frames.table_bytes(), 0u);
   spaces.clear();
   RcuBarrier();
   EXPECT_EQ(frames.in_use_frames(), 0);

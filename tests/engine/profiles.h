@@ -7,10 +7,20 @@
 #include <cctype>
 #include <string>
 
+#include "engine/address_space.h"
+
 namespace vmspace::testing_profiles {
 
 inline auto AllProfiles() {
   return ::testing::Values("linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6", "linux-6.7", "linux-6.15");
+}
+
+/// SpaceOptions with the locking profile `name` (a test failure if it does not parse).
+inline SpaceOptions ProfileOptions(const char* name) {
+  SpaceOptions o;
+  std::string err;
+  EXPECT_TRUE(LockingProfile::Parse(name, &o.profile, &err)) << err;
+  return o;
 }
 
 struct ProfileName {

@@ -9,7 +9,7 @@
 // vmstat updates). Frames freed are kept for reuse up to a watermark (the frame
 // cache, SetCacheBytes); frames freed beyond it are given back to the host in batches
 // with madvise(MADV_DONTNEED) (the chunk stays mapped; a frame given back reads as
-// zero and is handed out again before a new chunk is mapped), as Linux's page
+// zero and is handed out again, without a clear, before a new chunk is mapped), as Linux's page
 // allocator frees pages above the pcp high mark back to the buddy lists.
 // Page-table pages are charged against the same limit (ChargeTable), as a memory
 // cgroup charges page tables (__GFP_ACCOUNT): a client cannot grow the daemon past the
@@ -47,7 +47,8 @@ class FrameAllocator {
   FrameAllocator(const FrameAllocator&) = delete;
   FrameAllocator& operator=(const FrameAllocator&) = delete;
 
-  /// A zero-filled 4 KiB frame (4 KiB aligned), or nullptr if the limit would be
+  /// A zero-filled 4 KiB frame (4 KiB aligned; a reused frame is cleared here, one
+  /// from a new chunk or given back to the host is zero already), or nullptr if the limit would be
   /// exceeded (the caller turns that into VM_FAULT_OOM / RESOURCE_EXHAUSTED). Charged
   /// to budget() as `kind` (kFrames, or kPageCache for a page-cache folio).
   void* Alloc(MemKind kind = MemKind::kFrames);
