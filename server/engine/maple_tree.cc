@@ -25,24 +25,27 @@ void NodeCache::PutBack(std::vector<void*>& nodes) {
   put_(nodes);
 }
 
+void NodeCache::Refill(size_t n) {
+  constexpr size_t kSpare = 32;  // one pool batch covers the next few stores
+  const size_t take = n - free_.size() + kSpare;
+  take_(free_, take);
+  if (budget_) budget_->Charge(MemKind::kIndexNodes, take * node_size_);
+}
+
 void* NodeCache::Alloc() {
-  if (free_.empty()) {
-    constexpr size_t kTake = 32;
-    take_(free_, kTake);
-    if (budget_) budget_->Charge(MemKind::kIndexNodes, kTake * node_size_);
-  }
-  void* n = free_.back();
-  free_.pop_back();
-  return n;
+  Reserve(1);
+  return Pop();
+}
+
+void NodeCache::TrimSlow() {
+  std::vector<void*> give(free_.begin() + kKeep, free_.end());
+  free_.resize(kKeep);
+  PutBack(give);
 }
 
 void NodeCache::Free(void* n) {
-  free_.push_back(n);
-  if (free_.size() > 128) {
-    std::vector<void*> give(free_.end() - 64, free_.end());
-    free_.resize(free_.size() - 64);
-    PutBack(give);
-  }
+  Push(n);
+  Trim();
 }
 
 int64_t NodeCache::ThreadLinkedBytes() { return tls_linked_bytes; }
@@ -326,16 +329,14 @@ void MapleTree::FreeNodes(std::vector<void*>& nodes, MemoryBudget* budget, int s
 }
 
 MapleTree::Node* MapleTree::NewNode() {
-  void* p;
-  if (!prealloc_.empty()) {
-    p = prealloc_.back();
-    prealloc_.pop_back();
+  if (prealloc_left_ > 0) {
+    prealloc_left_--;
     stats_.used_nodes++;
   } else {
-    p = cache_.Alloc();
+    cache_.Reserve(1);
     stats_.prealloc_short++;
   }
-  Node* n = static_cast<Node*>(p);
+  Node* n = static_cast<Node*>(cache_.Pop());
   // mas_pop_node() zeroes the node; here its builder writes every other word. The
   // parent is cleared at once: a recycled node's is its dead mark, and a lockless
   // reader may reach a new child before Adopt sets it.
@@ -352,7 +353,7 @@ void MapleTree::Retire(Node* n) {
   stats_.retired_nodes++;
   cache_.CountLinked(-1);
   if (rcu_) retired_.push_back(n);
-  else cache_.Free(n);
+  else cache_.Push(n);  // mas_push_node(): reusable by this store; Store trims after it
 }
 
 /// mt_destroy_walk(): retires a whole subtree.
@@ -473,8 +474,10 @@ void MapleTree::Store(uint64_t index, uint64_t last, void* entry) {
   gen_++;  // cached walks end here (those of this store were taken before it)
   w.type = t;
   // mas_preallocate(): the store type's worst case, so the store itself cannot fail.
+  // The nodes are set aside on the cache's top in one step (kmem_cache_alloc_bulk).
   const int request = PreallocCalc(t);
-  for (int i = 0; i < request; i++) prealloc_.push_back(cache_.Alloc());
+  cache_.Reserve(static_cast<size_t>(request));
+  prealloc_left_ = request;
   stats_.prealloc_nodes += static_cast<uint64_t>(request);
   stats_.stores[static_cast<int>(t)]++;
   switch (t) {
@@ -494,11 +497,10 @@ void MapleTree::Store(uint64_t index, uint64_t last, void* entry) {
   if (t == MapleStoreType::kExactFit || t == MapleStoreType::kSlotStore || t == MapleStoreType::kAppend ||
       t == MapleStoreType::kNodeStore)
     Remember(w.path, w.depth);
-  // mas_destroy(): unused preallocations go back.
-  while (!prealloc_.empty()) {
-    cache_.Free(prealloc_.back());
-    prealloc_.pop_back();
-  }
+  // mas_destroy(): the unused preallocations stay in the cache (kmem_cache_free_bulk),
+  // which gives nodes back to the pool past its high mark.
+  prealloc_left_ = 0;
+  cache_.Trim();
 }
 
 /// mas_prealloc_calc(); with prealloc_worst_, Linux 6.1's mas_preallocate():

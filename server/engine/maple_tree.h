@@ -164,15 +164,39 @@ class NodeCache {
   NodeCache(Take take, Put put, size_t node_size, MemoryBudget* budget = nullptr)
       : take_(take), put_(put), node_size_(node_size), budget_(budget) {}
   ~NodeCache();
+  /// A node from the cache, refilled from the pool when empty.
   void* Alloc();
+  /// A node back into the cache; past 128 free nodes, the cache gives some back (Trim).
   void Free(void* n);
+  /// Makes at least n nodes free in the cache (refilled from the pool in one batch,
+  /// with some to spare, when short): mas_preallocate()'s kmem_cache_alloc_bulk. The
+  /// next n Pop()s cannot fail, whatever Push()es come between.
+  void Reserve(size_t n) {
+    if (free_.size() < n) Refill(n);
+  }
+  /// The cache's top node (the cache must hold one: after Reserve).
+  void* Pop() {
+    void* n = free_.back();
+    free_.pop_back();
+    return n;
+  }
+  /// A node onto the cache's top, without Trim.
+  void Push(void* n) { free_.push_back(n); }
+  /// Gives free nodes back to the pool down to 64 when the cache holds more than 128
+  /// (kmem_cache_free_bulk's side: one batch under the pool shard's lock).
+  void Trim() {
+    if (free_.size() > kHigh) TrimSlow();
+  }
   /// Bytes of tree nodes the calling thread has linked into trees minus those it
   /// unlinked (all node types; exact per thread, no shared counter).
   static int64_t ThreadLinkedBytes();
   void CountLinked(int64_t nodes);
 
  private:
-  void PutBack(std::vector<void*>& nodes);  // put_ and uncharge
+  static constexpr size_t kHigh = 128, kKeep = 64;  // Trim's marks
+  void Refill(size_t n);                            // Reserve(n) when short
+  void TrimSlow();                                  // Trim() past kHigh
+  void PutBack(std::vector<void*>& nodes);          // put_ and uncharge
 
   Take take_;
   Put put_;
@@ -311,7 +335,10 @@ class MapleTree {
   std::vector<void*> retired_;      // guarded by the writer
   NodeCache cache_;                 // guarded by the writer
   MemoryBudget* const budget_;      // what cache_ charges (FreeNodes uncharges)
-  std::vector<void*> prealloc_;     // guarded by the writer: this store's nodes
+  // guarded by the writer: how many of the nodes on cache_'s top are this store's
+  // preallocation (mas_preallocate's mas->alloc, set aside by cache_.Reserve; nodes
+  // freed during a store without RCU go on top and are used first, as mas_push_node).
+  int prealloc_left_ = 0;
   StepHook step_hook_ = nullptr;
   void* step_ctx_ = nullptr;
   void Step() {
