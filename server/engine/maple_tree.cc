@@ -269,8 +269,9 @@ struct MapleTree::Big {
 struct MapleTree::Write {
   uint64_t index, last;
   void* entry;
-  Pos path[kMaxHeight];   // root to leaf for index
-  Pos rpath[kMaxHeight];  // spanning store: root to leaf for last + 1
+  Pos* path = nullptr;    // root to leaf for index: this thread's cached walk (Classify;
+                          // rpath for a new root)
+  Pos rpath[kMaxHeight];  // spanning store / rebalance: root to leaf for last + 1
   int depth = 0;          // levels walked (the leaf is path[depth - 1])
   int off = 0, off_end = 0, ro = 0;
   uint64_t r_min = 0, r_max = 0, end_piv = 0;
@@ -408,11 +409,6 @@ int WalkTo(uintptr_t root, uint64_t index, MapleTree::Pos* path) {
 /// the tree (id) has begun no store since (gen). Per thread, so readers under a shared
 /// mmap_lock never write a shared field; the tree's gen only changes under the
 /// writer's lock, which excludes them.
-/// A path copied Pos by Pos (paths are a few levels: no call to memmove).
-void CopyPath(const MapleTree::Pos* from, int depth, MapleTree::Pos* to) {
-  for (int i = 0; i < depth; i++) to[i] = from[i];
-}
-
 struct WalkCache {
   uint64_t tree = 0;  // MapleTree::id_; 0: empty
   uint64_t gen = 0;
@@ -445,32 +441,12 @@ MapleTree::Pos* MapleTree::Walk(uint64_t index, int* depth) const {
   return c.path;
 }
 
-/// Walk() into the caller's path (a store's, which it changes as it goes); returns
-/// the depth.
-int MapleTree::WalkInto(uint64_t index, Pos* path) const {
-  int depth;
-  const Pos* from = Walk(index, &depth);
-  CopyPath(from, depth, path);
-  return depth;
-}
-
-/// Makes path[0..depth) (a valid path to a leaf of the tree as it is now) this
-/// thread's cached walk.
-void MapleTree::Remember(const Pos* path, int depth) const {
-  WalkCache& c = tls_walk;
-  c.tree = id_;
-  c.gen = gen_;
-  c.depth = depth;
-  CopyPath(path, depth, c.path);
-}
-
-
 void MapleTree::Store(uint64_t index, uint64_t last, void* entry) {
   Write w;
   w.index = index;
   w.last = last;
   w.entry = entry;
-  const MapleStoreType t = Classify(w);
+  const MapleStoreType t = Classify(w);  // w.path: this thread's cached walk, used in place
   gen_++;  // cached walks end here (those of this store were taken before it)
   w.type = t;
   // mas_preallocate(): the store type's worst case, so the store itself cannot fail.
@@ -492,11 +468,13 @@ void MapleTree::Store(uint64_t index, uint64_t last, void* entry) {
     case MapleStoreType::kSpanningStore: SpanningStore(w); break;
     case MapleStoreType::kCount: break;
   }
-  // A store within one leaf leaves the path valid (the leaf replaced or rewritten in
-  // place, nothing above it but gaps changed): the next walk into this leaf reuses it.
+  // A store within one leaf leaves its path valid (the leaf replaced or rewritten in
+  // place, nothing above it but gaps changed): the thread's cached walk, which the
+  // store ran in, stays valid for the tree as it is now; the next walk into this leaf
+  // reuses it. Other stores leave it stale (gen_ moved on).
   if (t == MapleStoreType::kExactFit || t == MapleStoreType::kSlotStore || t == MapleStoreType::kAppend ||
       t == MapleStoreType::kNodeStore)
-    Remember(w.path, w.depth);
+    tls_walk.gen = gen_;
   // mas_destroy(): the unused preallocations stay in the cache (kmem_cache_free_bulk),
   // which gives nodes back to the pool past its high mark.
   prealloc_left_ = 0;
@@ -522,9 +500,13 @@ int MapleTree::PreallocCalc(MapleStoreType t) const {
 /// mas_extend_spanning_null() for NULL stores.
 MapleStoreType MapleTree::Classify(Write& w) {
   const uintptr_t root = root_.load(kRlx);
-  if (!root) return MapleStoreType::kStoreRoot;
-  if (w.index == 0 && w.last == kMax) return MapleStoreType::kNewRoot;
-  w.depth = WalkInto(w.index, w.path);
+  if (!root || (w.index == 0 && w.last == kMax)) {
+    // No walk: the new root is built in w.rpath (the thread's cached walk, maybe of
+    // another tree, is left as it is).
+    w.path = w.rpath;
+    return root ? MapleStoreType::kNewRoot : MapleStoreType::kStoreRoot;
+  }
+  w.path = Walk(w.index, &w.depth);
   Pos& L = w.leaf();
   w.off = L.off;
   w.r_min = L.SlotMin(w.off);
@@ -533,7 +515,8 @@ MapleStoreType MapleTree::Classify(Write& w) {
   // mas_is_span_wr(): past the leaf, or a NULL that would end a leaf that is not the
   // rightmost one.
   if (w.last > L.max || (w.last == L.max && !w.entry && w.last != kMax)) {
-    WalkInto(w.last == kMax ? kMax : w.last + 1, w.rpath);
+    // Not through the walk cache: it holds w.path (and last + 1 lies in another leaf).
+    WalkTo(root, w.last == kMax ? kMax : w.last + 1, w.rpath);
     Pos& R = w.rpath[w.depth - 1];
     w.ro = R.off;
     if (!w.entry) {

@@ -37,8 +37,9 @@
 // Walks under the owner's lock (Load, Find*, EmptyAreaRevEnd, a store's mas_wr_walk)
 // keep the path to the leaf they end in per thread, as a kernel caller keeps its
 // ma_state across the calls of one operation: the next walk whose index lies in that
-// leaf starts there, until the tree's next store (a store within one leaf leaves its
-// path cached). Pivots are found by a branchless search (writer side only).
+// leaf starts there, until the tree's next store. A store walks in that path and
+// changes it in place (as mas_store changes the caller's ma_state); one within one
+// leaf leaves it valid. Pivots are found by a branchless search (writer side only).
 //
 // Not modelled: the single-entry root (an entry at index 0 stored in ma_root), dense
 // and range_64 node types (the mm tree uses leaf_64 and arange_64 only), bulk mode.
@@ -272,7 +273,8 @@ class MapleTree {
 
   /// For tests: fn(ctx) runs after every store lockless readers can see (a node
   /// published, a slot or pivot rewritten in place), so a test can check the tree a
-  /// reader would find at each step.
+  /// reader would find at each step. fn may read the tree only under RCU (LoadRcu):
+  /// the store runs in this thread's walk path, which Load/Find*/EmptyAreaRevEnd reuse.
   using StepHook = void (*)(void* ctx);
   void SetStepHook(StepHook fn, void* ctx) {
     step_hook_ = fn;
@@ -293,8 +295,6 @@ class MapleTree {
 
   void* FindFrom(uint64_t index, bool forward, uint64_t min_first, uint64_t* first, uint64_t* last) const;
   Pos* Walk(uint64_t index, int* depth) const;
-  int WalkInto(uint64_t index, Pos* path) const;
-  void Remember(const Pos* path, int depth) const;
   MapleStoreType Classify(Write& w);
   int PreallocCalc(MapleStoreType t) const;
   Node* NewNode();
