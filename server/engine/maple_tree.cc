@@ -682,23 +682,31 @@ void MapleTree::UpdateGap(Pos* path, int d) {
   if (d > 0) UpdateGap(path, d, MaxGap(path[d].enode, path[d].min, path[d].max));
 }
 
-/// The same, given path[d]'s largest gap g.
+/// The same, given path[d]'s largest gap g. As mas_parent_gap(): a parent's other
+/// gaps are rescanned only when the child that held its largest gap shrank.
 void MapleTree::UpdateGap(Pos* path, int d, uint64_t g) {
   for (int k = d; k > 0; k--) {
-    if (k < d) g = MaxGap(path[k].enode, path[k].min, path[k].max);
     Pos& p = path[k - 1];
-    if (p.n->Gap(p.off) == g) return;
-    const uint64_t old_max = p.n->Gap(p.n->MetaGap());
-    p.n->gap(p.off).store(g, kRlx);
+    Node* n = p.n;
+    if (n->Gap(p.off) == g) return;
+    const int meta = n->MetaGap();
+    const uint64_t old_max = n->Gap(meta);
+    n->gap(p.off).store(g, kRlx);
+    if (g > old_max) {  // this child holds the parent's largest gap now
+      n->SetMeta(false, p.end, p.off);
+      continue;
+    }
+    if (meta != p.off) return;  // the largest gap is another child's, unchanged
     int off = 0;
     uint64_t best = 0;
     for (int i = 0; i <= p.end; i++)
-      if (p.n->Gap(i) > best) {
-        best = p.n->Gap(i);
+      if (n->Gap(i) > best) {
+        best = n->Gap(i);
         off = i;
       }
-    p.n->SetMeta(false, p.end, off);
+    n->SetMeta(false, p.end, off);
     if (best == old_max) return;
+    g = best;
   }
 }
 
