@@ -609,8 +609,18 @@ uint64_t MapleTree::FillLeaf(Node* dst, const Write& w) {
       w,
       [&](const Pos& p, int from, int to) {
         const Node* n = p.n;
-        const int inner = std::min(to, p.end - 1);  // entries with a pivot of their own
-        for (int i = from; i <= inner; i++) put(n->Piv(i), n->Slot(true, i));
+        // Entries with a pivot of their own (below the node's max, so never the whole
+        // 2^64 range) and never the new leaf's last: no pivot check, no GapSize.
+        const int inner = std::min(to, p.end - 1);
+        for (int i = from; i <= inner; i++, j++) {
+          const uint64_t piv = n->Piv(i);
+          const uintptr_t slot = n->Slot(true, i);
+          dst->piv(j).store(piv, kRlx);
+          dst->slot(true, j).store(slot, kRlx);
+          const uint64_t size = (piv - start + 1) & (0 - static_cast<uint64_t>(slot == 0));
+          gap = size > gap ? size : gap;
+          start = piv + 1;
+        }
         if (to == p.end && from <= to) put(p.max, n->Slot(true, to));
       },
       put);
@@ -1097,18 +1107,26 @@ uint64_t RevGap(uintptr_t e, uint64_t min, uint64_t max, uint64_t length, uint64
   Pos& p = *path;
   p.Set(e, min, max);
   const Node* n = p.n;
+  // Slots from the last down, each slot's max the one above's min - 1 (one pivot read
+  // per slot).
+  uint64_t hi = max;
   for (int i = p.end; i >= 0; i--) {
-    const uint64_t lo = p.SlotMin(i), hi = p.SlotMax(i);
-    if (lo >= high) continue;
-    if (hi < low) return kMax;
-    uint64_t r = kMax;
-    p.off = i;
-    if (p.leaf) {
-      if (!n->Slot(true, i)) r = Clip(lo, hi == kMax ? kMax : hi + 1, length, low, high);
-    } else if (n->Gap(i) >= length) {
-      r = RevGap(n->Slot(false, i), lo, hi, length, low, high, path + 1);
+    const uint64_t lo = i ? n->Piv(i - 1) + 1 : min;
+    if (lo < high) {
+      if (hi < low) return kMax;
+      uint64_t r = kMax;
+      if (p.leaf) {
+        if (!n->Slot(true, i)) r = Clip(lo, hi == kMax ? kMax : hi + 1, length, low, high);
+      } else if (n->Gap(i) >= length) {
+        p.off = i;
+        r = RevGap(n->Slot(false, i), lo, hi, length, low, high, path + 1);
+      }
+      if (r != kMax) {
+        p.off = i;
+        return r;
+      }
     }
-    if (r != kMax) return r;
+    hi = lo - 1;
   }
   return kMax;
 }
