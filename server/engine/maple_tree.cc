@@ -424,7 +424,7 @@ constinit thread_local WalkCache tls_walk{};
 /// offset is found (mas_walk on an active ma_state whose node covers index). The
 /// caller may move the path to another leaf of the tree (it stays the cached one);
 /// the next walk on this thread overwrites it.
-MapleTree::Pos* MapleTree::Walk(uint64_t index, int* depth) const {
+inline MapleTree::Pos* MapleTree::Walk(uint64_t index, int* depth) const {
   WalkCache& c = tls_walk;
   if (c.tree == id_ && c.gen == gen_) {
     Pos& L = c.path[c.depth - 1];
@@ -434,6 +434,13 @@ MapleTree::Pos* MapleTree::Walk(uint64_t index, int* depth) const {
       return c.path;
     }
   }
+  return WalkFromRoot(index, depth);
+}
+
+/// Walk() when the cached path does not hold index: from the root (out of line, so
+/// the cached case inlines into the walk's callers).
+MapleTree::Pos* MapleTree::WalkFromRoot(uint64_t index, int* depth) const {
+  WalkCache& c = tls_walk;
   c.tree = id_;
   c.gen = gen_;
   c.depth = WalkTo(root_.load(kRlx), index, c.path);

@@ -295,6 +295,7 @@ class MapleTree {
 
   void* FindFrom(uint64_t index, bool forward, uint64_t min_first, uint64_t* first, uint64_t* last) const;
   Pos* Walk(uint64_t index, int* depth) const;
+  [[gnu::noinline]] Pos* WalkFromRoot(uint64_t index, int* depth) const;
   MapleStoreType Classify(Write& w);
   int PreallocCalc(MapleStoreType t) const;
   Node* NewNode();
