@@ -598,45 +598,60 @@ void MapleTree::BuildLeafBig(const Write& w, Big& b) const {
       [&b](uint64_t piv, uintptr_t slot) { b.Add(piv, slot); });
 }
 
-/// mas_wr_node_store()'s copy: the leaf with the store (new_end < 16 entries), written
-/// straight into dst (another node: the new leaf, or a copy to write back), every
-/// word of it. Only the leaf's last entry can be the 16th, which has no pivot.
-/// Returns the new leaf's largest gap (mas_leaf_max_gap of it, found on the way).
-uint64_t MapleTree::FillLeaf(Node* dst, const Write& w) {
-  int j = 0;
-  uint64_t gap = 0, start = w.leaf().min;
-  auto put = [&](uint64_t piv, uintptr_t slot) {
+namespace {
+/// A new leaf written entry by entry, every word of it (mas_wr_node_store's copy,
+/// mas_root_expand): each entry's pivot (the 16th entry, the last, has none) and slot,
+/// the leaf's largest gap found on the way (mas_leaf_max_gap of it).
+struct LeafFill {
+  Node* dst;
+  uint64_t start;  // the next entry's first index (the leaf's min at first)
+  int j = 0;       // entries written
+  uint64_t gap = 0;
+  void Put(uint64_t piv, uintptr_t slot) {
     if (j < Pivots(true)) dst->piv(j).store(piv, kRlx);
     dst->slot(true, j++).store(slot, kRlx);
     const uint64_t size = slot ? 0 : GapSize(start, piv);
     gap = size > gap ? size : gap;
     start = piv + 1;
-  };
+  }
+  /// Zeroes the words left unused, sets the metadata; returns the largest gap.
+  uint64_t Finish() {
+    for (int i = j; i < Pivots(true); i++) {
+      dst->piv(i).store(0, kRlx);
+      dst->slot(true, i).store(0, kRlx);
+    }
+    dst->SetMeta(true, j - 1, 0);
+    return gap;
+  }
+};
+}  // namespace
+
+/// mas_wr_node_store()'s copy: the leaf with the store (new_end < 16 entries), written
+/// straight into dst (another node: the new leaf, or a copy to write back), every
+/// word of it. Only the leaf's last entry can be the 16th, which has no pivot.
+/// Returns the new leaf's largest gap (mas_leaf_max_gap of it, found on the way).
+uint64_t MapleTree::FillLeaf(Node* dst, const Write& w) {
+  LeafFill f{dst, w.leaf().min};
   LeafEntries(
       w,
-      [&](const Pos& p, int from, int to) {
+      [&f](const Pos& p, int from, int to) {
         const Node* n = p.n;
         // Entries with a pivot of their own (below the node's max, so never the whole
         // 2^64 range) and never the new leaf's last: no pivot check, no GapSize.
         const int inner = std::min(to, p.end - 1);
-        for (int i = from; i <= inner; i++, j++) {
+        for (int i = from; i <= inner; i++, f.j++) {
           const uint64_t piv = n->Piv(i);
           const uintptr_t slot = n->Slot(true, i);
-          dst->piv(j).store(piv, kRlx);
-          dst->slot(true, j).store(slot, kRlx);
-          const uint64_t size = (piv - start + 1) & (0 - static_cast<uint64_t>(slot == 0));
-          gap = size > gap ? size : gap;
-          start = piv + 1;
+          f.dst->piv(f.j).store(piv, kRlx);
+          f.dst->slot(true, f.j).store(slot, kRlx);
+          const uint64_t size = (piv - f.start + 1) & (0 - static_cast<uint64_t>(slot == 0));
+          f.gap = size > f.gap ? size : f.gap;
+          f.start = piv + 1;
         }
-        if (to == p.end && from <= to) put(p.max, n->Slot(true, to));
+        if (to == p.end && from <= to) f.Put(p.max, n->Slot(true, to));
       },
-      put);
-  for (int i = j; i < Pivots(true); i++) {
-    dst->piv(i).store(0, kRlx);
-    dst->slot(true, i).store(0, kRlx);
-  }
-  dst->SetMeta(true, j - 1, 0);
-  return gap;
+      [&f](uint64_t piv, uintptr_t slot) { f.Put(piv, slot); });
+  return f.Finish();
 }
 
 // ======================================================================= node building
@@ -732,14 +747,15 @@ void MapleTree::UpdateGap(Pos* path, int d, uint64_t g) {
 /// mas_store_root() -> mas_root_expand(): the first entry of an empty tree.
 void MapleTree::StoreRootExpand(Write& w) {
   if (!w.entry) return;
-  Big b;
-  if (w.index) b.Add(w.index - 1, 0);
-  b.Add(w.last, reinterpret_cast<uintptr_t>(w.entry));
-  if (w.last != kMax) b.Add(kMax, 0);
-  const uintptr_t ne = MakeNode(true, b, 0, b.n - 1);
+  Node* n = NewNode();
+  LeafFill f{n, 0};
+  if (w.index) f.Put(w.index - 1, 0);
+  f.Put(w.last, reinterpret_cast<uintptr_t>(w.entry));
+  if (w.last != kMax) f.Put(kMax, 0);
+  f.Finish();
   w.path[0] = Pos{};
   w.path[0].max = kMax;
-  Publish(w.path, 0, ne);
+  Publish(w.path, 0, Tag(n, true));
   height_ = 1;
 }
 
@@ -747,12 +763,13 @@ void MapleTree::StoreRootExpand(Write& w) {
 void MapleTree::NewRoot(Write& w) {
   const uintptr_t old = root_.load(kRlx);
   if (w.entry) {
-    Big b;
-    b.Add(kMax, reinterpret_cast<uintptr_t>(w.entry));
-    const uintptr_t ne = MakeNode(true, b, 0, 0);
+    Node* n = NewNode();
+    LeafFill f{n, 0};
+    f.Put(kMax, reinterpret_cast<uintptr_t>(w.entry));
+    f.Finish();
     w.path[0] = Pos{};
     w.path[0].max = kMax;
-    Publish(w.path, 0, ne);
+    Publish(w.path, 0, Tag(n, true));
     height_ = 1;
   } else {
     root_.store(0, kRel);
@@ -767,7 +784,19 @@ void MapleTree::ExactFit(Write& w) {
   Pos& L = w.leaf();
   L.n->slot(true, w.off).store(reinterpret_cast<uintptr_t>(w.entry), kRel);
   Step();
-  if (!w.entry != !w.content) UpdateGap(w.path, w.depth - 1);
+  if (!w.entry == !w.content || w.depth == 1) return;
+  // The leaf's largest gap from its parent's record of it, not a rescan of the leaf: a
+  // NULL stored exactly over an entry has non-NULL neighbours (mas_wr_extend_null
+  // would have widened it), so it is a new gap of its own; an entry stored exactly
+  // over a NULL removes that gap, and only if it was the largest can the largest
+  // change.
+  const Pos& p = w.path[w.depth - 2];
+  const uint64_t old = p.n->Gap(p.off), size = GapSize(w.r_min, w.r_max);
+  if (!w.entry) {
+    if (size > old) UpdateGap(w.path, w.depth - 1, size);
+  } else if (size == old) {
+    UpdateGap(w.path, w.depth - 1);
+  }
 }
 
 /// mas_wr_slot_store(): the store overlaps two slots (three without RCU) and adds no
