@@ -4,6 +4,7 @@
 // which munmap runs with mmap_lock downgraded to read (DoVmiMunmapUnlock).
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "filemap.h"
 #include "mm.h"
 
@@ -463,7 +464,9 @@ void DestroyDetached(MmStruct& m) ABSL_NO_THREAD_SAFETY_ANALYSIS { m.mt_detach->
 // What vms_gather_munmap_vmas() collects (struct vma_munmap_struct). The VMAs are also
 // in m.mt_detach in the maple profiles, and the teardown takes them from there.
 struct VmaMunmap {
-  std::vector<Vma*> vmas;           // detached, in address order
+  // Detached, in address order. Inline for the common munmap of one to four VMAs: no
+  // heap allocation per munmap (the kernel keeps them in mas_detach alone).
+  absl::InlinedVector<Vma*, 4> vmas;
   uint64_t start = 0, end = 0;      // their span
   uint64_t floor = 0, ceiling = 0;  // free_pgtables() bounds: prev's end, next's start
 };
