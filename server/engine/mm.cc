@@ -143,7 +143,9 @@ void MmStruct::EndWriteSectionLocked() {
     retired_nodes.clear();
     if (retired_nodes.capacity() > 256) std::vector<void*>().swap(retired_nodes);  // after a large unmap
   }
-  mm_lock_seq.fetch_add(1, std::memory_order_seq_cst);  // vma_end_write_all()
+  // vma_end_write_all(): only mmap_lock writers write it, so no atomic increment; the
+  // release (smp_store_release in Linux) orders the section's VMA changes before it.
+  mm_lock_seq.store(mm_lock_seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
 void MmStruct::FlushGatherIfFullLocked() {

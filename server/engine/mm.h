@@ -528,11 +528,18 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// [vm_start, addr) and v keeps [addr, vm_end); else the new VMA is the upper part.
   /// Returns the new VMA. No map_count check (callers check, as split_vma does).
   Vma* SplitVmaLocked(Vma* v, uint64_t addr, bool new_below) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vma_merge_new_range(): merges the new range [start, end) with flags, pgoff and no
-  /// anon_vma into prev and/or next if compatible. Returns the VMA that now covers the
-  /// range, or null if no merge was possible.
+  /// vma_merge_new_range(): merges the new range [start, end) (free) with flags, pgoff
+  /// and no anon_vma into prev and/or next if compatible. `next` is find_vma(start),
+  /// which the caller has already looked up (__mmap_region's vma_find: the first VMA
+  /// above the range, or null). Returns the VMA that now covers the range, or null if
+  /// no merge was possible.
   Vma* VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
-                              const OpenFile* file = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+                              const OpenFile* file, Vma* next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// The same, looking next up.
+  Vma* VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
+                              const OpenFile* file = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock) {
+    return VmaMergeNewRangeLocked(start, end, flags, pgoff, file, FindVmaLocked(start));
+  }
   /// vma_modify_flags() -> vma_merge_existing_range() / split_vma(): gives [start, end)
   /// (inside `middle`) the flags `newflags` by merging with prev/next or splitting.
   /// Returns the VMA covering [start, end), or null with *err = ENOMEM (split at

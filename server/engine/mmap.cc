@@ -202,8 +202,11 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   int err = 0;
   addr = m.GetUnmappedAreaLocked(addr, plen, flags, file && !file->file->shmem(), offset, &err);
   if (err) return (err);
-  if ((flags & MAP_FIXED_NOREPLACE) && m.FindVmaIntersectionLocked(addr, addr + plen))
-    return (EEXIST);
+  // __mmap_setup()'s vma_find(): the first VMA ending above addr, which overlaps the
+  // range (MAP_FIXED) or is the next VMA above it (the merge's next).
+  Vma* found = m.FindVmaLocked(addr);
+  Vma* overlap = found && found->vm_start < addr + plen ? found : nullptr;
+  if ((flags & MAP_FIXED_NOREPLACE) && overlap) return (EEXIST);
 
   uint64_t vm_flags = CalcVmProtBits(prot) | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC;
   if (flags & MAP_GROWSDOWN) vm_flags |= VM_GROWSDOWN;
@@ -262,7 +265,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   bool accountable = (vm_flags & (VM_NORESERVE | VM_SHARED | VM_WRITE)) == VM_WRITE;
   if (accountable) {
     uint64_t replaced = 0;
-    for (Vma* v = m.FindVmaIntersectionLocked(addr, addr + plen); v && v->vm_start < addr + plen; v = m.VmaNextLocked(v))
+    for (Vma* v = overlap; v && v->vm_start < addr + plen; v = m.VmaNextLocked(v))
       if (v->vm_flags & VM_ACCOUNT) {
         uint64_t s = std::max(v->vm_start, addr), e = std::min(v->vm_end, addr + plen);
         replaced += (e - s) >> kPageShift;
@@ -272,7 +275,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   }
   if (!file && (vm_flags & VM_SHARED) && !(vm_flags & VM_NORESERVE) && pages > m.commit_limit_pages)
     return (ENOMEM);  // shmem_acct_size in shmem_zero_setup
-  if (flags & MAP_FIXED) {
+  if ((flags & MAP_FIXED) && overlap) {
     if (int e = m.UnmapRangeLocked(addr, addr + plen, /*free_tables=*/false, nullptr)) return e;
   }
   // The filesystem's ->mmap_prepare refuses VM_SYNC (set by MAP_SYNC even with
@@ -282,7 +285,8 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   Vma* v = nullptr;
   // A shared anonymous mapping is a new shmem file: it never merges.
   if (file || !(vm_flags & VM_SHARED))
-    v = m.VmaMergeNewRangeLocked(addr, addr + plen, vm_flags, pgoff, file.get());
+    v = m.VmaMergeNewRangeLocked(addr, addr + plen, vm_flags, pgoff, file.get(),
+                                 overlap ? m.FindVmaLocked(addr) : found);  // after the unmap: again
   if (!v) {
     v = m.VmaAllocLocked();
     v->vm_mm = &m;

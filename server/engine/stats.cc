@@ -105,8 +105,6 @@ StatsSnapshot StatsSnapshot::Minus(const StatsSnapshot& b) const {
 }
 
 namespace {
-std::atomic<bool> g_lock_stats{true};
-
 // TSC calibration, done once at start-up (static initialisation), so the hot path
 // never checks a guard: ns = ticks * ns_per_tick.
 struct TscClock {
@@ -143,13 +141,10 @@ size_t BucketFor(uint64_t ticks) {
 }
 }  // namespace stats_internal
 
-void SetLockStatsEnabled(bool on) { g_lock_stats.store(on, std::memory_order_relaxed); }
-bool LockStatsEnabled() { return g_lock_stats.load(std::memory_order_relaxed); }
+void SetLockStatsEnabled(bool on) { stats_internal::g_lock_stats.store(on, std::memory_order_relaxed); }
 
-void RecordLock(LockClass c, LockMode m, bool contended, uint64_t wait_ticks, uint64_t hold_ticks) {
-  using namespace stats_internal;
-  auto& cell = Block().locks[static_cast<size_t>(c)][static_cast<size_t>(m)];
-  Bump(cell.acquisitions);
+void stats_internal::RecordLockSlow(LockCell& cell, LockClass c, LockMode m, bool contended, uint64_t wait_ticks,
+                                    uint64_t hold_ticks) {
   if (contended) {
     Bump(cell.contentions);
     if (wait_ticks) {

@@ -2,6 +2,9 @@
 // 6.18). Every function here needs mmap_lock for write and write-locks each VMA it
 // changes (vma_start_write); the page tables are only touched by the unmap at the end,
 // which munmap runs with mmap_lock downgraded to read (DoVmiMunmapUnlock).
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
 #include "filemap.h"
 #include "mm.h"
 
@@ -347,11 +350,10 @@ Vma* MmStruct::SplitVmaLocked(Vma* v, uint64_t addr, bool new_below) {
 }
 
 Vma* MmStruct::VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
-                                      const OpenFile* file) {
+                                      const OpenFile* file, Vma* next) {
   if (flags & VM_SPECIAL) return nullptr;
   Vma* prev = VmaPrevLocked(start);
   if (prev && prev->vm_end != start) prev = nullptr;
-  Vma* next = VmaNextFromLocked(end);
   if (next && next->vm_start != end) next = nullptr;
   const uint64_t pages = (end - start) >> kPageShift;
   bool left = prev && Mergeable(prev, flags, file) && prev->vm_pgoff + prev->pages() == pgoff;
@@ -462,7 +464,9 @@ void DestroyDetached(MmStruct& m) ABSL_NO_THREAD_SAFETY_ANALYSIS { m.mt_detach->
 // What vms_gather_munmap_vmas() collects (struct vma_munmap_struct). The VMAs are also
 // in m.mt_detach in the maple profiles, and the teardown takes them from there.
 struct VmaMunmap {
-  std::vector<Vma*> vmas;           // detached, in address order
+  // Detached, in address order. Inline for the common munmap of one to four VMAs: no
+  // heap allocation per munmap (the kernel keeps them in mas_detach alone).
+  absl::InlinedVector<Vma*, 4> vmas;
   uint64_t start = 0, end = 0;      // their span
   uint64_t floor = 0, ceiling = 0;  // free_pgtables() bounds: prev's end, next's start
 };
@@ -474,21 +478,31 @@ int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* 
                            VmaMunmap* vms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
   Vma* v = m.FindVmaIntersectionLocked(start, end);
   if (!v) return 0;
+  // As the kernel's vma_iterator, no lookup is repeated for a VMA at hand: a split's
+  // new part is the neighbour it borders (vms->prev below start, vms->next above end),
+  // and the step past the last VMA collected is vms->next.
+  Vma* prev = nullptr;
+  bool prev_known = false;
   if (start > v->vm_start) {
     if (end < v->vm_end && !m.MayAddVmaLocked()) return ENOMEM;
-    m.SplitVmaLocked(v, start, true);  // v is now [start, ...)
+    prev = m.SplitVmaLocked(v, start, true);  // v is now [start, ...), prev below it
+    prev_known = true;
   }
   // Collect, splitting the last one if it extends past end.
-  for (Vma* w = v; w && w->vm_start < end; w = m.VmaNextLocked(w)) {
-    if (w->vm_end > end) m.SplitVmaLocked(w, end, false);
+  Vma* next = nullptr;
+  for (Vma* w = v;;) {
+    if (w->vm_end > end) next = m.SplitVmaLocked(w, end, false);
     m.VmaStartWriteLocked(w);
     vms->vmas.push_back(w);
     if (m.mt_detach) m.mt_detach->Store(w->vm_start, w->vm_end - 1, w);  // mas_store_gfp(mas_detach, vma)
+    if (next) break;  // the upper part of the split: past end
+    next = m.VmaNextLocked(w);
+    if (!next || next->vm_start >= end) break;
+    w = std::exchange(next, nullptr);
   }
   vms->start = vms->vmas.front()->vm_start;
   vms->end = vms->vmas.back()->vm_end;
-  Vma* prev = m.VmaPrevLocked(vms->start);
-  Vma* next = m.VmaNextFromLocked(vms->end);
+  if (!prev_known) prev = m.VmaPrevLocked(vms->start);
   vms->floor = prev ? prev->vm_end : 0;
   vms->ceiling = next ? next->vm_start : kUserPgtablesCeiling;
   for (Vma* w : vms->vmas) {
@@ -511,8 +525,9 @@ void ClearPtesLocked(MmStruct& m, const VmaMunmap& vms, bool free_tables, MmuGat
     m.VmaUnlinkFileLocked(w);  // unlink_file_vma_batch: PTEs gone, before the tables go
   };
   if (MapleTree* t = m.mt_detach.get()) {
-    uint64_t first, last;
-    for (void* e = t->Find(0, &first, &last); e; e = last == ~0ull ? nullptr : t->Find(last + 1, &first, &last))
+    // unmap_vmas(): the first VMA is vms->vma, the others mas_find()s of mas_detach.
+    uint64_t first, last = vms.vmas.front()->vm_end - 1;
+    for (void* e = vms.vmas.front(); e; e = last == ~0ull ? nullptr : t->Find(last + 1, &first, &last))
       clear(static_cast<Vma*>(e));
   } else {
     for (Vma* w : vms.vmas) clear(w);

@@ -32,13 +32,13 @@ struct MNode {
 
   uint64_t Lo() const { return lo[0]; }
   uint64_t Hi() const { return hi[n - 1]; }
-  /// Largest gap between consecutive ranges inside this node's subtree.
+  /// Largest gap between consecutive ranges inside this node's subtree (two branchless
+  /// max loops: recomputed for each node on the path of every change).
   uint64_t InnerGap() const {
     uint64_t g = 0;
-    for (int i = 0; i < n; i++) {
-      if (!leaf && gap[i] > g) g = gap[i];
-      if (i + 1 < n && lo[i + 1] - hi[i] > g) g = lo[i + 1] - hi[i];
-    }
+    for (int i = 0; i + 1 < n; i++) g = std::max(g, lo[i + 1] - hi[i]);
+    if (!leaf)
+      for (int i = 0; i < n; i++) g = std::max(g, gap[i]);
     return g;
   }
   MNode* child(int i) const { return static_cast<MNode*>(p[i]); }

@@ -55,9 +55,10 @@ void MmStruct::VmaStartWriteLocked(Vma* v) {
       break;
     case VmaForm::kRwsem:
       // __vma_start_write() 6.4-6.14: down_write waits out the readers; the sequence is
-      // written under the lock, so a reader that gets the lock after us sees it.
+      // written under the lock (WRITE_ONCE), so a reader that gets the lock after us
+      // sees it (up_write's release, the trylock's acquire).
       v->vm_lock->lock.LockWrite();
-      v->vm_lock_seq.store(seq, std::memory_order_seq_cst);
+      v->vm_lock_seq.store(seq, std::memory_order_relaxed);
       v->vm_lock->lock.UnlockWrite();
       return;
     case VmaForm::kRefcnt:
@@ -65,12 +66,13 @@ void MmStruct::VmaStartWriteLocked(Vma* v) {
       // __vma_enter_locked(): new readers now fail; wait for the current ones.
       v->vm_refcnt.fetch_add(Vma::kVmaLockOffset, std::memory_order_seq_cst);
       WaitForVmaReadersLocked(v, Vma::kVmaLockOffset + 1);
-      v->vm_lock_seq.store(seq, std::memory_order_seq_cst);
+      // WRITE_ONCE: a reader whose vm_refcnt increment follows the release below sees it.
+      v->vm_lock_seq.store(seq, std::memory_order_relaxed);
       // __vma_exit_locked()
       v->vm_refcnt.fetch_sub(Vma::kVmaLockOffset, std::memory_order_seq_cst);
       return;
   }
-  v->vm_lock_seq.store(seq, std::memory_order_seq_cst);
+  v->vm_lock_seq.store(seq, std::memory_order_relaxed);  // no lockless readers
 }
 
 void MmStruct::VmaAssertWriteLocked(const Vma* v) const {
@@ -80,17 +82,21 @@ void MmStruct::VmaAssertWriteLocked(const Vma* v) const {
 }
 
 void MmStruct::VmaInitLocked(Vma* v) {
-  v->vm_lock_seq.store(mm_lock_seq.load(std::memory_order_relaxed), std::memory_order_seq_cst);
+  // Plain stores (vma_lock_init): a lockless reader reaches v only through the index's
+  // release store that publishes it, or (kRefcnt, a reused VMA) through vm_refcnt,
+  // whose attaching release store comes after.
+  v->vm_lock_seq.store(mm_lock_seq.load(std::memory_order_relaxed), std::memory_order_relaxed);
   if (vma_form == VmaForm::kRefcnt) v->vm_refcnt.store(1, std::memory_order_release);  // vma_mark_attached
-  else v->detached.store(false, std::memory_order_seq_cst);
+  else v->detached.store(false, std::memory_order_relaxed);
 }
 
 void MmStruct::VmaMarkDetachedLocked(Vma* v) {
   VmaAssertWriteLocked(v);
   if (vma_form != VmaForm::kRefcnt) {
     // 6.4-6.14 vma_mark_detached(): the write lock keeps readers out; one that locks
-    // this VMA after the section sees the flag.
-    v->detached.store(true, std::memory_order_seq_cst);
+    // this VMA after the section (reads the advanced mm_lock_seq, whose release store
+    // follows this one) sees the flag. A plain store, as the kernel's.
+    v->detached.store(true, std::memory_order_relaxed);
     return;
   }
   if (v->vm_refcnt.fetch_sub(1, std::memory_order_seq_cst) == 1) return;  // no readers: detached

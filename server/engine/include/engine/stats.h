@@ -159,9 +159,20 @@ inline void CountEvent(Event e, uint64_t n = 1) {
 inline void CountOp(OpType t, int err) {
   stats_internal::Bump(stats_internal::Block().ops[static_cast<size_t>(t)][ErrnoSlot(err)]);
 }
+namespace stats_internal {
+/// RecordLock's part for a contended acquisition or one with a hold time.
+void RecordLockSlow(LockCell& cell, LockClass c, LockMode m, bool contended, uint64_t wait_ticks,
+                    uint64_t hold_ticks);
+}  // namespace stats_internal
 /// Record one lock acquisition: contended or not, wait and hold time in TSC ticks
-/// (NowTicks() differences; 0 = not measured).
-void RecordLock(LockClass c, LockMode m, bool contended, uint64_t wait_ticks, uint64_t hold_ticks);
+/// (NowTicks() differences; 0 = not measured). Inline: an uncontended acquisition is
+/// one increment of the calling thread's own counter.
+inline void RecordLock(LockClass c, LockMode m, bool contended, uint64_t wait_ticks, uint64_t hold_ticks) {
+  auto& cell = stats_internal::Block().locks[static_cast<size_t>(c)][static_cast<size_t>(m)];
+  stats_internal::Bump(cell.acquisitions);
+  if (__builtin_expect(contended || hold_ticks != 0, 0))
+    stats_internal::RecordLockSlow(cell, c, m, contended, wait_ticks, hold_ticks);
+}
 /// Record only the hold time (ticks) of an acquisition already counted by RecordLock,
 /// standing for `weight` acquisitions (hold times are sampled, see lock.h).
 void RecordHold(LockClass c, LockMode m, uint64_t hold_ticks, uint64_t weight = 1);
@@ -185,7 +196,10 @@ class StatsSlotScope {
 /// Whether lock timing is recorded (--lock-stats=on|off). Acquisition counts are kept
 /// either way; with it off no clock is read on lock paths.
 void SetLockStatsEnabled(bool on);
-bool LockStatsEnabled();
+namespace stats_internal {
+inline std::atomic<bool> g_lock_stats{true};
+}
+inline bool LockStatsEnabled() { return stats_internal::g_lock_stats.load(std::memory_order_relaxed); }
 
 /// Timestamp for lock timing: the TSC (one rdtsc, no scaling on the hot path). Lock
 /// statistics are kept in ticks and converted to ns when read (TicksToNs).
