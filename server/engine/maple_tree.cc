@@ -254,15 +254,6 @@ struct MapleTree::Big {
     for (int i = 0; i < b.n; i++) Add(b.pivot[i], b.slot[i], b.gap[i]);
   }
   uint64_t First(int i) const { return i ? pivot[i - 1] + 1 : min; }
-  /// The largest gap of entries [from, to] (as the node made of them will have).
-  uint64_t MaxGap(bool leaf, int from, int to) const {
-    uint64_t g = 0;
-    for (int i = from; i <= to; i++) {
-      if (!leaf) g = std::max(g, gap[i]);
-      else if (!slot[i]) g = std::max(g, GapSize(First(i), pivot[i]));
-    }
-    return g;
-  }
 };
 
 /// struct ma_wr_state + ma_state for one store.
@@ -656,32 +647,37 @@ uint64_t MapleTree::FillLeaf(Node* dst, const Write& w) {
 
 // ======================================================================= node building
 
-/// mab_mas_cp(): a new node from entries [from, to] of b.
-uintptr_t MapleTree::MakeNode(bool leaf, const Big& b, int from, int to) {
+/// mab_mas_cp(): a new node from entries [from, to] of b; its largest gap in *gap.
+uintptr_t MapleTree::MakeNode(bool leaf, const Big& b, int from, int to, uint64_t* gap) {
   Node* n = NewNode();
+  if (leaf) {
+    LeafFill f{n, b.First(from)};
+    for (int i = from; i <= to; i++) f.Put(b.pivot[i], b.slot[i]);
+    *gap = f.Finish();
+    return Tag(n, true);
+  }
   const int count = to - from + 1;
-  const int npiv = Pivots(leaf);
   int gap_off = 0;
   uint64_t max_gap = 0;
   for (int j = 0; j < count; j++) {
     const int i = from + j;
-    if (j < npiv) n->piv(j).store(b.pivot[i], kRlx);
-    n->slot(leaf, j).store(b.slot[i], kRlx);
-    if (!leaf) {
-      n->gap(j).store(b.gap[i], kRlx);
-      if (b.gap[i] > max_gap) {
-        max_gap = b.gap[i];
-        gap_off = j;
-      }
+    if (j < kAPivots) n->piv(j).store(b.pivot[i], kRlx);
+    n->slot(false, j).store(b.slot[i], kRlx);
+    n->gap(j).store(b.gap[i], kRlx);
+    if (b.gap[i] > max_gap) {
+      max_gap = b.gap[i];
+      gap_off = j;
     }
   }
-  // The words left unused are zeroed (the leaf's slot 15 holds the metadata).
-  for (int j = count; j < npiv; j++) n->piv(j).store(0, kRlx);
-  for (int j = count; j < Slots(leaf) - (leaf ? 1 : 0); j++) n->slot(leaf, j).store(0, kRlx);
-  if (!leaf)
-    for (int j = count; j < kArangeSlots; j++) n->gap(j).store(0, kRlx);
-  n->SetMeta(leaf, count - 1, gap_off);
-  return Tag(n, leaf);
+  // The words left unused are zeroed.
+  for (int j = count; j < kAPivots; j++) n->piv(j).store(0, kRlx);
+  for (int j = count; j < kArangeSlots; j++) {
+    n->slot(false, j).store(0, kRlx);
+    n->gap(j).store(0, kRlx);
+  }
+  n->SetMeta(false, count - 1, gap_off);
+  *gap = max_gap;
+  return Tag(n, false);
 }
 
 /// Sets the parent pointer of every child of an interior node (mas_adopt_children).
@@ -915,14 +911,15 @@ int CalcSplit(const Big& b, bool leaf, int* mid) {
 }
 }  // namespace
 
-/// mas_wmb_replace(): new_top replaces path[d] (one release store), the new interior
-/// nodes adopt their children, the replaced nodes are retired, the gap goes up.
-void MapleTree::Finish(Pos* path, int d, uintptr_t top, Made& made) {
+/// mas_wmb_replace(): new_top (whose largest gap is gap) replaces path[d] (one release
+/// store), the new interior nodes adopt their children, the replaced nodes are
+/// retired, the gap goes up.
+void MapleTree::Finish(Pos* path, int d, uintptr_t top, uint64_t gap, Made& made) {
   made.Push(top);
   const uintptr_t old = Publish(path, d, top);
   for (int i = 0; i < made.n; i++) Adopt(made.e[i]);
   RetireReplaced(old);
-  UpdateGap(path, d);
+  UpdateGap(path, d, gap);
 }
 
 /// mas_split(): split the leaf, then each ancestor that overflows, upwards until one
@@ -935,24 +932,27 @@ void MapleTree::Split(Write& w) {
   for (int d = w.depth - 1;; d--) {
     const Pos& cur = w.path[d];
     const bool leaf = cur.leaf;
+    uint64_t g, lg, rg;
     if (b.n <= Slots(leaf)) {  // mas_split_final_node()
-      Finish(w.path, d, MakeNode(leaf, b, 0, b.n - 1), made);
+      const uintptr_t top = MakeNode(leaf, b, 0, b.n - 1, &g);
+      Finish(w.path, d, top, g, made);
       return;
     }
     if (d > 0 && (PushData(w.path, d, b, true, made) || PushData(w.path, d, b, false, made))) return;
     int mid;
     const int split = CalcSplit(b, leaf, &mid);
-    const uintptr_t l = MakeNode(leaf, b, 0, split), r = MakeNode(leaf, b, split + 1, b.n - 1);
+    const uintptr_t l = MakeNode(leaf, b, 0, split, &lg), r = MakeNode(leaf, b, split + 1, b.n - 1, &rg);
     made.Push(l);
     made.Push(r);
     Big nb;
     nb.min = d ? w.path[d - 1].min : 0;
     if (d) nb.AddNode(w.path[d - 1], 0, w.path[d - 1].off - 1);
-    nb.Add(b.pivot[split], l, b.MaxGap(leaf, 0, split));
-    nb.Add(cur.max, r, b.MaxGap(leaf, split + 1, b.n - 1));
+    nb.Add(b.pivot[split], l, lg);
+    nb.Add(cur.max, r, rg);
     if (d == 0) {
       height_++;
-      Finish(w.path, 0, MakeNode(false, nb, 0, nb.n - 1), made);
+      const uintptr_t top = MakeNode(false, nb, 0, nb.n - 1, &g);
+      Finish(w.path, 0, top, g, made);
       return;
     }
     nb.AddNode(w.path[d - 1], w.path[d - 1].off + 1, w.path[d - 1].end);
@@ -992,17 +992,19 @@ bool MapleTree::PushData(Pos* path, int d, const Big& b, bool left, Made& made) 
     c.AddNode(s, 0, s.end);
   }
   const int split = NoNullSplit(c, left ? slots - 2 : c.n - slots, leaf);
-  const uintptr_t l = MakeNode(leaf, c, 0, split), r = MakeNode(leaf, c, split + 1, c.n - 1);
+  uint64_t lg, rg, g;
+  const uintptr_t l = MakeNode(leaf, c, 0, split, &lg), r = MakeNode(leaf, c, split + 1, c.n - 1, &rg);
   made.Push(l);
   made.Push(r);
   const int first = left ? so : p.off;
   Big pb;
   pb.min = p.min;
   pb.AddNode(p, 0, first - 1);
-  pb.Add(c.pivot[split], l, c.MaxGap(leaf, 0, split));
-  pb.Add(c.pivot[c.n - 1], r, c.MaxGap(leaf, split + 1, c.n - 1));
+  pb.Add(c.pivot[split], l, lg);
+  pb.Add(c.pivot[c.n - 1], r, rg);
   pb.AddNode(p, first + 2, p.end);
-  Finish(path, d - 1, MakeNode(false, pb, 0, pb.n - 1), made);
+  const uintptr_t top = MakeNode(false, pb, 0, pb.n - 1, &g);
+  Finish(path, d - 1, top, g, made);
   return true;
 }
 
@@ -1087,10 +1089,11 @@ void MapleTree::SpanningRebalance(Big& b, Pos* lp, Pos* rp) {
     const bool leaf = d == h - 1;
     if (!leaf && b.n == 1) {  // the root kept one child: that child is the root
       height_ = h - d - 1;
-      Finish(lp, 0, b.slot[0], made);
+      Finish(lp, 0, b.slot[0], 0, made);  // the root: no gap recorded above it
       return;
     }
     uintptr_t nodes[3];
+    uint64_t gaps[3];
     int cut[3], k = 1;
     if (b.n <= Slots(leaf)) {
       cut[0] = b.n - 1;
@@ -1101,22 +1104,23 @@ void MapleTree::SpanningRebalance(Big& b, Pos* lp, Pos* rp) {
       cut[k++] = b.n - 1;
     }
     for (int i = 0, from = 0; i < k; from = cut[i++] + 1) {
-      nodes[i] = MakeNode(leaf, b, from, cut[i]);
+      nodes[i] = MakeNode(leaf, b, from, cut[i], &gaps[i]);
       made.Push(nodes[i]);
     }
     if (k == 1 && lp[d].min == 0 && rp[d].max == kMax) {  // covers everything
       height_ = h - d;
-      Finish(lp, 0, nodes[0], made);
+      Finish(lp, 0, nodes[0], gaps[0], made);
       return;
     }
     Big nb;
     nb.min = d ? lp[d - 1].min : 0;
     if (d) nb.AddNode(lp[d - 1], 0, lp[d - 1].off - 1);
-    for (int i = 0, from = 0; i < k; from = cut[i++] + 1)
-      nb.Add(b.pivot[cut[i]], nodes[i], b.MaxGap(leaf, from, cut[i]));
+    for (int i = 0; i < k; i++) nb.Add(b.pivot[cut[i]], nodes[i], gaps[i]);
     if (d == 0) {  // the root split
       height_ = h + 1;
-      Finish(lp, 0, MakeNode(false, nb, 0, nb.n - 1), made);
+      uint64_t g;
+      const uintptr_t top = MakeNode(false, nb, 0, nb.n - 1, &g);
+      Finish(lp, 0, top, g, made);
       return;
     }
     nb.AddNode(rp[d - 1], rp[d - 1].off + 1, rp[d - 1].end);

@@ -306,7 +306,7 @@ class MapleTree {
   void Adopt(uintptr_t enode);
   void UpdateGap(Pos* path, int d);
   void UpdateGap(Pos* path, int d, uint64_t gap);
-  uintptr_t MakeNode(bool leaf, const Big& b, int from, int to);
+  uintptr_t MakeNode(bool leaf, const Big& b, int from, int to, uint64_t* gap);
   template <class Copy, class Put>
   static void LeafEntries(const Write& w, Copy&& copy, Put&& put);
   void BuildLeafBig(const Write& w, Big& b) const;
@@ -319,7 +319,7 @@ class MapleTree {
   void NodeStore(Write& w);
   void Split(Write& w);
   bool PushData(Pos* path, int d, const Big& b, bool left, Made& made);
-  void Finish(Pos* path, int d, uintptr_t new_top, Made& made);
+  void Finish(Pos* path, int d, uintptr_t new_top, uint64_t gap, Made& made);
   void Rebalance(Write& w);
   void SpanningStore(Write& w);
   void SpanningRebalance(Big& b, Pos* lpath, Pos* rpath);

@@ -134,9 +134,11 @@ void MmStruct::EndWriteSectionLocked() {
   // Through a vector of this space's, so that the gather (and its node vector, reserved
   // once at kDeferBatch: growing it by doubling for every batch cost malloc_consolidate)
   // exists only while it holds something: an index without RCU readers frees its nodes
-  // at once, and its gather holds only munmap's page tables and frames.
-  idx->TakeRetired(retired_nodes);
-  if (!retired_nodes.empty()) {
+  // at once, and its gather holds only munmap's page tables and frames. A gather whose
+  // node vector is already reserved takes them directly.
+  if (gather && gather->nodes.capacity() != 0) {
+    idx->TakeRetired(gather->nodes);
+  } else if (idx->TakeRetired(retired_nodes); !retired_nodes.empty()) {
     std::vector<void*>& n = GatherLocked().nodes;
     if (n.capacity() == 0) n.reserve(kDeferBatch);
     n.insert(n.end(), retired_nodes.begin(), retired_nodes.end());
