@@ -210,6 +210,40 @@ TEST(MapleStore, FirstEntryExpandsTheRoot) {
                          std::to_string(kMax) + ":0 ");
 }
 
+TEST(MapleStore, Linux61PreallocatesTheWorstCaseBeforeEveryStore) {
+  // prealloc_worst (Linux 6.1 - 6.4): every store sets aside 1 + 3 x height nodes, of
+  // which it uses what its store type needs (as mas_prealloc_calc's tree does for the
+  // same stores), and never needs more; the rest go back to the cache.
+  for (bool rcu : {true, false}) {
+    MapleTree worst(rcu, nullptr, true), calc(rcu);
+    std::mt19937_64 rng(3);
+    std::vector<void*> retired;
+    uint64_t expect_prealloc = 0;
+    for (int i = 0; i < 4000; i++) {
+      const uint64_t first = rng() % 30000, last = first + (rng() % 8 == 0 ? rng() % 2000 : rng() % 40);
+      void* e = rng() % 3 ? E(1 + rng() % 1000) : nullptr;
+      expect_prealloc += 1 + 3 * static_cast<uint64_t>(worst.height());
+      worst.Store(first, last, e);
+      calc.Store(first, last, e);
+      worst.TakeRetired(retired);
+      calc.TakeRetired(retired);
+    }
+    const MapleStats &w = worst.stats(), &c = calc.stats();
+    EXPECT_EQ(w.prealloc_nodes, expect_prealloc) << "rcu " << rcu;
+    EXPECT_GT(w.prealloc_nodes, 3 * c.prealloc_nodes) << "rcu " << rcu;
+    for (int k = 0; k < static_cast<int>(T::kCount); k++)
+      EXPECT_EQ(w.stores[k], c.stores[k]) << MapleStoreTypeName(static_cast<T>(k));
+    EXPECT_EQ(w.used_nodes, c.used_nodes) << "rcu " << rcu;
+    EXPECT_EQ(w.retired_nodes, c.retired_nodes) << "rcu " << rcu;
+    EXPECT_EQ(w.prealloc_short, 0u);
+    EXPECT_EQ(c.prealloc_short, 0u);
+    EXPECT_GE(worst.height(), 3);
+    EXPECT_EQ(worst.nodes(), calc.nodes());
+    EXPECT_EQ(worst.Validate(), "");
+    MapleTree::FreeNodes(retired);
+  }
+}
+
 /// One store on a tree of `fill` entries [1000 + 10k, 1000 + 10k + 4] (after an
 /// optional earlier store): the store type the kernel's rules pick and its node cost.
 struct OneStore {
