@@ -1510,8 +1510,20 @@ void PrintSeedTable(std::ostream& o, const stress::SeedComparisonTable& t) {
     << " rounds at our measured rounds/s (wall time of the engine; the seed's is the kernel's system time)\n";
 }
 
+/// The index of the median of v (the lower one for an even count); v is not empty.
+size_t MedianIndex(const std::vector<double>& v) {
+  std::vector<size_t> idx(v.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
+  return idx[(idx.size() - 1) / 2];
+}
+
+/// bench stress --compare [--repeat N]: every profile, then the kernel, N times in turn.
+/// A profile's row is its median-rounds/s repetition; its x native is the median over the
+/// repetitions of its rounds/s over the kernel's of the same repetition (each ratio side
+/// by side in time, as the machine's load drifts); the native row is the median native run.
 int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::string& transport, int batch,
-                       int inflight, bool progress, bool native_on) {
+                       int inflight, bool progress, bool native_on, int repeat) {
   std::vector<std::string> profiles = ProfilesToRun(c, base_cfg.locking_profile);
   if (std::string e = CheckPlot(c); !e.empty()) {
     c.err << "vmspace " << c.command << ": " << e << "\n";
@@ -1519,24 +1531,71 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
   }
   // Each run carries its profile's lock deltas over the rounds (StressStats::locks).
   using StressRow = stress::StressStats;
-  std::vector<StressRow> rows = RunProfiles<StressRow>(c, profiles, "seed-004 stress", progress, 0,
-                                                       [&](const std::string& p) {
-    stress::StressConfig cfg = base_cfg;
-    cfg.locking_profile = p;
-    if (transport == "inprocess") return stress::RunEngineStress(cfg);
-    if (transport == "unary") return stress::RunUnaryStress(cfg, c.client);
-    return stress::RunStreamStress(cfg, c.client, batch, inflight);
-  });
-  bool any_ok = std::any_of(rows.begin(), rows.end(), [](const StressRow& r) { return r.ok(); });
-  std::optional<stress::StressStats> native;
-  if (native_on && any_ok) {
-    if (progress) c.err << "vmspace bench: seed-004 stress on the kernel (native, once)\n" << std::flush;
-    native = stress::RunNativeStress(base_cfg);
+  std::vector<std::vector<StressRow>> reps;       // [repetition][profile]
+  std::vector<std::optional<StressRow>> natives;  // [repetition]
+  for (int k = 0; k < repeat; ++k) {
+    const std::string what =
+        repeat > 1 ? "seed-004 stress, repetition " + std::to_string(k + 1) + "/" + std::to_string(repeat)
+                   : "seed-004 stress";
+    reps.push_back(RunProfiles<StressRow>(c, profiles, what, progress, 0, [&](const std::string& p) {
+      stress::StressConfig cfg = base_cfg;
+      cfg.locking_profile = p;
+      if (transport == "inprocess") return stress::RunEngineStress(cfg);
+      if (transport == "unary") return stress::RunUnaryStress(cfg, c.client);
+      return stress::RunStreamStress(cfg, c.client, batch, inflight);
+    }));
+    const bool any_ok = std::any_of(reps.back().begin(), reps.back().end(), [](const StressRow& r) { return r.ok(); });
+    std::optional<StressRow> n;
+    if (native_on && any_ok) {
+      if (progress) c.err << "vmspace bench: " << what << " on the kernel (native)\n" << std::flush;
+      n = stress::RunNativeStress(base_cfg);
+    }
+    natives.push_back(std::move(n));
+    if (!any_ok) break;  // every profile failed: no point in repeating it
   }
-  auto ratio = [&](const StressRow& r) -> std::optional<double> {
-    if (!native || !native->ok() || native->rounds_per_sec() <= 0 || !r.ok()) return std::nullopt;
-    return r.rounds_per_sec() / native->rounds_per_sec();
-  };
+  // Per profile: the repetition with the median rounds/s (a failed one: the first
+  // failure), and the median of the per-repetition ratios.
+  std::vector<StressRow> rows;
+  std::vector<std::optional<double>> ratios;
+  std::vector<std::vector<double>> ratio_runs(profiles.size()), rps_runs(profiles.size());
+  for (size_t i = 0; i < profiles.size(); ++i) {
+    std::optional<size_t> failed;
+    for (size_t k = 0; k < reps.size(); ++k) {
+      const StressRow& r = reps[k][i];
+      if (!r.ok()) {
+        if (!failed) failed = k;
+        continue;
+      }
+      rps_runs[i].push_back(r.rounds_per_sec());
+      const std::optional<StressRow>& n = natives[k];
+      if (n && n->ok() && n->rounds_per_sec() > 0) ratio_runs[i].push_back(r.rounds_per_sec() / n->rounds_per_sec());
+    }
+    if (failed) {
+      rows.push_back(reps[*failed][i]);
+      ratios.push_back(std::nullopt);
+      continue;
+    }
+    rows.push_back(reps[MedianIndex(rps_runs[i])][i]);
+    ratios.push_back(ratio_runs[i].size() == reps.size()
+                         ? std::optional<double>(ratio_runs[i][MedianIndex(ratio_runs[i])])
+                         : std::nullopt);
+  }
+  std::optional<StressRow> native;
+  std::vector<double> native_rps;
+  for (const std::optional<StressRow>& n : natives) {
+    if (!n) continue;
+    if (!n->ok()) {
+      native = n;  // the first failure is what the table reports
+      break;
+    }
+    native_rps.push_back(n->rounds_per_sec());
+  }
+  if (!native && !native_rps.empty()) {
+    const size_t m = MedianIndex(native_rps);
+    size_t seen = 0;
+    for (const std::optional<StressRow>& n : natives)
+      if (n && seen++ == m) native = n;
+  }
   std::string error;
   for (const StressRow& r : rows)
     if (!r.ok() && error.empty()) error = r.profile + ": " + r.error;
@@ -1548,11 +1607,12 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
     spec.title = "vmspace bench stress (seed-004): " + std::to_string(base_cfg.clients) + " client(s), " +
                  std::to_string(base_cfg.rounds) + " rounds each, " + transport;
     bench::PlotPanel rps{"rounds/s", {}}, cont{"mmap_lock contentions per 1000 rounds", {}}, rat{"ratio vs native", {}};
-    for (const StressRow& r : rows) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const StressRow& r = rows[i];
       spec.labels.push_back(r.profile);
       rps.values.push_back(r.ok() ? std::optional<double>(r.rounds_per_sec()) : std::nullopt);
       cont.values.push_back(r.contentions_per_1k_rounds());
-      rat.values.push_back(ratio(r));
+      rat.values.push_back(ratios[i]);
     }
     spec.panels = {rps, cont};
     if (native && native->ok()) spec.panels.push_back(rat);
@@ -1572,13 +1632,16 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
     j["seed"] = base_cfg.seed;
     j["stride"] = base_cfg.stride;
     j["compare"] = true;
+    j["repeat"] = repeat;
+    j["native_rounds_per_s_runs"] = native_rps;
     if (transport == "stream") {
       j["batch"] = batch;
       j["inflight"] = inflight;
     }
     j["native"] = native ? StatsJson(*native) : Json(nullptr);
     Json arr = Json::array();
-    for (const StressRow& r : rows) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const StressRow& r = rows[i];
       Json rj;
       rj["profile"] = r.profile;
       std::string pname, pdesc;
@@ -1590,7 +1653,9 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
       rj["ops_per_s"] = stats["ops_per_sec"]["total"];
       rj["faults_per_s"] = Rate(r.faults, r.seconds);
       rj["addr_hash"] = base_cfg.shared_space ? Json(nullptr) : Json(Hex(r.addr_hash));
-      rj["ratio_vs_native"] = OptJson(ratio(r));
+      rj["ratio_vs_native"] = OptJson(ratios[i]);
+      rj["ratio_vs_native_runs"] = ratio_runs[i];
+      rj["rounds_per_s_runs"] = rps_runs[i];
       rj["mmap_lock_contentions_per_1k_rounds"] = OptJson(r.contentions_per_1k_rounds());
       AddLockFields(rj, r.locks, r.mmap_lock_contentions(), r.contentions_per_1k_faults(), r.mmap_lock_wait_s_per_round(), r.locks_note);
       rj["error"] = r.ok() ? Json(nullptr) : Json(r.error);
@@ -1615,13 +1680,14 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
              "vl-miss");
     o << line;
     std::vector<std::string> notes;
-    for (const StressRow& r : rows) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const StressRow& r = rows[i];
       if (!r.ok() && r.rounds == 0) {
         o << std::left << std::setw(26) << Abbrev(r.profile, 26) << std::right << " error: " << r.error << "\n";
         continue;
       }
       snprintf(line, sizeof line, "%-26s %9.3f %12.0f %10s %12.0f %11s %11s %11s %10s %8s %8s\n",
-               Abbrev(r.profile, 26).c_str(), r.seconds, r.rounds_per_sec(), Num(ratio(r), "%.4f").c_str(),
+               Abbrev(r.profile, 26).c_str(), r.seconds, r.rounds_per_sec(), Num(ratios[i], "%.4f").c_str(),
                Rate(r.faults, r.seconds), Num(r.contentions_per_1k_rounds(), "%.3g").c_str(),
                Num(r.contentions_per_1k_faults(), "%.3g").c_str(), Num(r.mmap_lock_wait_s_per_round(), "%.3g").c_str(),
                Count(r.locks, "vma_lock_success").c_str(), Count(r.locks, "vma_lock_abort").c_str(),
@@ -1631,12 +1697,34 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
       notes.push_back(r.locks_note);
     }
     if (native) {
-      snprintf(line, sizeof line, "%-26s %9.3f %12.0f %10s %12.0f\n", "native (kernel, once)", native->seconds,
+      snprintf(line, sizeof line, "%-26s %9.3f %12.0f %10s %12.0f\n",
+               repeat > 1 ? "native (kernel, median)" : "native (kernel, once)", native->seconds,
                native->rounds_per_sec(), "1", Rate(native->faults, native->seconds));
       o << line;
     }
-    o << "x native = rounds/s / the kernel's rounds/s (same sequence, measured once in this invocation); "
-         "cont/1krnd, cont/1kflt = mmap_lock contentions (read+write) per 1000 rounds / faults; wait-s/rnd = "
+    if (repeat > 1) {
+      o << "x native per repetition (each beside the kernel's run of the same repetition):\n";
+      for (size_t i = 0; i < rows.size(); ++i) {
+        o << "  " << std::left << std::setw(24) << Abbrev(rows[i].profile, 24) << std::right;
+        for (double x : ratio_runs[i]) {
+          snprintf(line, sizeof line, " %.2f", x);
+          o << line;
+        }
+        if (!ratio_runs[i].empty()) {
+          const auto [lo, hi] = std::minmax_element(ratio_runs[i].begin(), ratio_runs[i].end());
+          snprintf(line, sizeof line, "  (median %s, range %.2f-%.2f)", Num(ratios[i], "%.2f").c_str(), *lo, *hi);
+          o << line;
+        }
+        o << "\n";
+      }
+      o << "x native = the median over " << repeat
+        << " repetitions of rounds/s / the kernel's rounds/s of the same repetition (each repetition runs every "
+           "profile, then the kernel, on the same sequence); a row's other columns are those of its "
+           "median-rounds/s repetition; ";
+    } else {
+      o << "x native = rounds/s / the kernel's rounds/s (same sequence, measured once in this invocation); ";
+    }
+    o << "cont/1krnd, cont/1kflt = mmap_lock contentions (read+write) per 1000 rounds / faults; wait-s/rnd = "
          "mmap_lock wait seconds per round; vl-* = VMA_LOCK_SUCCESS/ABORT/MISS\n";
     if (const std::optional<stress::SeedComparisonTable> seed = SeedTableFor(c, rows, base_cfg.page_fault))
       PrintSeedTable(o, *seed);
@@ -1675,10 +1763,13 @@ int CmdBenchStress(Ctx& c) {
   cfg.locking_profile = ProfileOption(c);
   bool progress_on = !c.args.Flag("quiet");
   bool native_on = !c.args.Flag("skip-native");
+  const uint64_t repeat = c.U64("repeat", 1);
+  if (repeat < 1 || repeat > 100) throw UsageError{"--repeat must be 1..100"};
   if (c.args.Has("compare")) {
     return BenchStressCompare(c, cfg, transport, static_cast<int>(batch), static_cast<int>(inflight), progress_on,
-                              native_on);
+                              native_on, static_cast<int>(repeat));
   }
+  if (c.args.Has("repeat")) throw UsageError{"--repeat needs --compare (repetitions of the profiles and the kernel)"};
   if (c.args.Has("plot")) throw UsageError{"--plot needs --compare (a chart of the profiles)"};
   uint64_t total = cfg.rounds * static_cast<uint64_t>(cfg.clients);
 
@@ -1931,6 +2022,7 @@ const std::vector<Command>& Commands() {
         {"compare", "LIST", "run once per profile: linux-6.0,linux-6.6 | vma_lock=off,anon,all | SPEC;SPEC (table; native once)"},
         {"plot", "FILE.svg", "with --compare: SVG bar chart (rounds/s, contentions) drawn by gnuplot"},
         {"skip-native", "", "do not run the native comparison"},
+        {"repeat", "N", "with --compare: N repetitions of every profile, then the kernel; x native = the median of the per-repetition ratios (default 1)"},
         {"seed-table", "", "with --compare: seed 004's table beside ours (always when it names linux-6.0/6.1/6.7)"},
         {"quiet", "", "no progress lines on stderr"}},
        CmdBenchStress},

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -108,6 +109,9 @@ TEST(BenchCli, UsageErrors) {
       {"bench", "mmap1", "--bogus"},
       {"bench", "stress", "--compare", "linux-6.0,linux-9.9"},
       {"bench", "stress", "--plot", "x.svg"},  // a chart needs --compare
+      {"bench", "stress", "--repeat", "3"},    // repetitions need --compare
+      {"bench", "stress", "--repeat", "0", "--compare", "linux-6.0"},
+      {"bench", "stress", "--repeat", "101", "--compare", "linux-6.0"},
       {"lockstat", "--profile", "linux-9.9"},
   };
   for (const auto& args : bad) {
@@ -384,6 +388,37 @@ TEST(BenchStressCompare, InprocessJson) {
   EXPECT_GT(ByProfile(j, "linux-6.4")["vma_lock_success"].get<uint64_t>(), 0u);
   EXPECT_GT(ByProfile(j, "linux-6.6")["vma_lock_success"].get<uint64_t>(), 0u);
   EXPECT_GT(ByProfile(j, "linux-6.0")["locks"]["mmap_lock"]["read"]["acquisitions"].get<uint64_t>(), 0u);
+}
+
+// --repeat 3: each profile and the kernel run three times in turn; a row's x native is
+// the median of its three ratios, each over the kernel's run of the same repetition, and
+// its other figures are those of its median-rounds/s repetition.
+TEST(BenchStressCompare, RepeatReportsTheMedianOfPerRepetitionRatios) {
+  json j = CliJson({"bench", "stress", "--rounds", "1000", "--repeat", "3", "--compare", "linux-6.0,linux-6.15"});
+  EXPECT_EQ(j["repeat"], 3);
+  const json& nrps = j["native_rounds_per_s_runs"];
+  ASSERT_EQ(nrps.size(), 3u);
+  std::vector<double> n = nrps.get<std::vector<double>>();
+  std::sort(n.begin(), n.end());
+  EXPECT_DOUBLE_EQ(j["native"]["rounds_per_sec"].get<double>(), n[1]);  // the median native run
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const json& r : j["results"]) {
+    SCOPED_TRACE(r["profile"].get<std::string>());
+    std::vector<double> x = r["ratio_vs_native_runs"].get<std::vector<double>>();
+    std::vector<double> rps = r["rounds_per_s_runs"].get<std::vector<double>>();
+    ASSERT_EQ(x.size(), 3u);
+    ASSERT_EQ(rps.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) EXPECT_DOUBLE_EQ(x[k], rps[k] / nrps[k].get<double>());
+    std::sort(x.begin(), x.end());
+    std::sort(rps.begin(), rps.end());
+    EXPECT_DOUBLE_EQ(r["ratio_vs_native"].get<double>(), x[1]);
+    EXPECT_DOUBLE_EQ(r["rounds_per_sec"].get<double>(), rps[1]);
+    EXPECT_EQ(r["rounds"], 1000);
+  }
+  CliRun t = Cli({"bench", "stress", "--rounds", "500", "--quiet", "--repeat", "2", "--compare", "linux-6.0"});
+  ASSERT_EQ(t.code, kExitOk) << t.err;
+  for (const char* s : {"native (kernel, median)", "x native per repetition", "median over 2 repetitions"})
+    EXPECT_TRUE(Contains(t.out, s)) << s << "\n" << t.out;
 }
 
 TEST(BenchStressCompare, HumanTable) {
