@@ -1580,22 +1580,20 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
                          ? std::optional<double>(ratio_runs[i][MedianIndex(ratio_runs[i])])
                          : std::nullopt);
   }
+  // The native row: the first failed native run, else the median one.
   std::optional<StressRow> native;
   std::vector<double> native_rps;
-  for (const std::optional<StressRow>& n : natives) {
-    if (!n) continue;
-    if (!n->ok()) {
-      native = n;  // the first failure is what the table reports
+  std::vector<size_t> native_rep;  // the repetition of each native_rps entry
+  for (size_t k = 0; k < natives.size(); ++k) {
+    if (!natives[k]) continue;
+    if (!natives[k]->ok()) {
+      native = natives[k];
       break;
     }
-    native_rps.push_back(n->rounds_per_sec());
+    native_rps.push_back(natives[k]->rounds_per_sec());
+    native_rep.push_back(k);
   }
-  if (!native && !native_rps.empty()) {
-    const size_t m = MedianIndex(native_rps);
-    size_t seen = 0;
-    for (const std::optional<StressRow>& n : natives)
-      if (n && seen++ == m) native = n;
-  }
+  if (!native && !native_rps.empty()) native = natives[native_rep[MedianIndex(native_rps)]];
   std::string error;
   for (const StressRow& r : rows)
     if (!r.ok() && error.empty()) error = r.profile + ": " + r.error;
