@@ -193,9 +193,10 @@ class VmaCache {
   static constexpr size_t kMaxFree = 1024;
   /// kRwsem: VMAs kept in flight (in queued batches: waiting for their grace period, or
   /// freed and not yet taken back) before the oldest freed ones are deleted. In steady
-  /// churn about one callback period's worth of munmaps is in flight (liburcu's
-  /// call_rcu thread runs its callbacks every 10 ms while it has work: about 5 k VMAs
-  /// at 500 k munmaps/s).
+  /// churn about one grace period's worth of munmaps is in flight (sync/rcu.h: one
+  /// grace period per kRcuGpIntervalUs, ~2-3 ms with its membarrier under load: about
+  /// 3 k VMAs at 1 M munmaps/s; liburcu's call_rcu thread, which slept 10 ms between
+  /// passes, kept ~12 k).
   static constexpr size_t kMaxInFlight = 8192;
   /// VMAs per call_rcu (RcuBatch) in the kRwsem form.
   static constexpr uint32_t kRcuBatch = 64;

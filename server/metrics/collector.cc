@@ -284,6 +284,13 @@ std::vector<MetricFamily> Collector::Collect() const {
   gauge("vmspace_dirty_throttled_writers", "Writers waiting in balance_dirty_pages now.", wb.throttled_now);
   metric("vmspace_writeback_passes_total", "Passes of the writeback thread since start.", MetricType::Counter,
          wb.passes);
+  const RcuStats rcu = ReadRcuStats();
+  metric("vmspace_rcu_grace_periods_total",
+         "RCU grace periods the engine's call_rcu worker waited for (at most one per millisecond).",
+         MetricType::Counter, rcu.grace_periods);
+  metric("vmspace_rcu_callbacks_total", "RCU callbacks (deferred frees) the call_rcu worker ran.",
+         MetricType::Counter, rcu.callbacks_invoked);
+  gauge("vmspace_rcu_callbacks_pending", "RCU callbacks queued and not yet run.", rcu.callbacks_pending);
   gauge("vmspace_frame_bytes", "Page-frame memory in use, bytes.",
         frames_ ? frames_->in_use_bytes() : 0);
   gauge("vmspace_frame_limit_bytes",

@@ -30,16 +30,7 @@ namespace {
 
 using testing_util::Iterations;
 
-// Waits (yielding) until pred() holds; false after a minute (a hang).
-template <typename P>
-bool WaitUntil(P pred) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
+using testing_util::WaitUntil;
 
 RwSem MakeSem(uint64_t timeout_ns = RwSem::kWaitTimeoutNs) {
   return RwSem(LockClass::kMmapLock, LockRank::kMmapLock, timeout_ns);

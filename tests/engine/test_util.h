@@ -10,10 +10,12 @@
 
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <memory>
+#include <thread>
 
 #include "engine/address_space.h"
 
@@ -44,5 +46,16 @@ struct ScratchDir {
   ~ScratchDir() { std::filesystem::remove_all(path); }
   std::string path;
 };
+
+/// Waits (yielding) until pred() holds; false after a minute (a hang).
+template <typename P>
+bool WaitUntil(P pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
 
 }  // namespace vmspace::testing_util

@@ -1,5 +1,15 @@
 #include "sync/rcu.h"
 
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <thread>
+
+#include "engine/address_space.h"
+#include "sync/mutex.h"
+
 namespace vmspace {
 namespace rcu_internal {
 thread_local bool tls_registered = false;
@@ -13,6 +23,131 @@ void RegisterSlow() {
 }
 }  // namespace rcu_internal
 
+namespace {
+
+/// The engine's call_rcu worker, one per process: Linux's rcu_gp_kthread (one grace
+/// period at a time, started once callbacks wait) and rcu_do_batch (the callbacks of
+/// that grace period, in queue order). It replaces liburcu's call_rcu thread, which
+/// sleeps 10 ms after every pass: at our churn rates that held ~12 k freed VMAs and
+/// their index nodes in flight, so every VMA and node a write section took from its
+/// cache had left the CPU caches. Here a grace period starts kRcuGpIntervalUs after the
+/// previous one started (or at once, if the worker was idle that long), with every
+/// callback queued by then.
+///
+/// Callbacks are linked through their rcu_head (next.next holds the next rcu_head, func
+/// the callback): queueing allocates nothing. mu_ (LockRank::kRcuQueue) guards the
+/// queue and the counts; nothing is taken under it and no callback runs under it.
+class CallbackWorker {
+ public:
+  void Queue(rcu_head* h, void (*fn)(rcu_head*)) {
+    h->func = fn;
+    h->next.next = nullptr;
+    bool wake;
+    {
+      MutexLock l(mu_);
+      if (tail_) SetNext(tail_, h);
+      else head_ = h;
+      tail_ = h;
+      queued_++;
+      wake = idle_;
+      if (!started_) {
+        started_ = true;
+        std::thread([this] { Run(); }).detach();
+      }
+    }
+    if (wake) work_cv_.notify_one();
+  }
+
+  void Barrier() {
+    mu_.Lock();
+    const uint64_t target = queued_;
+    while (invoked_ < target) done_cv_.wait(mu_);
+    mu_.Unlock();
+  }
+
+  RcuStats Stats() {
+    MutexLock l(mu_);
+    return RcuStats{grace_periods_, invoked_, queued_ - invoked_};
+  }
+
+ private:
+  static rcu_head* Next(rcu_head* h) { return reinterpret_cast<rcu_head*>(h->next.next); }
+  static void SetNext(rcu_head* h, rcu_head* n) { h->next.next = reinterpret_cast<cds_wfcq_node*>(n); }
+
+  void Run() {
+    pthread_setname_np(pthread_self(), "rcu_gp");
+    RcuThread();  // callbacks may enter read sections
+    auto next_gp = std::chrono::steady_clock::now();
+    for (;;) {
+      mu_.Lock();
+      idle_ = true;
+      while (!head_) work_cv_.wait(mu_);
+      idle_ = false;
+      mu_.Unlock();
+      // Callbacks queued while the worker waits join this grace period.
+      std::this_thread::sleep_until(next_gp);
+      rcu_head* list;
+      uint64_t n;
+      {
+        MutexLock l(mu_);
+        list = head_;
+        head_ = tail_ = nullptr;
+        n = queued_ - taken_;
+        taken_ = queued_;
+      }
+      next_gp = std::chrono::steady_clock::now() + std::chrono::microseconds(kRcuGpIntervalUs);
+      SynchronizeRcu();
+      while (list) {
+        rcu_head* next = Next(list);  // read first: the callback may free the head
+        list->func(list);
+        list = next;
+      }
+      {
+        MutexLock l(mu_);
+        invoked_ += n;
+        grace_periods_++;
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  Mutex mu_{LockRank::kRcuQueue};
+  std::condition_variable_any work_cv_;  // the queue became non-empty while idle_
+  std::condition_variable_any done_cv_;  // invoked_ grew
+  rcu_head* head_ ABSL_GUARDED_BY(mu_) = nullptr;
+  rcu_head* tail_ ABSL_GUARDED_BY(mu_) = nullptr;
+  uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;   // callbacks queued since start
+  uint64_t taken_ ABSL_GUARDED_BY(mu_) = 0;    // of them, taken off the queue by the worker
+  uint64_t invoked_ ABSL_GUARDED_BY(mu_) = 0;  // of them, run (all of the first invoked_)
+  uint64_t grace_periods_ ABSL_GUARDED_BY(mu_) = 0;
+  bool idle_ ABSL_GUARDED_BY(mu_) = false;     // the worker waits for work_cv_
+  bool started_ ABSL_GUARDED_BY(mu_) = false;  // the worker thread exists
+};
+
+// The worker of this process, created by the first CallRcu, RcuBarrier or ReadRcuStats.
+// Never deleted: its thread runs until the process exits. A fork child must not use
+// the engine (nor could it use liburcu's call_rcu thread before): the worker thread
+// does not exist in it, and liburcu's reader registry still lists the parent's threads.
+std::atomic<CallbackWorker*> g_worker{nullptr};
+
+CallbackWorker& Worker() {
+  CallbackWorker* w = g_worker.load(std::memory_order_acquire);
+  if (__builtin_expect(w != nullptr, 1)) return *w;
+  auto* fresh = new CallbackWorker;  // its thread starts with the first callback
+  if (g_worker.compare_exchange_strong(w, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;  // another thread's won
+  return *w;
+}
+
+}  // namespace
+
+void CallRcu(struct rcu_head* head, void (*fn)(struct rcu_head*)) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_release(head);  // the worker thread receives `head` through the queue
+#endif
+  Worker().Queue(head, fn);
+}
+
 void SynchronizeRcu() {
   urcu_memb_synchronize_rcu();
 #if defined(__SANITIZE_THREAD__)
@@ -21,10 +156,12 @@ void SynchronizeRcu() {
 }
 
 void RcuBarrier() {
-  urcu_memb_barrier();
+  Worker().Barrier();
 #if defined(__SANITIZE_THREAD__)
   __tsan_acquire(&rcu_internal::gp_token);
 #endif
 }
+
+RcuStats ReadRcuStats() { return Worker().Stats(); }
 
 }  // namespace vmspace

@@ -1,5 +1,6 @@
-// Thin wrapper over liburcu (memb flavour) used by the engine: read-side sections,
-// deferred frees (call_rcu), and per-thread registration.
+// The engine's RCU: liburcu's memb flavour for read-side sections and grace periods
+// (synchronize_rcu), and the engine's own call_rcu worker (rcu.cc) that runs deferred
+// frees after them.
 //
 // Every thread that enters a read-side section must be registered; the engine does
 // it lazily on each public entry point (RcuThread()), so callers (gRPC handler
@@ -47,14 +48,22 @@ class RcuReadGuard {
   RcuReadGuard& operator=(const RcuReadGuard&) = delete;
 };
 
-/// Queues fn(head) to run after a grace period (call_rcu).
-/// The callback must start with RcuCallbackBegin(head) and end with RcuCallbackEnd().
-inline void CallRcu(struct rcu_head* head, void (*fn)(struct rcu_head*)) {
-#if defined(__SANITIZE_THREAD__)
-  __tsan_release(head);  // the callback thread receives `head` through liburcu's queue
-#endif
-  urcu_memb_call_rcu(head, fn);
-}
+/// One grace period at most per kRcuGpIntervalUs microseconds: the call_rcu worker
+/// (rcu.cc) waits that long after the start of one grace period before it starts the
+/// next, and every callback queued meanwhile joins it. It bounds the membarrier
+/// syscalls (one round of IPIs to the CPUs running this process per grace period)
+/// to about 2000 a second under constant churn, and keeps a grace period's worth of
+/// freed VMAs, nodes and frames (what is in flight) about the size of the kernel's at
+/// its own rate (HZ=250: a grace period of a few ticks at a quarter of our rounds/s).
+inline constexpr int kRcuGpIntervalUs = 1000;
+
+/// Queues fn(head) to run after a grace period (call_rcu): on the engine's call_rcu
+/// worker thread, after a grace period that starts after this call, in queue order
+/// (callbacks queued earlier by any thread run first). Takes the worker's queue lock
+/// (LockRank::kRcuQueue, a leaf) for a few instructions; any lock may be held. The
+/// callback must start with RcuCallbackBegin(head) and end with RcuCallbackEnd(), and
+/// must not call RcuBarrier or SynchronizeRcu. As kernel/rcu/tree.c call_rcu (Linux 6.18).
+void CallRcu(struct rcu_head* head, void (*fn)(struct rcu_head*));
 /// First statement of every call_rcu callback (TSan: pairs with CallRcu and the grace period).
 inline void RcuCallbackBegin(struct rcu_head* head) {
 #if defined(__SANITIZE_THREAD__)
@@ -73,8 +82,9 @@ inline void RcuCallbackEnd() {
 }
 /// Waits for a grace period (synchronize_rcu). Must not be called in a read section.
 void SynchronizeRcu();
-/// Waits until every callback queued so far has run (rcu_barrier). Also declared in
-/// the public engine/address_space.h.
+/// Waits until every callback queued so far (by any thread) has run (rcu_barrier).
+/// Must not be called from a callback or in a read section. Also declared in the
+/// public engine/address_space.h.
 void RcuBarrier();
 
 }  // namespace vmspace

@@ -142,6 +142,16 @@ struct CopyResult {
 /// back to what other spaces use. Must not be called with an engine lock held.
 void RcuBarrier();
 
+/// The engine's call_rcu worker since the process started (sync/rcu.cc): grace periods
+/// it waited for, callbacks it ran, and callbacks queued and not yet run. Takes only the
+/// worker's queue lock (a metrics scrape takes no space's locks).
+struct RcuStats {
+  uint64_t grace_periods = 0;
+  uint64_t callbacks_invoked = 0;
+  uint64_t callbacks_pending = 0;
+};
+RcuStats ReadRcuStats();
+
 class AddressSpace {
  public:
   /// Creates an empty space. `frames` must outlive the space. The destructor unmaps
