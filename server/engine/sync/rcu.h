@@ -50,9 +50,9 @@ class RcuReadGuard {
 
 /// One grace period at most per kRcuGpIntervalUs microseconds: the call_rcu worker
 /// (rcu.cc) waits that long after the start of one grace period before it starts the
-/// next, and every callback queued meanwhile joins it. It bounds the membarrier
-/// syscalls (one round of IPIs to the CPUs running this process per grace period)
-/// to about 2000 a second under constant churn, and keeps a grace period's worth of
+/// next, and every callback queued meanwhile joins it. It bounds the grace periods,
+/// and with them liburcu's membarrier syscalls (IPIs to the CPUs running this process),
+/// to about 1000 a second under constant churn, and keeps a grace period's worth of
 /// freed VMAs, nodes and frames (what is in flight) about the size of the kernel's at
 /// its own rate (HZ=250: a grace period of a few ticks at a quarter of our rounds/s).
 inline constexpr int kRcuGpIntervalUs = 1000;
