@@ -87,17 +87,15 @@ class CallbackWorker {
       // Callbacks queued while the worker waits join this grace period.
       std::this_thread::sleep_until(next_gp);
       rcu_head* list;
-      uint64_t n;
       {
         MutexLock l(mu_);
         list = head_;
         head_ = tail_ = nullptr;
-        n = queued_ - taken_;
-        taken_ = queued_;
       }
       next_gp = std::chrono::steady_clock::now() + std::chrono::microseconds(kRcuGpIntervalUs);
       SynchronizeRcu();
-      while (list) {
+      uint64_t n = 0;
+      for (; list; n++) {
         rcu_head* next = Next(list);  // read first: the callback may free the head
         list->func(list);
         list = next;
@@ -117,7 +115,6 @@ class CallbackWorker {
   rcu_head* head_ ABSL_GUARDED_BY(mu_) = nullptr;
   rcu_head* tail_ ABSL_GUARDED_BY(mu_) = nullptr;
   uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;   // callbacks queued since start
-  uint64_t taken_ ABSL_GUARDED_BY(mu_) = 0;    // of them, taken off the queue by the worker
   uint64_t invoked_ ABSL_GUARDED_BY(mu_) = 0;  // of them, run (all of the first invoked_)
   uint64_t grace_periods_ ABSL_GUARDED_BY(mu_) = 0;
   bool idle_ ABSL_GUARDED_BY(mu_) = false;     // the worker waits for work_cv_
