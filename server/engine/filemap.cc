@@ -189,13 +189,18 @@ Folio* File::GetLockedFolio(uint64_t index, bool* major, int* err) {
       // or allocates a frame (LOCKING.md), so waiting here cannot hold one up.
       RcuReadGuard g;
       f = pages.Load(index);
-      if (f) f->Lock();
+      if (f) {
+        f->Lock();
+        // Checked before the section ends: a folio truncate removed while we waited is
+        // freed after the grace period this section holds up. One not removed stays
+        // while we hold its lock (truncate removes under it).
+        if (f->removed.load(std::memory_order_acquire)) {
+          f->Unlock();
+          continue;
+        }
+      }
     }
     if (f) {
-      if (f->removed.load(std::memory_order_acquire)) {  // truncated while we waited
-        f->Unlock();
-        continue;
-      }
       if (f->uptodate.load(std::memory_order_acquire)) return f;
       // A reader of the backing store failed and left it not uptodate: retry the read.
     } else {
