@@ -1737,6 +1737,136 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
   return kExitOk;
 }
 
+/// bench stress --scaling --clients C [--repeat N]: how C clients in C spaces scale
+/// against one. Each repetition runs one client, then C clients (each in its own space,
+/// or one shared with --shared-space), then the kernel's one process and C processes
+/// (threads with --shared-space); its ratio is the C-client aggregate rounds/s over the
+/// one-client rounds/s of the same repetition, side by side in time. Prints every
+/// repetition and the median ratio of ours and of the kernel's.
+int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::string& transport, int batch,
+                       int inflight, bool progress, bool native_on, int repeat) {
+  using StressRow = stress::StressStats;
+  auto ours = [&](int clients) {
+    stress::StressConfig cfg = base_cfg;
+    cfg.clients = clients;
+    if (transport == "inprocess") return stress::RunEngineStress(cfg);
+    if (transport == "unary") return stress::RunUnaryStress(cfg, c.client);
+    return stress::RunStreamStress(cfg, c.client, batch, inflight);
+  };
+  auto kernel = [&](int clients) {
+    stress::StressConfig cfg = base_cfg;
+    cfg.clients = clients;
+    return stress::RunNativeStress(cfg);
+  };
+  struct Rep {
+    StressRow one, many;
+    std::optional<StressRow> native_one, native_many;
+  };
+  auto ratio = [](const StressRow& one, const StressRow& many) -> std::optional<double> {
+    if (!one.ok() || !many.ok() || one.rounds_per_sec() <= 0) return std::nullopt;
+    return many.rounds_per_sec() / one.rounds_per_sec();
+  };
+  const int n = base_cfg.clients;
+  std::vector<Rep> reps;
+  std::vector<double> our_x, native_x;
+  std::string error;
+  for (int k = 0; k < repeat && error.empty(); ++k) {
+    const std::string what = "seed-004 scaling, repetition " + std::to_string(k + 1) + "/" + std::to_string(repeat);
+    Rep r;
+    if (progress) c.err << "vmspace bench: " << what << ": 1 client, then " << n << "\n" << std::flush;
+    r.one = ours(1);
+    r.many = r.one.ok() ? ours(n) : StressRow{};
+    if (!r.one.ok()) error = "1 client: " + r.one.error;
+    else if (!r.many.ok()) error = std::to_string(n) + " clients: " + r.many.error;
+    if (native_on && error.empty()) {
+      if (progress) c.err << "vmspace bench: " << what << " on the kernel: 1, then " << n << "\n" << std::flush;
+      r.native_one = kernel(1);
+      if (r.native_one->ok()) r.native_many = kernel(n);
+      if (!r.native_one->ok()) error = "native, 1 client: " + r.native_one->error;
+      else if (!r.native_many->ok()) error = "native, " + std::to_string(n) + " clients: " + r.native_many->error;
+    }
+    if (const auto x = ratio(r.one, r.many)) our_x.push_back(*x);
+    if (r.native_one && r.native_many)
+      if (const auto x = ratio(*r.native_one, *r.native_many)) native_x.push_back(*x);
+    reps.push_back(std::move(r));
+  }
+  auto median = [](const std::vector<double>& v) -> std::optional<double> {
+    if (v.empty()) return std::nullopt;
+    return v[MedianIndex(v)];
+  };
+  const std::optional<double> our_med = median(our_x), native_med = median(native_x);
+  if (c.json) {
+    auto rps = [](const std::optional<StressRow>& s) { return s && s->ok() ? Json(s->rounds_per_sec()) : Json(nullptr); };
+    Json arr = Json::array();
+    for (const Rep& r : reps) {
+      arr.push_back({{"one_client_rounds", r.one.rounds},
+                     {"clients_rounds", r.many.rounds},
+                     {"native_clients_rounds", r.native_many ? Json(r.native_many->rounds) : Json(nullptr)},
+                     {"one_client_rounds_per_s", rps(r.one)},
+                     {"clients_rounds_per_s", rps(r.many)},
+                     {"ratio", OptJson(ratio(r.one, r.many))},
+                     {"native_one_rounds_per_s", rps(r.native_one)},
+                     {"native_clients_rounds_per_s", rps(r.native_many)},
+                     {"native_ratio", r.native_one && r.native_many ? OptJson(ratio(*r.native_one, *r.native_many))
+                                                                    : Json(nullptr)}});
+    }
+    c.out << Json{{"workload", "seed-004"},
+                  {"scaling", true},
+                  {"transport", transport},
+                  {"clients", n},
+                  {"shared_space", base_cfg.shared_space},
+                  {"rounds_per_client", base_cfg.rounds},
+                  {"page_fault", base_cfg.page_fault},
+                  {"locking_profile", base_cfg.locking_profile.empty() ? Json(nullptr) : Json(base_cfg.locking_profile)},
+                  {"repeat", repeat},
+                  {"repetitions", arr},
+                  {"ratio_median", OptJson(our_med)},
+                  {"native_ratio_median", OptJson(native_med)},
+                  {"error", error.empty() ? Json(nullptr) : Json(error)}}
+                 .dump()
+          << "\n";
+  } else {
+    std::ostringstream o;
+    o << "seed-004 scaling: transport " << transport << "; 1 client against " << n << " ("
+      << (base_cfg.shared_space ? "one shared space; the kernel: threads of one process"
+                                : "own space each; the kernel: one process each")
+      << "), " << base_cfg.rounds << " rounds each, page faults " << (base_cfg.page_fault ? "on" : "off");
+    if (!base_cfg.locking_profile.empty()) o << ", locking profile " << base_cfg.locking_profile;
+    o << "\n";
+    char line[256];
+    snprintf(line, sizeof line, "%-10s %14s %14s %8s %14s %14s %8s\n", "repetition", "1 client r/s",
+             (std::to_string(n) + " clients r/s").c_str(), "ratio", "kernel 1 r/s",
+             ("kernel " + std::to_string(n) + " r/s").c_str(), "ratio");
+    o << line;
+    auto cell = [](const std::optional<StressRow>& s) { return s && s->ok() ? Num(s->rounds_per_sec(), "%.0f") : "-"; };
+    for (size_t k = 0; k < reps.size(); ++k) {
+      const Rep& r = reps[k];
+      const std::optional<double> nx =
+          r.native_one && r.native_many ? ratio(*r.native_one, *r.native_many) : std::nullopt;
+      snprintf(line, sizeof line, "%-10zu %14s %14s %8s %14s %14s %8s\n", k + 1, cell(r.one).c_str(),
+               cell(r.many).c_str(), Num(ratio(r.one, r.many), "%.2f").c_str(), cell(r.native_one).c_str(),
+               cell(r.native_many).c_str(), Num(nx, "%.2f").c_str());
+      o << line;
+    }
+    auto summary = [&](const char* who, const std::vector<double>& v, const std::optional<double>& med) {
+      if (!med) return;
+      const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+      snprintf(line, sizeof line, "%s: median %.2f, range %.2f-%.2f over %zu repetitions\n", who, *med, *lo, *hi,
+               v.size());
+      o << line;
+    };
+    summary("ours", our_x, our_med);
+    summary("kernel", native_x, native_med);
+    o << "ratio = the " << n << "-client aggregate rounds/s / the 1-client rounds/s of the same repetition\n";
+    c.out << o.str();
+  }
+  if (!error.empty()) {
+    c.err << "vmspace bench stress: " << error << "\n";
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
 int CmdBenchStress(Ctx& c) {
   stress::StressConfig cfg;
   cfg.rounds = c.U64("rounds", 100000);
@@ -1763,11 +1893,18 @@ int CmdBenchStress(Ctx& c) {
   bool native_on = !c.args.Flag("skip-native");
   const uint64_t repeat = c.U64("repeat", 1);
   if (repeat < 1 || repeat > 100) throw UsageError{"--repeat must be 1..100"};
+  if (c.args.Flag("scaling")) {
+    if (c.args.Has("compare")) throw UsageError{"--scaling and --compare do not go together (scale one profile)"};
+    if (c.args.Has("plot")) throw UsageError{"--plot needs --compare (a chart of the profiles)"};
+    if (cfg.clients < 2) throw UsageError{"--scaling needs --clients C with C >= 2 (1 client against C)"};
+    return BenchStressScaling(c, cfg, transport, static_cast<int>(batch), static_cast<int>(inflight), progress_on,
+                              native_on, static_cast<int>(repeat));
+  }
   if (c.args.Has("compare")) {
     return BenchStressCompare(c, cfg, transport, static_cast<int>(batch), static_cast<int>(inflight), progress_on,
                               native_on, static_cast<int>(repeat));
   }
-  if (c.args.Has("repeat")) throw UsageError{"--repeat needs --compare (repetitions of the profiles and the kernel)"};
+  if (c.args.Has("repeat")) throw UsageError{"--repeat needs --compare or --scaling (repetitions of the runs and the kernel's)"};
   if (c.args.Has("plot")) throw UsageError{"--plot needs --compare (a chart of the profiles)"};
   uint64_t total = cfg.rounds * static_cast<uint64_t>(cfg.clients);
 
@@ -2020,7 +2157,8 @@ const std::vector<Command>& Commands() {
         {"compare", "LIST", "run once per profile: linux-6.0,linux-6.6 | vma_lock=off,anon,all | SPEC;SPEC (table; native once)"},
         {"plot", "FILE.svg", "with --compare: SVG bar chart (rounds/s, contentions) drawn by gnuplot"},
         {"skip-native", "", "do not run the native comparison"},
-        {"repeat", "N", "with --compare: N repetitions of every profile, then the kernel; x native = the median of the per-repetition ratios (default 1)"},
+        {"repeat", "N", "with --compare: N repetitions of every profile, then the kernel; x native = the median of the per-repetition ratios; with --scaling: N repetitions (default 1)"},
+        {"scaling", "", "with --clients C: each repetition runs 1 client, then C, then the kernel's 1 and C processes; prints C-client aggregate / 1-client per repetition and the medians"},
         {"seed-table", "", "with --compare: seed 004's table beside ours (always when it names linux-6.0/6.1/6.7)"},
         {"quiet", "", "no progress lines on stderr"}},
        CmdBenchStress},

@@ -112,6 +112,9 @@ TEST(BenchCli, UsageErrors) {
       {"bench", "stress", "--repeat", "3"},    // repetitions need --compare
       {"bench", "stress", "--repeat", "0", "--compare", "linux-6.0"},
       {"bench", "stress", "--repeat", "101", "--compare", "linux-6.0"},
+      {"bench", "stress", "--scaling"},                      // scaling needs --clients >= 2
+      {"bench", "stress", "--scaling", "--clients", "1"},
+      {"bench", "stress", "--scaling", "--clients", "2", "--compare", "linux-6.0,linux-6.6"},
       {"lockstat", "--profile", "linux-9.9"},
   };
   for (const auto& args : bad) {
@@ -419,6 +422,42 @@ TEST(BenchStressCompare, RepeatReportsTheMedianOfPerRepetitionRatios) {
   ASSERT_EQ(t.code, kExitOk) << t.err;
   for (const char* s : {"native (kernel, median)", "x native per repetition", "median over 2 repetitions"})
     EXPECT_TRUE(Contains(t.out, s)) << s << "\n" << t.out;
+}
+
+// --scaling --clients 2 --repeat 3: each repetition runs 1 client, then 2 (each in its
+// own space), then the kernel's 1 and 2 processes; its ratio is the 2-client aggregate
+// over the 1-client rounds/s of that repetition, and the summary is the median ratio.
+TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
+  json j = CliJson({"bench", "stress", "--rounds", "1000", "--scaling", "--clients", "2", "--repeat", "3",
+                    "--profile", "linux-6.0"});
+  EXPECT_EQ(j["scaling"], true);
+  EXPECT_EQ(j["clients"], 2);
+  EXPECT_EQ(j["locking_profile"], "linux-6.0");
+  EXPECT_EQ(j["error"], nullptr);
+  const json& reps = j["repetitions"];
+  ASSERT_EQ(reps.size(), 3u);
+  std::vector<double> ours, kernel;
+  for (const json& r : reps) {
+    EXPECT_EQ(r["one_client_rounds"], 1000);
+    EXPECT_EQ(r["clients_rounds"], 2000);  // both clients ran all their rounds
+    EXPECT_EQ(r["native_clients_rounds"], 2000);
+    const double one = r["one_client_rounds_per_s"].get<double>(), two = r["clients_rounds_per_s"].get<double>();
+    ASSERT_GT(one, 0);
+    EXPECT_DOUBLE_EQ(r["ratio"].get<double>(), two / one);
+    EXPECT_DOUBLE_EQ(r["native_ratio"].get<double>(),
+                     r["native_clients_rounds_per_s"].get<double>() / r["native_one_rounds_per_s"].get<double>());
+    ours.push_back(r["ratio"].get<double>());
+    kernel.push_back(r["native_ratio"].get<double>());
+  }
+  std::sort(ours.begin(), ours.end());
+  std::sort(kernel.begin(), kernel.end());
+  EXPECT_DOUBLE_EQ(j["ratio_median"].get<double>(), ours[1]);
+  EXPECT_DOUBLE_EQ(j["native_ratio_median"].get<double>(), kernel[1]);
+  CliRun t = Cli({"bench", "stress", "--rounds", "500", "--quiet", "--scaling", "--clients", "2", "--skip-native"});
+  ASSERT_EQ(t.code, kExitOk) << t.err;
+  for (const char* s : {"seed-004 scaling", "2 clients r/s", "ours: median", "over 1 repetitions"})
+    EXPECT_TRUE(Contains(t.out, s)) << s << "\n" << t.out;
+  EXPECT_FALSE(Contains(t.out, "kernel: median")) << t.out;  // --skip-native
 }
 
 TEST(BenchStressCompare, HumanTable) {
