@@ -32,6 +32,7 @@ TEST(RetryCap, AnAccessUndoneAfterEveryFaultEndsInterruptedAfter65536Faults) {
   auto as = std::make_unique<AddressSpace>(frames);
   const uint64_t a = as->Mmap(0, 4 * P, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).value;
   g_space = as.get();
+  g_zaps = 0;  // (--gtest_repeat runs this test again in the same process)
   g_fault_retry_test_hook.store(&ZapAfterFault);
   const AccessResult r = as->Access(a, 1, 1, AccessType::kWrite);
   EXPECT_EQ(r.stop.outcome, FaultOutcome::kInterrupted);
