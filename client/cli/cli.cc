@@ -1767,6 +1767,11 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     return many.rounds_per_sec() / one.rounds_per_sec();
   };
   const int n = base_cfg.clients;
+  // The profile's name: the one given, else the engine's default in process; the
+  // daemon's default is its own (--locking-profile of vmspaced).
+  std::string profile = "the daemon's default";
+  if (!base_cfg.locking_profile.empty()) bench::CheckProfile(base_cfg.locking_profile, &profile);
+  else if (transport == "inprocess") profile = LockingProfile{}.name;
   std::vector<Rep> reps;
   std::vector<double> our_x, native_x;
   std::string error;
@@ -1775,7 +1780,8 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     Rep r;
     if (progress) c.err << "vmspace bench: " << what << ": 1 client, then " << n << "\n" << std::flush;
     r.one = ours(1);
-    r.many = r.one.ok() ? ours(n) : StressRow{};
+    if (r.one.ok()) r.many = ours(n);
+    else r.many.error = "not run (the 1-client run failed)";
     if (!r.one.ok()) error = "1 client: " + r.one.error;
     else if (!r.many.ok()) error = std::to_string(n) + " clients: " + r.many.error;
     if (native_on && error.empty()) {
@@ -1801,6 +1807,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     for (const Rep& r : reps) {
       arr.push_back({{"one_client_rounds", r.one.rounds},
                      {"clients_rounds", r.many.rounds},
+                     {"native_one_rounds", r.native_one ? Json(r.native_one->rounds) : Json(nullptr)},
                      {"native_clients_rounds", r.native_many ? Json(r.native_many->rounds) : Json(nullptr)},
                      {"one_client_rounds_per_s", rps(r.one)},
                      {"clients_rounds_per_s", rps(r.many)},
@@ -1818,6 +1825,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                   {"rounds_per_client", base_cfg.rounds},
                   {"page_fault", base_cfg.page_fault},
                   {"locking_profile", base_cfg.locking_profile.empty() ? Json(nullptr) : Json(base_cfg.locking_profile)},
+                  {"profile_name", profile},
                   {"repeat", repeat},
                   {"repetitions", arr},
                   {"ratio_median", OptJson(our_med)},
@@ -1828,11 +1836,10 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
   } else {
     std::ostringstream o;
     o << "seed-004 scaling: transport " << transport << "; 1 client against " << n << " ("
-      << (base_cfg.shared_space ? "one shared space; the kernel: threads of one process"
-                                : "own space each; the kernel: one process each")
-      << "), " << base_cfg.rounds << " rounds each, page faults " << (base_cfg.page_fault ? "on" : "off");
-    if (!base_cfg.locking_profile.empty()) o << ", locking profile " << base_cfg.locking_profile;
-    o << "\n";
+      << (base_cfg.shared_space ? "one shared space" : "own space each");
+    if (native_on) o << (base_cfg.shared_space ? "; the kernel: threads of one process" : "; the kernel: one process each");
+    o << "), " << base_cfg.rounds << " rounds each, page faults " << (base_cfg.page_fault ? "on" : "off")
+      << ", locking profile " << profile << "\n";
     char line[256];
     snprintf(line, sizeof line, "%-10s %14s %14s %8s %14s %14s %8s\n", "repetition", "1 client r/s",
              (std::to_string(n) + " clients r/s").c_str(), "ratio", "kernel 1 r/s",
@@ -1851,8 +1858,8 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     auto summary = [&](const char* who, const std::vector<double>& v, const std::optional<double>& med) {
       if (!med) return;
       const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-      snprintf(line, sizeof line, "%s: median %.2f, range %.2f-%.2f over %zu repetitions\n", who, *med, *lo, *hi,
-               v.size());
+      snprintf(line, sizeof line, "%s: median %.2f, range %.2f-%.2f over %zu repetition%s\n", who, *med, *lo, *hi,
+               v.size(), v.size() == 1 ? "" : "s");
       o << line;
     };
     summary("ours", our_x, our_med);
@@ -1897,6 +1904,10 @@ int CmdBenchStress(Ctx& c) {
     if (c.args.Has("compare")) throw UsageError{"--scaling and --compare do not go together (scale one profile)"};
     if (c.args.Has("plot")) throw UsageError{"--plot needs --compare (a chart of the profiles)"};
     if (cfg.clients < 2) throw UsageError{"--scaling needs --clients C with C >= 2 (1 client against C)"};
+    if (c.args.Flag("seed-table")) throw UsageError{"--seed-table needs --compare (the seed's table of profiles)"};
+    if (!cfg.locking_profile.empty()) {
+      if (std::string e = bench::CheckProfile(cfg.locking_profile); !e.empty()) throw UsageError{"--profile: " + e};
+    }
     return BenchStressScaling(c, cfg, transport, static_cast<int>(batch), static_cast<int>(inflight), progress_on,
                               native_on, static_cast<int>(repeat));
   }

@@ -115,6 +115,8 @@ TEST(BenchCli, UsageErrors) {
       {"bench", "stress", "--scaling"},                      // scaling needs --clients >= 2
       {"bench", "stress", "--scaling", "--clients", "1"},
       {"bench", "stress", "--scaling", "--clients", "2", "--compare", "linux-6.0,linux-6.6"},
+      {"bench", "stress", "--scaling", "--clients", "2", "--profile", "linux-9.9"},
+      {"bench", "stress", "--scaling", "--clients", "2", "--seed-table"},
       {"lockstat", "--profile", "linux-9.9"},
   };
   for (const auto& args : bad) {
@@ -433,6 +435,7 @@ TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
   EXPECT_EQ(j["scaling"], true);
   EXPECT_EQ(j["clients"], 2);
   EXPECT_EQ(j["locking_profile"], "linux-6.0");
+  EXPECT_EQ(j["profile_name"], "linux-6.0");
   EXPECT_EQ(j["error"], nullptr);
   const json& reps = j["repetitions"];
   ASSERT_EQ(reps.size(), 3u);
@@ -440,6 +443,7 @@ TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
   for (const json& r : reps) {
     EXPECT_EQ(r["one_client_rounds"], 1000);
     EXPECT_EQ(r["clients_rounds"], 2000);  // both clients ran all their rounds
+    EXPECT_EQ(r["native_one_rounds"], 1000);
     EXPECT_EQ(r["native_clients_rounds"], 2000);
     const double one = r["one_client_rounds_per_s"].get<double>(), two = r["clients_rounds_per_s"].get<double>();
     ASSERT_GT(one, 0);
@@ -455,9 +459,11 @@ TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
   EXPECT_DOUBLE_EQ(j["native_ratio_median"].get<double>(), kernel[1]);
   CliRun t = Cli({"bench", "stress", "--rounds", "500", "--quiet", "--scaling", "--clients", "2", "--skip-native"});
   ASSERT_EQ(t.code, kExitOk) << t.err;
-  for (const char* s : {"seed-004 scaling", "2 clients r/s", "ours: median", "over 1 repetitions"})
+  for (const char* s : {"seed-004 scaling", "2 clients r/s", "ours: median", "over 1 repetition\n",
+                        "locking profile linux-6.15"})  // the engine's default, named
     EXPECT_TRUE(Contains(t.out, s)) << s << "\n" << t.out;
-  EXPECT_FALSE(Contains(t.out, "kernel: median")) << t.out;  // --skip-native
+  for (const char* s : {"kernel: median", "the kernel: one process"})  // --skip-native
+    EXPECT_FALSE(Contains(t.out, s)) << s << "\n" << t.out;
 }
 
 TEST(BenchStressCompare, HumanTable) {
