@@ -474,8 +474,9 @@ TEST(SoakTest, SixtyFourClientsRandomOpsAgainstAShadowModel) {
   // (gRPC's and malloc's memory, the cache); threads: gRPC's, one per call in flight.
   EXPECT_LE(rss_peak, rss_start + kMaxFrames / 2);
   EXPECT_LE(rss_end, rss_start + kFrameCache + kRssMargin);
-  if (frames_peak > kFrameCache + (32ull << 20))
+  if (frames_peak > kFrameCache + (32ull << 20)) {
     EXPECT_GE(rss_peak, rss_end + (frames_peak - kFrameCache) / 2) << "the frames freed left the daemon's RSS";
+  }
   EXPECT_LE(threads_peak, threads_start + 2 * kClients + 32);
   EXPECT_EQ(d.Stop(), 0);
 

@@ -239,7 +239,9 @@ class TenantTest : public ::testing::Test {
     root_ = Connect(d_.grpc_addr(), "tok-root");
   }
   void TearDown() override {
-    if (d_.running()) EXPECT_EQ(d_.Stop(), 0);
+    if (d_.running()) {
+      EXPECT_EQ(d_.Stop(), 0);
+    }
   }
   TempDir dir_;
   std::string tokens_;
