@@ -1833,7 +1833,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                   {"error", error.empty() ? Json(nullptr) : Json(error)}}
                  .dump()
           << "\n";
-  } else {
+  } else if (!our_x.empty()) {  // (a run that never completed a repetition prints only its error)
     std::ostringstream o;
     o << "seed-004 scaling: transport " << transport << "; 1 client against " << n << " ("
       << (base_cfg.shared_space ? "one shared space" : "own space each");
@@ -1841,19 +1841,30 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     o << "), " << base_cfg.rounds << " rounds each, page faults " << (base_cfg.page_fault ? "on" : "off")
       << ", locking profile " << profile << "\n";
     char line[256];
-    snprintf(line, sizeof line, "%-10s %14s %14s %8s %14s %14s %8s\n", "repetition", "1 client r/s",
-             (std::to_string(n) + " clients r/s").c_str(), "ratio", "kernel 1 r/s",
-             ("kernel " + std::to_string(n) + " r/s").c_str(), "ratio");
+    // The kernel's columns only when it ran (not with --skip-native).
+    snprintf(line, sizeof line, "%-10s %14s %14s %8s", "repetition", "1 client r/s",
+             (std::to_string(n) + " clients r/s").c_str(), "ratio");
     o << line;
+    if (native_on) {
+      snprintf(line, sizeof line, " %14s %14s %8s", "kernel 1 r/s", ("kernel " + std::to_string(n) + " r/s").c_str(),
+               "ratio");
+      o << line;
+    }
+    o << "\n";
     auto cell = [](const std::optional<StressRow>& s) { return s && s->ok() ? Num(s->rounds_per_sec(), "%.0f") : "-"; };
     for (size_t k = 0; k < reps.size(); ++k) {
       const Rep& r = reps[k];
       const std::optional<double> nx =
           r.native_one && r.native_many ? ratio(*r.native_one, *r.native_many) : std::nullopt;
-      snprintf(line, sizeof line, "%-10zu %14s %14s %8s %14s %14s %8s\n", k + 1, cell(r.one).c_str(),
-               cell(r.many).c_str(), Num(ratio(r.one, r.many), "%.2f").c_str(), cell(r.native_one).c_str(),
-               cell(r.native_many).c_str(), Num(nx, "%.2f").c_str());
+      snprintf(line, sizeof line, "%-10zu %14s %14s %8s", k + 1, cell(r.one).c_str(), cell(r.many).c_str(),
+               Num(ratio(r.one, r.many), "%.2f").c_str());
       o << line;
+      if (native_on) {
+        snprintf(line, sizeof line, " %14s %14s %8s", cell(r.native_one).c_str(), cell(r.native_many).c_str(),
+                 Num(nx, "%.2f").c_str());
+        o << line;
+      }
+      o << "\n";
     }
     auto summary = [&](const char* who, const std::vector<double>& v, const std::optional<double>& med) {
       if (!med) return;
