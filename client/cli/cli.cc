@@ -1518,6 +1518,14 @@ size_t MedianIndex(const std::vector<double>& v) {
   return idx[(idx.size() - 1) / 2];
 }
 
+/// One seed-004 run of ours on `transport` (inprocess, unary or stream).
+stress::StressStats RunOurStress(const Ctx& c, const stress::StressConfig& cfg, const std::string& transport,
+                                 int batch, int inflight, stress::Progress* progress = nullptr) {
+  if (transport == "inprocess") return stress::RunEngineStress(cfg, progress);
+  if (transport == "unary") return stress::RunUnaryStress(cfg, c.client, progress);
+  return stress::RunStreamStress(cfg, c.client, batch, inflight, progress);
+}
+
 /// bench stress --compare [--repeat N]: every profile, then the kernel, N times in turn.
 /// A profile's row is its median-rounds/s repetition; its x native is the median over the
 /// repetitions of its rounds/s over the kernel's of the same repetition (each ratio side
@@ -1540,9 +1548,7 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
     reps.push_back(RunProfiles<StressRow>(c, profiles, what, progress, 0, [&](const std::string& p) {
       stress::StressConfig cfg = base_cfg;
       cfg.locking_profile = p;
-      if (transport == "inprocess") return stress::RunEngineStress(cfg);
-      if (transport == "unary") return stress::RunUnaryStress(cfg, c.client);
-      return stress::RunStreamStress(cfg, c.client, batch, inflight);
+      return RunOurStress(c, cfg, transport, batch, inflight);
     }));
     const bool any_ok = std::any_of(reps.back().begin(), reps.back().end(), [](const StressRow& r) { return r.ok(); });
     std::optional<StressRow> n;
@@ -1749,9 +1755,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
   auto ours = [&](int clients) {
     stress::StressConfig cfg = base_cfg;
     cfg.clients = clients;
-    if (transport == "inprocess") return stress::RunEngineStress(cfg);
-    if (transport == "unary") return stress::RunUnaryStress(cfg, c.client);
-    return stress::RunStreamStress(cfg, c.client, batch, inflight);
+    return RunOurStress(c, cfg, transport, batch, inflight);
   };
   auto kernel = [&](int clients) {
     stress::StressConfig cfg = base_cfg;
@@ -1761,6 +1765,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
   struct Rep {
     StressRow one, many;
     std::optional<StressRow> native_one, native_many;
+    std::optional<double> x, native_x;  // many / one rounds/s: ours, the kernel's
   };
   auto ratio = [](const StressRow& one, const StressRow& many) -> std::optional<double> {
     if (!one.ok() || !many.ok() || one.rounds_per_sec() <= 0) return std::nullopt;
@@ -1791,9 +1796,10 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
       if (!r.native_one->ok()) error = "native, 1 client: " + r.native_one->error;
       else if (!r.native_many->ok()) error = "native, " + std::to_string(n) + " clients: " + r.native_many->error;
     }
-    if (const auto x = ratio(r.one, r.many)) our_x.push_back(*x);
-    if (r.native_one && r.native_many)
-      if (const auto x = ratio(*r.native_one, *r.native_many)) native_x.push_back(*x);
+    r.x = ratio(r.one, r.many);
+    if (r.native_one && r.native_many) r.native_x = ratio(*r.native_one, *r.native_many);
+    if (r.x) our_x.push_back(*r.x);
+    if (r.native_x) native_x.push_back(*r.native_x);
     reps.push_back(std::move(r));
   }
   auto median = [](const std::vector<double>& v) -> std::optional<double> {
@@ -1811,11 +1817,10 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                      {"native_clients_rounds", r.native_many ? Json(r.native_many->rounds) : Json(nullptr)},
                      {"one_client_rounds_per_s", rps(r.one)},
                      {"clients_rounds_per_s", rps(r.many)},
-                     {"ratio", OptJson(ratio(r.one, r.many))},
+                     {"ratio", OptJson(r.x)},
                      {"native_one_rounds_per_s", rps(r.native_one)},
                      {"native_clients_rounds_per_s", rps(r.native_many)},
-                     {"native_ratio", r.native_one && r.native_many ? OptJson(ratio(*r.native_one, *r.native_many))
-                                                                    : Json(nullptr)}});
+                     {"native_ratio", OptJson(r.native_x)}});
     }
     c.out << Json{{"workload", "seed-004"},
                   {"scaling", true},
@@ -1854,14 +1859,12 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     auto cell = [](const std::optional<StressRow>& s) { return s && s->ok() ? Num(s->rounds_per_sec(), "%.0f") : "-"; };
     for (size_t k = 0; k < reps.size(); ++k) {
       const Rep& r = reps[k];
-      const std::optional<double> nx =
-          r.native_one && r.native_many ? ratio(*r.native_one, *r.native_many) : std::nullopt;
       snprintf(line, sizeof line, "%-10zu %14s %14s %8s", k + 1, cell(r.one).c_str(), cell(r.many).c_str(),
-               Num(ratio(r.one, r.many), "%.2f").c_str());
+               Num(r.x, "%.2f").c_str());
       o << line;
       if (native_on) {
         snprintf(line, sizeof line, " %14s %14s %8s", cell(r.native_one).c_str(), cell(r.native_many).c_str(),
-                 Num(nx, "%.2f").c_str());
+                 Num(r.native_x, "%.2f").c_str());
         o << line;
       }
       o << "\n";
@@ -1911,9 +1914,9 @@ int CmdBenchStress(Ctx& c) {
   bool native_on = !c.args.Flag("skip-native");
   const uint64_t repeat = c.U64("repeat", 1);
   if (repeat < 1 || repeat > 100) throw UsageError{"--repeat must be 1..100"};
+  if (c.args.Has("plot") && !c.args.Has("compare")) throw UsageError{"--plot needs --compare (a chart of the profiles)"};
   if (c.args.Flag("scaling")) {
     if (c.args.Has("compare")) throw UsageError{"--scaling and --compare do not go together (scale one profile)"};
-    if (c.args.Has("plot")) throw UsageError{"--plot needs --compare (a chart of the profiles)"};
     if (cfg.clients < 2) throw UsageError{"--scaling needs --clients C with C >= 2 (1 client against C)"};
     if (c.args.Flag("seed-table")) throw UsageError{"--seed-table needs --compare (the seed's table of profiles)"};
     if (!cfg.locking_profile.empty()) {
@@ -1927,16 +1930,13 @@ int CmdBenchStress(Ctx& c) {
                               native_on, static_cast<int>(repeat));
   }
   if (c.args.Has("repeat")) throw UsageError{"--repeat needs --compare or --scaling (repetitions of the runs and the kernel's)"};
-  if (c.args.Has("plot")) throw UsageError{"--plot needs --compare (a chart of the profiles)"};
   uint64_t total = cfg.rounds * static_cast<uint64_t>(cfg.clients);
 
   stress::StressStats run;
   {
     stress::Progress progress;
     ProgressPrinter pp(c.err, progress_on, transport, &progress, total);
-    if (transport == "inprocess") run = stress::RunEngineStress(cfg, &progress);
-    else if (transport == "unary") run = stress::RunUnaryStress(cfg, c.client, &progress);
-    else run = stress::RunStreamStress(cfg, c.client, static_cast<int>(batch), static_cast<int>(inflight), &progress);
+    run = RunOurStress(c, cfg, transport, static_cast<int>(batch), static_cast<int>(inflight), &progress);
   }
   std::optional<stress::StressStats> native;
   if (native_on && run.ok()) {
