@@ -113,7 +113,10 @@ class PromAPI:
             with urllib.request.urlopen(url, timeout=10) as r:
                 return json.load(r)
         except urllib.error.HTTPError as e:  # 400 for a bad query: the body says why
-            return json.load(e)
+            try:
+                return json.load(e)
+            except ValueError:  # not JSON: e.g. 503 "Service Unavailable" while Prometheus starts
+                return None
         except OSError:
             return None
 
@@ -174,7 +177,11 @@ def start_prometheus(prometheus, tmp, metrics_addr):
             ok = r and r.get("status") == "success" and any(s["value"][1] == "1" for s in r["data"]["result"])
             return "up" if ok else None
 
-        state = wait_for("Prometheus to scrape vmspaced", ready, 60)
+        try:
+            state = wait_for("Prometheus to scrape vmspaced", ready, 60)
+        except BaseException:
+            p.stop()  # not yet in main's list of processes to stop
+            raise
         if state == "up":
             return p, api
         print(f"prometheus exited (port {port} taken?):\n{p.text()}", flush=True)
