@@ -221,7 +221,7 @@ SysResult ForEachFolio(File& f, uint64_t offset, uint64_t len, bool read, Copy&&
 SysResult FileTable::Read(uint64_t id, uint64_t offset, void* dst, uint64_t len) {
   std::shared_ptr<OpenFile> h = Get(id);
   if (!h || !h->readable) return SysResult::Err(EBADF);
-  RcuThread();
+  RcuEntry rcu;
   File& f = *h->file;
   auto* out = static_cast<uint8_t*>(dst);
   return ForEachFolio(f, offset, len, /*read=*/true,
@@ -238,7 +238,7 @@ SysResult FileTable::Write(uint64_t id, uint64_t offset, const void* src, uint64
   std::shared_ptr<OpenFile> h = Get(id);
   if (!h || !h->writable) return SysResult::Err(EBADF);
   if (offset > kMaxFileSize || len > kMaxFileSize - offset) return SysResult::Err(EFBIG);
-  RcuThread();
+  RcuEntry rcu;
   File& f = *h->file;
   const auto* in = static_cast<const uint8_t*>(src);
   bool dirtied = false;
@@ -263,7 +263,7 @@ SysResult FileTable::Write(uint64_t id, uint64_t offset, const void* src, uint64
 int FileTable::Fsync(uint64_t id) {
   std::shared_ptr<OpenFile> h = Get(id);
   if (!h) return EBADF;
-  RcuThread();
+  RcuEntry rcu;
   return VfsFsyncRange(*h, 0, ~0ull);
 }
 
@@ -340,7 +340,7 @@ int FileTable::SyncAll() {
     for (const auto& [key, w] : s_->inodes)
       if (auto f = w.lock()) files.push_back(f);
   }
-  RcuThread();
+  RcuEntry rcu;
   int ret = 0;
   for (auto& f : files)
     if (f->WriteAndWait(0, ~0ull)) ret = EIO;

@@ -40,6 +40,7 @@ void Folio::Lock() {
   for (;;) {
     uint32_t expect = 0;
     if (locked.compare_exchange_weak(expect, 1, std::memory_order_acquire)) return;
+    RcuSleep sleep;
     locked.wait(1, std::memory_order_relaxed);  // folio_wait_bit_common
   }
 }
@@ -315,7 +316,10 @@ void File::WaitOnWriteback(uint64_t first, uint64_t last) {
       const Folio* f = pages.Load(index);
       return f && f->writeback.load(std::memory_order_relaxed);
     };
-    while (under()) writeback_done.wait(i_pages_lock);
+    while (under()) {
+      RcuSleep sleep;
+      writeback_done.wait(i_pages_lock);
+    }
   }
 }
 

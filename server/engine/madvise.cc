@@ -11,7 +11,7 @@
 namespace vmspace {
 
 SysResult AddressSpace::Madvise(uint64_t start, uint64_t len_in, int advice) {
-  RcuThread();
+  RcuEntry rcu;
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   // do_madvise (mm/madvise.c)

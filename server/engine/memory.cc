@@ -542,13 +542,13 @@ FaultResult MmStruct::FaultInPage(uint64_t addr, AccessType acc) {
 // ====================================================================== public API
 
 FaultResult AddressSpace::Fault(uint64_t addr, AccessType access) {
-  RcuThread();
+  RcuEntry rcu;
   StatsSlotScope slot_scope(mm_->stats_slot);
   return mm_->FaultInPage(addr, access);
 }
 
 AccessResult AddressSpace::Access(uint64_t addr, uint64_t len, uint64_t stride, AccessType access) {
-  RcuThread();
+  RcuEntry rcu;
   StatsSlotScope slot_scope(mm_->stats_slot);
   AccessResult res;
   if (stride == 0) stride = 1;
@@ -620,7 +620,7 @@ CopyResult CopyPages(MmStruct& m, uint64_t addr, uint64_t len, AccessType acc, C
 }  // namespace
 
 CopyResult AddressSpace::ReadMemory(uint64_t addr, void* dst, uint64_t len) {
-  RcuThread();
+  RcuEntry rcu;
   StatsSlotScope slot_scope(mm_->stats_slot);
   auto* out = static_cast<uint8_t*>(dst);
   return CopyPages(*mm_, addr, len, AccessType::kRead,
@@ -628,7 +628,7 @@ CopyResult AddressSpace::ReadMemory(uint64_t addr, void* dst, uint64_t len) {
 }
 
 CopyResult AddressSpace::WriteMemory(uint64_t addr, const void* src, uint64_t len) {
-  RcuThread();
+  RcuEntry rcu;
   StatsSlotScope slot_scope(mm_->stats_slot);
   auto* in = static_cast<const uint8_t*>(src);
   return CopyPages(*mm_, addr, len, AccessType::kWrite,

@@ -194,7 +194,7 @@ class VmaCache {
   /// kRwsem: VMAs kept in flight (in queued batches: waiting for their grace period, or
   /// freed and not yet taken back) before the oldest freed ones are deleted. In steady
   /// churn about one grace period's worth of munmaps is in flight (sync/rcu.h: one
-  /// grace period per kRcuGpIntervalUs, ~2-3 ms with its membarrier under load: about
+  /// grace period per kRcuGpIntervalUs, ~1-3 ms under load: about
   /// 3 k VMAs at 1 M munmaps/s; liburcu's call_rcu thread, which slept 10 ms between
   /// passes, kept ~12 k).
   static constexpr size_t kMaxInFlight = 8192;

@@ -312,7 +312,7 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
 
 SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, uint64_t offset,
                              std::shared_ptr<OpenFile> file) {
-  RcuThread();
+  RcuEntry rcu;
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   auto fail = [](int e) {
@@ -369,7 +369,7 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
 }
 
 SysResult AddressSpace::Munmap(uint64_t addr, uint64_t len) {
-  RcuThread();
+  RcuEntry rcu;
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   // do_vmi_munmap (mm/vma.c)

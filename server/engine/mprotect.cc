@@ -97,7 +97,7 @@ int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grow
 }  // namespace
 
 SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
-  RcuThread();
+  RcuEntry rcu;
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   auto done = [](int e) {

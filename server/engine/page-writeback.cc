@@ -135,6 +135,7 @@ void BalanceDirtyPagesRatelimited(File& f) {
   while (OverLimit() && !d.stop) {
     WakeLocked(d, true);
     const uint64_t gen = d.passes.load(std::memory_order_relaxed);
+    RcuSleep sleep;
     d.done_cv.wait(l, [&] { return d.passes.load(std::memory_order_relaxed) != gen || !OverLimit() || d.stop; });
     if (d.passes.load(std::memory_order_relaxed) != gen && d.last_cleaned == 0) break;  // no progress (EIO)
   }

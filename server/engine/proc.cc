@@ -38,7 +38,7 @@ VmaInfo MmStruct::VmaInfoLocked(const Vma* v) {
 }
 
 std::vector<VmaInfo> AddressSpace::Maps(uint64_t start, uint64_t end) {
-  RcuThread();
+  RcuEntry rcu;
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   std::vector<VmaInfo> out;
@@ -49,7 +49,7 @@ std::vector<VmaInfo> AddressSpace::Maps(uint64_t start, uint64_t end) {
 }
 
 uint64_t AddressSpace::CountVmas(uint64_t start, uint64_t end, uint64_t max) {
-  RcuThread();
+  RcuEntry rcu;
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   ReadGuard l(m.mmap_lock);

@@ -11,7 +11,7 @@
 namespace vmspace {
 
 std::string AddressSpace::Validate() {
-  RcuThread();
+  RcuEntry rcu;
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   m.MmapWriteLock();

@@ -40,6 +40,7 @@ void MmStruct::WaitForVmaReadersLocked(Vma* v, uint32_t target) {
   while (!done) {
     const uint32_t w = vma_writer_wait.load(std::memory_order_seq_cst);
     if (v->vm_refcnt.load(std::memory_order_seq_cst) == target) break;
+    RcuSleep sleep;
     vma_writer_wait.wait(w, std::memory_order_seq_cst);
   }
   RecordLock(LockClass::kVmaLock, LockMode::kWrite, true,

@@ -3,7 +3,12 @@
 //    queued, and runs once the reader leaves;
 //  * the callbacks of one thread run in the order it queued them, those of many
 //    threads all run, and RcuBarrier waits for every one queued before it;
-//  * at most one grace period starts per kRcuGpIntervalUs under a constant stream.
+//  * at most one grace period starts per kRcuGpIntervalUs under a constant stream;
+//  * QSBR: a thread is online only inside the engine (an RcuEntry scope or a read
+//    guard), so a grace period waits neither for a thread between engine calls nor for
+//    one asleep on an engine lock, even while that lock's holder waits for the grace
+//    period (the deadlock a sleeper left online would cause), but does wait for a
+//    thread asleep inside a read section.
 // Waiting for another thread uses WaitUntil: a hang is the failure, the bound generous.
 #include "sync/rcu.h"
 
@@ -16,6 +21,9 @@
 #include <vector>
 
 #include "engine/address_space.h"
+#include "engine/frame_allocator.h"
+#include "sync/mutex.h"
+#include "sync/rwsem.h"
 #include "test_util.h"
 
 namespace vmspace {
@@ -134,6 +142,129 @@ TEST(CallRcu, StartsAtMostOneGracePeriodPerInterval) {
   EXPECT_EQ(n, static_cast<uint64_t>(kCallbacks));  // each callback waited for one of its own
   // 100 grace periods took at least 99 intervals.
   EXPECT_GE(elapsed_us, (kCallbacks - 1) * static_cast<double>(kRcuGpIntervalUs));
+}
+
+// True while the calling thread is online for liburcu (a grace period waits for it).
+bool Online() { return urcu_qsbr_read_ongoing() != 0; }
+
+TEST(RcuQsbr, AThreadIsOnlineOnlyInsideTheEngine) {
+  RcuThread();
+  EXPECT_FALSE(Online());  // registered offline
+  {
+    RcuEntry e;
+    EXPECT_TRUE(Online());
+    {
+      RcuEntry nested;
+      RcuSleep s;
+      EXPECT_FALSE(Online());  // asleep in the engine, outside a read section
+    }
+    EXPECT_TRUE(Online());  // the outer scope is still open
+    {
+      RcuReadGuard g;
+      RcuSleep s;
+      EXPECT_TRUE(Online());  // asleep in a read section: stays online
+    }
+    EXPECT_TRUE(Online());
+  }
+  EXPECT_FALSE(Online());
+  {
+    RcuReadGuard g;  // a read guard alone brings the thread online
+    EXPECT_TRUE(Online());
+  }
+  EXPECT_FALSE(Online());
+  // A public call returns offline.
+  FrameAllocator frames(64ull << 20);
+  {
+    AddressSpace as(frames);
+    ASSERT_TRUE(as.Mmap(0, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).ok());
+    EXPECT_FALSE(Online());
+  }
+  RcuBarrier();
+}
+
+// Runs SynchronizeRcu on its own thread; true if it returned within the bound. On
+// false the caller must release what holds the grace period up, then join `t`.
+bool GracePeriodEnds(std::thread& t, std::atomic<bool>& done) {
+  t = std::thread([&] {
+    SynchronizeRcu();
+    done = true;
+  });
+  return WaitUntil([&] { return done.load(); });
+}
+
+TEST(RcuQsbr, AThreadBetweenEngineCallsHoldsNoGracePeriod) {
+  FrameAllocator frames(64ull << 20);
+  AddressSpace as(frames);
+  std::atomic<bool> called{false}, leave{false};
+  std::thread user([&] {
+    EXPECT_TRUE(as.Mmap(0, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).ok());
+    called = true;
+    while (!leave) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // outside the engine
+  });
+  ASSERT_TRUE(WaitUntil([&] { return called.load(); }));
+  std::thread gp;
+  std::atomic<bool> done{false};
+  EXPECT_TRUE(GracePeriodEnds(gp, done));
+  leave = true;
+  user.join();
+  gp.join();
+}
+
+TEST(RcuQsbr, ASleeperOnAnEngineLockHoldsNoGracePeriodItsHolderWaitsFor) {
+  Mutex mu{LockRank::kRcuQueue};
+  RwSem sem{LockClass::kMmapLock, LockRank::kMmapLock};
+  std::atomic<int> inside{0};
+  sem.LockWrite();
+  mu.Lock();
+  // Two threads in the engine (online), then asleep on the mutex and the rwsem.
+  std::thread on_mutex([&] {
+    RcuEntry e;
+    inside++;
+    mu.Lock();
+    mu.Unlock();
+  });
+  std::thread on_rwsem([&] {
+    RcuEntry e;
+    inside++;
+    sem.LockRead();
+    sem.UnlockRead();
+  });
+  ASSERT_TRUE(WaitUntil([&] { return inside.load() == 2; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let them go to sleep
+  // The holder waits for a grace period (as truncate's SynchronizeRcu under i_rwsem):
+  // it ends although both sleepers are still inside RcuEntry scopes.
+  std::thread gp;
+  std::atomic<bool> done{false};
+  EXPECT_TRUE(GracePeriodEnds(gp, done));
+  mu.Unlock();
+  sem.UnlockWrite();
+  on_mutex.join();
+  on_rwsem.join();
+  gp.join();
+}
+
+TEST(RcuQsbr, ASleeperInsideAReadSectionHoldsTheGracePeriod) {
+  Mutex mu{LockRank::kRcuQueue};
+  std::atomic<bool> inside{false};
+  mu.Lock();
+  std::thread reader([&] {
+    RcuReadGuard g;
+    inside = true;
+    mu.Lock();  // asleep in a read section: stays online
+    mu.Unlock();
+  });
+  ASSERT_TRUE(WaitUntil([&] { return inside.load(); }));
+  std::atomic<bool> done{false};
+  std::thread gp([&] {
+    SynchronizeRcu();
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(done.load());  // the reader's section has not ended
+  mu.Unlock();
+  reader.join();
+  EXPECT_TRUE(WaitUntil([&] { return done.load(); }));
+  gp.join();
 }
 
 }  // namespace

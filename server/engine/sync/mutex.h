@@ -11,6 +11,7 @@
 #include "engine/stats.h"
 #include "sync/lock_timing.h"
 #include "sync/lockdep.h"
+#include "sync/rcu.h"
 
 namespace vmspace {
 
@@ -26,11 +27,18 @@ class ABSL_LOCKABLE Mutex {
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
     LockdepAcquire(rank_, this);
     if (cls_ == LockClass::kCount) {
-      mu_.lock();
+      if (!mu_.try_lock()) {
+        RcuSleep sleep;
+        mu_.lock();
+      }
       return;
     }
     const bool contended = !mu_.try_lock();
-    const uint64_t wait = contended ? sync_internal::TimedWait([&] { mu_.lock(); }) : 0;
+    const uint64_t wait = contended ? sync_internal::TimedWait([&] {
+      RcuSleep sleep;
+      mu_.lock();
+    })
+                                    : 0;
     RecordLock(cls_, LockMode::kWrite, contended, wait, 0);
     acquired_stamp_ = sync_internal::HoldStamp();
   }

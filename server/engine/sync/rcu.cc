@@ -12,14 +12,28 @@
 
 namespace vmspace {
 namespace rcu_internal {
-thread_local bool tls_registered = false;
+thread_local ThreadState tls;
 #if defined(__SANITIZE_THREAD__)
 char gp_token;
 #endif
+namespace {
+/// Registers with liburcu-qsbr (which starts the thread online) and takes the thread
+/// offline; unregisters at thread exit (liburcu takes the thread offline first).
+struct Registrar {
+  Registrar() {
+    urcu_qsbr_register_thread();
+    Offline();
+  }
+  ~Registrar() {
+    urcu_qsbr_unregister_thread();
+    tls.online = false;
+  }
+};
+}  // namespace
 void RegisterSlow() {
   static thread_local Registrar r;  // unregisters at thread exit
   (void)r;
-  tls_registered = true;
+  tls.registered = true;
 }
 }  // namespace rcu_internal
 
@@ -59,6 +73,7 @@ class CallbackWorker {
   }
 
   void Barrier() {
+    RcuSleep offline;  // the callbacks wait for a grace period, which waits for us
     mu_.Lock();
     const uint64_t target = queued_;
     while (invoked_ < target) done_cv_.wait(mu_);
@@ -146,7 +161,8 @@ void CallRcu(struct rcu_head* head, void (*fn)(struct rcu_head*)) {
 }
 
 void SynchronizeRcu() {
-  urcu_memb_synchronize_rcu();
+  RcuSleep offline;  // a grace period waits for the online threads, this one too
+  urcu_qsbr_synchronize_rcu();
 #if defined(__SANITIZE_THREAD__)
   __tsan_acquire(&rcu_internal::gp_token);
 #endif

@@ -1,14 +1,35 @@
-// The engine's RCU: liburcu's memb flavour for read-side sections and grace periods
+// The engine's RCU: liburcu's QSBR flavour for read-side sections and grace periods
 // (synchronize_rcu), and the engine's own call_rcu worker (rcu.cc) that runs deferred
 // frees after them.
 //
-// Every thread that enters a read-side section must be registered; the engine does
-// it lazily on each public entry point (RcuThread()), so callers (gRPC handler
-// threads, benchmark threads) need not know about RCU.
+// Quiescent states, as the kernel's non-preemptible RCU: a registered thread is
+// "online" (a grace period waits for it) only while it is inside the engine, i.e. in
+// an RcuEntry scope (every public entry point opens one) or an RcuReadGuard, and it
+// goes offline (a quiescent state) when the outermost one closes and whenever it
+// sleeps in the engine outside a read section (RcuSleep: the futex and condition
+// waits of the engine's locks, as a context switch is a quiescent state in Linux). A
+// grace period therefore needs no IPI: synchronize_rcu waits for the online threads'
+// next quiescent state (the end of their current engine call) and never calls
+// membarrier, whose expedited IPIs (liburcu's memb flavour, which this replaces) cost
+// the rcu_gp thread 3-33% of a core on this VM, as fast as the host delivered them, and
+// interrupted the clients' CPUs (README, "Two spaces").
+//
+// Being online or offline costs one full barrier each way (liburcu's protocol: the
+// store of the reader's counter, then smp_mb). liburcu's x86-64 smp_mb is mfence
+// (16 ns here); it is redefined below as a locked add to the stack, the kernel's own
+// x86-64 __smp_mb (arch/x86/include/asm/barrier.h, Linux 6.18: a full barrier for
+// ordinary memory, 2 ns here), so an engine call pays about 6 ns for its quiescent
+// states.
+//
+// Threads need not know about RCU: a thread registers on its first entry, starts
+// offline, and unregisters at exit.
 #pragma once
 
 #define _LGPL_SOURCE 1
-#include <urcu/urcu-memb.h>
+#include <urcu/arch.h>
+#undef cmm_mb
+#define cmm_mb() __asm__ __volatile__("lock; addl $0,0(%%rsp)" ::: "memory", "cc")
+#include <urcu/urcu-qsbr.h>
 
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
@@ -17,44 +38,102 @@
 namespace vmspace {
 
 namespace rcu_internal {
-struct Registrar {
-  Registrar() { urcu_memb_register_thread(); }
-  ~Registrar() { urcu_memb_unregister_thread(); }
+/// The calling thread's RCU state (one TLS block).
+struct ThreadState {
+  bool registered = false;
+  bool online = false;  // liburcu-qsbr: the thread's counter is not 0
+  int depth = 0;        // open RcuEntry scopes and read guards
+  int read_depth = 0;   // of them, RcuReadGuards (the thread must not go offline)
 };
-extern thread_local bool tls_registered;
+extern thread_local ThreadState tls;
 void RegisterSlow();
+inline void Online() {
+  urcu_qsbr_thread_online();
+  tls.online = true;
+}
+inline void Offline() {
+  urcu_qsbr_thread_offline();
+  tls.online = false;
+}
+inline void Enter() {
+  if (__builtin_expect(!tls.registered, 0)) RegisterSlow();
+  if (tls.depth++ == 0 && !tls.online) Online();
+}
+inline void Exit() {
+  if (--tls.depth == 0 && tls.online) Offline();
+}
 #if defined(__SANITIZE_THREAD__)
 // TSan cannot see liburcu's grace periods: model them as release/acquire on a token.
 extern char gp_token;
 #endif
 }  // namespace rcu_internal
 
-/// Registers the calling thread with liburcu if it is not yet (idempotent, cheap).
+/// Registers the calling thread with liburcu if it is not yet (idempotent, cheap); it
+/// stays offline. For threads that wait for grace periods (synchronize_rcu) without
+/// entering the engine through an RcuEntry.
 inline void RcuThread() {
-  if (__builtin_expect(!rcu_internal::tls_registered, 0)) rcu_internal::RegisterSlow();
+  if (__builtin_expect(!rcu_internal::tls.registered, 0)) rcu_internal::RegisterSlow();
 }
 
-/// RAII read-side critical section (rcu_read_lock / rcu_read_unlock).
+/// The scope of one engine call (every public entry point opens one first): the thread
+/// is online until the outermost scope closes, then offline (a quiescent state).
+/// Nests. Inside it the thread must not sleep except through RcuSleep (the engine's
+/// locks and waits do).
+class RcuEntry {
+ public:
+  RcuEntry() { rcu_internal::Enter(); }
+  ~RcuEntry() { rcu_internal::Exit(); }
+  RcuEntry(const RcuEntry&) = delete;
+  RcuEntry& operator=(const RcuEntry&) = delete;
+};
+
+/// RAII read-side critical section (rcu_read_lock / rcu_read_unlock): the thread is
+/// online and does not go offline until it ends, even where it sleeps (as sleeping in
+/// a memb read section, that only delays grace periods). Nests.
 class RcuReadGuard {
  public:
-  RcuReadGuard() { urcu_memb_read_lock(); }
+  RcuReadGuard() {
+    rcu_internal::Enter();
+    rcu_internal::tls.read_depth++;
+  }
   ~RcuReadGuard() {
 #if defined(__SANITIZE_THREAD__)
     __tsan_release(&rcu_internal::gp_token);
 #endif
-    urcu_memb_read_unlock();
+    rcu_internal::tls.read_depth--;
+    rcu_internal::Exit();
   }
   RcuReadGuard(const RcuReadGuard&) = delete;
   RcuReadGuard& operator=(const RcuReadGuard&) = delete;
 };
 
+/// Around a sleep in the engine (a futex or condition wait): an online thread outside
+/// any read section goes offline for the sleep and back online after it, so a grace
+/// period never waits for a sleeper (which might sleep on a lock whose holder waits
+/// for that grace period). In a read section it stays online. As a context switch in
+/// Linux (rcu_note_context_switch).
+class RcuSleep {
+ public:
+  RcuSleep() : offline_(rcu_internal::tls.online && rcu_internal::tls.read_depth == 0) {
+    if (offline_) rcu_internal::Offline();
+  }
+  ~RcuSleep() {
+    if (offline_) rcu_internal::Online();
+  }
+  RcuSleep(const RcuSleep&) = delete;
+  RcuSleep& operator=(const RcuSleep&) = delete;
+
+ private:
+  const bool offline_;
+};
+
 /// One grace period at most per kRcuGpIntervalUs microseconds: the call_rcu worker
 /// (rcu.cc) waits that long after the start of one grace period before it starts the
-/// next, and every callback queued meanwhile joins it. It bounds the grace periods,
-/// and with them liburcu's membarrier syscalls (IPIs to the CPUs running this process),
-/// to about 1000 a second under constant churn, and keeps a grace period's worth of
-/// freed VMAs, nodes and frames (what is in flight) about the size of the kernel's at
-/// its own rate (HZ=250: a grace period of a few ticks at a quarter of our rounds/s).
+/// next, and every callback queued meanwhile joins it. It bounds the grace periods to
+/// about 1000 a second under constant churn (each costs the worker a scan of the
+/// registered threads, and the threads it waited for a futex wake-up), and keeps a
+/// grace period's worth of freed VMAs, nodes and frames (what is in flight) about the
+/// size of the kernel's at its own rate (HZ=250: a grace period of a few ticks at a quarter of our rounds/s).
 inline constexpr int kRcuGpIntervalUs = 1000;
 
 /// Queues fn(head) to run after a grace period (call_rcu): on the engine's call_rcu

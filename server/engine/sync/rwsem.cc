@@ -17,6 +17,7 @@
 
 #include "engine/per_thread.h"
 #include "sync/lock_timing.h"
+#include "sync/rcu.h"
 
 namespace vmspace {
 
@@ -69,6 +70,7 @@ inline void CpuRelax() { __builtin_ia32_pause(); }
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
 // Sleeps while *word == val (or until a wake-up, possibly spurious: callers re-check).
 void FutexWait(std::atomic<uint32_t>& word, uint32_t val) {
+  RcuSleep sleep;
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, val, nullptr, nullptr, 0);
 }
 // Wakes a sleeper on word. The word may already be gone (its waiter saw the grant and

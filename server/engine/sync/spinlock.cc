@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include "sync/lock_timing.h"
+#include "sync/rcu.h"
 
 namespace vmspace {
 
@@ -12,6 +13,7 @@ void SpinLock::Lock() {
   uint64_t wait = 0;
   if (contended) {
     wait = sync_internal::TimedWait([&] {
+      RcuSleep sleep;  // it may yield the CPU
       int spins = 0;
       for (;;) {
         while (locked_.load(std::memory_order_relaxed)) {
