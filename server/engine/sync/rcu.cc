@@ -12,7 +12,7 @@
 
 namespace vmspace {
 namespace rcu_internal {
-thread_local ThreadState tls;
+constinit thread_local ThreadState tls{};
 #if defined(__SANITIZE_THREAD__)
 char gp_token;
 #endif

@@ -38,14 +38,16 @@
 namespace vmspace {
 
 namespace rcu_internal {
-/// The calling thread's RCU state (one TLS block).
+/// The calling thread's RCU state (one TLS block, zero at thread start).
 struct ThreadState {
-  bool registered = false;
-  bool online = false;  // liburcu-qsbr: the thread's counter is not 0
-  int depth = 0;        // open RcuEntry scopes and read guards
-  int read_depth = 0;   // of them, RcuReadGuards (the thread must not go offline)
+  bool registered;
+  bool online;     // liburcu-qsbr: the thread's counter is not 0
+  int depth;       // open RcuEntry scopes and read guards
+  int read_depth;  // of them, RcuReadGuards (the thread must not go offline)
 };
-extern thread_local ThreadState tls;
+// constinit: no TLS wrapper call on each access (UBSan also took the wrapper's result
+// for a null pointer).
+extern constinit thread_local ThreadState tls;
 void RegisterSlow();
 inline void Online() {
   urcu_qsbr_thread_online();
