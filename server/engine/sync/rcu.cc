@@ -22,12 +22,9 @@ namespace {
 struct Registrar {
   Registrar() {
     urcu_qsbr_register_thread();
-    Offline();
+    urcu_qsbr_thread_offline();
   }
-  ~Registrar() {
-    urcu_qsbr_unregister_thread();
-    tls.online = false;
-  }
+  ~Registrar() { urcu_qsbr_unregister_thread(); }
 };
 }  // namespace
 void RegisterSlow() {

@@ -39,30 +39,22 @@ namespace vmspace {
 
 namespace rcu_internal {
 /// The calling thread's RCU state (one TLS block, zero at thread start).
+/// Whether the thread is online is liburcu's own state (urcu_qsbr_read_ongoing).
 struct ThreadState {
   bool registered;
-  bool online;     // liburcu-qsbr: the thread's counter is not 0
-  int depth;       // open RcuEntry scopes and read guards
+  int depth;       // open RcuEntry scopes and read guards: online while > 0, except asleep
   int read_depth;  // of them, RcuReadGuards (the thread must not go offline)
 };
 // constinit: no TLS wrapper call on each access (UBSan also took the wrapper's result
 // for a null pointer).
 extern constinit thread_local ThreadState tls;
 void RegisterSlow();
-inline void Online() {
-  urcu_qsbr_thread_online();
-  tls.online = true;
-}
-inline void Offline() {
-  urcu_qsbr_thread_offline();
-  tls.online = false;
-}
 inline void Enter() {
   if (__builtin_expect(!tls.registered, 0)) RegisterSlow();
-  if (tls.depth++ == 0 && !tls.online) Online();
+  if (tls.depth++ == 0) urcu_qsbr_thread_online();
 }
 inline void Exit() {
-  if (--tls.depth == 0 && tls.online) Offline();
+  if (--tls.depth == 0) urcu_qsbr_thread_offline();
 }
 #if defined(__SANITIZE_THREAD__)
 // TSan cannot see liburcu's grace periods: model them as release/acquire on a token.
@@ -116,11 +108,11 @@ class RcuReadGuard {
 /// Linux (rcu_note_context_switch).
 class RcuSleep {
  public:
-  RcuSleep() : offline_(rcu_internal::tls.online && rcu_internal::tls.read_depth == 0) {
-    if (offline_) rcu_internal::Offline();
+  RcuSleep() : offline_(rcu_internal::tls.read_depth == 0 && urcu_qsbr_read_ongoing()) {
+    if (offline_) urcu_qsbr_thread_offline();
   }
   ~RcuSleep() {
-    if (offline_) rcu_internal::Online();
+    if (offline_) urcu_qsbr_thread_online();
   }
   RcuSleep(const RcuSleep&) = delete;
   RcuSleep& operator=(const RcuSleep&) = delete;
