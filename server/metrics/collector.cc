@@ -291,6 +291,9 @@ std::vector<MetricFamily> Collector::Collect() const {
   metric("vmspace_rcu_callbacks_total", "RCU callbacks (deferred frees) the call_rcu worker ran.",
          MetricType::Counter, rcu.callbacks_invoked);
   gauge("vmspace_rcu_callbacks_pending", "RCU callbacks queued and not yet run.", rcu.callbacks_pending);
+  metric("vmspace_rcu_worker_wakeups_total",
+         "call_rcu calls that woke the idle call_rcu worker (it polls its queue while callbacks keep coming).",
+         MetricType::Counter, rcu.worker_wakeups);
   gauge("vmspace_frame_bytes", "Page-frame memory in use, bytes.",
         frames_ ? frames_->in_use_bytes() : 0);
   gauge("vmspace_frame_limit_bytes",

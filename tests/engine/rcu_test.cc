@@ -4,6 +4,8 @@
 //  * the callbacks of one thread run in the order it queued them, those of many
 //    threads all run, and RcuBarrier waits for every one queued before it;
 //  * at most one grace period starts per kRcuGpIntervalUs under a constant stream;
+//  * while callbacks keep coming the worker polls, and CallRcu wakes it only after it
+//    stopped polling (kRcuIdlePolls);
 //  * QSBR: a thread is online only inside the engine (an RcuEntry scope or a read
 //    guard), so a grace period waits neither for a thread between engine calls nor for
 //    one asleep on an engine lock, even while that lock's holder waits for the grace
@@ -142,6 +144,33 @@ TEST(CallRcu, StartsAtMostOneGracePeriodPerInterval) {
   EXPECT_EQ(n, static_cast<uint64_t>(kCallbacks));  // each callback waited for one of its own
   // 100 grace periods took at least 99 intervals.
   EXPECT_GE(elapsed_us, (kCallbacks - 1) * static_cast<double>(kRcuGpIntervalUs));
+}
+
+TEST(CallRcu, WakesTheWorkerOnlyAfterItStoppedPolling) {
+  RcuThread();
+  RcuBarrier();
+  // Callbacks 2 ms apart, each queued after the previous one ran: the worker finds its
+  // queue empty after every grace period and polls it again within kRcuGpIntervalUs,
+  // well inside its kRcuIdlePolls, so no CallRcu has to wake it (the first may, if the
+  // worker was idle before). A worker that slept after every empty queue would be
+  // woken ~30 times.
+  constexpr int kCallbacks = 30;
+  std::vector<Flag> flags(kCallbacks);
+  const uint64_t w0 = ReadRcuStats().worker_wakeups;
+  for (auto& f : flags) {
+    CallRcu(&f.head, &Flag::Set);
+    ASSERT_TRUE(WaitUntil([&] { return f.ran.load(); }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_LE(ReadRcuStats().worker_wakeups - w0, 3u);
+  // Idle far longer than kRcuIdlePolls intervals: the worker sleeps, and the next
+  // CallRcu wakes it, once.
+  std::this_thread::sleep_for(std::chrono::milliseconds(30 * kRcuIdlePolls * kRcuGpIntervalUs / 1000));
+  const uint64_t w1 = ReadRcuStats().worker_wakeups;
+  Flag last;
+  CallRcu(&last.head, &Flag::Set);
+  ASSERT_TRUE(WaitUntil([&] { return last.ran.load(); }));
+  EXPECT_EQ(ReadRcuStats().worker_wakeups - w1, 1u);
 }
 
 // True while the calling thread is online for liburcu (a grace period waits for it).

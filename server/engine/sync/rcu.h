@@ -129,11 +129,15 @@ class RcuSleep {
 /// grace period's worth of freed VMAs, nodes and frames (what is in flight) about the
 /// size of the kernel's at its own rate (HZ=250: a grace period of a few ticks at a quarter of our rounds/s).
 inline constexpr int kRcuGpIntervalUs = 1000;
+/// Empty polls of its queue (one per kRcuGpIntervalUs) after which the call_rcu worker
+/// stops polling and sleeps until a CallRcu wakes it: ~16 ms of idle polling.
+inline constexpr int kRcuIdlePolls = 16;
 
 /// Queues fn(head) to run after a grace period (call_rcu): on the engine's call_rcu
 /// worker thread, after a grace period that starts after this call, in queue order
 /// (callbacks queued earlier by any thread run first). Takes the worker's queue lock
-/// (LockRank::kRcuQueue, a leaf) for a few instructions; any lock may be held. The
+/// (LockRank::kRcuQueue, a leaf) for a few instructions; any lock may be held. Wakes the
+/// worker only when it stopped polling (kRcuIdlePolls). The
 /// callback must start with RcuCallbackBegin(head) and end with RcuCallbackEnd(), and
 /// must not call RcuBarrier or SynchronizeRcu. As kernel/rcu/tree.c call_rcu (Linux 6.18).
 void CallRcu(struct rcu_head* head, void (*fn)(struct rcu_head*));

@@ -143,12 +143,14 @@ struct CopyResult {
 void RcuBarrier();
 
 /// The engine's call_rcu worker since the process started (sync/rcu.cc): grace periods
-/// it waited for, callbacks it ran, and callbacks queued and not yet run. Takes only the
+/// it waited for, callbacks it ran, callbacks queued and not yet run, and the CallRcus
+/// that had to wake it (it had stopped polling its queue: kRcuIdlePolls). Takes only the
 /// worker's queue lock (a metrics scrape takes no space's locks).
 struct RcuStats {
   uint64_t grace_periods = 0;
   uint64_t callbacks_invoked = 0;
   uint64_t callbacks_pending = 0;
+  uint64_t worker_wakeups = 0;
 };
 RcuStats ReadRcuStats();
 
