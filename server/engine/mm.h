@@ -194,8 +194,8 @@ class VmaCache {
   /// kRwsem: VMAs kept in flight (in queued batches: waiting for their grace period, or
   /// freed and not yet taken back) before the oldest freed ones are deleted. In steady
   /// churn about one grace period's worth of munmaps is in flight (sync/rcu.h: one
-  /// grace period per kRcuGpIntervalUs, ~1-3 ms under load: about
-  /// 3 k VMAs at 1 M munmaps/s; liburcu's call_rcu thread, which slept 10 ms between
+  /// grace period per kRcuGpIntervalUs, ~0.5-3 ms under load: about
+  /// 1-3 k VMAs at 1 M munmaps/s; liburcu's call_rcu thread, which slept 10 ms between
   /// passes, kept ~12 k).
   static constexpr size_t kMaxInFlight = 8192;
   /// VMAs per call_rcu (RcuBatch) in the kRwsem form.
@@ -305,12 +305,13 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   MmStruct& operator=(const MmStruct&) = delete;
 
   /// Deferred frees are handed to call_rcu in batches of at least this many objects
-  /// (a call_rcu per mmap/munmap costs more than the operation: it wakes the callback
-  /// thread, and every grace period is a membarrier IPI to our threads), or once this
+  /// (~85 seed-004 rounds' retired index nodes: a call_rcu per mmap/munmap would take
+  /// the worker's queue lock every time; 4096-node batches kept ~1 MiB of nodes out of
+  /// the caches and cost the rwsem-form profiles 10-20% a round), or once this
   /// many frames (256 KiB) wait, so the frame limit is not held up for long and the
   /// frames come back to the unmapping thread's shard (FreeBatch) while they are still
   /// in its caches (1 MiB batches: 8% more CPU per seed-004 round with faults).
-  static constexpr size_t kDeferBatch = 4096;
+  static constexpr size_t kDeferBatch = 256;
   static constexpr size_t kDeferFrames = 64;
   /// A VMA writer waiting for readers spins this long before it sleeps (refcnt form).
   static constexpr uint64_t kVmaWriterSpinNs = 2000;

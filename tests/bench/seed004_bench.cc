@@ -203,7 +203,7 @@ uint64_t HeapBytes() {
 /// Each point first queues the deferred frees every space holds (FrameAllocator::
 /// Reclaim: the gather of retired index nodes, page tables and frames, and the batch of
 /// freed VMAs) and waits for their grace period: what those batches held (the gather's
-/// node vector reserves MmStruct::kDeferBatch pointers, 32 KiB) is a per-space cost of
+/// node vector reserves MmStruct::kDeferBatch pointers, 2 KiB) is a per-space cost of
 /// the deferred frees, reported as `deferred`, not a cost per VMA.
 struct MemoryProbe {
   uint64_t heap = 0, slabs = 0;
