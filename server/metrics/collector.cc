@@ -286,7 +286,7 @@ std::vector<MetricFamily> Collector::Collect() const {
          wb.passes);
   const RcuStats rcu = ReadRcuStats();
   metric("vmspace_rcu_grace_periods_total",
-         "RCU grace periods the engine's call_rcu worker waited for (at most one per kRcuGpIntervalUs, 500 µs).",
+         "RCU grace periods the engine's call_rcu worker waited for (at most one per 500 microseconds).",
          MetricType::Counter, rcu.grace_periods);
   metric("vmspace_rcu_callbacks_total", "RCU callbacks (deferred frees) the call_rcu worker ran.",
          MetricType::Counter, rcu.callbacks_invoked);

@@ -48,7 +48,7 @@ namespace {
 /// While callbacks keep coming the worker polls its queue once per interval (a timed
 /// sleep no one has to end, as the kernel's grace-period kthread is driven by the tick),
 /// so CallRcu wakes nobody: a futex wake-up (and its IPI to the sleeping CPU) on every
-/// callback that found the worker asleep cost the seed-004 loop 3-12% of its time in
+/// callback that found the worker asleep cost the seed-004 loop 1-12% of its time in
 /// try_to_wake_up. After kRcuIdlePolls empty polls the worker sleeps until a CallRcu
 /// wakes it (an idle engine costs no CPU).
 ///
