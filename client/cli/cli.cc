@@ -1747,8 +1747,11 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
 /// against one. Each repetition runs one client, then C clients (each in its own space,
 /// or one shared with --shared-space), then the kernel's one process and C processes
 /// (threads with --shared-space); its ratio is the C-client aggregate rounds/s over the
-/// one-client rounds/s of the same repetition, side by side in time. Prints every
-/// repetition and the median ratio of ours and of the kernel's.
+/// one-client rounds/s of the same repetition, side by side in time. Each repetition
+/// ends with the control: a register-only integer loop in 1 thread, then in C
+/// (stress::ComputeLoopSeconds), whose ratio (C x the 1-thread time / the C-thread time)
+/// is what this host gives user-space compute that shares nothing. Prints every
+/// repetition and the median ratios of ours, the kernel's and the loop's.
 int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::string& transport, int batch,
                        int inflight, bool progress, bool native_on, int repeat) {
   using StressRow = stress::StressStats;
@@ -1766,7 +1769,11 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     StressRow one, many;
     std::optional<StressRow> native_one, native_many;
     std::optional<double> x, native_x;  // many / one rounds/s: ours, the kernel's
+    double loop_one_s = 0, loop_many_s = 0;  // the control loop: 1 thread, C threads
+    std::optional<double> loop_x;            // C x loop_one_s / loop_many_s
   };
+  // The control loop's steps per thread: ~0.2 s on this VM's EPYC.
+  constexpr uint64_t kLoopIters = 60'000'000;
   auto ratio = [](const StressRow& one, const StressRow& many) -> std::optional<double> {
     if (!one.ok() || !many.ok() || one.rounds_per_sec() <= 0) return std::nullopt;
     return many.rounds_per_sec() / one.rounds_per_sec();
@@ -1778,7 +1785,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
   if (!base_cfg.locking_profile.empty()) bench::CheckProfile(base_cfg.locking_profile, &profile);
   else if (transport == "inprocess") profile = LockingProfile{}.name;
   std::vector<Rep> reps;
-  std::vector<double> our_x, native_x;
+  std::vector<double> our_x, native_x, loop_x;
   std::string error;
   for (int k = 0; k < repeat && error.empty(); ++k) {
     const std::string what = "seed-004 scaling, repetition " + std::to_string(k + 1) + "/" + std::to_string(repeat);
@@ -1796,17 +1803,23 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
       if (!r.native_one->ok()) error = "native, 1 client: " + r.native_one->error;
       else if (!r.native_many->ok()) error = "native, " + std::to_string(n) + " clients: " + r.native_many->error;
     }
+    if (error.empty()) {
+      r.loop_one_s = stress::ComputeLoopSeconds(1, kLoopIters);
+      r.loop_many_s = stress::ComputeLoopSeconds(n, kLoopIters);
+      if (r.loop_many_s > 0) r.loop_x = n * r.loop_one_s / r.loop_many_s;
+    }
     r.x = ratio(r.one, r.many);
     if (r.native_one && r.native_many) r.native_x = ratio(*r.native_one, *r.native_many);
     if (r.x) our_x.push_back(*r.x);
     if (r.native_x) native_x.push_back(*r.native_x);
+    if (r.loop_x) loop_x.push_back(*r.loop_x);
     reps.push_back(std::move(r));
   }
   auto median = [](const std::vector<double>& v) -> std::optional<double> {
     if (v.empty()) return std::nullopt;
     return v[MedianIndex(v)];
   };
-  const std::optional<double> our_med = median(our_x), native_med = median(native_x);
+  const std::optional<double> our_med = median(our_x), native_med = median(native_x), loop_med = median(loop_x);
   if (c.json) {
     auto rps = [](const std::optional<StressRow>& s) { return s && s->ok() ? Json(s->rounds_per_sec()) : Json(nullptr); };
     Json arr = Json::array();
@@ -1820,7 +1833,10 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                      {"ratio", OptJson(r.x)},
                      {"native_one_rounds_per_s", rps(r.native_one)},
                      {"native_clients_rounds_per_s", rps(r.native_many)},
-                     {"native_ratio", OptJson(r.native_x)}});
+                     {"native_ratio", OptJson(r.native_x)},
+                     {"loop_one_thread_s", r.loop_one_s},
+                     {"loop_threads_s", r.loop_many_s},
+                     {"loop_ratio", OptJson(r.loop_x)}});
     }
     c.out << Json{{"workload", "seed-004"},
                   {"scaling", true},
@@ -1835,6 +1851,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                   {"repetitions", arr},
                   {"ratio_median", OptJson(our_med)},
                   {"native_ratio_median", OptJson(native_med)},
+                  {"loop_ratio_median", OptJson(loop_med)},
                   {"error", error.empty() ? Json(nullptr) : Json(error)}}
                  .dump()
           << "\n";
@@ -1855,7 +1872,8 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                "ratio");
       o << line;
     }
-    o << "\n";
+    snprintf(line, sizeof line, " %8s", "loop");
+    o << line << "\n";
     auto cell = [](const std::optional<StressRow>& s) { return s && s->ok() ? Num(s->rounds_per_sec(), "%.0f") : "-"; };
     for (size_t k = 0; k < reps.size(); ++k) {
       const Rep& r = reps[k];
@@ -1867,7 +1885,8 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                  Num(r.native_x, "%.2f").c_str());
         o << line;
       }
-      o << "\n";
+      snprintf(line, sizeof line, " %8s", Num(r.loop_x, "%.2f").c_str());
+      o << line << "\n";
     }
     auto summary = [&](const char* who, const std::vector<double>& v, const std::optional<double>& med) {
       if (!med) return;
@@ -1878,7 +1897,10 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     };
     summary("ours", our_x, our_med);
     summary("kernel", native_x, native_med);
-    o << "ratio = the " << n << "-client aggregate rounds/s / the 1-client rounds/s of the same repetition\n";
+    summary("loop", loop_x, loop_med);
+    o << "ratio = the " << n << "-client aggregate rounds/s / the 1-client rounds/s of the same repetition\n"
+      << "loop = " << n << " threads of a register-only integer loop that share nothing (" << n
+      << " x the 1-thread time / the " << n << "-thread time): what this host gives user-space compute\n";
     c.out << o.str();
   }
   if (!error.empty()) {

@@ -2,6 +2,9 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 namespace vmspace::stress {
@@ -167,6 +170,33 @@ StressStats RunEngineStress(const StressConfig& cfg, Progress* progress) {
 
 StressStats RunNativeStress(const StressConfig& cfg, Progress* progress) {
   return harness::RunNative(Spec(cfg, progress), Seed004Workload(cfg));
+}
+
+double ComputeLoopSeconds(int threads, uint64_t iters) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::atomic<uint64_t> sink{0};
+  auto loop = [&] {
+    ready.fetch_add(1);
+    while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+    uint64_t x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    for (uint64_t i = 0; i < iters; i++)
+      for (uint64_t& v : x) {  // unrolled: eight independent chains
+        v ^= v << 13;
+        v ^= v >> 7;
+        v ^= v << 17;
+      }
+    uint64_t h = 0;
+    for (uint64_t v : x) h ^= v;
+    sink.fetch_xor(h, std::memory_order_relaxed);  // keeps the loop
+  };
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; t++) ts.emplace_back(loop);
+  while (ready.load() < threads) std::this_thread::yield();
+  const auto t0 = std::chrono::steady_clock::now();
+  go.store(true, std::memory_order_release);
+  for (auto& t : ts) t.join();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace vmspace::stress

@@ -144,4 +144,13 @@ StressStats RunEngineStress(const StressConfig& cfg, Progress* progress = nullpt
 /// `progress`, if given, must live in memory shared with children (NewSharedProgress()).
 StressStats RunNativeStress(const StressConfig& cfg, Progress* progress = nullptr);
 
+/// The host's own scaling with nothing shared, the control of `bench stress --scaling`:
+/// `threads` threads started together, each running `iters` steps of eight independent
+/// xorshift64 chains (bound by instruction throughput, in registers: no memory, no lock,
+/// no system call). Returns the seconds from the start to the last thread's end. Two
+/// vCPUs that share a physical core's execution units (host SMT siblings) run it
+/// slower side by side than alone, as they run the engine's loop; the kernel's seed-004
+/// loop, bound by system-call entry and exit, loses far less.
+double ComputeLoopSeconds(int threads, uint64_t iters);
+
 }  // namespace vmspace::stress
