@@ -2202,7 +2202,7 @@ const std::vector<Command>& Commands() {
         {"plot", "FILE.svg", "with --compare: SVG bar chart (rounds/s, contentions) drawn by gnuplot"},
         {"skip-native", "", "do not run the native comparison"},
         {"repeat", "N", "with --compare: N repetitions of every profile, then the kernel; x native = the median of the per-repetition ratios; with --scaling: N repetitions (default 1)"},
-        {"scaling", "", "with --clients C: each repetition runs 1 client, then C, then the kernel's 1 and C processes; prints C-client aggregate / 1-client per repetition and the medians"},
+        {"scaling", "", "with --clients C: each repetition runs 1 client, then C, then the kernel's 1 and C processes; prints C-client aggregate / 1-client per repetition and the medians, beside a register-only loop in 1 and C threads (the host's ceiling)"},
         {"seed-table", "", "with --compare: seed 004's table beside ours (always when it names linux-6.0/6.1/6.7)"},
         {"quiet", "", "no progress lines on stderr"}},
        CmdBenchStress},
