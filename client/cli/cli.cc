@@ -1748,10 +1748,12 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
 /// or one shared with --shared-space), then the kernel's one process and C processes
 /// (threads with --shared-space); its ratio is the C-client aggregate rounds/s over the
 /// one-client rounds/s of the same repetition, side by side in time. Each repetition
-/// ends with the control: a register-only integer loop in 1 thread, then in C
-/// (stress::ComputeLoopSeconds), whose ratio (C x the 1-thread time / the C-thread time)
-/// is what this host gives user-space compute that shares nothing. Prints every
-/// repetition and the median ratios of ours, the kernel's and the loop's.
+/// ends with two controls that share nothing, each in 1 thread, then in C
+/// (stress::ControlSeconds; ratio C x the 1-thread time / the C-thread time):
+/// integer-unit-bound register code (`alu`: tells vCPUs on one physical core's SMT
+/// siblings from separate cores) and a std::map per thread (`map`: what this host gives
+/// user-space data-structure code), and ours over the map's of the same repetition.
+/// Prints every repetition and the median ratios.
 int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::string& transport, int batch,
                        int inflight, bool progress, bool native_on, int repeat) {
   using StressRow = stress::StressStats;
@@ -1769,11 +1771,13 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     StressRow one, many;
     std::optional<StressRow> native_one, native_many;
     std::optional<double> x, native_x;  // many / one rounds/s: ours, the kernel's
-    double loop_one_s = 0, loop_many_s = 0;  // the control loop: 1 thread, C threads
-    std::optional<double> loop_x;            // C x loop_one_s / loop_many_s
+    double alu_one_s = 0, alu_many_s = 0;  // the integer-unit control: 1 thread, C threads
+    double map_one_s = 0, map_many_s = 0;  // the std::map control: 1 thread, C threads
+    std::optional<double> alu_x, map_x;    // C x the 1-thread time / the C-thread time
+    std::optional<double> over_map;        // x / map_x
   };
-  // The control loop's steps per thread: ~0.2 s on this VM's EPYC.
-  constexpr uint64_t kLoopIters = 60'000'000;
+  // The controls' steps per thread: each ~0.2 s on this VM's EPYC (Zen 4).
+  constexpr uint64_t kAluIters = 40'000'000, kMapIters = 1'500'000;
   auto ratio = [](const StressRow& one, const StressRow& many) -> std::optional<double> {
     if (!one.ok() || !many.ok() || one.rounds_per_sec() <= 0) return std::nullopt;
     return many.rounds_per_sec() / one.rounds_per_sec();
@@ -1785,7 +1789,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
   if (!base_cfg.locking_profile.empty()) bench::CheckProfile(base_cfg.locking_profile, &profile);
   else if (transport == "inprocess") profile = LockingProfile{}.name;
   std::vector<Rep> reps;
-  std::vector<double> our_x, native_x, loop_x;
+  std::vector<double> our_x, native_x, alu_x, map_x, over_map;
   std::string error;
   for (int k = 0; k < repeat && error.empty(); ++k) {
     const std::string what = "seed-004 scaling, repetition " + std::to_string(k + 1) + "/" + std::to_string(repeat);
@@ -1804,22 +1808,30 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
       else if (!r.native_many->ok()) error = "native, " + std::to_string(n) + " clients: " + r.native_many->error;
     }
     if (error.empty()) {
-      r.loop_one_s = stress::ComputeLoopSeconds(1, kLoopIters);
-      r.loop_many_s = stress::ComputeLoopSeconds(n, kLoopIters);
-      if (r.loop_many_s > 0) r.loop_x = n * r.loop_one_s / r.loop_many_s;
+      using stress::Control;
+      r.alu_one_s = stress::ControlSeconds(Control::kAlu, 1, kAluIters);
+      r.alu_many_s = stress::ControlSeconds(Control::kAlu, n, kAluIters);
+      r.map_one_s = stress::ControlSeconds(Control::kMap, 1, kMapIters);
+      r.map_many_s = stress::ControlSeconds(Control::kMap, n, kMapIters);
+      if (r.alu_many_s > 0) r.alu_x = n * r.alu_one_s / r.alu_many_s;
+      if (r.map_many_s > 0) r.map_x = n * r.map_one_s / r.map_many_s;
     }
     r.x = ratio(r.one, r.many);
     if (r.native_one && r.native_many) r.native_x = ratio(*r.native_one, *r.native_many);
+    if (r.x && r.map_x) r.over_map = *r.x / *r.map_x;
     if (r.x) our_x.push_back(*r.x);
     if (r.native_x) native_x.push_back(*r.native_x);
-    if (r.loop_x) loop_x.push_back(*r.loop_x);
+    if (r.alu_x) alu_x.push_back(*r.alu_x);
+    if (r.map_x) map_x.push_back(*r.map_x);
+    if (r.over_map) over_map.push_back(*r.over_map);
     reps.push_back(std::move(r));
   }
   auto median = [](const std::vector<double>& v) -> std::optional<double> {
     if (v.empty()) return std::nullopt;
     return v[MedianIndex(v)];
   };
-  const std::optional<double> our_med = median(our_x), native_med = median(native_x), loop_med = median(loop_x);
+  const std::optional<double> our_med = median(our_x), native_med = median(native_x), alu_med = median(alu_x),
+                              map_med = median(map_x), over_map_med = median(over_map);
   if (c.json) {
     auto rps = [](const std::optional<StressRow>& s) { return s && s->ok() ? Json(s->rounds_per_sec()) : Json(nullptr); };
     Json arr = Json::array();
@@ -1834,9 +1846,13 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                      {"native_one_rounds_per_s", rps(r.native_one)},
                      {"native_clients_rounds_per_s", rps(r.native_many)},
                      {"native_ratio", OptJson(r.native_x)},
-                     {"loop_one_thread_s", r.loop_one_s},
-                     {"loop_threads_s", r.loop_many_s},
-                     {"loop_ratio", OptJson(r.loop_x)}});
+                     {"alu_one_thread_s", r.alu_one_s},
+                     {"alu_threads_s", r.alu_many_s},
+                     {"alu_ratio", OptJson(r.alu_x)},
+                     {"map_one_thread_s", r.map_one_s},
+                     {"map_threads_s", r.map_many_s},
+                     {"map_ratio", OptJson(r.map_x)},
+                     {"ratio_over_map", OptJson(r.over_map)}});
     }
     c.out << Json{{"workload", "seed-004"},
                   {"scaling", true},
@@ -1851,7 +1867,9 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                   {"repetitions", arr},
                   {"ratio_median", OptJson(our_med)},
                   {"native_ratio_median", OptJson(native_med)},
-                  {"loop_ratio_median", OptJson(loop_med)},
+                  {"alu_ratio_median", OptJson(alu_med)},
+                  {"map_ratio_median", OptJson(map_med)},
+                  {"ratio_over_map_median", OptJson(over_map_med)},
                   {"error", error.empty() ? Json(nullptr) : Json(error)}}
                  .dump()
           << "\n";
@@ -1872,7 +1890,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                "ratio");
       o << line;
     }
-    snprintf(line, sizeof line, " %8s", "loop");
+    snprintf(line, sizeof line, " %8s %8s %8s", "alu", "map", "ours/map");
     o << line << "\n";
     auto cell = [](const std::optional<StressRow>& s) { return s && s->ok() ? Num(s->rounds_per_sec(), "%.0f") : "-"; };
     for (size_t k = 0; k < reps.size(); ++k) {
@@ -1885,7 +1903,8 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                  Num(r.native_x, "%.2f").c_str());
         o << line;
       }
-      snprintf(line, sizeof line, " %8s", Num(r.loop_x, "%.2f").c_str());
+      snprintf(line, sizeof line, " %8s %8s %8s", Num(r.alu_x, "%.2f").c_str(), Num(r.map_x, "%.2f").c_str(),
+               Num(r.over_map, "%.2f").c_str());
       o << line << "\n";
     }
     auto summary = [&](const char* who, const std::vector<double>& v, const std::optional<double>& med) {
@@ -1897,10 +1916,15 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     };
     summary("ours", our_x, our_med);
     summary("kernel", native_x, native_med);
-    summary("loop", loop_x, loop_med);
+    summary("alu", alu_x, alu_med);
+    summary("map", map_x, map_med);
+    summary("ours/map", over_map, over_map_med);
     o << "ratio = the " << n << "-client aggregate rounds/s / the 1-client rounds/s of the same repetition\n"
-      << "loop = " << n << " threads of a register-only integer loop that share nothing (" << n
-      << " x the 1-thread time / the " << n << "-thread time): what this host gives user-space compute\n";
+      << "alu, map = the controls, " << n << " threads that share nothing, pinned as the clients (" << n
+      << " x the 1-thread time / the " << n << "-thread time): alu, integer-unit-bound register code (near 1 when"
+      << " the vCPUs share a physical core's SMT siblings, near " << n << " on separate cores); map, a std::map"
+      << " per thread (erase and insert of 1024 keys): what this host gives user-space data-structure code\n"
+      << "ours/map = our ratio / the map's of the same repetition (1 = our spaces scale as code that shares nothing)\n";
     c.out << o.str();
   }
   if (!error.empty()) {
@@ -2202,7 +2226,7 @@ const std::vector<Command>& Commands() {
         {"plot", "FILE.svg", "with --compare: SVG bar chart (rounds/s, contentions) drawn by gnuplot"},
         {"skip-native", "", "do not run the native comparison"},
         {"repeat", "N", "with --compare: N repetitions of every profile, then the kernel; x native = the median of the per-repetition ratios; with --scaling: N repetitions (default 1)"},
-        {"scaling", "", "with --clients C: each repetition runs 1 client, then C, then the kernel's 1 and C processes; prints C-client aggregate / 1-client per repetition and the medians, beside a register-only loop in 1 and C threads (the host's ceiling)"},
+        {"scaling", "", "with --clients C: each repetition runs 1 client, then C, then the kernel's 1 and C processes; prints C-client aggregate / 1-client per repetition and the medians, beside two controls in 1 and C threads that share nothing (alu: integer-unit-bound registers; map: a std::map each) and ours over the map's"},
         {"seed-table", "", "with --compare: seed 004's table beside ours (always when it names linux-6.0/6.1/6.7)"},
         {"quiet", "", "no progress lines on stderr"}},
        CmdBenchStress},

@@ -1,9 +1,12 @@
 #include "lib/seed004.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -172,26 +175,66 @@ StressStats RunNativeStress(const StressConfig& cfg, Progress* progress) {
   return harness::RunNative(Spec(cfg, progress), Seed004Workload(cfg));
 }
 
-double ComputeLoopSeconds(int threads, uint64_t iters) {
+double ControlSeconds(Control control, int threads, uint64_t iters) {
+  std::vector<int> cpus;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
   std::atomic<uint64_t> sink{0};
-  auto loop = [&] {
-    ready.fetch_add(1);
-    while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+  auto alu = [&] {
     uint64_t x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     for (uint64_t i = 0; i < iters; i++)
       for (uint64_t& v : x) {  // unrolled: eight independent chains
         v ^= v << 13;
         v ^= v >> 7;
         v ^= v << 17;
+        asm volatile("" : "+r"(v));  // in a general register: no vectorizing
       }
     uint64_t h = 0;
     for (uint64_t v : x) h ^= v;
-    sink.fetch_xor(h, std::memory_order_relaxed);  // keeps the loop
+    return h;
+  };
+  auto map = [&](uint64_t seed) {
+    constexpr size_t kKeys = 1024;
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    auto next = [&x] {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      return x;
+    };
+    std::map<uint64_t, uint64_t> m;
+    std::vector<uint64_t> keys(kKeys);
+    for (uint64_t& k : keys) {
+      k = next();
+      m[k] = k;
+    }
+    for (uint64_t i = 0; i < iters; i++) {
+      uint64_t& k = keys[next() % kKeys];
+      m.erase(k);
+      k = next();
+      m[k] = i;
+    }
+    return static_cast<uint64_t>(m.size());
+  };
+  auto run = [&](int t) {
+    if (!cpus.empty()) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus[static_cast<size_t>(t) % cpus.size()], &one);
+      (void)pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    }
+    ready.fetch_add(1);
+    while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+    const uint64_t h = control == Control::kAlu ? alu() : map(static_cast<uint64_t>(t) + 1);
+    sink.fetch_xor(h, std::memory_order_relaxed);  // keeps the work
   };
   std::vector<std::thread> ts;
-  for (int t = 0; t < threads; t++) ts.emplace_back(loop);
+  for (int t = 0; t < threads; t++) ts.emplace_back(run, t);
   while (ready.load() < threads) std::this_thread::yield();
   const auto t0 = std::chrono::steady_clock::now();
   go.store(true, std::memory_order_release);

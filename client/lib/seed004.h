@@ -144,13 +144,23 @@ StressStats RunEngineStress(const StressConfig& cfg, Progress* progress = nullpt
 /// `progress`, if given, must live in memory shared with children (NewSharedProgress()).
 StressStats RunNativeStress(const StressConfig& cfg, Progress* progress = nullptr);
 
-/// The host's own scaling with nothing shared, the control of `bench stress --scaling`:
-/// `threads` threads started together, each running `iters` steps of eight independent
-/// xorshift64 chains (bound by instruction throughput, in registers: no memory, no lock,
-/// no system call). Returns the seconds from the start to the last thread's end. Two
-/// vCPUs that share a physical core's execution units (host SMT siblings) run it
-/// slower side by side than alone, as they run the engine's loop; the kernel's seed-004
-/// loop, bound by system-call entry and exit, loses far less.
-double ComputeLoopSeconds(int threads, uint64_t iters);
+/// The controls of `bench stress --scaling`: code that shares nothing between threads.
+enum class Control {
+  /// Eight independent xorshift64 chains in general registers (a compiler barrier on
+  /// each chain keeps them scalar: vectorized, they were bound by latency and hid a
+  /// shared core). Bound by integer-unit throughput: no memory, no lock, no system call.
+  /// Two vCPUs on one physical core's SMT siblings run it about half as fast side by
+  /// side as alone; on two cores, as fast.
+  kAlu,
+  /// A std::map of 1024 random keys per thread: erase one, insert a new one, per step
+  /// (a red-black tree walk, a malloc and a free from the thread's own arena).
+  /// User-space data-structure code as the engine's, sharing nothing.
+  kMap,
+};
+
+/// Runs `threads` threads of `control`, each `iters` steps, started together and
+/// pinned one per allowed CPU in order (as the in-process clients are). Returns the
+/// seconds from the start to the last thread's end.
+double ControlSeconds(Control control, int threads, uint64_t iters);
 
 }  // namespace vmspace::stress

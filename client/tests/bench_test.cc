@@ -429,7 +429,8 @@ TEST(BenchStressCompare, RepeatReportsTheMedianOfPerRepetitionRatios) {
 // --scaling --clients 2 --repeat 3: each repetition runs 1 client, then 2 (each in its
 // own space), then the kernel's 1 and 2 processes; its ratio is the 2-client aggregate
 // over the 1-client rounds/s of that repetition, and the summary is the median ratio;
-// the control loop (1 thread, then 2) gives its own ratio and median.
+// each control (alu, map: 1 thread, then 2) gives its own ratio and median, and ours
+// over the map's is their quotient per repetition.
 TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
   json j = CliJson({"bench", "stress", "--rounds", "1000", "--scaling", "--clients", "2", "--repeat", "3",
                     "--profile", "linux-6.0"});
@@ -440,7 +441,7 @@ TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
   EXPECT_EQ(j["error"], nullptr);
   const json& reps = j["repetitions"];
   ASSERT_EQ(reps.size(), 3u);
-  std::vector<double> ours, kernel, loop;
+  std::vector<double> ours, kernel, alu, map, over_map;
   for (const json& r : reps) {
     EXPECT_EQ(r["one_client_rounds"], 1000);
     EXPECT_EQ(r["clients_rounds"], 2000);  // both clients ran all their rounds
@@ -453,23 +454,32 @@ TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
                      r["native_clients_rounds_per_s"].get<double>() / r["native_one_rounds_per_s"].get<double>());
     ours.push_back(r["ratio"].get<double>());
     kernel.push_back(r["native_ratio"].get<double>());
-    // The control loop: 2 x its 1-thread time over its 2-thread time (each a real run).
-    const double l1 = r["loop_one_thread_s"].get<double>(), l2 = r["loop_threads_s"].get<double>();
-    ASSERT_GT(l1, 0);
-    ASSERT_GT(l2, 0);
-    EXPECT_DOUBLE_EQ(r["loop_ratio"].get<double>(), 2 * l1 / l2);
-    loop.push_back(r["loop_ratio"].get<double>());
+    // The controls: 2 x the 1-thread time over the 2-thread time (each a real run).
+    for (const char* ctl : {"alu", "map"}) {
+      const std::string k = ctl;
+      const double l1 = r[k + "_one_thread_s"].get<double>(), l2 = r[k + "_threads_s"].get<double>();
+      ASSERT_GT(l1, 0) << k;
+      ASSERT_GT(l2, 0) << k;
+      EXPECT_DOUBLE_EQ(r[k + "_ratio"].get<double>(), 2 * l1 / l2) << k;
+    }
+    alu.push_back(r["alu_ratio"].get<double>());
+    map.push_back(r["map_ratio"].get<double>());
+    EXPECT_DOUBLE_EQ(r["ratio_over_map"].get<double>(), r["ratio"].get<double>() / r["map_ratio"].get<double>());
+    over_map.push_back(r["ratio_over_map"].get<double>());
   }
   std::sort(ours.begin(), ours.end());
   std::sort(kernel.begin(), kernel.end());
-  std::sort(loop.begin(), loop.end());
+  for (auto* v : {&alu, &map, &over_map}) std::sort(v->begin(), v->end());
   EXPECT_DOUBLE_EQ(j["ratio_median"].get<double>(), ours[1]);
   EXPECT_DOUBLE_EQ(j["native_ratio_median"].get<double>(), kernel[1]);
-  EXPECT_DOUBLE_EQ(j["loop_ratio_median"].get<double>(), loop[1]);
+  EXPECT_DOUBLE_EQ(j["alu_ratio_median"].get<double>(), alu[1]);
+  EXPECT_DOUBLE_EQ(j["map_ratio_median"].get<double>(), map[1]);
+  EXPECT_DOUBLE_EQ(j["ratio_over_map_median"].get<double>(), over_map[1]);
   CliRun t = Cli({"bench", "stress", "--rounds", "500", "--quiet", "--scaling", "--clients", "2", "--skip-native"});
   ASSERT_EQ(t.code, kExitOk) << t.err;
   for (const char* s : {"seed-004 scaling", "2 clients r/s", "ours: median", "over 1 repetition\n",
-                        "loop: median", "what this host gives user-space compute",
+                        "alu: median", "map: median", "ours/map: median", "ours/map\n",
+                        "what this host gives user-space data-structure code",
                         "locking profile linux-6.15"})  // the engine's default, named
     EXPECT_TRUE(Contains(t.out, s)) << s << "\n" << t.out;
   for (const char* s : {"kernel: median", "the kernel: one process", "kernel 1 r/s"})  // --skip-native
