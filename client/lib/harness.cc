@@ -134,6 +134,24 @@ uint64_t SyncSession::MadviseDontneed(uint64_t addr, uint64_t len) {
 
 std::string Workload::ClientName(int client, int) const { return "client " + std::to_string(client); }
 
+std::vector<int> AllowedCpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int i = 0; i < CPU_SETSIZE; ++i)
+      if (CPU_ISSET(i, &set)) cpus.push_back(i);
+  }
+  return cpus;
+}
+
+void PinTo(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
 namespace {
 
 static_assert(Session::kAnonFlags == (MAP_PRIVATE | MAP_ANONYMOUS));
@@ -342,25 +360,6 @@ std::unique_ptr<Shared, SharedDeleter> NewShared() {
   void* p = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return nullptr;
   return std::unique_ptr<Shared, SharedDeleter>(new (p) Shared);
-}
-
-/// The CPUs this process may run on, in order.
-std::vector<int> AllowedCpus() {
-  std::vector<int> cpus;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    for (int i = 0; i < CPU_SETSIZE; ++i)
-      if (CPU_ISSET(i, &set)) cpus.push_back(i);
-  }
-  return cpus;
-}
-
-void PinTo(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
 /// One client's whole life on its own thread: set-up, `at_start` (returns when the run

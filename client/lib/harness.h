@@ -334,4 +334,11 @@ std::string CheckProfile(const std::string& spec, std::string* name = nullptr, s
 /// Every spec is checked with CheckProfile. Returns "" or an error text.
 std::string ExpandCompare(const std::string& list, const std::string& base, std::vector<std::string>* out);
 
+/// The CPUs this process may run on (sched_getaffinity), in ascending order; empty if
+/// unreadable. Clients and the --scaling controls are pinned to them in this order.
+std::vector<int> AllowedCpus();
+
+/// Pins the calling thread to `cpu` (pthread_setaffinity_np; a failure is ignored).
+void PinTo(int cpu);
+
 }  // namespace vmspace::harness

@@ -1,7 +1,5 @@
 #include "lib/seed004.h"
 
-#include <pthread.h>
-#include <sched.h>
 #include <sys/mman.h>
 
 #include <atomic>
@@ -176,12 +174,7 @@ StressStats RunNativeStress(const StressConfig& cfg, Progress* progress) {
 }
 
 double ControlSeconds(Control control, int threads, uint64_t iters) {
-  std::vector<int> cpus;
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  const std::vector<int> cpus = harness::AllowedCpus();
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
   std::atomic<uint64_t> sink{0};
@@ -222,12 +215,7 @@ double ControlSeconds(Control control, int threads, uint64_t iters) {
     return static_cast<uint64_t>(m.size());
   };
   auto run = [&](int t) {
-    if (!cpus.empty()) {
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(cpus[static_cast<size_t>(t) % cpus.size()], &one);
-      (void)pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-    }
+    if (!cpus.empty()) harness::PinTo(cpus[static_cast<size_t>(t) % cpus.size()]);
     ready.fetch_add(1);
     while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
     const uint64_t h = control == Control::kAlu ? alu() : map(static_cast<uint64_t>(t) + 1);
