@@ -1753,24 +1753,41 @@ int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::
 /// integer-unit-bound register code (`alu`: tells vCPUs on one physical core's SMT
 /// siblings from separate cores) and a std::map per thread (`map`: what this host gives
 /// user-space data-structure code), and ours over the map's of the same repetition.
-/// Prints every repetition and the median ratios.
+/// In process (and for the kernel), with C <= the CPUs this process may use, client c
+/// is pinned to the c-th of them and the one-client run is made once on each of those
+/// CPUs: `matched` is the C-client aggregate over the slowest CPU's one-client rounds/s
+/// (with the same rounds per client, C times that is the most C clients can give when
+/// they share nothing, however unequal the host makes its vCPUs), `spread` the fastest
+/// CPU's one-client rounds/s over the slowest's. Prints every repetition and the
+/// median ratios.
 int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::string& transport, int batch,
                        int inflight, bool progress, bool native_on, int repeat) {
   using StressRow = stress::StressStats;
-  auto ours = [&](int clients) {
+  const int n = base_cfg.clients;
+  // Pinned (one client per CPU, each CPU's one-client run measured) in process with at
+  // most one client per CPU; the daemon's transports leave placement to the scheduler.
+  const int ncpus = static_cast<int>(harness::AllowedCpus().size());
+  const bool pinned = transport == "inprocess" && n <= ncpus;
+  const int solo_cpus = pinned ? n : 1;  // one-client runs per repetition
+  auto ours = [&](int clients, int first_cpu) {
     stress::StressConfig cfg = base_cfg;
     cfg.clients = clients;
+    cfg.pin_first_cpu = pinned ? first_cpu : -1;
     return RunOurStress(c, cfg, transport, batch, inflight);
   };
-  auto kernel = [&](int clients) {
+  auto kernel = [&](int clients, int first_cpu) {
     stress::StressConfig cfg = base_cfg;
     cfg.clients = clients;
+    cfg.pin_first_cpu = pinned ? first_cpu : -1;
     return stress::RunNativeStress(cfg);
   };
   struct Rep {
-    StressRow one, many;
+    StressRow one, many;  // one: the one-client run on the first CPU
+    std::vector<StressRow> one_by_cpu, native_one_by_cpu;  // pinned: the one-client run on each CPU
     std::optional<StressRow> native_one, native_many;
     std::optional<double> x, native_x;  // many / one rounds/s: ours, the kernel's
+    std::optional<double> matched, native_matched;  // many / the slowest CPU's one-client rounds/s
+    std::optional<double> spread, native_spread;    // the fastest CPU's one-client rounds/s / the slowest's
     double alu_one_s = 0, alu_many_s = 0;  // the integer-unit control: 1 thread, C threads
     double map_one_s = 0, map_many_s = 0;  // the std::map control: 1 thread, C threads
     std::optional<double> alu_x, map_x;    // C x the 1-thread time / the C-thread time
@@ -1782,30 +1799,36 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     if (!one.ok() || !many.ok() || one.rounds_per_sec() <= 0) return std::nullopt;
     return many.rounds_per_sec() / one.rounds_per_sec();
   };
-  const int n = base_cfg.clients;
   // The profile's name: the one given, else the engine's default in process; the
   // daemon's default is its own (--locking-profile of vmspaced).
   std::string profile = "the daemon's default";
   if (!base_cfg.locking_profile.empty()) bench::CheckProfile(base_cfg.locking_profile, &profile);
   else if (transport == "inprocess") profile = LockingProfile{}.name;
   std::vector<Rep> reps;
-  std::vector<double> our_x, native_x, alu_x, map_x, over_map;
+  std::vector<double> our_x, native_x, alu_x, map_x, over_map, matched_x, native_matched_x;
   std::string error;
   for (int k = 0; k < repeat && error.empty(); ++k) {
     const std::string what = "seed-004 scaling, repetition " + std::to_string(k + 1) + "/" + std::to_string(repeat);
     Rep r;
     if (progress) c.err << "vmspace bench: " << what << ": 1 client, then " << n << "\n" << std::flush;
-    r.one = ours(1);
-    if (r.one.ok()) r.many = ours(n);
+    for (int cpu = 0; cpu < solo_cpus && error.empty(); ++cpu) {
+      r.one_by_cpu.push_back(ours(1, cpu));
+      if (!r.one_by_cpu.back().ok()) error = "1 client: " + r.one_by_cpu.back().error;
+    }
+    r.one = r.one_by_cpu.front();
+    if (error.empty()) r.many = ours(n, 0);
     else r.many.error = "not run (the 1-client run failed)";
-    if (!r.one.ok()) error = "1 client: " + r.one.error;
-    else if (!r.many.ok()) error = std::to_string(n) + " clients: " + r.many.error;
+    if (error.empty() && !r.many.ok()) error = std::to_string(n) + " clients: " + r.many.error;
     if (native_on && error.empty()) {
       if (progress) c.err << "vmspace bench: " << what << " on the kernel: 1, then " << n << "\n" << std::flush;
-      r.native_one = kernel(1);
-      if (r.native_one->ok()) r.native_many = kernel(n);
-      if (!r.native_one->ok()) error = "native, 1 client: " + r.native_one->error;
-      else if (!r.native_many->ok()) error = "native, " + std::to_string(n) + " clients: " + r.native_many->error;
+      for (int cpu = 0; cpu < solo_cpus && error.empty(); ++cpu) {
+        r.native_one_by_cpu.push_back(kernel(1, cpu));
+        if (!r.native_one_by_cpu.back().ok()) error = "native, 1 client: " + r.native_one_by_cpu.back().error;
+      }
+      r.native_one = r.native_one_by_cpu.front();
+      if (error.empty()) r.native_many = kernel(n, 0);
+      if (error.empty() && !r.native_many->ok())
+        error = "native, " + std::to_string(n) + " clients: " + r.native_many->error;
     }
     if (error.empty()) {
       using stress::Control;
@@ -1818,12 +1841,26 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     }
     r.x = ratio(r.one, r.many);
     if (r.native_one && r.native_many) r.native_x = ratio(*r.native_one, *r.native_many);
+    // matched and spread: against the slowest CPU's one-client run (pinned runs only).
+    auto by_cpu = [&](const std::vector<StressRow>& solo, const std::optional<StressRow>& many,
+                      std::optional<double>& matched, std::optional<double>& spread) {
+      if (!pinned || solo.size() != static_cast<size_t>(n) || !many) return;
+      auto rps = [](const StressRow& s) { return s.rounds_per_sec(); };
+      const auto [lo, hi] = std::minmax_element(solo.begin(), solo.end(),
+                                                [&](const StressRow& a, const StressRow& b) { return rps(a) < rps(b); });
+      matched = ratio(*lo, *many);
+      if (matched) spread = rps(*hi) / rps(*lo);
+    };
+    by_cpu(r.one_by_cpu, r.many, r.matched, r.spread);
+    by_cpu(r.native_one_by_cpu, r.native_many, r.native_matched, r.native_spread);
     if (r.x && r.map_x) r.over_map = *r.x / *r.map_x;
     if (r.x) our_x.push_back(*r.x);
     if (r.native_x) native_x.push_back(*r.native_x);
     if (r.alu_x) alu_x.push_back(*r.alu_x);
     if (r.map_x) map_x.push_back(*r.map_x);
     if (r.over_map) over_map.push_back(*r.over_map);
+    if (r.matched) matched_x.push_back(*r.matched);
+    if (r.native_matched) native_matched_x.push_back(*r.native_matched);
     reps.push_back(std::move(r));
   }
   auto median = [](const std::vector<double>& v) -> std::optional<double> {
@@ -1831,9 +1868,15 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     return v[MedianIndex(v)];
   };
   const std::optional<double> our_med = median(our_x), native_med = median(native_x), alu_med = median(alu_x),
-                              map_med = median(map_x), over_map_med = median(over_map);
+                              map_med = median(map_x), over_map_med = median(over_map),
+                              matched_med = median(matched_x), native_matched_med = median(native_matched_x);
   if (c.json) {
     auto rps = [](const std::optional<StressRow>& s) { return s && s->ok() ? Json(s->rounds_per_sec()) : Json(nullptr); };
+    auto rps_list = [](const std::vector<StressRow>& v) {
+      Json a = Json::array();
+      for (const StressRow& s : v) a.push_back(s.ok() ? Json(s.rounds_per_sec()) : Json(nullptr));
+      return a;
+    };
     Json arr = Json::array();
     for (const Rep& r : reps) {
       arr.push_back({{"one_client_rounds", r.one.rounds},
@@ -1843,7 +1886,13 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                      {"one_client_rounds_per_s", rps(r.one)},
                      {"clients_rounds_per_s", rps(r.many)},
                      {"ratio", OptJson(r.x)},
+                     {"one_client_rounds_per_s_by_cpu", rps_list(r.one_by_cpu)},
+                     {"matched_ratio", OptJson(r.matched)},
+                     {"cpu_spread", OptJson(r.spread)},
                      {"native_one_rounds_per_s", rps(r.native_one)},
+                     {"native_one_rounds_per_s_by_cpu", rps_list(r.native_one_by_cpu)},
+                     {"native_matched_ratio", OptJson(r.native_matched)},
+                     {"native_cpu_spread", OptJson(r.native_spread)},
                      {"native_clients_rounds_per_s", rps(r.native_many)},
                      {"native_ratio", OptJson(r.native_x)},
                      {"alu_one_thread_s", r.alu_one_s},
@@ -1864,12 +1913,15 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                   {"locking_profile", base_cfg.locking_profile.empty() ? Json(nullptr) : Json(base_cfg.locking_profile)},
                   {"profile_name", profile},
                   {"repeat", repeat},
+                  {"pinned", pinned},
                   {"repetitions", arr},
                   {"ratio_median", OptJson(our_med)},
                   {"native_ratio_median", OptJson(native_med)},
                   {"alu_ratio_median", OptJson(alu_med)},
                   {"map_ratio_median", OptJson(map_med)},
                   {"ratio_over_map_median", OptJson(over_map_med)},
+                  {"matched_ratio_median", OptJson(matched_med)},
+                  {"native_matched_ratio_median", OptJson(native_matched_med)},
                   {"error", error.empty() ? Json(nullptr) : Json(error)}}
                  .dump()
           << "\n";
@@ -1879,16 +1931,26 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
       << (base_cfg.shared_space ? "one shared space" : "own space each");
     if (native_on) o << (base_cfg.shared_space ? "; the kernel: threads of one process" : "; the kernel: one process each");
     o << "), " << base_cfg.rounds << " rounds each, page faults " << (base_cfg.page_fault ? "on" : "off")
-      << ", locking profile " << profile << "\n";
+      << ", locking profile " << profile;
+    if (pinned) o << "; client c pinned to CPU " << harness::AllowedCpus()[0] << "+c, 1 client on each of " << n << " CPUs";
+    o << "\n";
     char line[256];
     // The kernel's columns only when it ran (not with --skip-native).
     snprintf(line, sizeof line, "%-10s %14s %14s %8s", "repetition", "1 client r/s",
              (std::to_string(n) + " clients r/s").c_str(), "ratio");
     o << line;
+    if (pinned) {
+      snprintf(line, sizeof line, " %8s %8s", "matched", "spread");
+      o << line;
+    }
     if (native_on) {
       snprintf(line, sizeof line, " %14s %14s %8s", "kernel 1 r/s", ("kernel " + std::to_string(n) + " r/s").c_str(),
                "ratio");
       o << line;
+      if (pinned) {
+        snprintf(line, sizeof line, " %8s", "matched");
+        o << line;
+      }
     }
     snprintf(line, sizeof line, " %8s %8s %8s", "alu", "map", "ours/map");
     o << line << "\n";
@@ -1898,10 +1960,18 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
       snprintf(line, sizeof line, "%-10zu %14s %14s %8s", k + 1, cell(r.one).c_str(), cell(r.many).c_str(),
                Num(r.x, "%.2f").c_str());
       o << line;
+      if (pinned) {
+        snprintf(line, sizeof line, " %8s %8s", Num(r.matched, "%.2f").c_str(), Num(r.spread, "%.2f").c_str());
+        o << line;
+      }
       if (native_on) {
         snprintf(line, sizeof line, " %14s %14s %8s", cell(r.native_one).c_str(), cell(r.native_many).c_str(),
                  Num(r.native_x, "%.2f").c_str());
         o << line;
+        if (pinned) {
+          snprintf(line, sizeof line, " %8s", Num(r.native_matched, "%.2f").c_str());
+          o << line;
+        }
       }
       snprintf(line, sizeof line, " %8s %8s %8s", Num(r.alu_x, "%.2f").c_str(), Num(r.map_x, "%.2f").c_str(),
                Num(r.over_map, "%.2f").c_str());
@@ -1915,11 +1985,19 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
       o << line;
     };
     summary("ours", our_x, our_med);
+    summary("ours matched", matched_x, matched_med);
     summary("kernel", native_x, native_med);
+    summary("kernel matched", native_matched_x, native_matched_med);
     summary("alu", alu_x, alu_med);
     summary("map", map_x, map_med);
     summary("ours/map", over_map, over_map_med);
-    o << "ratio = the " << n << "-client aggregate rounds/s / the 1-client rounds/s of the same repetition\n"
+    o << "ratio = the " << n << "-client aggregate rounds/s / the 1-client rounds/s of the same repetition"
+      << (pinned ? " (1 client on the first CPU)" : "") << "\n";
+    if (pinned)
+      o << "matched = the " << n << "-client aggregate / the slowest CPU's 1-client rounds/s (" << n
+        << " = as fast as clients that share nothing, on these CPUs as the host runs them now); spread = the fastest"
+        << " CPU's 1-client rounds/s / the slowest's\n";
+    o
       << "alu, map = the controls, " << n << " threads that share nothing, pinned as the clients (" << n
       << " x the 1-thread time / the " << n << "-thread time): alu, integer-unit-bound register code (near 1 when"
       << " the vCPUs share a physical core's SMT siblings, near " << n << " on separate cores); map, a std::map"

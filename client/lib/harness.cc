@@ -494,7 +494,7 @@ bool ReadAll(int fd, void* buf, size_t n) {
       int c = first + i;
       NativeSession s;
       std::unique_ptr<ClientLoop> loop = w.NewClient(c, spec.clients);
-      RunClient(*loop, s, spec, CpuOf(cpus, c), sh, at_start, at_end, figs[static_cast<size_t>(i)]);
+      RunClient(*loop, s, spec, CpuOf(cpus, spec.first_cpu + c), sh, at_start, at_end, figs[static_cast<size_t>(i)]);
     });
   }
   for (auto& t : threads) t.join();
@@ -567,7 +567,7 @@ RunResult Run(const RunSpec& spec, const Workload& w, Backend& backend) {
   for (size_t c = 0; c < n; ++c) {
     threads.emplace_back([&, c] {
       std::unique_ptr<ClientLoop> loop = w.NewClient(static_cast<int>(c), spec.clients);
-      RunClient(*loop, *sessions[c], spec, CpuOf(cpus, static_cast<int>(c)), *sh, at_start, at_end, figs[c]);
+      RunClient(*loop, *sessions[c], spec, CpuOf(cpus, spec.first_cpu + static_cast<int>(c)), *sh, at_start, at_end, figs[c]);
     });
   }
   start.arrive_and_wait();

@@ -307,8 +307,10 @@ struct RunSpec {
   /// Timed phase: stop the clients this long after the last one started; 0 = run
   /// every client's loop to the end of its work.
   double duration_s = 0;
-  /// Pin client c to the c-th CPU this process may run on (modulo their number).
+  /// Pin client c to the (first_cpu + c)-th CPU this process may run on (modulo their
+  /// number; AllowedCpus order).
   bool pin = false;
+  int first_cpu = 0;
   Progress* progress = nullptr;  // RunNative: must be shared memory (NewSharedProgress)
 };
 

@@ -108,6 +108,8 @@ harness::RunSpec Spec(const StressConfig& cfg, Progress* progress) {
   spec.profile = cfg.locking_profile;
   spec.label = "bench-stress";
   spec.progress = progress;
+  spec.pin = cfg.pin_first_cpu >= 0;
+  spec.first_cpu = spec.pin ? cfg.pin_first_cpu : 0;
   return spec;
 }
 

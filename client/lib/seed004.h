@@ -71,6 +71,10 @@ struct StressConfig {
   /// Engine locking profile for the spaces ("linux-6.0", "linux-6.6,vma_lock=off", ...;
   /// "" = the engine's or daemon's default). Ignored by the kernel runner.
   std::string locking_profile;
+  /// -1: clients are not pinned; k >= 0: client c runs pinned to the (k + c)-th CPU this
+  /// process may run on (harness::AllowedCpus order, modulo their number), ours and the
+  /// kernel's alike (bench stress --scaling: one client on each CPU, then all).
+  int pin_first_cpu = -1;
 };
 
 /// Figures of one run: the harness's result. rounds = rounds done, ops = mmap + munmap

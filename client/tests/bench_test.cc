@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <elf.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -430,8 +431,13 @@ TEST(BenchStressCompare, RepeatReportsTheMedianOfPerRepetitionRatios) {
 // own space), then the kernel's 1 and 2 processes; its ratio is the 2-client aggregate
 // over the 1-client rounds/s of that repetition, and the summary is the median ratio;
 // each control (alu, map: 1 thread, then 2) gives its own ratio and median, and ours
-// over the map's is their quotient per repetition.
+// over the map's is their quotient per repetition. With two CPUs or more the clients are
+// pinned and the 1-client run is made on each CPU (ours and the kernel's): matched is the
+// 2-client aggregate over the slowest CPU's, spread the fastest's over the slowest's.
 TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const bool pinned = CPU_COUNT(&set) >= 2;
   json j = CliJson({"bench", "stress", "--rounds", "1000", "--scaling", "--clients", "2", "--repeat", "3",
                     "--profile", "linux-6.0"});
   EXPECT_EQ(j["scaling"], true);
@@ -441,8 +447,28 @@ TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
   EXPECT_EQ(j["error"], nullptr);
   const json& reps = j["repetitions"];
   ASSERT_EQ(reps.size(), 3u);
-  std::vector<double> ours, kernel, alu, map, over_map;
+  EXPECT_EQ(j["pinned"], pinned);
+  std::vector<double> ours, kernel, alu, map, over_map, matched, kernel_matched;
   for (const json& r : reps) {
+    // One 1-client run per CPU when pinned, else one; the first is the ratio's.
+    for (const char* who : {"", "native_"}) {
+      const std::string w = who;
+      const json& solo = r[w.empty() ? "one_client_rounds_per_s_by_cpu" : "native_one_rounds_per_s_by_cpu"];
+      ASSERT_EQ(solo.size(), pinned ? 2u : 1u) << w;
+      const double first = r[w.empty() ? "one_client_rounds_per_s" : "native_one_rounds_per_s"].get<double>();
+      EXPECT_DOUBLE_EQ(solo[0].get<double>(), first) << w;
+      const double many = r[w + "clients_rounds_per_s"].get<double>();
+      if (!pinned) {
+        EXPECT_TRUE(r[w + "matched_ratio"].is_null()) << w;
+        continue;
+      }
+      const double lo = std::min(solo[0].get<double>(), solo[1].get<double>());
+      const double hi = std::max(solo[0].get<double>(), solo[1].get<double>());
+      ASSERT_GT(lo, 0) << w;
+      EXPECT_DOUBLE_EQ(r[w + "matched_ratio"].get<double>(), many / lo) << w;
+      EXPECT_DOUBLE_EQ(r[w + "cpu_spread"].get<double>(), hi / lo) << w;
+      (w.empty() ? matched : kernel_matched).push_back(many / lo);
+    }
     EXPECT_EQ(r["one_client_rounds"], 1000);
     EXPECT_EQ(r["clients_rounds"], 2000);  // both clients ran all their rounds
     EXPECT_EQ(r["native_one_rounds"], 1000);
@@ -475,6 +501,14 @@ TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
   EXPECT_DOUBLE_EQ(j["alu_ratio_median"].get<double>(), alu[1]);
   EXPECT_DOUBLE_EQ(j["map_ratio_median"].get<double>(), map[1]);
   EXPECT_DOUBLE_EQ(j["ratio_over_map_median"].get<double>(), over_map[1]);
+  if (pinned) {
+    std::sort(matched.begin(), matched.end());
+    std::sort(kernel_matched.begin(), kernel_matched.end());
+    EXPECT_DOUBLE_EQ(j["matched_ratio_median"].get<double>(), matched[1]);
+    EXPECT_DOUBLE_EQ(j["native_matched_ratio_median"].get<double>(), kernel_matched[1]);
+  } else {
+    EXPECT_TRUE(j["matched_ratio_median"].is_null());
+  }
   CliRun t = Cli({"bench", "stress", "--rounds", "500", "--quiet", "--scaling", "--clients", "2", "--skip-native"});
   ASSERT_EQ(t.code, kExitOk) << t.err;
   for (const char* s : {"seed-004 scaling", "2 clients r/s", "ours: median", "over 1 repetition\n",
@@ -482,6 +516,11 @@ TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
                         "what this host gives user-space data-structure code",
                         "locking profile linux-6.15"})  // the engine's default, named
     EXPECT_TRUE(Contains(t.out, s)) << s << "\n" << t.out;
+  if (pinned) {
+    for (const char* s : {"matched   spread", "ours matched: median", "client c pinned to CPU",
+                          "matched = the 2-client aggregate / the slowest CPU's 1-client rounds/s"})
+      EXPECT_TRUE(Contains(t.out, s)) << s << "\n" << t.out;
+  }
   for (const char* s : {"kernel: median", "the kernel: one process", "kernel 1 r/s"})  // --skip-native
     EXPECT_FALSE(Contains(t.out, s)) << s << "\n" << t.out;
 }
