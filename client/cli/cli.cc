@@ -1766,8 +1766,8 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
   const int n = base_cfg.clients;
   // Pinned (one client per CPU, each CPU's one-client run measured) in process with at
   // most one client per CPU; the daemon's transports leave placement to the scheduler.
-  const int ncpus = static_cast<int>(harness::AllowedCpus().size());
-  const bool pinned = transport == "inprocess" && n <= ncpus;
+  const std::vector<int> cpus = harness::AllowedCpus();
+  const bool pinned = transport == "inprocess" && !cpus.empty() && n <= static_cast<int>(cpus.size());
   const int solo_cpus = pinned ? n : 1;  // one-client runs per repetition
   auto ours = [&](int clients, int first_cpu) {
     stress::StressConfig cfg = base_cfg;
@@ -1781,23 +1781,52 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     cfg.pin_first_cpu = pinned ? first_cpu : -1;
     return stress::RunNativeStress(cfg);
   };
+  // One side of a repetition, ours or the kernel's: the one-client run on each CPU
+  // (pinned; else one run), then all clients.
+  struct Side {
+    std::vector<StressRow> one_by_cpu;
+    std::optional<StressRow> many;  // not run if a one-client run failed
+    std::optional<double> x;        // many / the first CPU's one-client rounds/s
+    std::optional<double> matched;  // many / the slowest CPU's one-client rounds/s
+    std::optional<double> spread;   // the fastest CPU's one-client rounds/s / the slowest's
+    std::optional<StressRow> one() const {
+      return one_by_cpu.empty() ? std::nullopt : std::optional<StressRow>(one_by_cpu.front());
+    }
+  };
   struct Rep {
-    StressRow one, many;  // one: the one-client run on the first CPU
-    std::vector<StressRow> one_by_cpu, native_one_by_cpu;  // pinned: the one-client run on each CPU
-    std::optional<StressRow> native_one, native_many;
-    std::optional<double> x, native_x;  // many / one rounds/s: ours, the kernel's
-    std::optional<double> matched, native_matched;  // many / the slowest CPU's one-client rounds/s
-    std::optional<double> spread, native_spread;    // the fastest CPU's one-client rounds/s / the slowest's
+    Side ours, kernel;  // kernel: only without --skip-native
     double alu_one_s = 0, alu_many_s = 0;  // the integer-unit control: 1 thread, C threads
     double map_one_s = 0, map_many_s = 0;  // the std::map control: 1 thread, C threads
     std::optional<double> alu_x, map_x;    // C x the 1-thread time / the C-thread time
-    std::optional<double> over_map;        // x / map_x
+    std::optional<double> over_map;        // ours.x / map_x
   };
   // The controls' steps per thread: each ~0.2 s on this VM's EPYC (Zen 4).
   constexpr uint64_t kAluIters = 40'000'000, kMapIters = 1'500'000;
   auto ratio = [](const StressRow& one, const StressRow& many) -> std::optional<double> {
     if (!one.ok() || !many.ok() || one.rounds_per_sec() <= 0) return std::nullopt;
     return many.rounds_per_sec() / one.rounds_per_sec();
+  };
+  // Runs one side (run(clients, first_cpu)); the first failure goes to `error`, named
+  // with `who`. Then its ratios: x against the first CPU, matched and spread against
+  // the slowest and fastest CPUs (pinned runs only).
+  auto run_side = [&](auto run, const std::string& who, Side& side, std::string& error) {
+    for (int cpu = 0; cpu < solo_cpus && error.empty(); ++cpu) {
+      side.one_by_cpu.push_back(run(1, cpu));
+      if (!side.one_by_cpu.back().ok()) error = who + "1 client: " + side.one_by_cpu.back().error;
+    }
+    if (!error.empty()) return;
+    side.many = run(n, 0);
+    if (!side.many->ok()) {
+      error = who + std::to_string(n) + " clients: " + side.many->error;
+      return;
+    }
+    side.x = ratio(side.one_by_cpu.front(), *side.many);
+    if (!pinned) return;
+    auto rps = [](const StressRow& s) { return s.rounds_per_sec(); };
+    const auto [lo, hi] = std::minmax_element(side.one_by_cpu.begin(), side.one_by_cpu.end(),
+                                              [&](const StressRow& a, const StressRow& b) { return rps(a) < rps(b); });
+    side.matched = ratio(*lo, *side.many);
+    if (side.matched) side.spread = rps(*hi) / rps(*lo);
   };
   // The profile's name: the one given, else the engine's default in process; the
   // daemon's default is its own (--locking-profile of vmspaced).
@@ -1811,24 +1840,10 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     const std::string what = "seed-004 scaling, repetition " + std::to_string(k + 1) + "/" + std::to_string(repeat);
     Rep r;
     if (progress) c.err << "vmspace bench: " << what << ": 1 client, then " << n << "\n" << std::flush;
-    for (int cpu = 0; cpu < solo_cpus && error.empty(); ++cpu) {
-      r.one_by_cpu.push_back(ours(1, cpu));
-      if (!r.one_by_cpu.back().ok()) error = "1 client: " + r.one_by_cpu.back().error;
-    }
-    r.one = r.one_by_cpu.front();
-    if (error.empty()) r.many = ours(n, 0);
-    else r.many.error = "not run (the 1-client run failed)";
-    if (error.empty() && !r.many.ok()) error = std::to_string(n) + " clients: " + r.many.error;
+    run_side(ours, "", r.ours, error);
     if (native_on && error.empty()) {
       if (progress) c.err << "vmspace bench: " << what << " on the kernel: 1, then " << n << "\n" << std::flush;
-      for (int cpu = 0; cpu < solo_cpus && error.empty(); ++cpu) {
-        r.native_one_by_cpu.push_back(kernel(1, cpu));
-        if (!r.native_one_by_cpu.back().ok()) error = "native, 1 client: " + r.native_one_by_cpu.back().error;
-      }
-      r.native_one = r.native_one_by_cpu.front();
-      if (error.empty()) r.native_many = kernel(n, 0);
-      if (error.empty() && !r.native_many->ok())
-        error = "native, " + std::to_string(n) + " clients: " + r.native_many->error;
+      run_side(kernel, "native, ", r.kernel, error);
     }
     if (error.empty()) {
       using stress::Control;
@@ -1839,28 +1854,14 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
       if (r.alu_many_s > 0) r.alu_x = n * r.alu_one_s / r.alu_many_s;
       if (r.map_many_s > 0) r.map_x = n * r.map_one_s / r.map_many_s;
     }
-    r.x = ratio(r.one, r.many);
-    if (r.native_one && r.native_many) r.native_x = ratio(*r.native_one, *r.native_many);
-    // matched and spread: against the slowest CPU's one-client run (pinned runs only).
-    auto by_cpu = [&](const std::vector<StressRow>& solo, const std::optional<StressRow>& many,
-                      std::optional<double>& matched, std::optional<double>& spread) {
-      if (!pinned || solo.size() != static_cast<size_t>(n) || !many) return;
-      auto rps = [](const StressRow& s) { return s.rounds_per_sec(); };
-      const auto [lo, hi] = std::minmax_element(solo.begin(), solo.end(),
-                                                [&](const StressRow& a, const StressRow& b) { return rps(a) < rps(b); });
-      matched = ratio(*lo, *many);
-      if (matched) spread = rps(*hi) / rps(*lo);
-    };
-    by_cpu(r.one_by_cpu, r.many, r.matched, r.spread);
-    by_cpu(r.native_one_by_cpu, r.native_many, r.native_matched, r.native_spread);
-    if (r.x && r.map_x) r.over_map = *r.x / *r.map_x;
-    if (r.x) our_x.push_back(*r.x);
-    if (r.native_x) native_x.push_back(*r.native_x);
+    if (r.ours.x && r.map_x) r.over_map = *r.ours.x / *r.map_x;
+    if (r.ours.x) our_x.push_back(*r.ours.x);
+    if (r.kernel.x) native_x.push_back(*r.kernel.x);
     if (r.alu_x) alu_x.push_back(*r.alu_x);
     if (r.map_x) map_x.push_back(*r.map_x);
     if (r.over_map) over_map.push_back(*r.over_map);
-    if (r.matched) matched_x.push_back(*r.matched);
-    if (r.native_matched) native_matched_x.push_back(*r.native_matched);
+    if (r.ours.matched) matched_x.push_back(*r.ours.matched);
+    if (r.kernel.matched) native_matched_x.push_back(*r.kernel.matched);
     reps.push_back(std::move(r));
   }
   auto median = [](const std::vector<double>& v) -> std::optional<double> {
@@ -1879,22 +1880,23 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     };
     Json arr = Json::array();
     for (const Rep& r : reps) {
-      arr.push_back({{"one_client_rounds", r.one.rounds},
-                     {"clients_rounds", r.many.rounds},
-                     {"native_one_rounds", r.native_one ? Json(r.native_one->rounds) : Json(nullptr)},
-                     {"native_clients_rounds", r.native_many ? Json(r.native_many->rounds) : Json(nullptr)},
-                     {"one_client_rounds_per_s", rps(r.one)},
-                     {"clients_rounds_per_s", rps(r.many)},
-                     {"ratio", OptJson(r.x)},
-                     {"one_client_rounds_per_s_by_cpu", rps_list(r.one_by_cpu)},
-                     {"matched_ratio", OptJson(r.matched)},
-                     {"cpu_spread", OptJson(r.spread)},
-                     {"native_one_rounds_per_s", rps(r.native_one)},
-                     {"native_one_rounds_per_s_by_cpu", rps_list(r.native_one_by_cpu)},
-                     {"native_matched_ratio", OptJson(r.native_matched)},
-                     {"native_cpu_spread", OptJson(r.native_spread)},
-                     {"native_clients_rounds_per_s", rps(r.native_many)},
-                     {"native_ratio", OptJson(r.native_x)},
+      auto rounds = [](const std::optional<StressRow>& s) { return s ? Json(s->rounds) : Json(nullptr); };
+      arr.push_back({{"one_client_rounds", rounds(r.ours.one())},
+                     {"clients_rounds", rounds(r.ours.many)},
+                     {"native_one_rounds", rounds(r.kernel.one())},
+                     {"native_clients_rounds", rounds(r.kernel.many)},
+                     {"one_client_rounds_per_s", rps(r.ours.one())},
+                     {"clients_rounds_per_s", rps(r.ours.many)},
+                     {"ratio", OptJson(r.ours.x)},
+                     {"one_client_rounds_per_s_by_cpu", rps_list(r.ours.one_by_cpu)},
+                     {"matched_ratio", OptJson(r.ours.matched)},
+                     {"cpu_spread", OptJson(r.ours.spread)},
+                     {"native_one_rounds_per_s", rps(r.kernel.one())},
+                     {"native_one_rounds_per_s_by_cpu", rps_list(r.kernel.one_by_cpu)},
+                     {"native_matched_ratio", OptJson(r.kernel.matched)},
+                     {"native_cpu_spread", OptJson(r.kernel.spread)},
+                     {"native_clients_rounds_per_s", rps(r.kernel.many)},
+                     {"native_ratio", OptJson(r.kernel.x)},
                      {"alu_one_thread_s", r.alu_one_s},
                      {"alu_threads_s", r.alu_many_s},
                      {"alu_ratio", OptJson(r.alu_x)},
@@ -1932,7 +1934,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     if (native_on) o << (base_cfg.shared_space ? "; the kernel: threads of one process" : "; the kernel: one process each");
     o << "), " << base_cfg.rounds << " rounds each, page faults " << (base_cfg.page_fault ? "on" : "off")
       << ", locking profile " << profile;
-    if (pinned) o << "; client c pinned to CPU " << harness::AllowedCpus()[0] << "+c, 1 client on each of " << n << " CPUs";
+    if (pinned) o << "; client c pinned to CPU " << cpus[0] << "+c, 1 client on each of " << n << " CPUs";
     o << "\n";
     char line[256];
     // The kernel's columns only when it ran (not with --skip-native).
@@ -1957,19 +1959,19 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     auto cell = [](const std::optional<StressRow>& s) { return s && s->ok() ? Num(s->rounds_per_sec(), "%.0f") : "-"; };
     for (size_t k = 0; k < reps.size(); ++k) {
       const Rep& r = reps[k];
-      snprintf(line, sizeof line, "%-10zu %14s %14s %8s", k + 1, cell(r.one).c_str(), cell(r.many).c_str(),
-               Num(r.x, "%.2f").c_str());
+      snprintf(line, sizeof line, "%-10zu %14s %14s %8s", k + 1, cell(r.ours.one()).c_str(), cell(r.ours.many).c_str(),
+               Num(r.ours.x, "%.2f").c_str());
       o << line;
       if (pinned) {
-        snprintf(line, sizeof line, " %8s %8s", Num(r.matched, "%.2f").c_str(), Num(r.spread, "%.2f").c_str());
+        snprintf(line, sizeof line, " %8s %8s", Num(r.ours.matched, "%.2f").c_str(), Num(r.ours.spread, "%.2f").c_str());
         o << line;
       }
       if (native_on) {
-        snprintf(line, sizeof line, " %14s %14s %8s", cell(r.native_one).c_str(), cell(r.native_many).c_str(),
-                 Num(r.native_x, "%.2f").c_str());
+        snprintf(line, sizeof line, " %14s %14s %8s", cell(r.kernel.one()).c_str(), cell(r.kernel.many).c_str(),
+                 Num(r.kernel.x, "%.2f").c_str());
         o << line;
         if (pinned) {
-          snprintf(line, sizeof line, " %8s", Num(r.native_matched, "%.2f").c_str());
+          snprintf(line, sizeof line, " %8s", Num(r.kernel.matched, "%.2f").c_str());
           o << line;
         }
       }
