@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev prometheus-cpp-dev liburcu-dev
+  libabsl-dev prometheus-cpp-dev
   libfmt-dev           # the engine's message formatting
   clang                # the thread-safety analysis stage of deploy/test.sh (-Wthread-safety)
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -382,7 +382,7 @@ int main(int argc, char** argv) {
                 " is not loopback and calls are not authenticated: give --token-file or "
                 "--tls-client-ca, or --insecure-listen-anywhere to serve it open");
 
-  // Block the stop signals before any thread starts (gRPC, civetweb, urcu all start
+  // Block the stop signals before any thread starts (gRPC, civetweb, the RCU worker all start
   // threads, which inherit the mask); a dedicated thread takes them with sigwait.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);

@@ -58,15 +58,19 @@ void MmuGather::FreeNow(MmuGather* g) {
   delete g;
 }
 
-void MmuGather::Queue(MmuGather* g, FrameAllocator& frames, int stats_slot) {
+bool MmuGather::Prepare(MmuGather* g, FrameAllocator& frames, int stats_slot) {
   if (g->empty()) {
     delete g;
-    return;
+    return false;
   }
   g->frames = &frames;
   g->stats_slot = stats_slot;
   g->shard = ThreadShard();
-  CallRcu(&g->head, &FreeGatherCallback);
+  return true;
+}
+
+void MmuGather::Queue(MmuGather* g, FrameAllocator& frames, int stats_slot) {
+  if (Prepare(g, frames, stats_slot)) CallRcu(&g->head, &FreeGatherCallback);
 }
 
 MmStruct::MmStruct(FrameAllocator& f, const SpaceOptions& o)
@@ -113,13 +117,14 @@ MmStruct::~MmStruct() {
   retired_vmas.clear();
   map_count.store(0, std::memory_order_relaxed);
   total_vm.store(0, std::memory_order_relaxed);
-  if (gather) {
-    gather->frames = &frames;
-    gather->stats_slot = stats_slot;
-    gather->shard = ThreadShard();
-    MmuGather::FreeNow(gather);
-    gather = nullptr;
+  if (gather && MmuGather::Prepare(gather, frames, stats_slot)) MmuGather::FreeNow(gather);
+  gather = nullptr;
+  while (MmuGather* g = polled_head) {
+    polled_head = reinterpret_cast<MmuGather*>(g->head.next);
+    MmuGather::FreeNow(g);
   }
+  polled_tail = nullptr;
+  polled_count = 0;
   std::vector<void*> nodes;
   idx->Commit();
   idx->TakeRetired(nodes);
@@ -158,11 +163,14 @@ void MmStruct::FlushGatherIfFullLocked() {
   }
   if (g && (g->size() >= kDeferBatch || g->pages.size() + g->freed_at_once >= kDeferFrames)) {
     FlushGatherLocked();
-    return;
+  } else if (polled_head) {
+    FreePolledGathersLocked(++polled_skips >= kPollScanEvery);
   }
-  if ((!g || g->empty()) && !vma_cache.rcu_pending()) return;
+  g = gather;
+  if ((!g || g->empty()) && !vma_cache.rcu_pending() && !polled_head) return;
   deferred_any.store(true, std::memory_order_relaxed);
-  if (g && (!g->pages.empty() || !g->tables.empty()))  // charged memory waits: see FlushDeferredFrees
+  // Charged memory waits: see FlushDeferredFrees (an idle space's polled list too).
+  if ((g && (!g->pages.empty() || !g->tables.empty())) || polled_head)
     deferred_pending.store(true, std::memory_order_relaxed);
 }
 
@@ -173,6 +181,7 @@ void MmStruct::FlushDeferredFrees(bool all) {
   StatsSlotScope slot_scope(stats_slot);
   MmapWriteLock();
   FlushGatherLocked();
+  QueuePolledGathersLocked(0);  // no later write section may come to poll them
   mmap_lock.UnlockWrite();
 }
 
@@ -191,8 +200,37 @@ MmuGather& MmStruct::GatherLocked() {
 void MmStruct::FlushGatherLocked() {
   MmuGather* g = gather;
   gather = nullptr;
-  if (g) MmuGather::Queue(g, frames, stats_slot);
+  if (g && MmuGather::Prepare(g, frames, stats_slot)) {
+    g->cookie = RcuStartPoll();
+    g->head.next = nullptr;
+    if (polled_tail) polled_tail->head.next = &g->head;
+    else polled_head = g;
+    polled_tail = g;
+    if (++polled_count > kMaxPolledGathers) QueuePolledGathersLocked(kMaxPolledGathers);
+  }
+  if (polled_head) FreePolledGathersLocked(true);
   vma_cache.FlushRcu();
+}
+
+void MmStruct::FreePolledGathersLocked(bool scan) {
+  if (scan) polled_skips = 0;
+  while (MmuGather* g = polled_head) {
+    if (!RcuPollState(g->cookie, scan)) return;
+    scan = false;  // once is enough: the scan's result stands for the rest
+    polled_head = reinterpret_cast<MmuGather*>(g->head.next);
+    if (!polled_head) polled_tail = nullptr;
+    polled_count--;
+    MmuGather::FreeNow(g);
+  }
+}
+
+void MmStruct::QueuePolledGathersLocked(int keep) {
+  for (; polled_count > keep; polled_count--) {
+    MmuGather* g = polled_head;
+    polled_head = reinterpret_cast<MmuGather*>(g->head.next);
+    if (!polled_head) polled_tail = nullptr;
+    CallRcu(&g->head, &FreeGatherCallback);
+  }
 }
 
 // ====================================================================== AddressSpace

@@ -134,7 +134,8 @@ class TlbUsers {
 /// MMU_GATHER_RCU_TABLE_FREE, plus maple-node freeing by call_rcu). Detached VMAs go
 /// their profile's own way (MmStruct::ReleaseRetiredVmasLocked).
 struct MmuGather {
-  struct rcu_head head;
+  struct rcu_head head;  // call_rcu's, or the link of MmStruct's polled list
+  uint64_t cookie = 0;   // on MmStruct's polled list: its grace period (RcuStartPoll)
   FrameAllocator* frames = nullptr;
   int stats_slot = 0;        // the space's profile slot: frees are counted there
   int shard = 0;             // the queueing thread's ThreadShard(): frames and nodes go back there
@@ -149,6 +150,9 @@ struct MmuGather {
   /// Hands g to call_rcu (deleted in the callback), or deletes it if empty. The frees
   /// are counted in the statistics of `stats_slot` (the callback thread has none).
   static void Queue(MmuGather* g, FrameAllocator& frames, int stats_slot);
+  /// Sets g's frames, stats_slot and shard (the calling thread's): false if g is empty
+  /// (then deleted).
+  static bool Prepare(MmuGather* g, FrameAllocator& frames, int stats_slot);
   /// Frees everything now (the callback; also used when no reader can exist).
   static void FreeNow(MmuGather* g);
 };
@@ -313,6 +317,12 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// in its caches (1 MiB batches: 8% more CPU per seed-004 round with faults).
   static constexpr size_t kDeferBatch = 256;
   static constexpr size_t kDeferFrames = 64;
+  /// Gathers at most on the polled list; the oldest beyond goes to call_rcu.
+  static constexpr int kMaxPolledGathers = 8;
+  /// A write section that hands no gather on polls the list's grace period from what
+  /// earlier scans found (one load); every kPollScanEvery-th one scans the threads
+  /// (one load of each: a cache miss for each thread that is busy in the engine).
+  static constexpr unsigned kPollScanEvery = 256;
   /// A VMA writer waiting for readers spins this long before it sleeps (refcnt form).
   static constexpr uint64_t kVmaWriterSpinNs = 2000;
 
@@ -333,6 +343,20 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// The index nodes a write section retired, on their way to the gather
   /// (EndWriteSectionLocked).
   std::vector<void*> retired_nodes ABSL_GUARDED_BY(mmap_lock);
+  /// Gathers handed on (FlushGatherLocked), each waiting for the grace period of its
+  /// RcuStartPoll cookie, oldest first, linked through head.next. The space's own later
+  /// write sections free them (FreePolledGathersLocked), on the thread that writes the
+  /// space, as the kernel runs call_rcu callbacks on the CPU that queued them (the
+  /// per-CPU rcu_segcblist, kernel/rcu/tree.c rcu_do_batch): the nodes and frames go
+  /// back to that thread's caches while they are warm, no other thread touches them,
+  /// and a grace period ends at the first poll after every thread left the engine
+  /// once, so about two gathers wait instead of a call_rcu worker's tick of them. An
+  /// idle space's list goes to call_rcu (FlushDeferredFrees); so does the oldest
+  /// beyond kMaxPolledGathers (a reader that stays online holds grace periods up).
+  MmuGather* polled_head ABSL_GUARDED_BY(mmap_lock) = nullptr;
+  MmuGather* polled_tail ABSL_GUARDED_BY(mmap_lock) = nullptr;
+  int polled_count ABSL_GUARDED_BY(mmap_lock) = 0;
+  unsigned polled_skips ABSL_GUARDED_BY(mmap_lock) = 0;  // write sections since the last scan
   /// The File whose i_mmap_rwsem this write section holds across a multi-VMA change
   /// (vma.cc IMmapSection), or null.
   struct File* i_mmap_held ABSL_GUARDED_BY(mmap_lock) = nullptr;
@@ -396,9 +420,16 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   void FlushGatherIfFullLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// This write section's gather, created on first use.
   MmuGather& GatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Hands the gather to call_rcu now (if any), and vma_cache's batch of freed VMAs
-  /// not yet queued (VmaCache::FlushRcu).
+  /// Hands the gather on now (if any) to the polled list, frees the polled gathers whose
+  /// grace period ended, and hands vma_cache's batch of freed VMAs not yet queued to
+  /// call_rcu (VmaCache::FlushRcu).
   void FlushGatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// Frees the polled gathers whose grace period has ended, oldest first; `scan`: may
+  /// scan the threads (RcuPollState) once.
+  void FreePolledGathersLocked(bool scan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// Hands the polled list's oldest gather (keep > 0: all but the newest `keep`) to
+  /// call_rcu.
+  void QueuePolledGathersLocked(int keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// vm_area_alloc(): an empty detached VMA: kRefcnt reuses one from vma_cache if it has
   /// any; kRwsem allocates its vma_lock with it.
   Vma* VmaAllocLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);

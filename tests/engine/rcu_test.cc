@@ -16,14 +16,18 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/address_space.h"
 #include "engine/frame_allocator.h"
+#include "engine/profile.h"
 #include "sync/mutex.h"
 #include "sync/rwsem.h"
 #include "test_util.h"
@@ -173,8 +177,125 @@ TEST(CallRcu, WakesTheWorkerOnlyAfterItStoppedPolling) {
   EXPECT_EQ(ReadRcuStats().worker_wakeups - w1, 1u);
 }
 
-// True while the calling thread is online for liburcu (a grace period waits for it).
-bool Online() { return urcu_qsbr_read_ongoing() != 0; }
+/// A thread inside an RCU read section from construction until Leave(): it holds up
+/// every grace period that starts meanwhile.
+class HeldReader {
+ public:
+  HeldReader()
+      : t_([this] {
+          RcuReadGuard g;
+          inside_ = true;
+          while (!leave_) std::this_thread::yield();
+        }) {
+    EXPECT_TRUE(WaitUntil([&] { return inside_.load(); }));
+  }
+  ~HeldReader() { Leave(); }
+  void Leave() {
+    leave_ = true;
+    if (t_.joinable()) t_.join();
+  }
+
+ private:
+  std::atomic<bool> inside_{false}, leave_{false};
+  std::thread t_;  // last: starts once the flags exist
+};
+
+TEST(RcuPoll, ACookieEndsOnceEveryThreadOnlineAtItsStartHasLeft) {
+  RcuThread();
+  HeldReader early;
+  const uint64_t cookie = RcuStartPoll();
+  HeldReader late;  // online after the start: does not hold the grace period up
+  for (int i = 0; i < 20; i++) {
+    EXPECT_FALSE(RcuPollState(cookie, true));  // `early` is still in its section
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  early.Leave();
+  EXPECT_TRUE(WaitUntil([&] { return RcuPollState(cookie, true); }));
+  EXPECT_TRUE(RcuPollState(cookie, false));  // what the scan found stands
+}
+
+TEST(RcuPoll, OneGracePeriodAtATimeAndTheNextStartsWhenItEnds) {
+  RcuThread();
+  RcuBarrier();
+  SynchronizeRcu();  // every grace period started so far has ended, and a scan saw it
+  HeldReader reader;
+  const uint64_t c1 = RcuStartPoll();  // starts one (any before it has ended: no reader then)
+  const uint64_t c2 = RcuStartPoll();  // c1 runs: c2 is the next, not started yet
+  const uint64_t c3 = RcuStartPoll();  // still c1 running: the same next one
+  EXPECT_EQ(c2, c1 + 2);
+  EXPECT_EQ(c3, c2);
+  EXPECT_FALSE(RcuPollState(c1, true));
+  reader.Leave();
+  EXPECT_TRUE(WaitUntil([&] { return RcuPollState(c1, true); }));
+  // c1 ended: a poll starts c2, and a later one finds it ended (nobody is online).
+  EXPECT_TRUE(WaitUntil([&] { return RcuPollState(c2, true); }));
+}
+
+TEST(RcuPoll, ThreadsThatComeAndGoReuseTheirReaderSlots) {
+  RcuThread();
+  const int before = rcu_internal::reader_slots.load();
+  // Twice as many threads as there are slots, one after another.
+  for (int i = 0; i < 2 * rcu_internal::kMaxRcuThreads / 64; i++) {
+    std::vector<std::thread> ts;
+    for (int k = 0; k < 64; k++)
+      ts.emplace_back([] {
+        RcuEntry e;
+        EXPECT_TRUE(RcuOnline());
+      });
+    for (auto& t : ts) t.join();
+  }
+  EXPECT_LE(rcu_internal::reader_slots.load(), before + 64);
+  SynchronizeRcu();  // no exited thread holds a grace period up
+}
+
+TEST(PolledGathers, ASpaceFreesWhatItRetiredItselfAndCallRcuTakesWhatWaitsTooLong) {
+  RcuThread();
+  FrameAllocator frames(64ull << 20);
+  SpaceOptions opts;
+  std::string err;
+  ASSERT_TRUE(LockingProfile::Parse("linux-6.15", &opts.profile, &err)) << err;  // RCU maple tree
+  auto as = std::make_unique<AddressSpace>(frames, opts);
+  for (int i = 0; i < 64; i++)  // a tree of some height: each round replaces nodes
+    ASSERT_TRUE(as->Mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS).ok());
+  auto queued = [] {
+    const RcuStats s = ReadRcuStats();
+    return s.callbacks_invoked + s.callbacks_pending;
+  };
+  auto rounds = [&](int n) {  // seed 004's round: mmap, munmap
+    int64_t most = 0;
+    for (int i = 0; i < n; i++) {
+      const uint64_t a = as->Mmap(0, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).value;
+      EXPECT_NE(a, 0u);
+      EXPECT_TRUE(as->Munmap(a, 3 * 4096).ok());
+      most = std::max(most, frames.budget().usage(MemKind::kIndexNodes));
+    }
+    return most;
+  };
+  RcuBarrier();
+  const uint64_t q0 = queued();
+  const int64_t most = rounds(20000);
+  // Thousands of gathers of retired nodes, and none went through call_rcu: each was
+  // freed by a later write section of the space, after its grace period, and at most
+  // kMaxPolledGathers gathers of 256 nodes waited beside the live tree.
+  EXPECT_EQ(queued(), q0);
+  EXPECT_LT(most, 10 * 256 * 256);
+  // A reader that stays in its read section holds every grace period up: the space
+  // keeps kMaxPolledGathers gathers and hands the older ones to call_rcu.
+  HeldReader reader;
+  rounds(20000);
+  const uint64_t q1 = queued();
+  EXPECT_GT(q1, q0 + 10);
+  reader.Leave();
+  // Idle now, the space hands its waiting gathers to call_rcu when asked to flush
+  // deferred frees (the daemon does, periodically): no later write section will.
+  frames.FlushDeferredFrees();
+  EXPECT_GT(queued(), q1);
+  RcuBarrier();
+  testing_util::ExpectAllFramesFreed(as, frames);
+}
+
+// True while the calling thread is online (a grace period waits for it).
+bool Online() { return RcuOnline(); }
 
 TEST(RcuQsbr, AThreadIsOnlineOnlyInsideTheEngine) {
   RcuThread();

@@ -33,6 +33,8 @@ enum class LockRank : uint8_t {
   kNodePool = 105,      // VMA-index free-node pool
   kFrameChunk = 110,    // frame allocator chunk list
   kFrameDebug = 120,    // debug-only frame state table (leaf)
+  kRcuRegistry = 125,   // the RCU reader registry (sync/rcu.cc: registration, grace-period
+                        // scans; SynchronizeRcu may hold any lock but kRcuQueue)
   kRcuQueue = 130,      // the call_rcu worker's queue (sync/rcu.cc; leaf: CallRcu may be
                         // called holding any lock)
 };

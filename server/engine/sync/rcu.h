@@ -1,6 +1,8 @@
-// The engine's RCU: liburcu's QSBR flavour for read-side sections and grace periods
-// (synchronize_rcu), and the engine's own call_rcu worker (rcu.cc) that runs deferred
-// frees after them.
+// The engine's RCU: quiescent-state-based (QSBR) read-side sections, polled grace
+// periods, and the engine's own call_rcu worker (rcu.cc) that runs deferred frees
+// after them. It follows liburcu's QSBR flavour (urcu-qsbr: a per-thread counter
+// copied from a global one) but polls grace periods instead of waiting for them, as
+// the kernel's get_state_synchronize_rcu / poll_state_synchronize_rcu do.
 //
 // Quiescent states, as the kernel's non-preemptible RCU: a registered thread is
 // "online" (a grace period waits for it) only while it is inside the engine, i.e. in
@@ -8,28 +10,27 @@
 // goes offline (a quiescent state) when the outermost one closes and whenever it
 // sleeps in the engine outside a read section (RcuSleep: the futex and condition
 // waits of the engine's locks, as a context switch is a quiescent state in Linux). A
-// grace period therefore needs no IPI: synchronize_rcu waits for the online threads'
-// next quiescent state (the end of their current engine call) and never calls
-// membarrier, whose expedited IPIs (liburcu's memb flavour, which this replaces) cost
-// the rcu_gp thread 3-33% of a core on this VM, as fast as the host delivered them, and
-// interrupted the clients' CPUs (README, "Two spaces").
+// grace period therefore needs no IPI and never calls membarrier, whose expedited
+// IPIs (liburcu's memb flavour, which the engine used before QSBR) cost the rcu_gp thread 3-33% of
+// a core on this VM and interrupted the clients' CPUs (README, "Two spaces").
 //
-// Being online or offline costs one full barrier each way (liburcu's protocol: the
-// store of the reader's counter, then smp_mb). liburcu's x86-64 smp_mb is mfence
-// (16 ns here); it is redefined below as a locked add to the stack, the kernel's own
-// x86-64 __smp_mb (arch/x86/include/asm/barrier.h, Linux 6.18: a full barrier for
-// ordinary memory, 2 ns here), so an engine call pays about 6 ns for its quiescent
-// states.
+// Grace periods: gp_seq moves on by 2 when one starts; a thread going online copies
+// gp_seq into its Reader slot, going offline stores 0. Grace period g has ended once
+// every slot is 0 or at least g, which a scan (one load per registered thread, no
+// lock) tells. Nobody ever sleeps waiting for a thread to go offline: the waiters poll
+// (the call_rcu worker at its ticks, a space's write sections for their gathers:
+// MmStruct::FreePolledGathersLocked, SynchronizeRcu in growing sleeps). So going
+// offline is one release store, and going online a store and one full barrier
+// (liburcu's QSBR took three barriers and a check of a futex flag per engine call,
+// and its synchronize_rcu read the online threads' counters 100 times in a spin, then
+// slept on a futex that every one of them had to wake with a system call).
 //
-// Threads need not know about RCU: a thread registers on its first entry, starts
-// offline, and unregisters at exit.
+// Threads need not know about RCU: a thread takes a Reader slot on its first entry,
+// starts offline, and gives the slot back at exit (kMaxRcuThreads at once).
 #pragma once
 
-#define _LGPL_SOURCE 1
-#include <urcu/arch.h>
-#undef cmm_mb
-#define cmm_mb() __asm__ __volatile__("lock; addl $0,0(%%rsp)" ::: "memory", "cc")
-#include <urcu/urcu-qsbr.h>
+#include <atomic>
+#include <cstdint>
 
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
@@ -37,9 +38,43 @@
 
 namespace vmspace {
 
+/// A callback queued for after a grace period (the kernel's struct callback_head,
+/// include/linux/types.h, Linux 6.18): embedded in what it frees, so queueing
+/// allocates nothing. Owned by the RCU code from CallRcu until the callback runs.
+struct rcu_head {
+  rcu_head* next;
+  void (*func)(rcu_head*);
+};
+
 namespace rcu_internal {
+/// A full barrier for ordinary memory: on x86-64 a locked add to the stack, the kernel's
+/// own __smp_mb (arch/x86/include/asm/barrier.h, Linux 6.18; 2 ns here against mfence's 16).
+inline void SmpMb() {
+#if defined(__x86_64__)
+  __asm__ __volatile__("lock; addl $0,0(%%rsp)" ::: "memory", "cc");
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+/// The grace-period counter (rcu_state.gp_seq): odd values only, 2 apart; a thread
+/// going online copies it. Written only by grace-period starts (rcu.cc).
+extern std::atomic<uint64_t> gp_seq;
+/// A registered thread's reader state, alone in its cache line: a grace-period scan
+/// reads it, and nothing else the thread writes shares the line.
+struct alignas(64) Reader {
+  /// 0 while offline; while online, the gp_seq the thread read when it went online.
+  std::atomic<uint64_t> ctr{0};
+};
+/// The registered threads' Readers (rcu.cc): slots [0, reader_slots) are scanned without
+/// a lock. A thread's slot is zero when it exits and then reused; a scan that reads a
+/// reused slot sees either 0 or a counter no older than the scan, so it can only ever
+/// wait for threads that were online before it.
+inline constexpr int kMaxRcuThreads = 4096;
+extern Reader readers[kMaxRcuThreads];
+extern std::atomic<int> reader_slots;
+/// Never online: the Reader of a thread not registered yet.
+extern Reader unregistered_reader;
 /// The calling thread's RCU state (one TLS block, zero at thread start).
-/// Whether the thread is online is liburcu's own state (urcu_qsbr_read_ongoing).
 struct ThreadState {
   bool registered;
   int depth;       // open RcuEntry scopes and read guards: online while > 0, except asleep
@@ -48,21 +83,57 @@ struct ThreadState {
 // constinit: no TLS wrapper call on each access (UBSan also took the wrapper's result
 // for a null pointer).
 extern constinit thread_local ThreadState tls;
+extern constinit thread_local Reader* reader;
 void RegisterSlow();
+/// Online: publish the counter, then a full barrier, so a grace period that starts
+/// after the store sees the thread, and the thread's reads of RCU-protected pointers
+/// come after it (liburcu's _urcu_qsbr_thread_online).
+inline void Online() {
+  reader->ctr.store(gp_seq.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  SmpMb();
+}
+/// Offline (a quiescent state): a release store, so every access of the read section
+/// is done before a grace-period scan can see the 0. No second barrier: nobody sleeps
+/// waiting for this thread (grace periods are polled), so there is nobody to wake.
+inline void Offline() { reader->ctr.store(0, std::memory_order_release); }
+inline bool IsOnline() { return reader->ctr.load(std::memory_order_relaxed) != 0; }
 inline void Enter() {
   if (__builtin_expect(!tls.registered, 0)) RegisterSlow();
-  if (tls.depth++ == 0) urcu_qsbr_thread_online();
+  if (tls.depth++ == 0) Online();
 }
 inline void Exit() {
-  if (--tls.depth == 0) urcu_qsbr_thread_offline();
+  if (--tls.depth == 0) Offline();
 }
+/// Starts a grace period: moves gp_seq on and returns the new value, the grace
+/// period's number. Never blocks.
+uint64_t StartGracePeriod();
+/// Scans the registered threads once (lock-free: one load of each used slot) and
+/// returns the highest number up to which every grace period has ended (grace period
+/// g has ended iff the result is >= g). The caller may free what it unlinked before
+/// the start of any ended grace period.
+uint64_t PollGracePeriods();
 #if defined(__SANITIZE_THREAD__)
-// TSan cannot see liburcu's grace periods: model them as release/acquire on a token.
+// TSan cannot see the grace periods' barriers: model them as release/acquire on a token.
 extern char gp_token;
 #endif
 }  // namespace rcu_internal
 
-/// Registers the calling thread with liburcu if it is not yet (idempotent, cheap); it
+/// Whether the calling thread is online (a grace period waits for it).
+inline bool RcuOnline() { return rcu_internal::IsOnline(); }
+
+/// A cookie for a grace period that starts after this call, started at once unless
+/// another one is still in progress (then the first RcuPollState that finds that one
+/// ended starts it): what was unlinked before the call may be freed once
+/// RcuPollState(cookie) is true. As start_poll_synchronize_rcu (kernel/rcu/tree.c,
+/// Linux 6.18). Never blocks; any lock may be held.
+uint64_t RcuStartPoll();
+/// Whether the grace period of `cookie` (RcuStartPoll) has ended, as
+/// poll_state_synchronize_rcu. Without `scan` it only reads what earlier scans found
+/// (one load); with it, it scans the registered threads (one load of each, no lock)
+/// when that is not enough. Never blocks; any lock may be held.
+bool RcuPollState(uint64_t cookie, bool scan);
+
+/// Registers the calling thread with the RCU registry if it is not yet (idempotent, cheap); it
 /// stays offline. For threads that wait for grace periods (synchronize_rcu) without
 /// entering the engine through an RcuEntry.
 inline void RcuThread() {
@@ -108,11 +179,11 @@ class RcuReadGuard {
 /// Linux (rcu_note_context_switch).
 class RcuSleep {
  public:
-  RcuSleep() : offline_(rcu_internal::tls.read_depth == 0 && urcu_qsbr_read_ongoing()) {
-    if (offline_) urcu_qsbr_thread_offline();
+  RcuSleep() : offline_(rcu_internal::tls.read_depth == 0 && rcu_internal::IsOnline()) {
+    if (offline_) rcu_internal::Offline();
   }
   ~RcuSleep() {
-    if (offline_) urcu_qsbr_thread_online();
+    if (offline_) rcu_internal::Online();
   }
   RcuSleep(const RcuSleep&) = delete;
   RcuSleep& operator=(const RcuSleep&) = delete;
@@ -130,6 +201,10 @@ class RcuSleep {
 /// to come back from the CPU caches: at 1000 µs and with 4096-node gathers the
 /// rwsem-form profiles ran 20-30% slower (README "Faster than the kernel").
 inline constexpr int kRcuGpIntervalUs = 500;
+/// The call_rcu worker checks a grace period it started this long after the start, as
+/// well as at the next tick: threads leave their engine calls within microseconds, so
+/// most grace periods have ended by then, and their callbacks run a tick earlier.
+inline constexpr int kRcuGpCheckUs = 50;
 /// Empty polls of its queue (one per kRcuGpIntervalUs) after which the call_rcu worker
 /// stops polling and sleeps until a CallRcu wakes it: ~8 ms of idle polling.
 inline constexpr int kRcuIdlePolls = 16;
