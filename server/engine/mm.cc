@@ -221,6 +221,8 @@ void MmStruct::FreePolledGathersLocked(bool scan) {
     if (!polled_head) polled_tail = nullptr;
     polled_count--;
     MmuGather::FreeNow(g);
+    StatsSlotScope slot_scope(stats_slot);
+    CountEvent(Event::kRcuPolledGathers);
   }
 }
 

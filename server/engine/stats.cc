@@ -40,6 +40,7 @@ const char* EventName(Event e) {
     case Event::kFaultCompleted: return "fault_completed";
     case Event::kDirtyThrottled: return "dirty_throttled";
     case Event::kWritebackPages: return "writeback_pages";
+    case Event::kRcuPolledGathers: return "rcu_polled_gathers";
     case Event::kCount: break;
   }
   return "?";

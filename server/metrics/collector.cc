@@ -188,6 +188,10 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
   single("vmspace_pagetables_allocated_total", "Page-table pages allocated.",
          Event::kPgtablesAllocated);
   single("vmspace_pagetables_freed_total", "Page-table pages freed.", Event::kPgtablesFreed);
+  single("vmspace_rcu_polled_gathers_total",
+         "Gathers of retired index nodes, page tables and frames that a space freed itself after a "
+         "polled RCU grace period (the rest go through the call_rcu worker).",
+         Event::kRcuPolledGathers);
 
   // Operations.
   auto ops = Family("vmspace_ops_total",

@@ -28,6 +28,7 @@
 #include "engine/address_space.h"
 #include "engine/frame_allocator.h"
 #include "engine/profile.h"
+#include "engine/stats.h"
 #include "sync/mutex.h"
 #include "sync/rwsem.h"
 #include "test_util.h"
@@ -273,7 +274,10 @@ TEST(PolledGathers, ASpaceFreesWhatItRetiredItselfAndCallRcuTakesWhatWaitsTooLon
   };
   RcuBarrier();
   const uint64_t q0 = queued();
+  const StatsSnapshot s0 = ReadStats();
   const int64_t most = rounds(20000);
+  // Each round retires a few nodes: gathers of 256 filled and freed, each counted.
+  EXPECT_GT(ReadStats().Minus(s0).event(Event::kRcuPolledGathers), 20000u / 256);
   // Thousands of gathers of retired nodes, and none went through call_rcu: each was
   // freed by a later write section of the space, after its grace period, and at most
   // kMaxPolledGathers gathers of 256 nodes waited beside the live tree.

@@ -48,6 +48,7 @@ enum class Event : uint16_t {
   kFaultCompleted,    // the same fault ending VM_FAULT_COMPLETED (shared_fault_completion=completed)
   kDirtyThrottled,    // balance_dirty_pages: a writer waited for writeback (dirty > --dirty-bytes)
   kWritebackPages,    // dirty pages written back by the writeback thread (wb_writeback)
+  kRcuPolledGathers,  // gathers a space freed itself after a polled grace period (not via call_rcu)
   kCount
 };
 const char* EventName(Event e);
