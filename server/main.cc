@@ -39,6 +39,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <prometheus/exposer.h>
 
+#include "engine/address_space.h"
 #include "engine/frame_allocator.h"
 #include "engine/stats.h"
 #include "engine/types.h"
@@ -317,7 +318,12 @@ int main(int argc, char** argv) {
   if (max_calls_per_connection < 1 || max_calls_per_connection > INT32_MAX)
     return Fail("--max-calls-per-connection must be in [1, 2^31)");
   const int64_t max_threads = absl::GetFlag(FLAGS_max_threads);
-  if (max_threads < 4 || max_threads > INT32_MAX) return Fail("--max-threads must be in [4, 2^31)");
+  // The engine takes at most kMaxEngineThreads threads at once; the daemon's own (main,
+  // signals, flusher, writeback, metrics, the RCU worker) need far fewer than the slack.
+  constexpr int64_t kMaxCallThreads = vmspace::kMaxEngineThreads - 256;
+  if (max_threads < 4 || max_threads > kMaxCallThreads)
+    return Fail("--max-threads must be in [4, " + std::to_string(kMaxCallThreads) + "]: the engine serves at most " +
+                std::to_string(vmspace::kMaxEngineThreads) + " threads at once");
   const int64_t flush_ms = absl::GetFlag(FLAGS_deferred_flush_ms);
   if (flush_ms < 1) return Fail("--deferred-flush-ms must be >= 1");
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);

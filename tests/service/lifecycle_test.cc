@@ -74,6 +74,18 @@ TEST(LifecycleTest, BadFlagIsStartupError) {
   EXPECT_GT(d.WaitExit(10000), 0);
 }
 
+// More call threads than the engine serves at once (its RCU reader slots) is refused
+// at startup; the largest allowed starts.
+TEST(LifecycleTest, MaxThreadsStaysBelowTheEnginesThreadLimit) {
+  Daemon bad;
+  EXPECT_FALSE(bad.Start({"--max-threads=3841"}));
+  EXPECT_EQ(bad.WaitExit(10000), 1);
+  EXPECT_NE(bad.stderr_text().find("--max-threads must be in [4, 3840]"), std::string::npos) << bad.stderr_text();
+  Daemon good;
+  ASSERT_TRUE(good.Start({"--max-threads=3840"})) << good.stderr_text();
+  EXPECT_EQ(good.Stop(), 0);
+}
+
 TEST(LifecycleTest, HealthServesTheService) {
   Daemon d;
   ASSERT_TRUE(d.Start({"--lock-stats=off", "--log-level=warn"})) << d.stderr_text();

@@ -16,6 +16,8 @@
 #include "sync/mutex.h"
 
 namespace vmspace {
+static_assert(kMaxEngineThreads == rcu_internal::kMaxRcuThreads);
+
 namespace rcu_internal {
 constinit thread_local ThreadState tls{};
 Reader unregistered_reader;

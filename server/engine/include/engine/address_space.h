@@ -146,6 +146,11 @@ void RcuBarrier();
 /// it waited for, callbacks it ran, callbacks queued and not yet run, and the CallRcus
 /// that had to wake it (it had stopped polling its queue: kRcuIdlePolls). Takes only the
 /// worker's queue lock (a metrics scrape takes no space's locks).
+/// Threads that may be inside the engine at once: its RCU reader slots (sync/rcu.h
+/// kMaxRcuThreads; a thread keeps its slot from its first engine call to its exit). One
+/// more aborts the process, so a service keeps its thread pools well below it.
+inline constexpr int kMaxEngineThreads = 4096;
+
 struct RcuStats {
   uint64_t grace_periods = 0;
   uint64_t callbacks_invoked = 0;
