@@ -119,12 +119,7 @@ MmStruct::~MmStruct() {
   total_vm.store(0, std::memory_order_relaxed);
   if (gather && MmuGather::Prepare(gather, frames, stats_slot)) MmuGather::FreeNow(gather);
   gather = nullptr;
-  while (MmuGather* g = polled_head) {
-    polled_head = reinterpret_cast<MmuGather*>(g->head.next);
-    MmuGather::FreeNow(g);
-  }
-  polled_tail = nullptr;
-  polled_count = 0;
+  while (polled_head) MmuGather::FreeNow(PopPolledLocked());
   std::vector<void*> nodes;
   idx->Commit();
   idx->TakeRetired(nodes);
@@ -217,22 +212,22 @@ void MmStruct::FreePolledGathersLocked(bool scan) {
   while (MmuGather* g = polled_head) {
     if (!RcuPollState(g->cookie, scan)) return;
     scan = false;  // once is enough: the scan's result stands for the rest
-    polled_head = reinterpret_cast<MmuGather*>(g->head.next);
-    if (!polled_head) polled_tail = nullptr;
-    polled_count--;
-    MmuGather::FreeNow(g);
+    MmuGather::FreeNow(PopPolledLocked());
     StatsSlotScope slot_scope(stats_slot);
     CountEvent(Event::kRcuPolledGathers);
   }
 }
 
 void MmStruct::QueuePolledGathersLocked(int keep) {
-  for (; polled_count > keep; polled_count--) {
-    MmuGather* g = polled_head;
-    polled_head = reinterpret_cast<MmuGather*>(g->head.next);
-    if (!polled_head) polled_tail = nullptr;
-    CallRcu(&g->head, &FreeGatherCallback);
-  }
+  while (polled_count > keep) CallRcu(&PopPolledLocked()->head, &FreeGatherCallback);
+}
+
+MmuGather* MmStruct::PopPolledLocked() {
+  MmuGather* g = polled_head;
+  polled_head = reinterpret_cast<MmuGather*>(g->head.next);
+  if (!polled_head) polled_tail = nullptr;
+  polled_count--;
+  return g;
 }
 
 // ====================================================================== AddressSpace

@@ -430,6 +430,8 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// Hands the polled list's oldest gather (keep > 0: all but the newest `keep`) to
   /// call_rcu.
   void QueuePolledGathersLocked(int keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// Unlinks and returns the polled list's oldest gather (the list must not be empty).
+  MmuGather* PopPolledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// vm_area_alloc(): an empty detached VMA: kRefcnt reuses one from vma_cache if it has
   /// any; kRwsem allocates its vma_lock with it.
   Vma* VmaAllocLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
