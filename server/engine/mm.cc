@@ -162,7 +162,7 @@ void MmStruct::FlushGatherIfFullLocked() {
     FreePolledGathersLocked(++polled_skips >= kPollScanEvery);
   }
   g = gather;
-  if ((!g || g->empty()) && !vma_cache.rcu_pending() && !polled_head) return;
+  if ((!g || g->empty()) && !vma_cache.rcu_pending() && !polled_head && !vma_cache.rcu_waiting()) return;
   deferred_any.store(true, std::memory_order_relaxed);
   // Charged memory waits: see FlushDeferredFrees (an idle space's polled list too).
   if ((g && (!g->pages.empty() || !g->tables.empty())) || polled_head)
@@ -177,6 +177,7 @@ void MmStruct::FlushDeferredFrees(bool all) {
   MmapWriteLock();
   FlushGatherLocked();
   QueuePolledGathersLocked(0);  // no later write section may come to poll them
+  vma_cache.HandToCallRcu();    // nor the VMA batches
   mmap_lock.UnlockWrite();
 }
 

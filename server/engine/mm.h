@@ -181,14 +181,21 @@ enum class VmaForm : uint8_t { kNone, kRwsem, kRefcnt };
 ///
 /// The kRwsem form's vm_area_free() is a call_rcu per VMA (vm_area_free_rcu_cb). Here
 /// the VMAs freed by one space's writers are collected in an RcuBatch of up to kRcuBatch
-/// VMAs with one rcu_head: the callback runs after a grace period that began after every
-/// VMA of the batch was detached, which is all the per-VMA callbacks guarantee (the
-/// kernel, too, queues the callbacks of one CPU on one list and invokes them together
-/// after the grace period that list waits for). The callback touches only the batch: it
-/// uncharges the batch's bytes and marks it done; the cache takes done batches back from
-/// its FIFO (grace periods end in order) and splices their VMAs onto the free list. A
-/// batch not yet full waits for more VMAs, or for FlushRcu (MmStruct::FlushGatherLocked:
-/// with the space's deferred index nodes, at the next full gather or a Reclaim).
+/// VMAs: it may be reused after a grace period that began after every VMA of the batch
+/// was detached, which is all the per-VMA callbacks guarantee (the kernel, too, queues
+/// the callbacks of one CPU on one list and invokes them together after the grace
+/// period that list waits for). As the kernel invokes a CPU's callbacks on that CPU
+/// (rcu_core, in RCU_SOFTIRQ after the tick), a queued batch is polled by the space's
+/// own writers, not run by the call_rcu worker: it asks for its grace period
+/// (RcuStartPoll) once the RCU tick has moved on since it was queued (RcuTick: the
+/// kernel's callbacks wait for the tick-driven grace-period machinery, so the VMAs come
+/// back after about a tick, not after the microseconds a polled grace period takes
+/// here), and once that grace period has ended it is uncharged and its VMAs are free.
+/// The cache takes batches back from its FIFO (grace periods end in order) and splices
+/// their VMAs onto the free list. A batch not yet full waits for more VMAs, or for
+/// FlushRcu (MmStruct::FlushGatherLocked: with the space's deferred index nodes, at the
+/// next full gather or a Reclaim). An idle space's waiting batches go to call_rcu
+/// (HandToCallRcu, from MmStruct::FlushDeferredFrees), whose callback uncharges them.
 /// Every call but the callbacks' needs mmap_lock for write (the caller's; not checked).
 class VmaCache {
  public:
@@ -227,23 +234,34 @@ class VmaCache {
   /// comes before vm_area_free) and adds v to the current RcuBatch, queued to call_rcu
   /// once it holds kRcuBatch VMAs. v stays charged until the callback.
   void FreeRcu(Vma* v);
-  /// Queues the current batch to call_rcu now, if it holds any VMA.
+  /// Queues the current batch (if it holds any VMA) to wait for its grace period, and
+  /// polls the queued batches: those whose grace period has ended are uncharged.
   void FlushRcu();
+  /// Hands every queued batch still waiting for its grace period to call_rcu (an idle
+  /// space: no later write section may come to poll them).
+  void HandToCallRcu();
   /// Whether a batch not yet queued holds VMAs (MmStruct sets deferred_any for it).
   bool rcu_pending() const { return pending_ != nullptr; }
+  /// Whether a queued batch waits for a grace period this cache has not yet seen end
+  /// (its VMAs still charged: MmStruct sets deferred_pending for it).
+  bool rcu_waiting() const { return unready_ != nullptr; }
   /// Free VMAs ready for reuse now, and VMAs in batches (queued or not) (tests).
   size_t free_count() const { return nr_free_; }
   size_t in_flight() const;
 
  private:
-  /// One call_rcu of the kRwsem form: VMAs (first..last through free_next), their
-  /// charged bytes and budget, and the state the callback and the cache share.
+  /// One batch of freed VMAs of the kRwsem form: VMAs (first..last through free_next),
+  /// their charged bytes and budget, and the state the cache (and, once handed to
+  /// call_rcu, the callback) keeps.
   struct RcuBatch {
     struct rcu_head head {};
-    /// kPending until the callback has run (kDone); kOrphan once the cache is gone
-    /// (the callback then deletes the VMAs and the batch).
-    std::atomic<uint8_t> state{kPending};
-    static constexpr uint8_t kPending = 0, kDone = 1, kOrphan = 2;
+    /// kPolled while the cache polls its grace period, kDone once it has ended
+    /// (uncharged). Handed to call_rcu: kPending until the callback has run (kDone);
+    /// kOrphan once the cache is gone (the callback then deletes the VMAs and the batch).
+    std::atomic<uint8_t> state{kPolled};
+    static constexpr uint8_t kPending = 0, kDone = 1, kOrphan = 2, kPolled = 3;
+    uint64_t tick = 0;    // kPolled: RcuTick() when queued
+    uint64_t cookie = 0;  // kPolled: RcuStartPoll() once asked for (0: not yet)
     uint32_t n = 0;
     Vma* first = nullptr;
     Vma* last = nullptr;
@@ -251,6 +269,10 @@ class VmaCache {
     uint64_t bytes = 0;
     RcuBatch* next = nullptr;  // the cache's FIFO
   };
+  /// Whether b's grace period has ended. A kPolled batch asks for its grace period once
+  /// the RCU tick has moved on, and is uncharged and marked kDone when it has ended;
+  /// `scan` (RcuPollState) is cleared once a scan has been used.
+  bool Ready(RcuBatch* b, bool* scan);
   /// Splices done batches at the head of the FIFO onto the free list (up to kMaxFree).
   void TakeBackFreed();
   /// Pops the head batch of the FIFO (done), returning its VMAs (first..last).
@@ -268,6 +290,7 @@ class VmaCache {
   RcuBatch* pending_ = nullptr;  // being filled, not yet queued
   RcuBatch* fifo_head_ = nullptr;  // queued batches, oldest first
   RcuBatch* fifo_tail_ = nullptr;
+  RcuBatch* unready_ = nullptr;  // the oldest queued batch not yet seen done (or null)
   size_t nr_in_flight_ = 0;      // VMAs in queued batches
   RcuBatch* spare_ = nullptr;    // a taken-back batch kept for the next one
 };
@@ -421,8 +444,8 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// This write section's gather, created on first use.
   MmuGather& GatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// Hands the gather on now (if any) to the polled list, frees the polled gathers whose
-  /// grace period ended, and hands vma_cache's batch of freed VMAs not yet queued to
-  /// call_rcu (VmaCache::FlushRcu).
+  /// grace period ended, and queues vma_cache's batch of freed VMAs, polling the
+  /// queued ones (VmaCache::FlushRcu).
   void FlushGatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// Frees the polled gathers whose grace period has ended, oldest first; `scan`: may
   /// scan the threads (RcuPollState) once.
@@ -472,16 +495,18 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
     return e;
   }
   void AddRss(MmCounter c, int64_t n) { rss[c].Add(n); }
-  /// Hands the gather kept across write sections to call_rcu now, if it holds anything
-  /// (FrameAllocator::Reclaim, the daemon's periodic flush). Takes mmap_lock for write;
+  /// Hands the gather kept across write sections, the polled gathers and vma_cache's
+  /// waiting VMA batches to call_rcu now, if there are any (FrameAllocator::Reclaim,
+  /// the daemon's periodic flush). Takes mmap_lock for write;
   /// caller holds no engine lock.
   void FlushDeferredFrees(bool all) ABSL_LOCKS_EXCLUDED(mmap_lock) override;
   /// Set when a write section left frames or page tables (memory charged to the frame
   /// limit) in `gather` without queueing it; VMAs and index nodes alone wait for the
   /// next batch (or a Reclaim: deferred_any).
   std::atomic<bool> deferred_pending{false};
-  /// Set when a write section left anything in `gather` (Reclaim flushes it: VMAs and
-  /// index nodes are charged to the memory budget too).
+  /// Set when a write section left anything in `gather`, or VMA batches waiting in
+  /// vma_cache (Reclaim flushes them: VMAs and index nodes are charged to the memory
+  /// budget too).
   std::atomic<bool> deferred_any{false};
 
   // ======================================================= vma_lock.cc

@@ -9,6 +9,8 @@
 // the figure is back under it or a pass cleaned nothing (the backing store refuses
 // writes), and no dirty_expire_centisecs (writeback runs only above the background
 // threshold, on fsync/msync, at the last close and at shutdown).
+#include <pthread.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
@@ -19,6 +21,7 @@
 #include "engine/writeback.h"
 #include "filemap.h"
 #include "sync/lockdep.h"
+#include "sync/kthread.h"
 #include "sync/mutex.h"
 
 namespace vmspace {
@@ -60,6 +63,8 @@ bool OverLimit() { return Over(g_limit_bytes); }
 /// wb_workfn / wb_writeback: writes back every file on b_dirty while above the
 /// background threshold or asked to.
 void WritebackThread() {
+  pthread_setname_np(pthread_self(), "writeback");
+  KthreadAffinity();  // not the CPU of the pinned thread that dirtied the first page
   RcuThread();  // WriteRange reads the page cache under RCU and waits for grace periods
   Domain& d = D();
   std::unique_lock<Mutex> l(d.mu);

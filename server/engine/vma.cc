@@ -146,7 +146,11 @@ VmaCache::~VmaCache() {
   delete spare_;
   for (RcuBatch* b = fifo_head_; b;) {
     RcuBatch* next = b->next;
-    if (b->state.exchange(RcuBatch::kOrphan, std::memory_order_acq_rel) == RcuBatch::kDone) {
+    if (b->state.load(std::memory_order_relaxed) == RcuBatch::kPolled) {  // no callback: ours
+      if (budget_) budget_->Uncharge(MemKind::kVmas, b->bytes);
+      DeleteChain(b->first);
+      delete b;
+    } else if (b->state.exchange(RcuBatch::kOrphan, std::memory_order_acq_rel) == RcuBatch::kDone) {
       DeleteChain(b->first);
       delete b;
     }
@@ -160,12 +164,28 @@ VmaCache::RcuBatch* VmaCache::PopDone() {
   RcuBatch* b = fifo_head_;
   fifo_head_ = b->next;
   if (!fifo_head_) fifo_tail_ = nullptr;
+  if (unready_ == b) unready_ = b->next;
   nr_in_flight_ -= b->n;
   return b;
 }
 
+bool VmaCache::Ready(RcuBatch* b, bool* scan) {
+  const uint8_t state = b->state.load(std::memory_order_acquire);
+  if (state != RcuBatch::kPolled) return state == RcuBatch::kDone;  // kPending: its callback has not run
+  if (b->cookie == 0) {
+    if (RcuTick() <= b->tick) return false;  // the grace period starts after the next tick
+    b->cookie = RcuStartPoll();
+  }
+  if (!RcuPollState(b->cookie, *scan)) return false;
+  *scan = false;  // the scan's result stands for the younger batches
+  if (b->budget) b->budget->Uncharge(MemKind::kVmas, b->bytes);
+  b->state.store(RcuBatch::kDone, std::memory_order_relaxed);
+  return true;
+}
+
 void VmaCache::TakeBackFreed() {
-  while (nr_free_ < kMaxFree && fifo_head_ && fifo_head_->state.load(std::memory_order_acquire) == RcuBatch::kDone) {
+  bool scan = true;
+  while (nr_free_ < kMaxFree && fifo_head_ && Ready(fifo_head_, &scan)) {
     RcuBatch* b = PopDone();
     b->last->free_next = free_;
     free_ = b->first;
@@ -215,8 +235,8 @@ void VmaCache::Free(Vma* v) {
 void VmaCache::FreeRcu(Vma* v) {
   // Freed VMAs wait in the FIFO until an allocation wants them; beyond kMaxInFlight the
   // oldest freed ones go back to the heap (no reader is left).
-  while (nr_in_flight_ >= kMaxInFlight && fifo_head_ &&
-         fifo_head_->state.load(std::memory_order_acquire) == RcuBatch::kDone) {
+  bool scan = true;
+  while (nr_in_flight_ >= kMaxInFlight && fifo_head_ && Ready(fifo_head_, &scan)) {
     RcuBatch* b = PopDone();
     DeleteChain(b->first);
     delete b;
@@ -225,7 +245,8 @@ void VmaCache::FreeRcu(Vma* v) {
   RcuBatch* b = pending_;
   if (!b) {
     b = spare_ ? std::exchange(spare_, nullptr) : new RcuBatch;
-    b->state.store(RcuBatch::kPending, std::memory_order_relaxed);
+    b->state.store(RcuBatch::kPolled, std::memory_order_relaxed);
+    b->cookie = 0;
     b->n = 0;
     b->first = b->last = nullptr;
     b->budget = budget_;
@@ -243,13 +264,24 @@ void VmaCache::FreeRcu(Vma* v) {
 }
 
 void VmaCache::FlushRcu() {
-  RcuBatch* b = std::exchange(pending_, nullptr);
-  if (!b) return;
-  if (fifo_tail_) fifo_tail_->next = b;
-  else fifo_head_ = b;
-  fifo_tail_ = b;
-  nr_in_flight_ += b->n;
-  CallRcu(&b->head, &RcuBatchDone);
+  if (RcuBatch* b = std::exchange(pending_, nullptr)) {
+    b->tick = RcuTick();
+    if (fifo_tail_) fifo_tail_->next = b;
+    else fifo_head_ = b;
+    fifo_tail_ = b;
+    nr_in_flight_ += b->n;
+    if (!unready_) unready_ = b;
+  }
+  bool scan = true;
+  while (unready_ && Ready(unready_, &scan)) unready_ = unready_->next;
+}
+
+void VmaCache::HandToCallRcu() {
+  for (RcuBatch* b = unready_; b; b = b->next) {
+    if (b->state.load(std::memory_order_relaxed) != RcuBatch::kPolled) continue;  // handed already
+    b->state.store(RcuBatch::kPending, std::memory_order_relaxed);
+    CallRcu(&b->head, &RcuBatchDone);
+  }
 }
 
 // vm_area_free_rcu_cb() for a batch: kmem_cache_free() is the mark the cache takes the

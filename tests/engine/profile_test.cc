@@ -166,7 +166,7 @@ TEST_F(Era, Linux64ReusesAVmaAndItsLockFromTheSpaceCacheAfterItsGracePeriod) {
   EXPECT_EQ(mm->vma_cache.in_flight(), 1u);  // in the space's batch, not queued yet
   RcuBarrier();
   EXPECT_EQ(frames.budget().usage(MemKind::kVmas), one);  // no grace period asked for yet
-  mm->FlushDeferredFrees(true);  // queues the batch (one call_rcu)
+  mm->FlushDeferredFrees(true);  // queues the batch, hands it to call_rcu (an idle space)
   RcuBarrier();                  // the callback ran: uncharged, marked free
   EXPECT_EQ(frames.budget().usage(MemKind::kVmas), 0);
   EXPECT_EQ(mm->vma_cache.in_flight(), 1u);  // until an allocation takes it back
@@ -180,21 +180,64 @@ TEST_F(Era, Linux64ReusesAVmaAndItsLockFromTheSpaceCacheAfterItsGracePeriod) {
   EXPECT_EQ(frames.budget().usage(MemKind::kVmas), one);
 }
 
-TEST_F(Era, Linux64BatchesTheCallRcuOfFreedVmas) {
+TEST_F(Era, Linux64PollsItsBatchOfFreedVmasAfterTheNextRcuTick) {
   Make("linux-6.4");
+  g_rcu_tick_test_value.store(100);  // the RCU tick stands still until the test moves it
   const uint64_t n = VmaCache::kRcuBatch + 3;
+  const int64_t one = static_cast<int64_t>(sizeof(Vma) + sizeof(VmaLock));
   std::vector<Vma*> vmas;
   for (uint64_t i = 0; i < n; i++) vmas.push_back(Map(A + 2 * i * P));  // not adjacent: no merge
   for (uint64_t i = 0; i < n; i++) Unmap(A + 2 * i * P);
-  RcuBarrier();  // the first kRcuBatch were queued as one batch; 3 wait for more
-  const int64_t one = static_cast<int64_t>(sizeof(Vma) + sizeof(VmaLock));
-  EXPECT_EQ(frames.budget().usage(MemKind::kVmas), 3 * one);
+  auto in_first_batch = [&](Vma* v) {
+    return std::find(vmas.begin(), vmas.begin() + VmaCache::kRcuBatch, v) != vmas.begin() + VmaCache::kRcuBatch;
+  };
+  // The first kRcuBatch were queued as one batch, 3 wait for more; the batch asks for
+  // its grace period only once the tick has moved on, and nothing went to call_rcu.
+  RcuBarrier();
+  EXPECT_EQ(frames.budget().usage(MemKind::kVmas), static_cast<int64_t>(n) * one);
   EXPECT_EQ(mm->vma_cache.in_flight(), n);
-  // The oldest batch comes back first, whole: the next allocation is one of its VMAs.
+  EXPECT_TRUE(mm->vma_cache.rcu_waiting());
   Vma* w = Map(B);
-  EXPECT_NE(std::find(vmas.begin(), vmas.begin() + VmaCache::kRcuBatch, w), vmas.begin() + VmaCache::kRcuBatch);
+  EXPECT_FALSE(in_first_batch(w));  // a new VMA: the batch is not back
+  EXPECT_EQ(mm->vma_cache.in_flight(), n);
+  g_rcu_tick_test_value.store(101);
+  // The next allocation asks for the batch's grace period; no thread is in a read
+  // section, so it has ended at once: the batch comes back whole, uncharged.
+  Vma* x = Map(B + 2 * P);
+  EXPECT_TRUE(in_first_batch(x));
   EXPECT_EQ(mm->vma_cache.free_count(), VmaCache::kRcuBatch - 1);
   EXPECT_EQ(mm->vma_cache.in_flight(), 3u);
+  EXPECT_FALSE(mm->vma_cache.rcu_waiting());  // the 3 are not queued yet
+  EXPECT_EQ(frames.budget().usage(MemKind::kVmas), (3 + 2) * one);  // the 3 waiting, w and x
+  g_rcu_tick_test_value.store(0);
+}
+
+TEST_F(Era, Linux64BatchWaitsForAReaderAfterTheTick) {
+  Make("linux-6.4");
+  g_rcu_tick_test_value.store(100);
+  const int64_t one = static_cast<int64_t>(sizeof(Vma) + sizeof(VmaLock));
+  std::vector<Vma*> vmas;
+  for (uint64_t i = 0; i < VmaCache::kRcuBatch; i++) vmas.push_back(Map(A + 2 * i * P));
+  std::atomic<bool> in_section{false}, leave{false};
+  std::thread reader([&] {  // a lockless reader that may have found any of them
+    RcuReadGuard g;
+    in_section.store(true);
+    while (!leave.load()) std::this_thread::yield();
+  });
+  while (!in_section.load()) std::this_thread::yield();
+  for (uint64_t i = 0; i < VmaCache::kRcuBatch; i++) Unmap(A + 2 * i * P);  // one full batch
+  g_rcu_tick_test_value.store(101);
+  for (int i = 0; i < 4; i++) {  // each allocation polls; the reader holds the grace period up
+    Vma* w = Map(B + 2 * static_cast<uint64_t>(i) * P);
+    EXPECT_EQ(std::find(vmas.begin(), vmas.end(), w), vmas.end());
+  }
+  EXPECT_EQ(frames.budget().usage(MemKind::kVmas), static_cast<int64_t>(VmaCache::kRcuBatch + 4) * one);
+  leave.store(true);
+  reader.join();
+  Vma* x = Map(B + 8 * P);  // the reader has left: the batch comes back
+  EXPECT_NE(std::find(vmas.begin(), vmas.end(), x), vmas.end());
+  EXPECT_EQ(frames.budget().usage(MemKind::kVmas), 5 * one);
+  g_rcu_tick_test_value.store(0);
 }
 
 TEST_F(Era, Linux64SpaceDestroyedBeforeTheGracePeriodLeavesTheVmaToItsCallback) {

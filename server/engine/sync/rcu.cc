@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "engine/address_space.h"
+#include "engine/stats.h"
+#include "sync/kthread.h"
 #include "sync/mutex.h"
 
 namespace vmspace {
@@ -170,6 +172,7 @@ class CallbackWorker {
 
   void Run() {
     pthread_setname_np(pthread_self(), "rcu_gp");
+    KthreadAffinity();  // not the pinned client's CPU that queued the first callback
     RcuThread();  // callbacks may enter read sections
     std::deque<Segment> segs;  // oldest first: their grace periods end in this order
     using Clock = std::chrono::steady_clock;
@@ -263,6 +266,12 @@ void CallRcu(struct rcu_head* head, void (*fn)(struct rcu_head*)) {
   __tsan_release(head);  // the worker thread receives `head` through the queue
 #endif
   Worker().Queue(head, fn);
+}
+
+uint64_t RcuTick() {
+  if (uint64_t t = g_rcu_tick_test_value.load(std::memory_order_relaxed)) return t;
+  static const uint64_t period = std::max<uint64_t>(1, NsToTicks(uint64_t{kRcuGpIntervalUs} * 1000));
+  return NowTicks() / period;
 }
 
 uint64_t RcuStartPoll() {

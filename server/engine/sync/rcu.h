@@ -133,6 +133,16 @@ uint64_t RcuStartPoll();
 /// when that is not enough. Never blocks; any lock may be held.
 bool RcuPollState(uint64_t cookie, bool scan);
 
+/// The RCU tick: the number of kRcuGpIntervalUs periods since start-up, read from the
+/// TSC (NowTicks; no system call). The kernel's grace-period machinery runs on the
+/// scheduler tick (rcu_sched_clock_irq, kernel/rcu/tree.c, Linux 6.18): a callback queued
+/// now waits at least for the next tick before a grace period can serve it. A polled
+/// batch that must keep that latency (VmaCache, kRwsem form) asks for its grace period
+/// only once RcuTick() has moved past the value it was queued at.
+uint64_t RcuTick();
+/// Tests: while nonzero, RcuTick() returns this value instead of reading the clock.
+inline std::atomic<uint64_t> g_rcu_tick_test_value{0};
+
 /// Registers the calling thread with the RCU registry if it is not yet (idempotent, cheap); it
 /// stays offline. For threads that wait for grace periods (synchronize_rcu) without
 /// entering the engine through an RcuEntry.
