@@ -1789,6 +1789,9 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     std::optional<double> x;        // many / the first CPU's one-client rounds/s
     std::optional<double> matched;  // many / the slowest CPU's one-client rounds/s
     std::optional<double> spread;   // the fastest CPU's one-client rounds/s / the slowest's
+    /// In process: the lowest RunResult::on_cpu of this side's runs (1: no client's CPU
+    /// ran anything else of the guest meanwhile).
+    std::optional<double> on_cpu;
     std::optional<StressRow> one() const {
       return one_by_cpu.empty() ? std::nullopt : std::optional<StressRow>(one_by_cpu.front());
     }
@@ -1821,6 +1824,11 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
       return;
     }
     side.x = ratio(side.one_by_cpu.front(), *side.many);
+    if (transport == "inprocess") {
+      double lo = side.many->on_cpu;
+      for (const StressRow& s : side.one_by_cpu) lo = std::min(lo, s.on_cpu);
+      if (lo > 0) side.on_cpu = lo;
+    }
     if (!pinned) return;
     auto rps = [](const StressRow& s) { return s.rounds_per_sec(); };
     const auto [lo, hi] = std::minmax_element(side.one_by_cpu.begin(), side.one_by_cpu.end(),
@@ -1878,6 +1886,14 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
       for (const StressRow& s : v) a.push_back(s.ok() ? Json(s.rounds_per_sec()) : Json(nullptr));
       return a;
     };
+    auto on_cpu = [&](const std::optional<StressRow>& s) {
+      return transport == "inprocess" && s && s->ok() ? Json(s->on_cpu) : Json(nullptr);
+    };
+    auto on_cpu_list = [&](const std::vector<StressRow>& v) {
+      Json a = Json::array();
+      for (const StressRow& s : v) a.push_back(on_cpu(s));
+      return a;
+    };
     Json arr = Json::array();
     for (const Rep& r : reps) {
       auto rounds = [](const std::optional<StressRow>& s) { return s ? Json(s->rounds) : Json(nullptr); };
@@ -1891,6 +1907,8 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                      {"one_client_rounds_per_s_by_cpu", rps_list(r.ours.one_by_cpu)},
                      {"matched_ratio", OptJson(r.ours.matched)},
                      {"cpu_spread", OptJson(r.ours.spread)},
+                     {"on_cpu_one_by_cpu", on_cpu_list(r.ours.one_by_cpu)},
+                     {"clients_on_cpu", on_cpu(r.ours.many)},
                      {"native_one_rounds_per_s", rps(r.kernel.one())},
                      {"native_one_rounds_per_s_by_cpu", rps_list(r.kernel.one_by_cpu)},
                      {"native_matched_ratio", OptJson(r.kernel.matched)},
@@ -1942,7 +1960,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
              (std::to_string(n) + " clients r/s").c_str(), "ratio");
     o << line;
     if (pinned) {
-      snprintf(line, sizeof line, " %8s %8s", "matched", "spread");
+      snprintf(line, sizeof line, " %8s %8s %8s", "matched", "spread", "on-cpu");
       o << line;
     }
     if (native_on) {
@@ -1963,7 +1981,8 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                Num(r.ours.x, "%.2f").c_str());
       o << line;
       if (pinned) {
-        snprintf(line, sizeof line, " %8s %8s", Num(r.ours.matched, "%.2f").c_str(), Num(r.ours.spread, "%.2f").c_str());
+        snprintf(line, sizeof line, " %8s %8s %8s", Num(r.ours.matched, "%.2f").c_str(), Num(r.ours.spread, "%.2f").c_str(),
+                 Num(r.ours.on_cpu, "%.3f").c_str());
         o << line;
       }
       if (native_on) {
@@ -1998,7 +2017,9 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     if (pinned)
       o << "matched = the " << n << "-client aggregate / the slowest CPU's 1-client rounds/s (" << n
         << " = as fast as clients that share nothing, on these CPUs as the host runs them now); spread = the fastest"
-        << " CPU's 1-client rounds/s / the slowest's\n";
+        << " CPU's 1-client rounds/s / the slowest's; on-cpu = the lowest, over the repetition's runs and their"
+        << " clients, of a client thread's CPU time / its wall time (below 1: its CPU also ran another thread of"
+        << " the guest, such as the engine's call_rcu worker; what the host takes is not seen)\n";
     o
       << "alu, map = the controls, " << n << " threads that share nothing, pinned as the clients (" << n
       << " x the 1-thread time / the " << n << "-thread time): alu, integer-unit-bound register code (near 1 when"

@@ -30,11 +30,15 @@
 
 namespace vmspace::harness {
 
-uint64_t MonoNs() {
+namespace {
+uint64_t ClockNs(clockid_t clock) {
   timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
+}  // namespace
+
+uint64_t MonoNs() { return ClockNs(CLOCK_MONOTONIC); }
 
 Progress* NewSharedProgress() {
   void* p = mmap(nullptr, sizeof(Progress), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -374,6 +378,7 @@ void RunClient(ClientLoop& loop, Session& s, const RunSpec& spec, int cpu, Share
   at_start();
   const SessionCounters c0 = s.counters();
   f.t0 = MonoNs();
+  const uint64_t cpu0 = ClockNs(CLOCK_THREAD_CPUTIME_ID);
   sh.started.fetch_add(1);
   uint64_t steps = 0, reported = 0;
   while (setup_ok && !sh.stop.load(std::memory_order_relaxed) && s.ok() && loop.Step(s, sh.stop, f)) {
@@ -383,6 +388,7 @@ void RunClient(ClientLoop& loop, Session& s, const RunSpec& spec, int cpu, Share
     }
   }
   s.Wait();
+  f.cpu_ns = ClockNs(CLOCK_THREAD_CPUTIME_ID) - cpu0;
   f.t1 = MonoNs();
   const SessionCounters c1 = s.counters();
   if (spec.progress) spec.progress->rounds.fetch_add(steps - reported, std::memory_order_relaxed);
@@ -424,6 +430,10 @@ void Merge(const std::vector<ClientFigures>& figs, const Workload& w, bool hash,
     if (!f.ok() && r.error.empty()) r.error = w.ClientName(c, n) + ": " + f.error;
     if (f.t0 != 0) t0 = std::min(t0, f.t0);
     t1 = std::max(t1, f.t1);
+    if (f.t1 > f.t0) {
+      const double share = static_cast<double>(f.cpu_ns) / static_cast<double>(f.t1 - f.t0);
+      r.on_cpu = c == 0 ? share : std::min(r.on_cpu, share);
+    }
     r.rounds += f.rounds;
     r.mmaps += f.mmaps;
     r.munmaps += f.munmaps;

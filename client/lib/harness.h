@@ -55,6 +55,7 @@ Progress* NewSharedProgress();
 /// counts what it issued; the runner adds what the session measured in the timed phase.
 struct ClientFigures {
   uint64_t t0 = 0, t1 = 0;   // MonoNs() at the start and end of this client's timed phase
+  uint64_t cpu_ns = 0;       // the client thread's CPU time over its timed phase (CLOCK_THREAD_CPUTIME_ID)
   uint64_t rounds = 0;       // whole loop iterations (see RunResult::rounds)
   uint64_t mmaps = 0, munmaps = 0, accesses = 0;  // ops issued in the timed phase
   uint64_t bytes_touched = 0;  // single-byte writes made by the accesses (timed phase)
@@ -95,6 +96,13 @@ struct RunResult {
   std::string profile_name;  // the engine's name for it: linux-6.x or "custom" ("" if none)
   std::string profile_desc;  // Describe(): "linux-6.15 (index=maple vma_lock=all vma_lock_form=refcnt): ..."
   double seconds = 0;        // timed phase: first client start to last client stop
+  /// The lowest over the clients of a client thread's CPU time over its timed phase /
+  /// that phase's wall time: below 1 when its CPU ran something else meanwhile (another
+  /// thread of this process, such as the engine's call_rcu worker, or another process;
+  /// time the host takes from a vCPU is not seen by the guest). In process, where the
+  /// client threads do the engine's work themselves; 0 if not measured (the kernel's
+  /// processes). A daemon transport's client threads wait for replies: far below 1.
+  double on_cpu = 0;
   /// Whole loop iterations: seed-004 rounds; page_fault1 and the mixed faulters: full
   /// passes over their mapping; mmap1: mmap+munmap pairs.
   uint64_t rounds = 0;

@@ -458,6 +458,15 @@ TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
       const double first = r[w.empty() ? "one_client_rounds_per_s" : "native_one_rounds_per_s"].get<double>();
       EXPECT_DOUBLE_EQ(solo[0].get<double>(), first) << w;
       const double many = r[w + "clients_rounds_per_s"].get<double>();
+      if (w.empty()) {  // in process: each client thread's CPU time over its wall time
+        ASSERT_EQ(r["on_cpu_one_by_cpu"].size(), solo.size());
+        for (const json& v : r["on_cpu_one_by_cpu"]) {
+          EXPECT_GT(v.get<double>(), 0);
+          EXPECT_LE(v.get<double>(), 1.05);
+        }
+        EXPECT_GT(r["clients_on_cpu"].get<double>(), 0);
+        EXPECT_LE(r["clients_on_cpu"].get<double>(), 1.05);
+      }
       if (!pinned) {
         EXPECT_TRUE(r[w + "matched_ratio"].is_null()) << w;
         continue;
