@@ -269,9 +269,11 @@ class VmaCache {
     uint64_t bytes = 0;
     RcuBatch* next = nullptr;  // the cache's FIFO
   };
-  /// Whether b's grace period has ended. A kPolled batch asks for its grace period once
-  /// the RCU tick has moved on, and is uncharged and marked kDone when it has ended;
-  /// `scan` (RcuPollState) is cleared once a scan has been used.
+  /// Asks for one grace period (RcuStartPoll) for every queued batch that has not yet
+  /// and was queued before the current RCU tick.
+  void AskGracePeriods();
+  /// Whether b's grace period has ended (a kPolled batch is then uncharged and marked
+  /// kDone); `scan` (RcuPollState) is cleared once a scan has been used.
   bool Ready(RcuBatch* b, bool* scan);
   /// Splices done batches at the head of the FIFO onto the free list (up to kMaxFree).
   void TakeBackFreed();
@@ -291,6 +293,7 @@ class VmaCache {
   RcuBatch* fifo_head_ = nullptr;  // queued batches, oldest first
   RcuBatch* fifo_tail_ = nullptr;
   RcuBatch* unready_ = nullptr;  // the oldest queued batch not yet seen done (or null)
+  RcuBatch* unasked_ = nullptr;  // the oldest queued batch without a cookie (or null)
   size_t nr_in_flight_ = 0;      // VMAs in queued batches
   RcuBatch* spare_ = nullptr;    // a taken-back batch kept for the next one
 };

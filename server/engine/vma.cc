@@ -165,18 +165,25 @@ VmaCache::RcuBatch* VmaCache::PopDone() {
   fifo_head_ = b->next;
   if (!fifo_head_) fifo_tail_ = nullptr;
   if (unready_ == b) unready_ = b->next;
+  if (unasked_ == b) unasked_ = b->next;  // (a batch handed to call_rcu before its tick)
   nr_in_flight_ -= b->n;
   return b;
+}
+
+void VmaCache::AskGracePeriods() {
+  if (!unasked_) return;
+  const uint64_t tick = RcuTick();
+  uint64_t cookie = 0;  // one grace period serves every batch queued before it starts
+  for (; unasked_ && unasked_->tick < tick; unasked_ = unasked_->next) {
+    if (!cookie) cookie = RcuStartPoll();
+    unasked_->cookie = cookie;
+  }
 }
 
 bool VmaCache::Ready(RcuBatch* b, bool* scan) {
   const uint8_t state = b->state.load(std::memory_order_acquire);
   if (state != RcuBatch::kPolled) return state == RcuBatch::kDone;  // kPending: its callback has not run
-  if (b->cookie == 0) {
-    if (RcuTick() <= b->tick) return false;  // the grace period starts after the next tick
-    b->cookie = RcuStartPoll();
-  }
-  if (!RcuPollState(b->cookie, *scan)) return false;
+  if (b->cookie == 0 || !RcuPollState(b->cookie, *scan)) return false;  // not asked yet: before the tick
   *scan = false;  // the scan's result stands for the younger batches
   if (b->budget) b->budget->Uncharge(MemKind::kVmas, b->bytes);
   b->state.store(RcuBatch::kDone, std::memory_order_relaxed);
@@ -184,6 +191,7 @@ bool VmaCache::Ready(RcuBatch* b, bool* scan) {
 }
 
 void VmaCache::TakeBackFreed() {
+  AskGracePeriods();
   bool scan = true;
   while (nr_free_ < kMaxFree && fifo_head_ && Ready(fifo_head_, &scan)) {
     RcuBatch* b = PopDone();
@@ -271,7 +279,9 @@ void VmaCache::FlushRcu() {
     fifo_tail_ = b;
     nr_in_flight_ += b->n;
     if (!unready_) unready_ = b;
+    if (!unasked_) unasked_ = b;
   }
+  AskGracePeriods();
   bool scan = true;
   while (unready_ && Ready(unready_, &scan)) unready_ = unready_->next;
 }

@@ -200,6 +200,7 @@ TEST_F(Era, Linux64PollsItsBatchOfFreedVmasAfterTheNextRcuTick) {
   Vma* w = Map(B);
   EXPECT_FALSE(in_first_batch(w));  // a new VMA: the batch is not back
   EXPECT_EQ(mm->vma_cache.in_flight(), n);
+  SynchronizeRcu();  // no grace period left pending by earlier work: the next one starts when asked
   g_rcu_tick_test_value.store(101);
   // The next allocation asks for the batch's grace period; no thread is in a read
   // section, so it has ended at once: the batch comes back whole, uncharged.
@@ -209,6 +210,31 @@ TEST_F(Era, Linux64PollsItsBatchOfFreedVmasAfterTheNextRcuTick) {
   EXPECT_EQ(mm->vma_cache.in_flight(), 3u);
   EXPECT_FALSE(mm->vma_cache.rcu_waiting());  // the 3 are not queued yet
   EXPECT_EQ(frames.budget().usage(MemKind::kVmas), (3 + 2) * one);  // the 3 waiting, w and x
+  g_rcu_tick_test_value.store(0);
+}
+
+TEST_F(Era, Linux64BatchesPastTheTickShareOneGracePeriod) {
+  Make("linux-6.4");
+  g_rcu_tick_test_value.store(100);
+  const uint64_t n = 3 * VmaCache::kRcuBatch;
+  for (uint64_t i = 0; i < n; i++) Map(A + 2 * i * P);
+  // Batches queued: three full ones at least (full gathers queue the batch being filled
+  // too); the last may still be filling.
+  for (uint64_t i = 0; i < n; i++) Unmap(A + 2 * i * P);
+  EXPECT_EQ(mm->vma_cache.in_flight(), n);
+  EXPECT_TRUE(mm->vma_cache.rcu_waiting());
+  SynchronizeRcu();  // no grace period left pending by earlier work: the next one starts when asked
+  g_rcu_tick_test_value.store(101);
+  // One allocation asks one grace period for all of them and finds it ended (no
+  // reader): all come back at once. Asking batch by batch, a backlog would drain one
+  // batch per poll, no faster than munmaps fill them, and never shrink.
+  Map(B);
+  EXPECT_FALSE(mm->vma_cache.rcu_waiting());
+  const uint64_t filling = mm->vma_cache.in_flight();  // the batch not yet queued
+  EXPECT_LT(filling, VmaCache::kRcuBatch);
+  EXPECT_EQ(mm->vma_cache.free_count(), n - filling - 1);
+  const int64_t one = static_cast<int64_t>(sizeof(Vma) + sizeof(VmaLock));
+  EXPECT_EQ(frames.budget().usage(MemKind::kVmas), static_cast<int64_t>(filling + 1) * one);
   g_rcu_tick_test_value.store(0);
 }
 
@@ -234,7 +260,8 @@ TEST_F(Era, Linux64BatchWaitsForAReaderAfterTheTick) {
   EXPECT_EQ(frames.budget().usage(MemKind::kVmas), static_cast<int64_t>(VmaCache::kRcuBatch + 4) * one);
   leave.store(true);
   reader.join();
-  Vma* x = Map(B + 8 * P);  // the reader has left: the batch comes back
+  SynchronizeRcu();  // the grace period the batch waits for has ended, once the reader left
+  Vma* x = Map(B + 8 * P);  // the batch comes back
   EXPECT_NE(std::find(vmas.begin(), vmas.end(), x), vmas.end());
   EXPECT_EQ(frames.budget().usage(MemKind::kVmas), 5 * one);
   g_rcu_tick_test_value.store(0);
