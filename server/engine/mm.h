@@ -214,9 +214,9 @@ class VmaCache {
   /// VMAs handed out are charged to `budget` (kVmas; null: none) until they are freed
   /// (kRwsem: until the grace period has ended).
   VmaCache(VmaForm form, MemoryBudget* budget) : form_(form), budget_(budget) {}
-  /// Deletes the free VMAs and those of the batch not yet queued (no reader of the
-  /// space can be running); the VMAs of a queued batch still waiting for its grace
-  /// period are deleted by its callback instead.
+  /// Deletes the free VMAs, those of the batch not yet queued and those of the batches
+  /// it polls (no reader of the space can be running); the VMAs of a batch handed to
+  /// call_rcu and still waiting for its grace period are deleted by its callback.
   ~VmaCache();
   VmaCache(const VmaCache&) = delete;
   VmaCache& operator=(const VmaCache&) = delete;
@@ -231,8 +231,8 @@ class VmaCache {
   /// grace period).
   void Free(Vma* v);
   /// The kRwsem form's vm_area_free(): releases v's contents now (remove_vma's fput
-  /// comes before vm_area_free) and adds v to the current RcuBatch, queued to call_rcu
-  /// once it holds kRcuBatch VMAs. v stays charged until the callback.
+  /// comes before vm_area_free) and adds v to the current RcuBatch, queued (FlushRcu)
+  /// once it holds kRcuBatch VMAs. v stays charged until its grace period has ended.
   void FreeRcu(Vma* v);
   /// Queues the current batch (if it holds any VMA) to wait for its grace period, and
   /// polls the queued batches: those whose grace period has ended are uncharged.
@@ -243,7 +243,8 @@ class VmaCache {
   /// Whether a batch not yet queued holds VMAs (MmStruct sets deferred_any for it).
   bool rcu_pending() const { return pending_ != nullptr; }
   /// Whether a queued batch waits for a grace period this cache has not yet seen end
-  /// (its VMAs still charged: MmStruct sets deferred_pending for it).
+  /// (its VMAs still charged: MmStruct sets deferred_any for it, so a Reclaim hands it
+  /// to call_rcu).
   bool rcu_waiting() const { return unready_ != nullptr; }
   /// Free VMAs ready for reuse now, and VMAs in batches (queued or not) (tests).
   size_t free_count() const { return nr_free_; }
