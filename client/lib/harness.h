@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "engine/stats.h"
+#include "engine/per_thread.h"
 
 namespace vmspace::harness {
 
@@ -53,7 +54,7 @@ Progress* NewSharedProgress();
 
 /// One client's figures (POD: RunNative's children send it through a pipe). The loop
 /// counts what it issued; the runner adds what the session measured in the timed phase.
-struct ClientFigures {
+struct alignas(kDestructiveInterferenceBytes) ClientFigures {
   uint64_t t0 = 0, t1 = 0;   // MonoNs() at the start and end of this client's timed phase
   uint64_t cpu_ns = 0;       // the client thread's CPU time over its timed phase (CLOCK_THREAD_CPUTIME_ID)
   uint64_t rounds = 0;       // whole loop iterations (see RunResult::rounds)
@@ -170,7 +171,7 @@ struct Addr {
 /// One client's ops on one address space, used by one thread at a time. Ops run in the
 /// order queued; each returns its op number (1, 2, ...). After the first failure the
 /// session is failed: later ops do nothing and Wait() returns false.
-class Session {
+class alignas(kDestructiveInterferenceBytes) Session {
  public:
   /// Wait() argument: every op queued so far.
   static constexpr uint64_t kAll = UINT64_MAX;

@@ -54,7 +54,7 @@ void ClearFrame(void* frame) {
 }  // namespace
 
 struct FrameAllocator::State {
-  struct alignas(64) Shard {
+  struct alignas(kDestructiveInterferenceBytes) Shard {
     Mutex mu{LockRank::kFrameShard};
     std::vector<void*> free ABSL_GUARDED_BY(mu);
     // Frames given back to the host (MADV_DONTNEED) and not touched since: they read as

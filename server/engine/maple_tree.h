@@ -111,7 +111,7 @@ class NodePool {
   static constexpr size_t kSlabBytes = 64 * 1024;
 
  private:
-  struct alignas(64) Shard {
+  struct alignas(kDestructiveInterferenceBytes) Shard {
     Mutex mu{LockRank::kNodePool};
     std::vector<void*> free ABSL_GUARDED_BY(mu);
   };

@@ -88,7 +88,7 @@ class PercpuCounter {
 
  private:
   static constexpr int kCells = 16;
-  struct alignas(64) Padded {
+  struct alignas(kDestructiveInterferenceBytes) Padded {
     std::atomic<int64_t> v{0};
   };
   static int Cell();
@@ -123,7 +123,7 @@ class TlbUsers {
   }
 
  private:
-  struct alignas(64) Padded {
+  struct alignas(kDestructiveInterferenceBytes) Padded {
     std::atomic<int64_t> v{0};
   };
   std::array<Padded, kThreadShards> cells_;
@@ -421,6 +421,10 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// Serializes setting Vma::anon_vma from null during faults (mmap_lock read held),
   /// as __anon_vma_prepare does under mm->page_table_lock.
   Mutex anon_vma_lock{LockRank::kAnonVmaLock};
+  /// The id of the next anon_vma of this space (VmaInfo::anon_vma_id: unique in the
+  /// space). Per space, not a process-wide counter: spaces faulting on different
+  /// threads write no shared line.
+  uint64_t next_anon_vma_id ABSL_GUARDED_BY(anon_vma_lock) = 1;
   /// The page tables: upper levels installed under their page_table_lock, PTEs under
   /// the split PTE locks (page_table.h).
   PageTable pt{&frames};

@@ -8,7 +8,6 @@
 namespace vmspace {
 
 namespace {
-std::atomic<uint64_t> g_next_anon_vma{1};
 
 /// anon_vma_compatible(): a and b adjacent and mergeable but for access flags.
 bool AnonVmaCompatible(const Vma* a, const Vma* b) {
@@ -44,7 +43,7 @@ void MmStruct::AnonVmaPrepareLocked(Vma* v) {
   if (AnonVma* a = FindMergeableAnonVmaLocked(v)) {
     v->anon_vma.store(GetAnonVma(a), std::memory_order_release);
   } else {
-    a = new AnonVma{g_next_anon_vma.fetch_add(1, std::memory_order_relaxed)};
+    a = new AnonVma{next_anon_vma_id++};
     v->anon_vma.store(a, std::memory_order_release);  // takes the initial reference
   }
 }

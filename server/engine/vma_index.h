@@ -37,6 +37,7 @@
 
 #include "maple_tree.h"
 #include "vma.h"
+#include "engine/per_thread.h"
 
 namespace vmspace {
 
@@ -48,7 +49,11 @@ struct VmaIndexStats {
   MapleStats maple;         // "maple" only: store types, preallocation, retired nodes
 };
 
-class VmaIndex {
+/// A space's VMA index. Cache-line aligned: the tree's root and writer state are
+/// written on every mmap/munmap, so no other space's (or thread's) data may share
+/// their lines (the kernel embeds the maple tree in mm_struct, whose slab cache is
+/// SLAB_HWCACHE_ALIGN: kernel/fork.c proc_caches_init, Linux 6.18).
+class alignas(kDestructiveInterferenceBytes) VmaIndex {
  public:
   virtual ~VmaIndex() = default;
 

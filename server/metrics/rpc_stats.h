@@ -89,7 +89,7 @@ RpcSnapshot ReadRpcStats();
 uint64_t RpcsInFlight();
 
 namespace rpc_stats_internal {
-struct alignas(64) ThreadBlock {
+struct alignas(kDestructiveInterferenceBytes) ThreadBlock {
   struct Method {
     std::atomic<uint64_t> started{0}, msg_received{0}, msg_sent{0}, latency_ns_total{0};
     std::array<std::atomic<uint64_t>, kGrpcCodeCount> handled{};

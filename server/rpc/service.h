@@ -23,6 +23,7 @@
 #include "rpc/auth.h"
 #include "rpc/space_registry.h"
 #include "vmspace/v1/vmspace.grpc.pb.h"
+#include "engine/per_thread.h"
 
 namespace vmspace::rpc {
 
@@ -85,7 +86,7 @@ class PeerCalls {
   void Leave(const std::string& host);
 
  private:
-  struct alignas(64) Shard {
+  struct alignas(kDestructiveInterferenceBytes) Shard {
     std::mutex mu;
     std::unordered_map<std::string, uint64_t> n;  // guarded by mu; no zero entries
   };

@@ -23,6 +23,7 @@
 #include "engine/file.h"
 #include "engine/frame_allocator.h"
 #include "engine/frame_allocator.h"
+#include "engine/per_thread.h"
 
 namespace vmspace::rpc {
 
@@ -136,7 +137,7 @@ class SpaceRegistry {
   FrameAllocator& frames() const { return frames_; }
 
  private:
-  struct alignas(64) Shard {
+  struct alignas(kDestructiveInterferenceBytes) Shard {
     mutable std::shared_mutex mu;
     std::unordered_map<uint64_t, std::shared_ptr<Space>> spaces;  // guarded by mu
   };

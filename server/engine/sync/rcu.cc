@@ -16,6 +16,7 @@
 #include "engine/stats.h"
 #include "sync/kthread.h"
 #include "sync/mutex.h"
+#include "engine/per_thread.h"
 
 namespace vmspace {
 static_assert(kMaxEngineThreads == rcu_internal::kMaxRcuThreads);
@@ -24,7 +25,7 @@ namespace rcu_internal {
 constinit thread_local ThreadState tls{};
 Reader unregistered_reader;
 constinit thread_local Reader* reader = &unregistered_reader;
-alignas(64) std::atomic<uint64_t> gp_seq{1};
+RcuState rcu_state;
 Reader readers[kMaxRcuThreads];
 std::atomic<int> reader_slots{0};
 #if defined(__SANITIZE_THREAD__)
@@ -36,7 +37,7 @@ namespace {
 struct Registry {
   Mutex mu{LockRank::kRcuRegistry};
   std::vector<int> free ABSL_GUARDED_BY(mu);
-  alignas(64) std::atomic<uint64_t> completed{1};  // gp_seq's first value: none started
+  alignas(kDestructiveInterferenceBytes) std::atomic<uint64_t> completed{1};  // gp_seq's first value: none started
 };
 Registry& Reg() {
   static Registry* r = new Registry;  // never destroyed: threads may exit after main
@@ -78,7 +79,7 @@ void RegisterSlow() {
 
 uint64_t StartGracePeriod() {
   SmpMb();  // the updates before it (unlinks) are visible before the counter moves
-  const uint64_t g = gp_seq.fetch_add(2, std::memory_order_seq_cst) + 2;
+  const uint64_t g = rcu_state.gp_seq.fetch_add(2, std::memory_order_seq_cst) + 2;
   SmpMb();  // the counter moves before the scans that judge this grace period
   return g;
 }
@@ -87,7 +88,7 @@ uint64_t PollGracePeriods() {
   Registry& r = Reg();
   // Read first: every grace period started by now has ended once each thread is
   // offline or went online after its start (ctr at least its number).
-  uint64_t done = gp_seq.load(std::memory_order_seq_cst);
+  uint64_t done = rcu_state.gp_seq.load(std::memory_order_seq_cst);
   const int n = reader_slots.load(std::memory_order_acquire);
   for (int i = 0; i < n; i++) {
     const uint64_t v = readers[i].ctr.load(std::memory_order_acquire);
@@ -277,11 +278,11 @@ uint64_t RcuTick() {
 uint64_t RcuStartPoll() {
   using namespace rcu_internal;
   SmpMb();  // the caller's unlinks come before the read of gp_seq
-  const uint64_t s = gp_seq.load(std::memory_order_relaxed);
+  const uint64_t s = rcu_state.gp_seq.load(std::memory_order_relaxed);
   uint64_t cur = s;
   // One grace period at a time, as the kernel's: start s + 2 only if s has ended.
   if (Reg().completed.load(std::memory_order_relaxed) >= s)
-    gp_seq.compare_exchange_strong(cur, s + 2, std::memory_order_seq_cst);  // lost: another thread started it
+    rcu_state.gp_seq.compare_exchange_strong(cur, s + 2, std::memory_order_seq_cst);  // lost: another thread started it
   SmpMb();
   return s + 2;
 }
@@ -291,9 +292,9 @@ bool RcuPollState(uint64_t cookie, bool scan) {
   uint64_t done = Reg().completed.load(std::memory_order_acquire);
   if (done < cookie && scan) {
     done = PollGracePeriods();
-    uint64_t s = gp_seq.load(std::memory_order_relaxed);
+    uint64_t s = rcu_state.gp_seq.load(std::memory_order_relaxed);
     // The cookie's grace period was left for later while another one ran: start it now.
-    if (s < cookie && done >= s) gp_seq.compare_exchange_strong(s, s + 2, std::memory_order_seq_cst);
+    if (s < cookie && done >= s) rcu_state.gp_seq.compare_exchange_strong(s, s + 2, std::memory_order_seq_cst);
   }
   if (done < cookie) return false;
   SmpMb();

@@ -36,6 +36,8 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
+#include "engine/per_thread.h"
+
 namespace vmspace {
 
 /// A callback queued for after a grace period (the kernel's struct callback_head,
@@ -56,12 +58,18 @@ inline void SmpMb() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 #endif
 }
-/// The grace-period counter (rcu_state.gp_seq): odd values only, 2 apart; a thread
-/// going online copies it. Written only by grace-period starts (rcu.cc).
-extern std::atomic<uint64_t> gp_seq;
-/// A registered thread's reader state, alone in its cache line: a grace-period scan
-/// reads it, and nothing else the thread writes shares the line.
-struct alignas(64) Reader {
+/// The grace-period state (the kernel's struct rcu_state, kernel/rcu/tree.h): gp_seq,
+/// the grace-period counter, odd values only, 2 apart; a thread going online copies
+/// it. Written only by grace-period starts (rcu.cc). The struct fills its own
+/// kDestructiveInterferenceBytes, so no other variable can share the line every
+/// engine call reads (before, the linker put rmap.cc's anon_vma id counter there).
+struct alignas(kDestructiveInterferenceBytes) RcuState {
+  std::atomic<uint64_t> gp_seq{1};
+};
+extern RcuState rcu_state;
+/// A registered thread's reader state, alone in its cache-line pair: a grace-period
+/// scan reads it, and nothing else any thread writes shares the lines.
+struct alignas(kDestructiveInterferenceBytes) Reader {
   /// 0 while offline; while online, the gp_seq the thread read when it went online.
   std::atomic<uint64_t> ctr{0};
 };
@@ -89,7 +97,7 @@ void RegisterSlow();
 /// after the store sees the thread, and the thread's reads of RCU-protected pointers
 /// come after it (liburcu's _urcu_qsbr_thread_online).
 inline void Online() {
-  reader->ctr.store(gp_seq.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  reader->ctr.store(rcu_state.gp_seq.load(std::memory_order_relaxed), std::memory_order_relaxed);
   SmpMb();
 }
 /// Offline (a quiescent state): a release store, so every access of the read section

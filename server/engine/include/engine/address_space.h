@@ -20,6 +20,7 @@
 #include "engine/frame_allocator.h"
 #include "engine/profile.h"
 #include "engine/types.h"
+#include "engine/per_thread.h"
 
 namespace vmspace {
 
@@ -103,7 +104,7 @@ struct VmaInfo {
   bool anonymous = true;   // private anonymous (vma_is_anonymous)
   bool shmem = false;      // a shmem file: shared anonymous memory or a memfd
   uint64_t rss_pages = 0;  // present PTEs in the VMA
-  uint64_t anon_vma_id = 0;  // 0 = no anon_vma yet
+  uint64_t anon_vma_id = 0;  // 0 = no anon_vma yet; unique within the space
 };
 
 /// Space-wide figures (mm_struct counters), read without any of the space's locks
@@ -159,7 +160,10 @@ struct RcuStats {
 };
 RcuStats ReadRcuStats();
 
-class AddressSpace {
+/// One address space (a process's mm). Cache-line aligned, as its MmStruct: spaces
+/// used by different threads share no cache line (mm_struct's slab cache is
+/// SLAB_HWCACHE_ALIGN, kernel/fork.c proc_caches_init).
+class alignas(kDestructiveInterferenceBytes) AddressSpace {
  public:
   /// Creates an empty space. `frames` must outlive the space. The destructor unmaps
   /// everything; no other call may be running on the space then.

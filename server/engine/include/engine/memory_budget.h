@@ -22,6 +22,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include "engine/per_thread.h"
 
 namespace vmspace {
 
@@ -66,7 +67,7 @@ class MemoryBudget {
   static constexpr int kCells = 16;
 
  private:
-  struct alignas(64) Cell {
+  struct alignas(kDestructiveInterferenceBytes) Cell {
     std::array<std::atomic<int64_t>, kMemKinds> bytes{};
     std::atomic<uint64_t> stock{0};  // limit reserved by this cell, not yet charged
   };

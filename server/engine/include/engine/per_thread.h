@@ -8,11 +8,24 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <mutex>
 #include <vector>
 
 namespace vmspace {
 
+/// Alignment (and so size granule) of data one thread writes often and other threads
+/// must not share a cache line with: per-thread cells, per-space and per-client
+/// objects (the kernel's ____cacheline_aligned_in_smp and SLAB_HWCACHE_ALIGN caches).
+/// Two 64-byte lines, not one: the L2 adjacent-line prefetcher of these CPUs (AMD Zen;
+/// Intel's spatial prefetcher) fetches lines in 128-byte pairs, so a write to one line
+/// of a pair also takes the other CPU's prefetched copy of its neighbour (folly's
+/// hardware_destructive_interference_size is 128 on x86-64 for this reason). Measured
+/// with perf (README, "Two spaces"): two spaces on two threads of one process took 31%
+/// more samples per seed-004 round than the same spaces in two processes while the
+/// spaces' indexes and the bench's sessions shared lines; 14% with 64-byte alignment;
+/// 4-10% with 128.
+inline constexpr std::size_t kDestructiveInterferenceBytes = 128;
 /// Shards of the engine's per-CPU-like free lists (frames, tree nodes).
 inline constexpr int kThreadShards = 16;
 /// The calling thread's shard in [0, kThreadShards), assigned round robin at its first

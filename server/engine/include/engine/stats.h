@@ -135,7 +135,7 @@ struct Slot {
              static_cast<size_t>(LockClass::kCount)>
       locks{};
 };
-struct alignas(64) ThreadBlock {
+struct alignas(kDestructiveInterferenceBytes) ThreadBlock {
   std::array<Slot, kStatSlots> slots;
 };
 inline thread_local constinit int tls_slot = 0;
