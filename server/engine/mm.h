@@ -270,8 +270,8 @@ class VmaCache {
     uint64_t bytes = 0;
     RcuBatch* next = nullptr;  // the cache's FIFO
   };
-  /// Asks for one grace period (RcuStartPoll) for every queued batch that has not yet
-  /// and was queued before the current RCU tick.
+  /// Asks for one grace period (RcuStartPoll), shared by every queued batch that has
+  /// no cookie yet and was queued before the current RCU tick.
   void AskGracePeriods();
   /// Whether b's grace period has ended (a kPolled batch is then uncharged and marked
   /// kDone); `scan` (RcuPollState) is cleared once a scan has been used.

@@ -22,7 +22,6 @@
 #include "engine/address_space.h"
 #include "engine/file.h"
 #include "engine/frame_allocator.h"
-#include "engine/frame_allocator.h"
 #include "engine/per_thread.h"
 
 namespace vmspace::rpc {
