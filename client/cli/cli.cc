@@ -1789,6 +1789,10 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     std::optional<double> x;        // many / the first CPU's one-client rounds/s
     std::optional<double> matched;  // many / the slowest CPU's one-client rounds/s
     std::optional<double> spread;   // the fastest CPU's one-client rounds/s / the slowest's
+    /// The slowest client beside the others: the lowest, over the clients, of a client's
+    /// rounds/s in the many-client run / the one-client rounds/s on its CPU (pinned, in
+    /// process; 1 = no client lost anything to the others).
+    std::optional<double> per_client;
     /// In process: the lowest RunResult::on_cpu of this side's runs (1: no client's CPU
     /// ran anything else of the guest meanwhile).
     std::optional<double> on_cpu;
@@ -1835,6 +1839,16 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                                               [&](const StressRow& a, const StressRow& b) { return rps(a) < rps(b); });
     side.matched = ratio(*lo, *side.many);
     if (side.matched) side.spread = rps(*hi) / rps(*lo);
+    const std::vector<double>& by_client = side.many->client_rounds_per_s;
+    if (transport == "inprocess" && static_cast<int>(by_client.size()) == n) {
+      double low = 0;
+      for (int k = 0; k < n; ++k) {
+        const double alone = rps(side.one_by_cpu[static_cast<size_t>(k) % side.one_by_cpu.size()]);
+        const double rel = alone > 0 ? by_client[static_cast<size_t>(k)] / alone : 0;
+        low = k == 0 ? rel : std::min(low, rel);
+      }
+      if (low > 0) side.per_client = low;
+    }
   };
   // The profile's name: the one given, else the engine's default in process; the
   // daemon's default is its own (--locking-profile of vmspaced).
@@ -1842,7 +1856,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
   if (!base_cfg.locking_profile.empty()) bench::CheckProfile(base_cfg.locking_profile, &profile);
   else if (transport == "inprocess") profile = LockingProfile{}.name;
   std::vector<Rep> reps;
-  std::vector<double> our_x, native_x, alu_x, map_x, over_map, matched_x, native_matched_x;
+  std::vector<double> our_x, native_x, alu_x, map_x, over_map, matched_x, native_matched_x, per_client_x;
   std::string error;
   for (int k = 0; k < repeat && error.empty(); ++k) {
     const std::string what = "seed-004 scaling, repetition " + std::to_string(k + 1) + "/" + std::to_string(repeat);
@@ -1869,6 +1883,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     if (r.map_x) map_x.push_back(*r.map_x);
     if (r.over_map) over_map.push_back(*r.over_map);
     if (r.ours.matched) matched_x.push_back(*r.ours.matched);
+    if (r.ours.per_client) per_client_x.push_back(*r.ours.per_client);
     if (r.kernel.matched) native_matched_x.push_back(*r.kernel.matched);
     reps.push_back(std::move(r));
   }
@@ -1878,7 +1893,8 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
   };
   const std::optional<double> our_med = median(our_x), native_med = median(native_x), alu_med = median(alu_x),
                               map_med = median(map_x), over_map_med = median(over_map),
-                              matched_med = median(matched_x), native_matched_med = median(native_matched_x);
+                              matched_med = median(matched_x), native_matched_med = median(native_matched_x),
+                              per_client_med = median(per_client_x);
   if (c.json) {
     auto rps = [](const std::optional<StressRow>& s) { return s && s->ok() ? Json(s->rounds_per_sec()) : Json(nullptr); };
     auto rps_list = [](const std::vector<StressRow>& v) {
@@ -1909,6 +1925,9 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                      {"cpu_spread", OptJson(r.ours.spread)},
                      {"on_cpu_one_by_cpu", on_cpu_list(r.ours.one_by_cpu)},
                      {"clients_on_cpu", on_cpu(r.ours.many)},
+                     {"clients_rounds_per_s_by_client",
+                      r.ours.many && r.ours.many->ok() ? Json(r.ours.many->client_rounds_per_s) : Json(nullptr)},
+                     {"per_client_ratio", OptJson(r.ours.per_client)},
                      {"native_one_rounds_per_s", rps(r.kernel.one())},
                      {"native_one_rounds_per_s_by_cpu", rps_list(r.kernel.one_by_cpu)},
                      {"native_matched_ratio", OptJson(r.kernel.matched)},
@@ -1942,6 +1961,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
                   {"ratio_over_map_median", OptJson(over_map_med)},
                   {"matched_ratio_median", OptJson(matched_med)},
                   {"native_matched_ratio_median", OptJson(native_matched_med)},
+                  {"per_client_ratio_median", OptJson(per_client_med)},
                   {"error", error.empty() ? Json(nullptr) : Json(error)}}
                  .dump()
           << "\n";
@@ -2007,6 +2027,7 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
     };
     summary("ours", our_x, our_med);
     summary("ours matched", matched_x, matched_med);
+    summary("ours per client", per_client_x, per_client_med);
     summary("kernel", native_x, native_med);
     summary("kernel matched", native_matched_x, native_matched_med);
     summary("alu", alu_x, alu_med);
@@ -2019,7 +2040,9 @@ int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::
         << " = as fast as clients that share nothing, on these CPUs as the host runs them now); spread = the fastest"
         << " CPU's 1-client rounds/s / the slowest's; on-cpu = the lowest, over the repetition's runs and their"
         << " clients, of a client thread's CPU time / its wall time (below 1: its CPU also ran another thread of"
-        << " the guest, such as the engine's call_rcu worker; what the host takes is not seen)\n";
+        << " the guest, such as the engine's call_rcu worker; what the host takes is not seen)\n"
+        << "per client = the lowest, over the clients, of a client's rounds/s beside the others / its CPU's 1-client"
+        << " rounds/s (in process; 1 = no client lost anything to the others)\n";
     o
       << "alu, map = the controls, " << n << " threads that share nothing, pinned as the clients (" << n
       << " x the 1-thread time / the " << n << "-thread time): alu, integer-unit-bound register code (near 1 when"

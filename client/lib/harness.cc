@@ -435,6 +435,8 @@ void Merge(const std::vector<ClientFigures>& figs, const Workload& w, bool hash,
       r.on_cpu = c == 0 ? share : std::min(r.on_cpu, share);
     }
     r.rounds += f.rounds;
+    r.client_rounds_per_s.push_back(
+        f.t1 > f.t0 ? static_cast<double>(f.rounds) * 1e9 / static_cast<double>(f.t1 - f.t0) : 0);
     r.mmaps += f.mmaps;
     r.munmaps += f.munmaps;
     r.accesses += f.accesses;

@@ -107,6 +107,9 @@ struct RunResult {
   /// Whole loop iterations: seed-004 rounds; page_fault1 and the mixed faulters: full
   /// passes over their mapping; mmap1: mmap+munmap pairs.
   uint64_t rounds = 0;
+  /// Each client's rounds over its own timed phase (rounds/s, client order; 0 for a
+  /// client that never timed): how fast each one went beside the others.
+  std::vector<double> client_rounds_per_s;
   /// The workload's unit of work: seed-004 mmap+munmap+access ops; page_fault1 and
   /// mixed: pages written; mmap1: mmap+munmap pairs.
   uint64_t ops = 0;

@@ -448,7 +448,7 @@ TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
   const json& reps = j["repetitions"];
   ASSERT_EQ(reps.size(), 3u);
   EXPECT_EQ(j["pinned"], pinned);
-  std::vector<double> ours, kernel, alu, map, over_map, matched, kernel_matched;
+  std::vector<double> ours, kernel, alu, map, over_map, matched, kernel_matched, per_client;
   for (const json& r : reps) {
     // One 1-client run per CPU when pinned, else one; the first is the ratio's.
     for (const char* who : {"", "native_"}) {
@@ -477,6 +477,21 @@ TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
       EXPECT_DOUBLE_EQ(r[w + "matched_ratio"].get<double>(), many / lo) << w;
       EXPECT_DOUBLE_EQ(r[w + "cpu_spread"].get<double>(), hi / lo) << w;
       (w.empty() ? matched : kernel_matched).push_back(many / lo);
+      if (!w.empty()) continue;
+      // Each client's own rounds/s beside the other, over its CPU's 1-client rounds/s;
+      // each client timed a part of the run's span, so their sum is at least the aggregate.
+      const json& by_client = r["clients_rounds_per_s_by_client"];
+      ASSERT_EQ(by_client.size(), 2u);
+      double low = 0, sum = 0;
+      for (size_t k = 0; k < 2; ++k) {
+        const double rel = by_client[k].get<double>() / solo[k].get<double>();
+        ASSERT_GT(rel, 0);
+        low = k == 0 ? rel : std::min(low, rel);
+        sum += by_client[k].get<double>();
+      }
+      EXPECT_DOUBLE_EQ(r["per_client_ratio"].get<double>(), low);
+      EXPECT_GE(sum, many * (1 - 1e-9));
+      per_client.push_back(low);
     }
     EXPECT_EQ(r["one_client_rounds"], 1000);
     EXPECT_EQ(r["clients_rounds"], 2000);  // both clients ran all their rounds
@@ -515,8 +530,11 @@ TEST(BenchStressScaling, RatiosPerRepetitionAndTheirMedian) {
     std::sort(kernel_matched.begin(), kernel_matched.end());
     EXPECT_DOUBLE_EQ(j["matched_ratio_median"].get<double>(), matched[1]);
     EXPECT_DOUBLE_EQ(j["native_matched_ratio_median"].get<double>(), kernel_matched[1]);
+    std::sort(per_client.begin(), per_client.end());
+    EXPECT_DOUBLE_EQ(j["per_client_ratio_median"].get<double>(), per_client[1]);
   } else {
     EXPECT_TRUE(j["matched_ratio_median"].is_null());
+    EXPECT_TRUE(j["per_client_ratio_median"].is_null());
   }
   CliRun t = Cli({"bench", "stress", "--rounds", "500", "--quiet", "--scaling", "--clients", "2", "--skip-native"});
   ASSERT_EQ(t.code, kExitOk) << t.err;
