@@ -12,6 +12,7 @@ namespace vmspace {
 
 SysResult AddressSpace::Madvise(uint64_t start, uint64_t len_in, int advice) {
   RcuEntry rcu;
+  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   // do_madvise (mm/madvise.c)

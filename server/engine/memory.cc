@@ -543,12 +543,14 @@ FaultResult MmStruct::FaultInPage(uint64_t addr, AccessType acc) {
 
 FaultResult AddressSpace::Fault(uint64_t addr, AccessType access) {
   RcuEntry rcu;
+  mm_->NoteRcuReader();
   StatsSlotScope slot_scope(mm_->stats_slot);
   return mm_->FaultInPage(addr, access);
 }
 
 AccessResult AddressSpace::Access(uint64_t addr, uint64_t len, uint64_t stride, AccessType access) {
   RcuEntry rcu;
+  mm_->NoteRcuReader();
   StatsSlotScope slot_scope(mm_->stats_slot);
   AccessResult res;
   if (stride == 0) stride = 1;
@@ -621,6 +623,7 @@ CopyResult CopyPages(MmStruct& m, uint64_t addr, uint64_t len, AccessType acc, C
 
 CopyResult AddressSpace::ReadMemory(uint64_t addr, void* dst, uint64_t len) {
   RcuEntry rcu;
+  mm_->NoteRcuReader();
   StatsSlotScope slot_scope(mm_->stats_slot);
   auto* out = static_cast<uint8_t*>(dst);
   return CopyPages(*mm_, addr, len, AccessType::kRead,
@@ -629,6 +632,7 @@ CopyResult AddressSpace::ReadMemory(uint64_t addr, void* dst, uint64_t len) {
 
 CopyResult AddressSpace::WriteMemory(uint64_t addr, const void* src, uint64_t len) {
   RcuEntry rcu;
+  mm_->NoteRcuReader();
   StatsSlotScope slot_scope(mm_->stats_slot);
   auto* in = static_cast<const uint8_t*>(src);
   return CopyPages(*mm_, addr, len, AccessType::kWrite,

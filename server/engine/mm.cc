@@ -197,7 +197,13 @@ void MmStruct::FlushGatherLocked() {
   MmuGather* g = gather;
   gather = nullptr;
   if (g && MmuGather::Prepare(g, frames, stats_slot)) {
-    g->cookie = RcuStartPoll();
+    if (g->pages.empty() && g->tables.empty() && SoleRcuReaderLocked()) {
+      g->cookie = 0;  // freed after this thread's next quiescent state
+      g->sole_owner = RcuThreadId();
+      g->sole_qs = RcuQsCount();
+    } else {
+      g->cookie = RcuStartPoll();
+    }
     g->head.next = nullptr;
     if (polled_tail) polled_tail->head.next = &g->head;
     else polled_head = g;
@@ -211,12 +217,35 @@ void MmStruct::FlushGatherLocked() {
 void MmStruct::FreePolledGathersLocked(bool scan) {
   if (scan) polled_skips = 0;
   while (MmuGather* g = polled_head) {
-    if (!RcuPollState(g->cookie, scan)) return;
-    scan = false;  // once is enough: the scan's result stands for the rest
+    if (g->cookie == 0 && g->sole_owner != RcuThreadId()) {
+      // Another thread writes the space now (a reclaim, or a second client): it cannot
+      // see the owner's quiescent states, so the gather takes a grace period from here.
+      g->cookie = RcuStartPoll();
+    }
+    const bool sole = g->cookie == 0;
+    if (sole) {
+      if (RcuQsCount() == g->sole_qs) return;  // still in the call that handed it on
+    } else if (!RcuPollState(g->cookie, scan)) {
+      return;
+    } else {
+      scan = false;  // once is enough: the scan's result stands for the rest
+    }
     MmuGather::FreeNow(PopPolledLocked());
     StatsSlotScope slot_scope(stats_slot);
     CountEvent(Event::kRcuPolledGathers);
+    if (sole) CountEvent(Event::kRcuSoleGathers);
   }
+}
+
+void MmStruct::NoteRcuReaderSlow(uint64_t me) {
+  uint64_t cur = 0;
+  if (rcu_sole.compare_exchange_strong(cur, me, std::memory_order_seq_cst) || cur == me || cur == kRcuShared) return;
+  rcu_sole.store(kRcuShared, std::memory_order_seq_cst);  // a second reader: for good
+}
+
+bool MmStruct::SoleRcuReaderLocked() {
+  rcu_internal::SmpMb();  // the unlinks before the read (a new reader marks, then reads)
+  return rcu_sole.load(std::memory_order_relaxed) == RcuThreadId();
 }
 
 void MmStruct::QueuePolledGathersLocked(int keep) {

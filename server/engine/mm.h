@@ -135,7 +135,9 @@ class TlbUsers {
 /// their profile's own way (MmStruct::ReleaseRetiredVmasLocked).
 struct MmuGather {
   struct rcu_head head;  // call_rcu's, or the link of MmStruct's polled list
-  uint64_t cookie = 0;   // on MmStruct's polled list: its grace period (RcuStartPoll)
+  uint64_t cookie = 0;   // on MmStruct's polled list: its grace period (RcuStartPoll); 0: sole
+  uint64_t sole_owner = 0;  // cookie 0: the space's only thread (RcuThreadId) ...
+  uint64_t sole_qs = 0;     // ... and its RcuQsCount() when the gather was handed on
   FrameAllocator* frames = nullptr;
   int stats_slot = 0;        // the space's profile slot: frees are counted there
   int shard = 0;             // the queueing thread's ThreadShard(): frames and nodes go back there
@@ -384,6 +386,32 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   MmuGather* polled_tail ABSL_GUARDED_BY(mmap_lock) = nullptr;
   int polled_count ABSL_GUARDED_BY(mmap_lock) = 0;
   unsigned polled_skips ABSL_GUARDED_BY(mmap_lock) = 0;  // write sections since the last scan
+  /// The threads that may hold pointers to this space's RCU-freed index nodes: the
+  /// RcuThreadId of the only thread that has entered the space (every public entry
+  /// point calls NoteRcuReader before it reads anything), 0 before the first, or
+  /// kRcuShared once a second one has (for good). The engine's mm_cpumask for RCU: a
+  /// gather of index nodes handed on while its writer is the only reader needs no grace
+  /// period, only that thread's own next quiescent state (FlushGatherLocked), so
+  /// independent spaces on their own threads start, scan and advance no shared
+  /// grace-period state (session 16: that sharing cost each of two such spaces ~6% of
+  /// its rounds). Only index nodes: page tables and frames are also reached by other
+  /// threads (rmap walks, the TLB-hit path's frames), and VMAs through i_mmap.
+  std::atomic<uint64_t> rcu_sole{0};
+  static constexpr uint64_t kRcuShared = ~0ull;
+  /// Marks the calling thread as a reader of this space (see rcu_sole); call it right
+  /// after the entry point's RcuEntry. The first mark (a sequentially consistent RMW, a
+  /// full barrier) comes before the thread's first read of the space, as a writer's
+  /// barrier comes between its unlinks and its check of rcu_sole (SoleRcuReaderLocked).
+  void NoteRcuReader() {
+    const uint64_t me = RcuThreadId();
+    const uint64_t sole = rcu_sole.load(std::memory_order_relaxed);
+    if (sole != me && sole != kRcuShared) NoteRcuReaderSlow(me);
+  }
+  void NoteRcuReaderSlow(uint64_t me);
+  /// Whether the calling thread is the only one that has entered the space; a full
+  /// barrier first, so what it unlinked before is unreachable to any thread that marks
+  /// itself after this read.
+  bool SoleRcuReaderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// The File whose i_mmap_rwsem this write section holds across a multi-VMA change
   /// (vma.cc IMmapSection), or null.
   struct File* i_mmap_held ABSL_GUARDED_BY(mmap_lock) = nullptr;

@@ -313,6 +313,7 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
 SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, uint64_t offset,
                              std::shared_ptr<OpenFile> file) {
   RcuEntry rcu;
+  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   auto fail = [](int e) {
@@ -370,6 +371,7 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
 
 SysResult AddressSpace::Munmap(uint64_t addr, uint64_t len) {
   RcuEntry rcu;
+  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   // do_vmi_munmap (mm/vma.c)

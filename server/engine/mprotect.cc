@@ -98,6 +98,7 @@ int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grow
 
 SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
   RcuEntry rcu;
+  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   auto done = [](int e) {

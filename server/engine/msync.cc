@@ -24,6 +24,7 @@ int VfsFsyncRange(OpenFile& h, uint64_t first, uint64_t last) {
 
 SysResult AddressSpace::Msync(uint64_t start, uint64_t len, int flags) {
   RcuEntry rcu;
+  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   auto done = [](int e) { return e ? SysResult::Err(e) : SysResult::Ok(); };

@@ -39,6 +39,7 @@ VmaInfo MmStruct::VmaInfoLocked(const Vma* v) {
 
 std::vector<VmaInfo> AddressSpace::Maps(uint64_t start, uint64_t end) {
   RcuEntry rcu;
+  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   std::vector<VmaInfo> out;
@@ -50,6 +51,7 @@ std::vector<VmaInfo> AddressSpace::Maps(uint64_t start, uint64_t end) {
 
 uint64_t AddressSpace::CountVmas(uint64_t start, uint64_t end, uint64_t max) {
   RcuEntry rcu;
+  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   ReadGuard l(m.mmap_lock);

@@ -12,6 +12,7 @@ namespace vmspace {
 
 std::string AddressSpace::Validate() {
   RcuEntry rcu;
+  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
   m.MmapWriteLock();

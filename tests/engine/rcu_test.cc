@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -182,9 +183,12 @@ TEST(CallRcu, WakesTheWorkerOnlyAfterItStoppedPolling) {
 /// every grace period that starts meanwhile.
 class HeldReader {
  public:
-  HeldReader()
-      : t_([this] {
+  /// `first` runs inside the read section before it is held (e.g. an engine call on a
+  /// space, which makes the thread one of the space's readers).
+  explicit HeldReader(std::function<void()> first = {})
+      : first_(std::move(first)), t_([this] {
           RcuReadGuard g;
+          if (first_) first_();
           inside_ = true;
           while (!leave_) std::this_thread::yield();
         }) {
@@ -198,7 +202,8 @@ class HeldReader {
 
  private:
   std::atomic<bool> inside_{false}, leave_{false};
-  std::thread t_;  // last: starts once the flags exist
+  std::function<void()> first_;
+  std::thread t_;  // last: starts once the flags and first_ exist
 };
 
 TEST(RcuPoll, ACookieEndsOnceEveryThreadOnlineAtItsStartHasLeft) {
@@ -275,20 +280,29 @@ TEST(PolledGathers, ASpaceFreesWhatItRetiredItselfAndCallRcuTakesWhatWaitsTooLon
   RcuBarrier();
   const uint64_t q0 = queued();
   const StatsSnapshot s0 = ReadStats();
+  const uint64_t gp0 = rcu_internal::rcu_state.gp_seq.load();
   const int64_t most = rounds(20000);
   // Each round retires a few nodes: gathers of 256 filled and freed, each counted.
-  EXPECT_GT(ReadStats().Minus(s0).event(Event::kRcuPolledGathers), 20000u / 256);
+  const StatsSnapshot d0 = ReadStats().Minus(s0);
+  EXPECT_GT(d0.event(Event::kRcuPolledGathers), 20000u / 256);
+  // This thread is the only one that ever entered the space: each gather of nodes was
+  // freed after its own next quiescent state, and no grace period was started.
+  EXPECT_EQ(d0.event(Event::kRcuSoleGathers), d0.event(Event::kRcuPolledGathers));
+  EXPECT_EQ(rcu_internal::rcu_state.gp_seq.load(), gp0);
   // Thousands of gathers of retired nodes, and none went through call_rcu: each was
   // freed by a later write section of the space, after its grace period, and at most
   // kMaxPolledGathers gathers of 256 nodes waited beside the live tree.
   EXPECT_EQ(queued(), q0);
   EXPECT_LT(most, 10 * 256 * 256);
-  // A reader that stays in its read section holds every grace period up: the space
-  // keeps kMaxPolledGathers gathers and hands the older ones to call_rcu.
-  HeldReader reader;
+  // A reader of the space (it made an engine call on it) that stays in its read
+  // section holds every grace period up: the space keeps kMaxPolledGathers gathers
+  // and hands the older ones to call_rcu; none is freed by the single-reader rule.
+  HeldReader reader([&] { as->CountVmas(0, ~0ull, 1); });
+  const StatsSnapshot s1 = ReadStats();
   rounds(20000);
   const uint64_t q1 = queued();
   EXPECT_GT(q1, q0 + 10);
+  EXPECT_EQ(ReadStats().Minus(s1).event(Event::kRcuSoleGathers), 0u);
   reader.Leave();
   // Idle now, the space hands its waiting gathers to call_rcu when asked to flush
   // deferred frees (the daemon does, periodically): no later write section will.
@@ -296,6 +310,54 @@ TEST(PolledGathers, ASpaceFreesWhatItRetiredItselfAndCallRcuTakesWhatWaitsTooLon
   EXPECT_GT(queued(), q1);
   RcuBarrier();
   testing_util::ExpectAllFramesFreed(as, frames);
+}
+
+// Two spaces, each used by its own thread only, as two processes: their gathers of
+// retired nodes wait for their own thread's next quiescent state, so neither starts,
+// scans or advances the shared grace-period sequence. Once a second thread has
+// entered a space (a Maps call), that space's gathers take grace periods again.
+TEST(PolledGathers, SpacesOnTheirOwnThreadsStartNoGracePeriod) {
+  RcuThread();
+  FrameAllocator frames(64ull << 20);
+  SpaceOptions opts;
+  std::string err;
+  ASSERT_TRUE(LockingProfile::Parse("linux-6.15", &opts.profile, &err)) << err;
+  auto a = std::make_unique<AddressSpace>(frames, opts);
+  auto b = std::make_unique<AddressSpace>(frames, opts);
+  auto churn = [](AddressSpace* as, int n) {
+    for (int i = 0; i < 64; i++) ASSERT_TRUE(as->Mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS).ok());
+    for (int i = 0; i < n; i++) {
+      const uint64_t addr = as->Mmap(0, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).value;
+      ASSERT_NE(addr, 0u);
+      ASSERT_TRUE(as->Munmap(addr, 3 * 4096).ok());
+    }
+  };
+  RcuBarrier();
+  const StatsSnapshot s0 = ReadStats();
+  const uint64_t gp0 = rcu_internal::rcu_state.gp_seq.load();
+  {
+    std::thread ta(churn, a.get(), 10000), tb(churn, b.get(), 10000);
+    ta.join();
+    tb.join();
+  }
+  const StatsSnapshot d0 = ReadStats().Minus(s0);
+  EXPECT_GT(d0.event(Event::kRcuSoleGathers), 2 * 10000u / 256);
+  EXPECT_EQ(rcu_internal::rcu_state.gp_seq.load(), gp0);
+  // A second thread enters a (the main thread's Maps call; the next churn's thread is
+  // a third): a's gathers wait for grace periods from now on, for good.
+  EXPECT_GT(a->Maps(0, ~0ull).size(), 0u);
+  const StatsSnapshot s1 = ReadStats();
+  {
+    std::thread ta(churn, a.get(), 10000);
+    ta.join();
+  }
+  const StatsSnapshot d1 = ReadStats().Minus(s1);
+  EXPECT_EQ(d1.event(Event::kRcuSoleGathers), 0u);
+  EXPECT_GT(rcu_internal::rcu_state.gp_seq.load(), gp0);
+  a.reset();
+  b.reset();
+  RcuBarrier();
+  EXPECT_EQ(frames.budget().usage(MemKind::kIndexNodes), 0);
 }
 
 // True while the calling thread is online (a grace period waits for it).

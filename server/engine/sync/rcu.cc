@@ -74,6 +74,8 @@ struct Registrar {
 void RegisterSlow() {
   static thread_local Registrar r;  // unregisters at thread exit
   (void)r;
+  static std::atomic<uint64_t> next_id{1};
+  tls.id = next_id.fetch_add(1, std::memory_order_relaxed);
   tls.registered = true;
 }
 

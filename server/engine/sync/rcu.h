@@ -87,6 +87,8 @@ struct ThreadState {
   bool registered;
   int depth;       // open RcuEntry scopes and read guards: online while > 0, except asleep
   int read_depth;  // of them, RcuReadGuards (the thread must not go offline)
+  uint64_t id;     // RcuThreadId(): unique in the process, set at registration
+  uint64_t qs;     // RcuQsCount(): times the thread went offline
 };
 // constinit: no TLS wrapper call on each access (UBSan also took the wrapper's result
 // for a null pointer).
@@ -103,7 +105,10 @@ inline void Online() {
 /// Offline (a quiescent state): a release store, so every access of the read section
 /// is done before a grace-period scan can see the 0. No second barrier: nobody sleeps
 /// waiting for this thread (grace periods are polled), so there is nobody to wake.
-inline void Offline() { reader->ctr.store(0, std::memory_order_release); }
+inline void Offline() {
+  reader->ctr.store(0, std::memory_order_release);
+  tls.qs++;
+}
 inline bool IsOnline() { return reader->ctr.load(std::memory_order_relaxed) != 0; }
 inline void Enter() {
   if (__builtin_expect(!tls.registered, 0)) RegisterSlow();
@@ -157,6 +162,17 @@ inline std::atomic<uint64_t> g_rcu_tick_test_value{0};
 inline void RcuThread() {
   if (__builtin_expect(!rcu_internal::tls.registered, 0)) rcu_internal::RegisterSlow();
 }
+
+/// The calling thread's RCU identity: nonzero once it is registered (by its first
+/// RcuEntry, RcuReadGuard or RcuThread), and never reused in the process's life (its
+/// Reader slot is). MmStruct::NoteRcuReader keeps the one thread that uses a space.
+inline uint64_t RcuThreadId() { return rcu_internal::tls.id; }
+/// Quiescent states the calling thread has passed (the times it went offline: the end
+/// of an engine call, a sleep in the engine). What only this thread could have reached,
+/// and unlinked while this read n, may be freed by it once this reads more than n: the
+/// single-CPU grace period (Tiny RCU, kernel/rcu/tiny.c, Linux 6.18: a quiescent state
+/// of the only CPU ends a grace period). Thread-local: no other thread reads or writes it.
+inline uint64_t RcuQsCount() { return rcu_internal::tls.qs; }
 
 /// The scope of one engine call (every public entry point opens one first): the thread
 /// is online until the outermost scope closes, then offline (a quiescent state).
