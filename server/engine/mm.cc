@@ -245,7 +245,8 @@ void MmStruct::NoteRcuReaderSlow(uint64_t me) {
 
 bool MmStruct::SoleRcuReaderLocked() {
   rcu_internal::SmpMb();  // the unlinks before the read (a new reader marks, then reads)
-  return rcu_sole.load(std::memory_order_relaxed) == RcuThreadId();
+  const uint64_t me = RcuThreadId();
+  return me != 0 && rcu_sole.load(std::memory_order_relaxed) == me;
 }
 
 void MmStruct::QueuePolledGathersLocked(int keep) {
