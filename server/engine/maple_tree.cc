@@ -37,9 +37,10 @@ void* NodeCache::Alloc() {
   return Pop();
 }
 
-void NodeCache::TrimSlow() {
-  std::vector<void*> give(free_.begin() + kKeep, free_.end());
-  free_.resize(kKeep);
+void NodeCache::TrimTo(size_t n) {
+  if (free_.size() <= n) return;
+  std::vector<void*> give(free_.begin() + static_cast<ptrdiff_t>(n), free_.end());
+  free_.resize(n);
   PutBack(give);
 }
 
@@ -313,6 +314,14 @@ void MapleTree::TakeRetired(std::vector<void*>& out) {
   out.insert(out.end(), retired_.begin(), retired_.end());
   retired_.clear();
 }
+
+void MapleTree::ReuseNodes(std::vector<void*>& nodes) {
+  for (void* n : nodes) cache_.Push(n);
+  nodes.clear();
+  cache_.Trim();
+}
+
+void MapleTree::TrimNodeCache() { cache_.TrimTo(NodeCache::kKeep); }
 
 void MapleTree::FreeNodes(std::vector<void*>& nodes, MemoryBudget* budget, int shard) {
   if (nodes.empty()) return;

@@ -183,20 +183,23 @@ class NodeCache {
   }
   /// A node onto the cache's top, without Trim.
   void Push(void* n) { free_.push_back(n); }
-  /// Gives free nodes back to the pool down to 64 when the cache holds more than 128
-  /// (kmem_cache_free_bulk's side: one batch under the pool shard's lock).
+  /// Gives free nodes back to the pool down to kKeep when the cache holds more than
+  /// kHigh (kmem_cache_free_bulk's side: one batch under the pool shard's lock).
   void Trim() {
-    if (free_.size() > kHigh) TrimSlow();
+    if (free_.size() > kHigh) TrimTo(kKeep);
   }
+  /// Gives free nodes back to the pool down to n (none if it holds n or fewer).
+  void TrimTo(size_t n);
+  /// Free nodes the cache holds.
+  size_t free_nodes() const { return free_.size(); }
   /// Bytes of tree nodes the calling thread has linked into trees minus those it
   /// unlinked (all node types; exact per thread, no shared counter).
   static int64_t ThreadLinkedBytes();
   void CountLinked(int64_t nodes);
+  static constexpr size_t kHigh = 128, kKeep = 64;  // Trim's marks
 
  private:
-  static constexpr size_t kHigh = 128, kKeep = 64;  // Trim's marks
   void Refill(size_t n);                            // Reserve(n) when short
-  void TrimSlow();                                  // Trim() past kHigh
   void PutBack(std::vector<void*>& nodes);          // put_ and uncharge
 
   Take take_;
@@ -239,6 +242,15 @@ class MapleTree {
   /// Moves the nodes retired so far into out (free them with FreeNodes after a grace
   /// period). Empty in no-RCU mode (nodes are freed at once).
   void TakeRetired(std::vector<void*>& out);
+  /// Takes back nodes of this tree's TakeRetired whose grace period has ended into its
+  /// node cache (they stay charged), as a CPU's slab takes back its own objects after
+  /// the RCU callback (kmem_cache_free_bulk to the per-CPU slab): a churning space
+  /// reuses its own nodes without a trip through the process-wide pool. Then trims the
+  /// cache (past 128 free nodes, down to 64). Writer's lock.
+  void ReuseNodes(std::vector<void*>& nodes);
+  /// Gives the cache's free nodes beyond 64 back to the pool (an idle space's flush).
+  /// Writer's lock.
+  void TrimNodeCache();
   /// Returns retired nodes to the pool's `shard` (-1: the calling thread's; see
   /// NodePool), uncharging them from `budget` (the budget of the tree they came from,
   /// or null for a tree without one).

@@ -123,22 +123,38 @@ MmStruct::~MmStruct() {
   std::vector<void*> nodes;
   idx->Commit();
   idx->TakeRetired(nodes);
+  nodes.insert(nodes.end(), sole_nodes.begin(), sole_nodes.end());
+  sole_nodes.clear();
   VmaIndex::DeleteRetired(nodes, &frames.budget());
   mmap_lock.UnlockWrite();
 }
 
-void MmStruct::MmapWriteLock() { mmap_lock.LockWrite(); }
+void MmStruct::MmapWriteLock() {
+  mmap_lock.LockWrite();
+  // Before this section's stores take nodes: the owner's nodes from its earlier calls,
+  // still hot, are the first the stores reuse.
+  if (!sole_nodes.empty()) ReuseSoleNodesLocked(false);
+}
 
 void MmStruct::EndWriteSectionLocked() {
   idx->Commit();
   // Through a vector of this space's, so that the gather (and its node vector, reserved
   // once at kDeferBatch: growing it by doubling for every batch cost malloc_consolidate)
   // exists only while it holds something: an index without RCU readers frees its nodes
-  // at once, and its gather holds only munmap's page tables and frames. A gather whose
-  // node vector is already reserved takes them directly.
-  if (gather && gather->nodes.capacity() != 0) {
-    idx->TakeRetired(gather->nodes);
-  } else if (idx->TakeRetired(retired_nodes); !retired_nodes.empty()) {
+  // at once, and its gather holds only munmap's page tables and frames.
+  if (!sole_nodes.empty()) ReuseSoleNodesLocked(false);
+  idx->TakeRetired(retired_nodes);
+  if (retired_nodes.empty()) {
+    // nothing retired (or an index that frees its nodes at once)
+  } else if (SoleRcuReaderLocked()) {
+    // Only this thread has ever entered the space: no other thread can hold these
+    // nodes, and this one holds none past its next quiescent state (the end of this
+    // call); a later write section takes them back (ReuseSoleNodesLocked).
+    sole_nodes.insert(sole_nodes.end(), retired_nodes.begin(), retired_nodes.end());
+    retired_nodes.clear();
+    sole_owner = RcuThreadId();
+    sole_qs = RcuQsCount();
+  } else {
     std::vector<void*>& n = GatherLocked().nodes;
     if (n.capacity() == 0) n.reserve(kDeferBatch);
     n.insert(n.end(), retired_nodes.begin(), retired_nodes.end());
@@ -162,7 +178,9 @@ void MmStruct::FlushGatherIfFullLocked() {
     FreePolledGathersLocked(++polled_skips >= kPollScanEvery);
   }
   g = gather;
-  if ((!g || g->empty()) && !vma_cache.rcu_pending() && !polled_head && !vma_cache.rcu_waiting()) return;
+  if ((!g || g->empty()) && !vma_cache.rcu_pending() && !polled_head && !vma_cache.rcu_waiting() &&
+      sole_nodes.empty())
+    return;
   deferred_any.store(true, std::memory_order_relaxed);
   // Charged memory waits: see FlushDeferredFrees (an idle space's polled list too).
   if ((g && (!g->pages.empty() || !g->tables.empty())) || polled_head)
@@ -175,9 +193,11 @@ void MmStruct::FlushDeferredFrees(bool all) {
   if (!pending) return;
   StatsSlotScope slot_scope(stats_slot);
   MmapWriteLock();
+  if (!sole_nodes.empty()) ReuseSoleNodesLocked(true);
   FlushGatherLocked();
   QueuePolledGathersLocked(0);  // no later write section may come to poll them
   vma_cache.HandToCallRcu();    // nor the VMA batches
+  idx->TrimNodeCache();         // nor store to take the cached nodes
   mmap_lock.UnlockWrite();
 }
 
@@ -197,13 +217,7 @@ void MmStruct::FlushGatherLocked() {
   MmuGather* g = gather;
   gather = nullptr;
   if (g && MmuGather::Prepare(g, frames, stats_slot)) {
-    if (g->pages.empty() && g->tables.empty() && SoleRcuReaderLocked()) {
-      g->cookie = 0;  // freed after this thread's next quiescent state
-      g->sole_owner = RcuThreadId();
-      g->sole_qs = RcuQsCount();
-    } else {
-      g->cookie = RcuStartPoll();
-    }
+    g->cookie = RcuStartPoll();
     g->head.next = nullptr;
     if (polled_tail) polled_tail->head.next = &g->head;
     else polled_head = g;
@@ -217,24 +231,34 @@ void MmStruct::FlushGatherLocked() {
 void MmStruct::FreePolledGathersLocked(bool scan) {
   if (scan) polled_skips = 0;
   while (MmuGather* g = polled_head) {
-    if (g->cookie == 0 && g->sole_owner != RcuThreadId()) {
-      // Another thread writes the space now (a reclaim, or a second client): it cannot
-      // see the owner's quiescent states, so the gather takes a grace period from here.
-      g->cookie = RcuStartPoll();
-    }
-    const bool sole = g->cookie == 0;
-    if (sole) {
-      if (RcuQsCount() == g->sole_qs) return;  // still in the call that handed it on
-    } else if (!RcuPollState(g->cookie, scan)) {
-      return;
-    } else {
-      scan = false;  // once is enough: the scan's result stands for the rest
-    }
-    MmuGather::FreeNow(PopPolledLocked());
+    if (!RcuPollState(g->cookie, scan)) return;
+    scan = false;  // once is enough: the scan's result stands for the rest
+    g = PopPolledLocked();
+    // The index nodes go back to this space's own node cache, not to the pool: a
+    // churning space reuses them with no pool lock and no budget charge (with the pool
+    // round trip, two spaces on two threads each took 6-10% more CPU per seed-004 round
+    // than in two processes; README "Two spaces").
+    if (!g->nodes.empty()) idx->ReuseRetired(g->nodes);
+    MmuGather::FreeNow(g);
     StatsSlotScope slot_scope(stats_slot);
     CountEvent(Event::kRcuPolledGathers);
-    if (sole) CountEvent(Event::kRcuSoleGathers);
   }
+}
+
+void MmStruct::ReuseSoleNodesLocked(bool flush) {
+  if (sole_owner == RcuThreadId() && RcuQsCount() != sole_qs) {
+    // Past the only reader's quiescent state: back into the index's node cache.
+    if (!idx->ReuseRetired(sole_nodes)) VmaIndex::DeleteRetired(sole_nodes, &frames.budget());
+    StatsSlotScope slot_scope(stats_slot);
+    CountEvent(Event::kRcuSoleReuses);
+    return;
+  }
+  if (sole_owner == RcuThreadId() && !flush) return;  // still in the call that retired them
+  // Another thread writes the space (a reclaim's flush, a second client), which cannot
+  // see the owner's quiescent states, or a flush: a grace period from here.
+  std::vector<void*>& n = GatherLocked().nodes;
+  n.insert(n.end(), sole_nodes.begin(), sole_nodes.end());
+  sole_nodes.clear();
 }
 
 void MmStruct::NoteRcuReaderSlow(uint64_t me) {

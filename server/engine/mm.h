@@ -135,9 +135,7 @@ class TlbUsers {
 /// their profile's own way (MmStruct::ReleaseRetiredVmasLocked).
 struct MmuGather {
   struct rcu_head head;  // call_rcu's, or the link of MmStruct's polled list
-  uint64_t cookie = 0;   // on MmStruct's polled list: its grace period (RcuStartPoll); 0: sole
-  uint64_t sole_owner = 0;  // cookie 0: the space's only thread (RcuThreadId) ...
-  uint64_t sole_qs = 0;     // ... and its RcuQsCount() when the gather was handed on
+  uint64_t cookie = 0;   // on MmStruct's polled list: its grace period (RcuStartPoll)
   FrameAllocator* frames = nullptr;
   int stats_slot = 0;        // the space's profile slot: frees are counted there
   int shard = 0;             // the queueing thread's ThreadShard(): frames and nodes go back there
@@ -376,8 +374,9 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// RcuStartPoll cookie, oldest first, linked through head.next. The space's own later
   /// write sections free them (FreePolledGathersLocked), on the thread that writes the
   /// space, as the kernel runs call_rcu callbacks on the CPU that queued them (the
-  /// per-CPU rcu_segcblist, kernel/rcu/tree.c rcu_do_batch): the nodes and frames go
-  /// back to that thread's caches while they are warm, no other thread touches them,
+  /// per-CPU rcu_segcblist, kernel/rcu/tree.c rcu_do_batch): the index nodes go back
+  /// to the index's own node cache (VmaIndex::ReuseRetired) and the frames to that
+  /// thread's allocator shard while they are warm, no other thread touches them,
   /// and a grace period ends at the first poll after every thread left the engine
   /// once, so about two gathers wait instead of a call_rcu worker's tick of them. An
   /// idle space's list goes to call_rcu (FlushDeferredFrees); so does the oldest
@@ -389,13 +388,13 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// The threads that may hold pointers to this space's RCU-freed index nodes: the
   /// RcuThreadId of the only thread that has entered the space (every public entry
   /// point calls NoteRcuReader before it reads anything), 0 before the first, or
-  /// kRcuShared once a second one has (for good). The engine's mm_cpumask for RCU: a
-  /// gather of index nodes handed on while its writer is the only reader needs no grace
-  /// period, only that thread's own next quiescent state (FlushGatherLocked), so
-  /// independent spaces on their own threads start, scan and advance no shared
-  /// grace-period state (session 16: that sharing cost each of two such spaces ~6% of
-  /// its rounds). Only index nodes: page tables and frames are also reached by other
-  /// threads (rmap walks, the TLB-hit path's frames), and VMAs through i_mmap.
+  /// kRcuShared once a second one has (for good). The engine's mm_cpumask for RCU:
+  /// index nodes retired while their writer is the only reader need no grace period,
+  /// only that thread's own next quiescent state (sole_nodes), so independent spaces on
+  /// their own threads start, scan and advance no shared grace-period state, and each
+  /// reuses its nodes while they are hot. Only index nodes: page tables and frames are
+  /// also reached by other threads (rmap walks, the TLB-hit path's frames), and VMAs
+  /// through i_mmap.
   std::atomic<uint64_t> rcu_sole{0};
   static constexpr uint64_t kRcuShared = ~0ull;
   /// Marks the calling thread as a reader of this space (see rcu_sole); call it right
@@ -412,6 +411,18 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// barrier first, so what it unlinked before is unreachable to any thread that marks
   /// itself after this read.
   bool SoleRcuReaderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// Index nodes retired by write sections of sole_owner while it was the space's only
+  /// reader (SoleRcuReaderLocked), when its RcuQsCount() was sole_qs: once that count
+  /// has moved (the single-CPU grace period, as Tiny RCU, kernel/rcu/tiny.c, Linux
+  /// 6.18) they go back into the index's node cache. Still charged (kIndexNodes).
+  std::vector<void*> sole_nodes ABSL_GUARDED_BY(mmap_lock);
+  uint64_t sole_owner ABSL_GUARDED_BY(mmap_lock) = 0;
+  uint64_t sole_qs ABSL_GUARDED_BY(mmap_lock) = 0;
+  /// sole_nodes back into the index's node cache if the calling thread is their owner
+  /// and has passed a quiescent state since it retired them (counted as
+  /// Event::kRcuSoleReuses); else, from another thread or with `flush`, into the gather
+  /// (a grace period from now); else (the owner, still in that call) nothing.
+  void ReuseSoleNodesLocked(bool flush) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// The File whose i_mmap_rwsem this write section holds across a multi-VMA change
   /// (vma.cc IMmapSection), or null.
   struct File* i_mmap_held ABSL_GUARDED_BY(mmap_lock) = nullptr;
@@ -462,7 +473,8 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   TlbUsers tlb_users;
 
   // ======================================================= mm.cc
-  /// mmap_write_lock().
+  /// mmap_write_lock(); then the index nodes of sole_nodes the caller may reuse go back
+  /// into the index's node cache (ReuseSoleNodesLocked), before the section's stores.
   void MmapWriteLock() ABSL_EXCLUSIVE_LOCK_FUNCTION(mmap_lock);
   /// mmap_write_unlock(): publishes the index to RCU readers, queues what the section
   /// retired (in batches), advances mm_lock_seq (releasing the section's VMA write
@@ -532,8 +544,9 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   }
   void AddRss(MmCounter c, int64_t n) { rss[c].Add(n); }
   /// Hands the gather kept across write sections, the polled gathers and vma_cache's
-  /// waiting VMA batches to call_rcu now, if there are any (FrameAllocator::Reclaim,
-  /// the daemon's periodic flush). Takes mmap_lock for write;
+  /// waiting VMA batches to call_rcu now, if there are any, and gives the index's
+  /// cached free nodes beyond a few back to the pool (FrameAllocator::Reclaim, the
+  /// daemon's periodic flush). Takes mmap_lock for write;
   /// caller holds no engine lock.
   void FlushDeferredFrees(bool all) ABSL_LOCKS_EXCLUDED(mmap_lock) override;
   /// Set when a write section left frames or page tables (memory charged to the frame

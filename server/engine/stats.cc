@@ -41,7 +41,7 @@ const char* EventName(Event e) {
     case Event::kDirtyThrottled: return "dirty_throttled";
     case Event::kWritebackPages: return "writeback_pages";
     case Event::kRcuPolledGathers: return "rcu_polled_gathers";
-    case Event::kRcuSoleGathers: return "rcu_sole_gathers";
+    case Event::kRcuSoleReuses: return "rcu_sole_reuses";
     case Event::kCount: break;
   }
   return "?";

@@ -409,6 +409,11 @@ class MapleIndex final : public VmaIndex {
     Flush();
     mt_.TakeRetired(out);
   }
+  bool ReuseRetired(std::vector<void*>& nodes) override {
+    mt_.ReuseNodes(nodes);
+    return true;
+  }
+  void TrimNodeCache() override { mt_.TrimNodeCache(); }
 
   std::string Check() const override {
     Settle();

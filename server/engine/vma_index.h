@@ -92,6 +92,14 @@ class alignas(kDestructiveInterferenceBytes) VmaIndex {
   /// Moves the nodes retired by changes so far into `out`; the caller frees them with
   /// DeleteRetired after an RCU grace period. Nothing for rbtree.
   virtual void TakeRetired(std::vector<void*>& out) {}
+  /// Takes nodes of this index's TakeRetired whose grace period has ended back into its
+  /// own node cache (MapleTree::ReuseNodes; they stay charged) and returns true; false
+  /// (nothing taken) for an index that retires none: the caller uses DeleteRetired.
+  /// Needs the index's writer lock (mmap_lock for write).
+  virtual bool ReuseRetired(std::vector<void*>& nodes) { return false; }
+  /// Gives the index's cached free nodes beyond a few back to the node pool (an idle
+  /// space's flush). Needs the writer lock.
+  virtual void TrimNodeCache() {}
   /// Returns retired nodes to the node pool's `shard` (the ThreadShard() of the thread
   /// that retired them; -1: the calling thread's), uncharging them from the index's
   /// budget (see Create).

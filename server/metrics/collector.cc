@@ -192,10 +192,11 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
          "Gathers of retired index nodes, page tables and frames that a space freed itself after a "
          "polled RCU grace period (the rest go through the call_rcu worker).",
          Event::kRcuPolledGathers);
-  single("vmspace_rcu_sole_gathers_total",
-         "Of those, gathers of index nodes freed without a grace period: only one thread had "
-         "ever entered their space, and it had passed a quiescent state since.",
-         Event::kRcuSoleGathers);
+  single("vmspace_rcu_sole_reuses_total",
+         "Batches of retired index nodes that a space took back into its own node cache without "
+         "a grace period: only one thread had ever entered the space, and it had passed a "
+         "quiescent state since.",
+         Event::kRcuSoleReuses);
 
   // Operations.
   auto ops = Family("vmspace_ops_total",

@@ -281,41 +281,49 @@ TEST(PolledGathers, ASpaceFreesWhatItRetiredItselfAndCallRcuTakesWhatWaitsTooLon
   const uint64_t q0 = queued();
   const StatsSnapshot s0 = ReadStats();
   const uint64_t gp0 = rcu_internal::rcu_state.gp_seq.load();
-  const int64_t most = rounds(20000);
-  // Each round retires a few nodes: gathers of 256 filled and freed, each counted.
+  const int64_t sole_most = rounds(20000);
+  // This thread is the only one that ever entered the space: the nodes each call
+  // retired went back into the space's node cache at its next call (at least one reuse
+  // per call after the first), with no gather, no grace period and no call_rcu.
   const StatsSnapshot d0 = ReadStats().Minus(s0);
-  EXPECT_GT(d0.event(Event::kRcuPolledGathers), 20000u / 256);
-  // This thread is the only one that ever entered the space: each gather of nodes was
-  // freed after its own next quiescent state, and no grace period was started.
-  EXPECT_EQ(d0.event(Event::kRcuSoleGathers), d0.event(Event::kRcuPolledGathers));
+  EXPECT_GE(d0.event(Event::kRcuSoleReuses), 2 * 20000u - 1);
+  EXPECT_EQ(d0.event(Event::kRcuPolledGathers), 0u);
   EXPECT_EQ(rcu_internal::rcu_state.gp_seq.load(), gp0);
-  // Thousands of gathers of retired nodes, and none went through call_rcu: each was
-  // freed by a later write section of the space, after its grace period, and at most
-  // kMaxPolledGathers gathers of 256 nodes waited beside the live tree.
+  EXPECT_EQ(queued(), q0);
+  // A second thread enters the space (an engine call): the space is shared for good,
+  // so its retired nodes wait for grace periods in gathers of 256, each freed by a
+  // later write section of the space, and none goes through call_rcu; at most
+  // kMaxPolledGathers gathers wait beside the live tree.
+  std::thread([&] { EXPECT_GT(as->CountVmas(0, ~0ull, 1), 0u); }).join();
+  const StatsSnapshot s1 = ReadStats();
+  const int64_t most = rounds(20000);
+  const StatsSnapshot d1 = ReadStats().Minus(s1);
+  EXPECT_GT(d1.event(Event::kRcuPolledGathers), 20000u / 256);
+  // (once: the nodes this thread retired in its last call as the only reader)
+  EXPECT_LE(d1.event(Event::kRcuSoleReuses), 1u);
+  EXPECT_GT(rcu_internal::rcu_state.gp_seq.load(), gp0);
   EXPECT_EQ(queued(), q0);
   EXPECT_LT(most, 10 * 256 * 256);
-  // A reader of the space (it made an engine call on it) that stays in its read
-  // section holds every grace period up: the space keeps kMaxPolledGathers gathers
-  // and hands the older ones to call_rcu; none is freed by the single-reader rule.
+  EXPECT_LT(sole_most, most);  // the sole space kept no gathers of nodes in flight
+  // A reader of the space that stays in its read section holds every grace period
+  // up: the space keeps kMaxPolledGathers gathers and hands the older ones to call_rcu.
   HeldReader reader([&] { as->CountVmas(0, ~0ull, 1); });
-  const StatsSnapshot s1 = ReadStats();
   rounds(20000);
-  const uint64_t q1 = queued();
-  EXPECT_GT(q1, q0 + 10);
-  EXPECT_EQ(ReadStats().Minus(s1).event(Event::kRcuSoleGathers), 0u);
+  const uint64_t q2 = queued();
+  EXPECT_GT(q2, q0 + 10);
   reader.Leave();
   // Idle now, the space hands its waiting gathers to call_rcu when asked to flush
   // deferred frees (the daemon does, periodically): no later write section will.
   frames.FlushDeferredFrees();
-  EXPECT_GT(queued(), q1);
+  EXPECT_GT(queued(), q2);
   RcuBarrier();
   testing_util::ExpectAllFramesFreed(as, frames);
 }
 
-// Two spaces, each used by its own thread only, as two processes: their gathers of
-// retired nodes wait for their own thread's next quiescent state, so neither starts,
-// scans or advances the shared grace-period sequence. Once a second thread has
-// entered a space (a Maps call), that space's gathers take grace periods again.
+// Two spaces, each used by its own thread only, as two processes: the nodes each
+// retires wait for their own thread's next quiescent state, so neither starts, scans
+// or advances the shared grace-period sequence. Once a second thread has entered a
+// space (a Maps call), that space's retired nodes take grace periods again.
 TEST(PolledGathers, SpacesOnTheirOwnThreadsStartNoGracePeriod) {
   RcuThread();
   FrameAllocator frames(64ull << 20);
@@ -341,7 +349,8 @@ TEST(PolledGathers, SpacesOnTheirOwnThreadsStartNoGracePeriod) {
     tb.join();
   }
   const StatsSnapshot d0 = ReadStats().Minus(s0);
-  EXPECT_GT(d0.event(Event::kRcuSoleGathers), 2 * 10000u / 256);
+  EXPECT_GE(d0.event(Event::kRcuSoleReuses), 2 * 2 * 10000u);
+  EXPECT_EQ(d0.event(Event::kRcuPolledGathers), 0u);
   EXPECT_EQ(rcu_internal::rcu_state.gp_seq.load(), gp0);
   // A second thread enters a (the main thread's Maps call; the next churn's thread is
   // a third): a's gathers wait for grace periods from now on, for good.
@@ -352,7 +361,8 @@ TEST(PolledGathers, SpacesOnTheirOwnThreadsStartNoGracePeriod) {
     ta.join();
   }
   const StatsSnapshot d1 = ReadStats().Minus(s1);
-  EXPECT_EQ(d1.event(Event::kRcuSoleGathers), 0u);
+  EXPECT_EQ(d1.event(Event::kRcuSoleReuses), 0u);
+  EXPECT_GT(d1.event(Event::kRcuPolledGathers), 10000u / 256);
   EXPECT_GT(rcu_internal::rcu_state.gp_seq.load(), gp0);
   a.reset();
   b.reset();

@@ -49,7 +49,7 @@ enum class Event : uint16_t {
   kDirtyThrottled,    // balance_dirty_pages: a writer waited for writeback (dirty > --dirty-bytes)
   kWritebackPages,    // dirty pages written back by the writeback thread (wb_writeback)
   kRcuPolledGathers,  // gathers a space freed itself after a polled grace period (not via call_rcu)
-  kRcuSoleGathers,    // of them, freed after their space's only thread passed a quiescent state
+  kRcuSoleReuses,     // retired index nodes a space's only thread took back after its own quiescent state
   kCount
 };
 const char* EventName(Event e);
