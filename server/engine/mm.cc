@@ -115,6 +115,8 @@ MmStruct::~MmStruct() {
   }
   for (Vma* v : retired_vmas) VmaFree(v);
   retired_vmas.clear();
+  for (Vma* v : sole_vmas) VmaFree(v);
+  sole_vmas.clear();
   map_count.store(0, std::memory_order_relaxed);
   total_vm.store(0, std::memory_order_relaxed);
   if (gather && MmuGather::Prepare(gather, frames, stats_slot)) MmuGather::FreeNow(gather);
@@ -133,7 +135,7 @@ void MmStruct::MmapWriteLock() {
   mmap_lock.LockWrite();
   // Before this section's stores take nodes: the owner's nodes from its earlier calls,
   // still hot, are the first the stores reuse.
-  if (!sole_nodes.empty()) ReuseSoleNodesLocked(false);
+  if (!sole_nodes.empty() || !sole_vmas.empty()) ReuseSoleLocked(false);
 }
 
 void MmStruct::EndWriteSectionLocked() {
@@ -142,14 +144,14 @@ void MmStruct::EndWriteSectionLocked() {
   // once at kDeferBatch: growing it by doubling for every batch cost malloc_consolidate)
   // exists only while it holds something: an index without RCU readers frees its nodes
   // at once, and its gather holds only munmap's page tables and frames.
-  if (!sole_nodes.empty()) ReuseSoleNodesLocked(false);
+  if (!sole_nodes.empty() || !sole_vmas.empty()) ReuseSoleLocked(false);
   idx->TakeRetired(retired_nodes);
   if (retired_nodes.empty()) {
     // nothing retired (or an index that frees its nodes at once)
   } else if (SoleRcuReaderLocked()) {
     // Only this thread has ever entered the space: no other thread can hold these
     // nodes, and this one holds none past its next quiescent state (the end of this
-    // call); a later write section takes them back (ReuseSoleNodesLocked).
+    // call); a later write section takes them back (ReuseSoleLocked).
     sole_nodes.insert(sole_nodes.end(), retired_nodes.begin(), retired_nodes.end());
     retired_nodes.clear();
     sole_owner = RcuThreadId();
@@ -179,7 +181,7 @@ void MmStruct::FlushGatherIfFullLocked() {
   }
   g = gather;
   if ((!g || g->empty()) && !vma_cache.rcu_pending() && !polled_head && !vma_cache.rcu_waiting() &&
-      sole_nodes.empty())
+      sole_nodes.empty() && sole_vmas.empty())
     return;
   deferred_any.store(true, std::memory_order_relaxed);
   // Charged memory waits: see FlushDeferredFrees (an idle space's polled list too).
@@ -193,7 +195,7 @@ void MmStruct::FlushDeferredFrees(bool all) {
   if (!pending) return;
   StatsSlotScope slot_scope(stats_slot);
   MmapWriteLock();
-  if (!sole_nodes.empty()) ReuseSoleNodesLocked(true);
+  if (!sole_nodes.empty() || !sole_vmas.empty()) ReuseSoleLocked(true);
   FlushGatherLocked();
   QueuePolledGathersLocked(0);  // no later write section may come to poll them
   vma_cache.HandToCallRcu();    // nor the VMA batches
@@ -245,10 +247,13 @@ void MmStruct::FreePolledGathersLocked(bool scan) {
   }
 }
 
-void MmStruct::ReuseSoleNodesLocked(bool flush) {
+void MmStruct::ReuseSoleLocked(bool flush) {
   if (sole_owner == RcuThreadId() && RcuQsCount() != sole_qs) {
-    // Past the only reader's quiescent state: back into the index's node cache.
-    if (!idx->ReuseRetired(sole_nodes)) VmaIndex::DeleteRetired(sole_nodes, &frames.budget());
+    // Past the only reader's quiescent state: the nodes back into the index's node
+    // cache, the VMAs onto the VMA cache's free list (as a kNone space frees them).
+    if (!sole_nodes.empty() && !idx->ReuseRetired(sole_nodes)) VmaIndex::DeleteRetired(sole_nodes, &frames.budget());
+    for (Vma* v : sole_vmas) vma_cache.Free(v);
+    sole_vmas.clear();
     StatsSlotScope slot_scope(stats_slot);
     CountEvent(Event::kRcuSoleReuses);
     return;
@@ -256,9 +261,13 @@ void MmStruct::ReuseSoleNodesLocked(bool flush) {
   if (sole_owner == RcuThreadId() && !flush) return;  // still in the call that retired them
   // Another thread writes the space (a reclaim's flush, a second client), which cannot
   // see the owner's quiescent states, or a flush: a grace period from here.
-  std::vector<void*>& n = GatherLocked().nodes;
-  n.insert(n.end(), sole_nodes.begin(), sole_nodes.end());
-  sole_nodes.clear();
+  if (!sole_nodes.empty()) {
+    std::vector<void*>& n = GatherLocked().nodes;
+    n.insert(n.end(), sole_nodes.begin(), sole_nodes.end());
+    sole_nodes.clear();
+  }
+  for (Vma* v : sole_vmas) vma_cache.FreeRcu(v);
+  sole_vmas.clear();
 }
 
 void MmStruct::NoteRcuReaderSlow(uint64_t me) {

@@ -416,13 +416,17 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// has moved (the single-CPU grace period, as Tiny RCU, kernel/rcu/tiny.c, Linux
   /// 6.18) they go back into the index's node cache. Still charged (kIndexNodes).
   std::vector<void*> sole_nodes ABSL_GUARDED_BY(mmap_lock);
+  /// kRwsem form: VMAs detached under the same rule (ReleaseRetiredVmasLocked), for the
+  /// VMA cache's free list instead of an RCU batch.
+  std::vector<Vma*> sole_vmas ABSL_GUARDED_BY(mmap_lock);
   uint64_t sole_owner ABSL_GUARDED_BY(mmap_lock) = 0;
   uint64_t sole_qs ABSL_GUARDED_BY(mmap_lock) = 0;
-  /// sole_nodes back into the index's node cache if the calling thread is their owner
-  /// and has passed a quiescent state since it retired them (counted as
-  /// Event::kRcuSoleReuses); else, from another thread or with `flush`, into the gather
-  /// (a grace period from now); else (the owner, still in that call) nothing.
-  void ReuseSoleNodesLocked(bool flush) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
+  /// sole_nodes back into the index's node cache and sole_vmas onto the VMA cache's
+  /// free list if the calling thread is their owner and has passed a quiescent state
+  /// since it retired them (counted as Event::kRcuSoleReuses); else, from another
+  /// thread or with `flush`, into the gather and the VMA cache's RCU batch (a grace
+  /// period from now); else (the owner, still in that call) nothing.
+  void ReuseSoleLocked(bool flush) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// The File whose i_mmap_rwsem this write section holds across a multi-VMA change
   /// (vma.cc IMmapSection), or null.
   struct File* i_mmap_held ABSL_GUARDED_BY(mmap_lock) = nullptr;
@@ -473,8 +477,9 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   TlbUsers tlb_users;
 
   // ======================================================= mm.cc
-  /// mmap_write_lock(); then the index nodes of sole_nodes the caller may reuse go back
-  /// into the index's node cache (ReuseSoleNodesLocked), before the section's stores.
+  /// mmap_write_lock(); then the index nodes and VMAs of sole_nodes / sole_vmas the
+  /// caller may reuse go back to the space's caches (ReuseSoleLocked), before the
+  /// section's stores and allocations.
   void MmapWriteLock() ABSL_EXCLUSIVE_LOCK_FUNCTION(mmap_lock);
   /// mmap_write_unlock(): publishes the index to RCU readers, queues what the section
   /// retired (in batches), advances mm_lock_seq (releasing the section's VMA write

@@ -334,11 +334,20 @@ Vma* MmStruct::VmaDupLocked(const Vma& o) {
 }
 
 void MmStruct::ReleaseRetiredVmasLocked() {
+  if (retired_vmas.empty()) return;
+  // kRwsem (vm_area_free through call_rcu): a VMA that only this thread could have
+  // found waits only for its next quiescent state (sole_vmas, as sole_nodes).
+  const bool sole = vma_form == VmaForm::kRwsem && SoleRcuReaderLocked();
   for (Vma* v : retired_vmas) {
-    if (vma_form == VmaForm::kRwsem) vma_cache.FreeRcu(v);
-    else vma_cache.Free(v);
+    if (vma_form != VmaForm::kRwsem) vma_cache.Free(v);
+    else if (sole) sole_vmas.push_back(v);
+    else vma_cache.FreeRcu(v);
   }
   retired_vmas.clear();
+  if (sole) {
+    sole_owner = RcuThreadId();
+    sole_qs = RcuQsCount();
+  }
 }
 
 void MmStruct::VmaInsertLocked(Vma* v) {

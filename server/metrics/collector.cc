@@ -193,9 +193,9 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
          "polled RCU grace period (the rest go through the call_rcu worker).",
          Event::kRcuPolledGathers);
   single("vmspace_rcu_sole_reuses_total",
-         "Batches of retired index nodes that a space took back into its own node cache without "
-         "a grace period: only one thread had ever entered the space, and it had passed a "
-         "quiescent state since.",
+         "Batches of retired index nodes (and, in the rwsem VMA-lock form, detached VMAs) that a "
+         "space took back into its own caches without a grace period: only one thread had ever "
+         "entered the space, and it had passed a quiescent state since.",
          Event::kRcuSoleReuses);
 
   // Operations.

@@ -320,6 +320,98 @@ TEST(PolledGathers, ASpaceFreesWhatItRetiredItselfAndCallRcuTakesWhatWaitsTooLon
   testing_util::ExpectAllFramesFreed(as, frames);
 }
 
+// linux-6.6 (the separately allocated vma_lock, VMAs freed through call_rcu): a space
+// that only its own thread has entered takes its detached VMAs back into its VMA cache
+// at that thread's next call, as its index nodes, with no RCU batch and no grace
+// period; once a second thread has entered it, its VMAs wait for grace periods again
+// (kept in flight, so more of them are charged at once).
+TEST(PolledGathers, ASoleSpaceReusesItsDetachedVmasInTheRwsemForm) {
+  RcuThread();
+  FrameAllocator frames(64ull << 20);
+  SpaceOptions opts;
+  std::string err;
+  ASSERT_TRUE(LockingProfile::Parse("linux-6.6", &opts.profile, &err)) << err;
+  auto as = std::make_unique<AddressSpace>(frames, opts);
+  for (int i = 0; i < 64; i++) ASSERT_TRUE(as->Mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS).ok());
+  auto rounds = [&](int n) {
+    int64_t most = 0;
+    for (int i = 0; i < n; i++) {
+      const uint64_t a = as->Mmap(0, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).value;
+      EXPECT_NE(a, 0u);
+      EXPECT_TRUE(as->Munmap(a, 3 * 4096).ok());
+      most = std::max(most, frames.budget().usage(MemKind::kVmas));
+    }
+    return most;
+  };
+  RcuBarrier();
+  const int64_t one = frames.budget().usage(MemKind::kVmas);  // the 64 pages, merged: one VMA
+  ASSERT_GT(one, 0);
+  const StatsSnapshot s0 = ReadStats();
+  const uint64_t gp0 = rcu_internal::rcu_state.gp_seq.load();
+  const int64_t sole_most = rounds(5000);
+  EXPECT_GE(ReadStats().Minus(s0).event(Event::kRcuSoleReuses), 2 * 5000u - 1);
+  EXPECT_EQ(rcu_internal::rcu_state.gp_seq.load(), gp0);
+  // After each munmap: the merged VMA and the one it detached, which the next mmap
+  // takes back before it allocates: nothing else in flight.
+  EXPECT_EQ(sole_most, 2 * one);
+  std::thread([&] { EXPECT_GT(as->CountVmas(0, ~0ull, 1), 0u); }).join();
+  const StatsSnapshot s1 = ReadStats();
+  const int64_t most = rounds(5000);
+  EXPECT_LE(ReadStats().Minus(s1).event(Event::kRcuSoleReuses), 1u);
+  EXPECT_GT(most, sole_most + 32 * one);  // batches of 64 VMAs wait for their grace periods
+  EXPECT_GT(rcu_internal::rcu_state.gp_seq.load(), gp0);
+  as.reset();
+  RcuBarrier();
+  EXPECT_EQ(frames.budget().usage(MemKind::kVmas), 0);
+  EXPECT_EQ(frames.budget().usage(MemKind::kIndexNodes), 0);
+}
+
+// The single-reader rule under a race: a space's own thread churns (its retired nodes
+// and VMAs reused without grace periods) while a second thread enters it and faults on
+// a mapping that stays, through lock_vma_under_rcu and the tree. The second thread's
+// first call marks the space shared before it reads anything, so it never finds a
+// reused node or VMA: every access succeeds and the tree validates.
+TEST(PolledGathers, ASecondThreadEnteringASoleSpaceReadsOnlyLiveNodes) {
+  for (const char* profile : {"linux-6.6", "linux-6.15"}) {
+    RcuThread();
+    FrameAllocator frames(64ull << 20);
+    SpaceOptions opts;
+    std::string err;
+    ASSERT_TRUE(LockingProfile::Parse(profile, &opts.profile, &err)) << err;
+    auto as = std::make_unique<AddressSpace>(frames, opts);
+    const uint64_t stay = as->Mmap(0, 16 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).value;
+    ASSERT_NE(stay, 0u);
+    std::atomic<bool> go{false}, done{false};
+    std::atomic<uint64_t> reads{0};
+    std::thread owner([&] {
+      for (int i = 0; i < 64; i++) ASSERT_TRUE(as->Mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS).ok());
+      for (int i = 0; i < 20000; i++) {
+        if (i == 2000) go = true;
+        const uint64_t a = as->Mmap(0, (1 + i % 5) * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).value;
+        ASSERT_NE(a, 0u);
+        ASSERT_TRUE(as->Munmap(a, (1 + i % 5) * 4096).ok());
+      }
+      done = true;
+    });
+    std::thread second([&] {
+      while (!go) std::this_thread::yield();
+      while (!done || reads.load() < 1000) {
+        const AccessResult r = as->Access(stay + (reads.load() % 16) * 4096, 1, 1, AccessType::kWrite);
+        ASSERT_TRUE(r.ok()) << profile;
+        reads++;
+      }
+    });
+    owner.join();
+    second.join();
+    EXPECT_GE(reads.load(), 1000u);
+    EXPECT_EQ(as->Validate(), "") << profile;
+    as.reset();
+    RcuBarrier();
+    EXPECT_EQ(frames.budget().usage(MemKind::kIndexNodes), 0) << profile;
+    EXPECT_EQ(frames.budget().usage(MemKind::kVmas), 0) << profile;
+  }
+}
+
 // Two spaces, each used by its own thread only, as two processes: the nodes each
 // retires wait for their own thread's next quiescent state, so neither starts, scans
 // or advances the shared grace-period sequence. Once a second thread has entered a
