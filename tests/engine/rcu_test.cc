@@ -254,6 +254,19 @@ TEST(RcuPoll, ThreadsThatComeAndGoReuseTheirReaderSlots) {
   SynchronizeRcu();  // no exited thread holds a grace period up
 }
 
+// n seed-004 rounds (mmap of 3 pages, munmap) on `as`; returns the most bytes of kind
+// `k` charged to `frames`' budget after any of them.
+int64_t ChurnRounds(AddressSpace& as, FrameAllocator& frames, int n, MemKind k) {
+  int64_t most = 0;
+  for (int i = 0; i < n; i++) {
+    const uint64_t a = as.Mmap(0, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).value;
+    EXPECT_NE(a, 0u);
+    EXPECT_TRUE(as.Munmap(a, 3 * 4096).ok());
+    most = std::max(most, frames.budget().usage(k));
+  }
+  return most;
+}
+
 TEST(PolledGathers, ASpaceFreesWhatItRetiredItselfAndCallRcuTakesWhatWaitsTooLong) {
   RcuThread();
   FrameAllocator frames(64ull << 20);
@@ -267,16 +280,7 @@ TEST(PolledGathers, ASpaceFreesWhatItRetiredItselfAndCallRcuTakesWhatWaitsTooLon
     const RcuStats s = ReadRcuStats();
     return s.callbacks_invoked + s.callbacks_pending;
   };
-  auto rounds = [&](int n) {  // seed 004's round: mmap, munmap
-    int64_t most = 0;
-    for (int i = 0; i < n; i++) {
-      const uint64_t a = as->Mmap(0, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).value;
-      EXPECT_NE(a, 0u);
-      EXPECT_TRUE(as->Munmap(a, 3 * 4096).ok());
-      most = std::max(most, frames.budget().usage(MemKind::kIndexNodes));
-    }
-    return most;
-  };
+  auto rounds = [&](int n) { return ChurnRounds(*as, frames, n, MemKind::kIndexNodes); };
   RcuBarrier();
   const uint64_t q0 = queued();
   const StatsSnapshot s0 = ReadStats();
@@ -333,16 +337,7 @@ TEST(PolledGathers, ASoleSpaceReusesItsDetachedVmasInTheRwsemForm) {
   ASSERT_TRUE(LockingProfile::Parse("linux-6.6", &opts.profile, &err)) << err;
   auto as = std::make_unique<AddressSpace>(frames, opts);
   for (int i = 0; i < 64; i++) ASSERT_TRUE(as->Mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS).ok());
-  auto rounds = [&](int n) {
-    int64_t most = 0;
-    for (int i = 0; i < n; i++) {
-      const uint64_t a = as->Mmap(0, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).value;
-      EXPECT_NE(a, 0u);
-      EXPECT_TRUE(as->Munmap(a, 3 * 4096).ok());
-      most = std::max(most, frames.budget().usage(MemKind::kVmas));
-    }
-    return most;
-  };
+  auto rounds = [&](int n) { return ChurnRounds(*as, frames, n, MemKind::kVmas); };
   RcuBarrier();
   const int64_t one = frames.budget().usage(MemKind::kVmas);  // the 64 pages, merged: one VMA
   ASSERT_GT(one, 0);
