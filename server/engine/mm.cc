@@ -237,9 +237,8 @@ void MmStruct::FreePolledGathersLocked(bool scan) {
     scan = false;  // once is enough: the scan's result stands for the rest
     g = PopPolledLocked();
     // The index nodes go back to this space's own node cache, not to the pool: a
-    // churning space reuses them with no pool lock and no budget charge (with the pool
-    // round trip, two spaces on two threads each took 6-10% more CPU per seed-004 round
-    // than in two processes; README "Two spaces").
+    // churning space reuses them with no pool lock and no budget charge (the cache
+    // trims what it cannot hold).
     if (!g->nodes.empty()) idx->ReuseRetired(g->nodes);
     MmuGather::FreeNow(g);
     StatsSlotScope slot_scope(stats_slot);
