@@ -190,8 +190,6 @@ class NodeCache {
   }
   /// Gives free nodes back to the pool down to n (none if it holds n or fewer).
   void TrimTo(size_t n);
-  /// Free nodes the cache holds.
-  size_t free_nodes() const { return free_.size(); }
   /// Bytes of tree nodes the calling thread has linked into trees minus those it
   /// unlinked (all node types; exact per thread, no shared counter).
   static int64_t ThreadLinkedBytes();
