@@ -32,6 +32,7 @@
 #include "engine/stats.h"
 #include "sync/mutex.h"
 #include "sync/rwsem.h"
+#include "profiles.h"
 #include "test_util.h"
 
 namespace vmspace {
@@ -270,9 +271,7 @@ int64_t ChurnRounds(AddressSpace& as, FrameAllocator& frames, int n, MemKind k) 
 TEST(PolledGathers, ASpaceFreesWhatItRetiredItselfAndCallRcuTakesWhatWaitsTooLong) {
   RcuThread();
   FrameAllocator frames(64ull << 20);
-  SpaceOptions opts;
-  std::string err;
-  ASSERT_TRUE(LockingProfile::Parse("linux-6.15", &opts.profile, &err)) << err;  // RCU maple tree
+  const SpaceOptions opts = testing_profiles::ProfileOptions("linux-6.15");  // RCU maple tree
   auto as = std::make_unique<AddressSpace>(frames, opts);
   for (int i = 0; i < 64; i++)  // a tree of some height: each round replaces nodes
     ASSERT_TRUE(as->Mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS).ok());
@@ -332,9 +331,7 @@ TEST(PolledGathers, ASpaceFreesWhatItRetiredItselfAndCallRcuTakesWhatWaitsTooLon
 TEST(PolledGathers, ASoleSpaceReusesItsDetachedVmasInTheRwsemForm) {
   RcuThread();
   FrameAllocator frames(64ull << 20);
-  SpaceOptions opts;
-  std::string err;
-  ASSERT_TRUE(LockingProfile::Parse("linux-6.6", &opts.profile, &err)) << err;
+  const SpaceOptions opts = testing_profiles::ProfileOptions("linux-6.6");
   auto as = std::make_unique<AddressSpace>(frames, opts);
   for (int i = 0; i < 64; i++) ASSERT_TRUE(as->Mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS).ok());
   auto rounds = [&](int n) { return ChurnRounds(*as, frames, n, MemKind::kVmas); };
@@ -370,9 +367,7 @@ TEST(PolledGathers, ASecondThreadEnteringASoleSpaceReadsOnlyLiveNodes) {
   for (const char* profile : {"linux-6.6", "linux-6.15"}) {
     RcuThread();
     FrameAllocator frames(64ull << 20);
-    SpaceOptions opts;
-    std::string err;
-    ASSERT_TRUE(LockingProfile::Parse(profile, &opts.profile, &err)) << err;
+    const SpaceOptions opts = testing_profiles::ProfileOptions(profile);
     auto as = std::make_unique<AddressSpace>(frames, opts);
     const uint64_t stay = as->Mmap(0, 16 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).value;
     ASSERT_NE(stay, 0u);
@@ -414,9 +409,7 @@ TEST(PolledGathers, ASecondThreadEnteringASoleSpaceReadsOnlyLiveNodes) {
 TEST(PolledGathers, SpacesOnTheirOwnThreadsStartNoGracePeriod) {
   RcuThread();
   FrameAllocator frames(64ull << 20);
-  SpaceOptions opts;
-  std::string err;
-  ASSERT_TRUE(LockingProfile::Parse("linux-6.15", &opts.profile, &err)) << err;
+  const SpaceOptions opts = testing_profiles::ProfileOptions("linux-6.15");
   auto a = std::make_unique<AddressSpace>(frames, opts);
   auto b = std::make_unique<AddressSpace>(frames, opts);
   auto churn = [](AddressSpace* as, int n) {
