@@ -272,13 +272,16 @@ void MmStruct::ReuseSoleLocked(bool flush) {
 void MmStruct::NoteRcuReaderSlow(uint64_t me) {
   uint64_t cur = 0;
   if (rcu_sole.compare_exchange_strong(cur, me, std::memory_order_seq_cst) || cur == me || cur == kRcuShared) return;
-  rcu_sole.store(kRcuShared, std::memory_order_seq_cst);  // a second reader: for good
+  // A second reader: shared for good. An RMW, not a store, so that it reads from a
+  // writer's check if that came first (see NoteRcuReader).
+  rcu_sole.exchange(kRcuShared, std::memory_order_seq_cst);
 }
 
 bool MmStruct::SoleRcuReaderLocked() {
-  rcu_internal::SmpMb();  // the unlinks before the read (a new reader marks, then reads)
   const uint64_t me = RcuThreadId();
-  return me != 0 && rcu_sole.load(std::memory_order_relaxed) == me;
+  if (me == 0 || rcu_sole.load(std::memory_order_relaxed) == kRcuShared) return false;
+  // The unlinks before the read: an RMW (a locked instruction, as the barrier it replaces).
+  return rcu_sole.fetch_add(0, std::memory_order_seq_cst) == me;
 }
 
 void MmStruct::QueuePolledGathersLocked(int keep) {

@@ -115,10 +115,12 @@ class TlbUsers {
   /// After PTEs were cleared (PteTable::Clear, sequentially consistent): true if no
   /// thread is in the path, so none can still be accessing a frame they mapped (one
   /// that enters from now on reads the cleared PTEs).
+  /// Every access here is sequentially consistent (the Clear before, Enter, GetSync):
+  /// in their single total order either this load sees the Enter or the reader's
+  /// GetSync sees the cleared PTE, with no fence (which ThreadSanitizer does not model).
   bool Idle() const {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
     for (const auto& c : cells_)
-      if (c.v.load(std::memory_order_acquire) != 0) return false;
+      if (c.v.load(std::memory_order_seq_cst) != 0) return false;
     return true;
   }
 
@@ -398,18 +400,21 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   std::atomic<uint64_t> rcu_sole{0};
   static constexpr uint64_t kRcuShared = ~0ull;
   /// Marks the calling thread as a reader of this space (see rcu_sole); call it right
-  /// after the entry point's RcuEntry. The first mark (a sequentially consistent RMW, a
-  /// full barrier) comes before the thread's first read of the space, as a writer's
-  /// barrier comes between its unlinks and its check of rcu_sole (SoleRcuReaderLocked).
+  /// after the entry point's RcuEntry. Every mark is a read-modify-write of rcu_sole
+  /// before the thread's first read of the space, and a writer checks rcu_sole with a
+  /// read-modify-write after its unlinks (SoleRcuReaderLocked): the two RMWs are ordered
+  /// in rcu_sole's modification order, so either the writer sees the mark, or the mark
+  /// reads the writer's RMW and the unlinks happen before the new reader's reads (no
+  /// fence: the C++ model and ThreadSanitizer both see the pairing).
   void NoteRcuReader() {
     const uint64_t me = RcuThreadId();
     const uint64_t sole = rcu_sole.load(std::memory_order_relaxed);
     if (sole != me && sole != kRcuShared) NoteRcuReaderSlow(me);
   }
   void NoteRcuReaderSlow(uint64_t me);
-  /// Whether the calling thread is the only one that has entered the space; a full
-  /// barrier first, so what it unlinked before is unreachable to any thread that marks
-  /// itself after this read.
+  /// Whether the calling thread is the only one that has entered the space, read with an
+  /// RMW (see NoteRcuReader), so what it unlinked before is unreachable to any thread
+  /// whose mark comes after. Once shared, a plain load answers (shared is for good).
   bool SoleRcuReaderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// Index nodes retired by write sections of sole_owner while it was the space's only
   /// reader (SoleRcuReaderLocked), when its RcuQsCount() was sole_qs: once that count

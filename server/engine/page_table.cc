@@ -88,7 +88,10 @@ void PageTable::FreeLevel(Dir* dir, int level, uint64_t base, uint64_t start, ui
   int first = Index(start, level);
   int last = Index(end - 1, level);
   for (int i = first; i <= last; i++) {
-    void* child = dir->e[i].load(std::memory_order_relaxed);
+    // Acquire: a fault in a neighbouring VMA (under mmap_lock read, beside munmap's
+    // downgraded hold) may have installed this table just now; its entries were
+    // initialised before the release store that published it (Lookup).
+    void* child = dir->e[i].load(std::memory_order_acquire);
     if (!child) continue;
     uint64_t cstart = base + static_cast<uint64_t>(i) * span;
     uint64_t cend = cstart + span;

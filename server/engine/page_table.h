@@ -95,7 +95,9 @@ class PageTable {
 
   /// Frees page-table pages in [start, end) whose whole span lies within
   /// [floor, ceiling) (mm/memory.c free_pgd_range / free_pgtables). Every PTE in those
-  /// tables must already be zapped. Caller holds mmap_lock for write.
+  /// tables must already be zapped. Caller holds mmap_lock: for write, or downgraded to
+  /// read once the VMAs are detached (munmap), so faults in other VMAs may install
+  /// tables beside the walk (never inside [floor, ceiling), where no VMA is).
   /// Tables are unlinked at once but deleted only by DeleteTables(), which the caller
   /// runs after an RCU grace period (lockless walkers may still be reading them).
   struct TableGather {

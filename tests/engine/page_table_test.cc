@@ -1,6 +1,9 @@
 // Unit tests of the page table and frame allocator.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "engine/frame_allocator.h"
 #include "page_table.h"
 #include "sync/rcu.h"
@@ -47,6 +50,33 @@ TEST(PageTable, FreePgtablesRespectsFloorAndCeiling) {
   EXPECT_EQ(g.dirs.size(), 2u);  // PMD and PUD
   EXPECT_EQ(pt.table_pages(), 1u);
   PageTable::DeleteTables(g);
+}
+
+// munmap runs free_pgtables under mmap_lock downgraded to read, while a fault under
+// mmap_lock read (or a VMA lock) in a neighbouring VMA may install the first tables of
+// the same PGD entry (pmd_install: the table is initialised, then published with a
+// release store). free_pgtables walks into the new upper-level table and reads its
+// entries: its load of the parent's slot must acquire that publication, or the read races
+// with the table's initialisation (ThreadSanitizer reports the pair; only the
+// happens-before matters, so the two threads are merely put in time order by a relaxed
+// flag, which orders nothing for ThreadSanitizer).
+TEST(PageTable, FreePgtablesReadsTablesAConcurrentFaultInstalled) {
+  PageTable pt;
+  const uint64_t fault_addr = 0x7f0000200000;  // a VMA's page; the munmapped range lies below it
+  const uint64_t gone = 0x7f0000000000, gone_end = gone + (1ull << 20);
+  std::atomic<bool> installed{false};
+  std::thread fault([&] {
+    ASSERT_NE(pt.Lookup(fault_addr, true), nullptr);
+    installed.store(true, std::memory_order_relaxed);
+  });
+  while (!installed.load(std::memory_order_relaxed)) std::this_thread::yield();
+  PageTable::TableGather g;
+  // floor/ceiling: the previous VMA ends at `gone`, the faulting VMA starts at fault_addr.
+  pt.FreePgtables(gone, gone_end, gone, fault_addr, g);
+  fault.join();
+  EXPECT_TRUE(g.empty());  // the PMD and PTE tables cover the faulting VMA: kept
+  EXPECT_NE(pt.Lookup(fault_addr, false), nullptr);
+  EXPECT_EQ(pt.table_pages(), 4u);
 }
 
 TEST(FrameAllocator, LimitAndReuse) {
