@@ -153,29 +153,58 @@ TEST(CallRcu, StartsAtMostOneGracePeriodPerInterval) {
   EXPECT_GE(elapsed_us, (kCallbacks - 1) * static_cast<double>(kRcuGpIntervalUs));
 }
 
+/// A Flag that also records when its callback ran (steady_clock, ns).
+struct TimedFlag {
+  rcu_head head;
+  std::atomic<bool> ran{false};
+  std::atomic<int64_t> ran_ns{0};
+  static int64_t Now() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  static void Set(rcu_head* h) {
+    RcuCallbackBegin(h);
+    auto* f = reinterpret_cast<TimedFlag*>(reinterpret_cast<char*>(h) - offsetof(TimedFlag, head));
+    f->ran_ns.store(Now());
+    f->ran.store(true);
+    RcuCallbackEnd();
+  }
+};
+
 TEST(CallRcu, WakesTheWorkerOnlyAfterItStoppedPolling) {
   RcuThread();
   RcuBarrier();
-  // Callbacks 2 ms apart, each queued after the previous one ran: the worker finds its
-  // queue empty after every grace period and polls it again within kRcuGpIntervalUs,
-  // well inside its kRcuIdlePolls, so no CallRcu has to wake it (the first may, if the
-  // worker was idle before). A worker that slept after every empty queue would be
-  // woken ~30 times.
+  // Callbacks ~2 ms apart, each queued after the previous one ran: after running one,
+  // the worker polls its queue once per kRcuGpIntervalUs and sleeps only after
+  // kRcuIdlePolls empty polls, the first at or after the callback ran and the others
+  // kRcuGpIntervalUs apart, so at least (kRcuIdlePolls - 1) * kRcuGpIntervalUs of wall
+  // time however loaded the machine is (each interval is a sleep of at least that
+  // long). So a CallRcu made less than that after the previous callback ran finds
+  // the worker polling and must not wake it. What a loaded machine changes is only how
+  // long this thread takes between the two: each gap is measured from the callback's
+  // own timestamp to the return of the next CallRcu (an upper bound of the real gap),
+  // and only the calls whose gap may have let the worker sleep may wake it, plus the
+  // first (the worker may have been asleep before). A worker that slept after every
+  // empty queue would be woken at every call.
   constexpr int kCallbacks = 30;
-  std::vector<Flag> flags(kCallbacks);
+  constexpr int64_t kWindowNs = int64_t{kRcuIdlePolls - 1} * kRcuGpIntervalUs * 1000;
+  std::vector<TimedFlag> flags(kCallbacks);
   const uint64_t w0 = ReadRcuStats().worker_wakeups;
-  for (auto& f : flags) {
-    CallRcu(&f.head, &Flag::Set);
-    ASSERT_TRUE(WaitUntil([&] { return f.ran.load(); }));
+  uint64_t may_wake = 1;
+  for (int i = 0; i < kCallbacks; i++) {
+    CallRcu(&flags[i].head, &TimedFlag::Set);
+    if (i > 0 && TimedFlag::Now() - flags[i - 1].ran_ns.load() >= kWindowNs) may_wake++;
+    ASSERT_TRUE(WaitUntil([&] { return flags[i].ran.load(); }));
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  EXPECT_LE(ReadRcuStats().worker_wakeups - w0, 3u);
+  const uint64_t woken = ReadRcuStats().worker_wakeups - w0;
+  EXPECT_LE(woken, may_wake) << "calls made while the worker may have slept: " << may_wake;
   // Idle far longer than kRcuIdlePolls intervals: the worker sleeps, and the next
   // CallRcu wakes it, once.
   std::this_thread::sleep_for(std::chrono::milliseconds(30 * kRcuIdlePolls * kRcuGpIntervalUs / 1000));
   const uint64_t w1 = ReadRcuStats().worker_wakeups;
-  Flag last;
-  CallRcu(&last.head, &Flag::Set);
+  TimedFlag last;
+  CallRcu(&last.head, &TimedFlag::Set);
   ASSERT_TRUE(WaitUntil([&] { return last.ran.load(); }));
   EXPECT_EQ(ReadRcuStats().worker_wakeups - w1, 1u);
 }
