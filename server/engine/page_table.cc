@@ -24,6 +24,7 @@ void PageTable::DestroyLevel(Dir* dir, int level) {
       delete static_cast<PteTable*>(p);
     }
     if (charge_) charge_->UnchargeTable();
+    CountEvent(Event::kPgtablesFreed);  // exit_mmap's free_pgtables counts them too
     slot.store(nullptr, std::memory_order_relaxed);
   }
 }

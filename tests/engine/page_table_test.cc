@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "engine/frame_allocator.h"
+#include "engine/stats.h"
 #include "page_table.h"
 #include "sync/rcu.h"
 #include "sync/rwsem.h"
@@ -77,6 +78,25 @@ TEST(PageTable, FreePgtablesReadsTablesAConcurrentFaultInstalled) {
   EXPECT_TRUE(g.empty());  // the PMD and PTE tables cover the faulting VMA: kept
   EXPECT_NE(pt.Lookup(fault_addr, false), nullptr);
   EXPECT_EQ(pt.table_pages(), 4u);
+}
+
+// Every table a space allocated is counted freed once the space is gone, whether munmap's
+// free_pgtables or the teardown (exit_mmap) freed it (vmspace_pagetables_freed_total).
+TEST(PageTable, EveryTableAllocatedIsCountedFreedByTheEnd) {
+  const StatsSnapshot s0 = ReadStats();
+  {
+    PageTable pt;
+    const uint64_t base = 0x40000000;
+    for (int i = 0; i < 3; i++) ASSERT_NE(pt.Lookup(base + i * (2ull << 20), true), nullptr);
+    ASSERT_NE(pt.Lookup(0x7f0000000000, true), nullptr);  // another PUD and PMD
+    PageTable::TableGather g;
+    pt.FreePgtables(base, base + (2ull << 20), 0, base + (2ull << 20), g);  // the first PTE table
+    EXPECT_EQ(g.ptes.size(), 1u);
+    PageTable::DeleteTables(g);
+  }  // the rest goes with the table
+  const StatsSnapshot d = ReadStats().Minus(s0);
+  EXPECT_EQ(d.event(Event::kPgtablesAllocated), 4u + 2 + 2);  // PTE tables, PMDs, PUDs
+  EXPECT_EQ(d.event(Event::kPgtablesFreed), d.event(Event::kPgtablesAllocated));
 }
 
 TEST(FrameAllocator, LimitAndReuse) {
