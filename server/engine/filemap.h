@@ -229,8 +229,9 @@ struct File : std::enable_shared_from_this<File> {
   /// truncate_setsize() + truncate_pagecache() (mm/truncate.c): sets i_size; when it
   /// shrinks, unmaps [round_up(size), EOF) from every VMA in i_mmap (private COW pages
   /// too: even_cows), removes the page-cache pages there, zeroes the tail of a partial
-  /// last page, unmaps again, and truncates the host file. Caller holds i_rwsem.
-  /// Returns 0 or EIO (host ftruncate failed).
+  /// last page, unmaps again, and truncates the host file (when growing, the host file
+  /// first: a size it refuses changes nothing). Caller holds i_rwsem. Returns 0, EFBIG
+  /// (the host filesystem's limit or RLIMIT_FSIZE) or EIO (host ftruncate failed).
   int SetSizeLocked(uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i_rwsem);
   /// unmap_mapping_range(..., even_cows = 1): zaps the PTEs of pages [first, last] in
   /// every VMA of i_mmap, private COW copies included (freed after a grace period).

@@ -33,13 +33,26 @@ void File::UnmapMappingRange(uint64_t first, uint64_t last) {
   }
 }
 
+namespace {
+/// ftruncate(2) of the host file: 0, EFBIG (beyond the host filesystem's s_maxbytes, as
+/// inode_newsize_ok answers on it) or EIO.
+int HostTruncate(int fd, uint64_t size) {
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) == 0) return 0;
+  return errno == EFBIG ? EFBIG : EIO;
+}
+}  // namespace
+
 int File::SetSizeLocked(uint64_t size) {
   const uint64_t old = i_size.load(std::memory_order_relaxed);
-  i_size.store(size, std::memory_order_release);  // i_size_write: faults see it from now
   if (size >= old) {
-    if (fd >= 0 && size != old && ftruncate(fd, static_cast<off_t>(size)) != 0) return EIO;
+    // Growing: the host file first, so a size the host filesystem refuses changes
+    // nothing (inode_newsize_ok comes before truncate_setsize).
+    if (size != old)
+      if (int e = HostTruncate(fd, size)) return e;
+    i_size.store(size, std::memory_order_release);  // i_size_write: faults see it from now
     return 0;
   }
+  i_size.store(size, std::memory_order_release);  // i_size_write: faults see it from now
   // truncate_pagecache(): unmap, drop the pages, unmap again (a fault that held a
   // folio lock across the first pass installed its PTE before we removed the folio).
   const uint64_t holebegin = (size + kPageSize - 1) >> kPageShift;
@@ -86,8 +99,7 @@ int File::SetSizeLocked(uint64_t size) {
     }
   }
   UnmapMappingRange(holebegin, ~0ull >> kPageShift);
-  if (fd >= 0 && ftruncate(fd, static_cast<off_t>(size)) != 0) return EIO;
-  return 0;
+  return HostTruncate(fd, size);
 }
 
 }  // namespace vmspace

@@ -4,8 +4,10 @@
 // its errors, fault-around per profile. Expected values are what Linux 6.18 does (see
 // tests/oracle for the same ops against the real kernel).
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -147,6 +149,30 @@ TEST_F(FileTableTest, ReadWriteThroughThePageCacheAndFsync) {
   EXPECT_EQ(files_->Truncate(ro, 0), EINVAL);
   EXPECT_EQ(files_->Truncate(id, 1ull << 45), EFBIG);
   EXPECT_EQ(files_->Write(id, (1ull << 44) - 1, "xy", 2).error, EFBIG);
+}
+
+// A size the host filesystem refuses (here: beyond RLIMIT_FSIZE, which makes ftruncate(2)
+// answer EFBIG on any filesystem, as ext4 does beyond its s_maxbytes of 2^44 - 4096)
+// changes nothing: not i_size, not the host file.
+TEST_F(FileTableTest, TruncateTheHostRefusesLeavesTheSizeAlone) {
+  const uint64_t id = OpenOk("f", {.write = true, .create = true});
+  ASSERT_EQ(files_->Truncate(id, 3 * P), 0);
+  struct rlimit old;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 16 * P;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  const int err = files_->Truncate(id, 64 * P);
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(err, EFBIG);
+  FileStat st;
+  ASSERT_TRUE(files_->Stat(id, &st).ok());
+  EXPECT_EQ(st.size_bytes, 3 * P);
+  EXPECT_EQ(dir_.HostSize("f"), 3 * P);
+  char b;
+  EXPECT_EQ(files_->Read(id, 3 * P, &b, 1).value, 0u);  // EOF where it was
 }
 
 TEST_F(FileTableTest, LastCloseWritesBackAndFramesAreReturned) {
