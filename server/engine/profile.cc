@@ -54,6 +54,11 @@ bool Named(const std::string& name, LockingProfile* p) {
   return true;
 }
 
+/// A client's string as an error message quotes it: at most 64 bytes of it.
+std::string Quoted(const std::string& s) {
+  return "'" + (s.size() <= 64 ? s : s.substr(0, 64) + "...") + "'";
+}
+
 bool SameSwitches(const LockingProfile& a, const LockingProfile& b) {
   return a.Switches() == b.Switches();
 }
@@ -106,7 +111,7 @@ bool LockingProfile::Parse(const std::string& spec, LockingProfile* out, std::st
     size_t eq = item.find('=');
     if (eq == std::string::npos) {
       if (!first || !Named(item, &p)) {
-        *err = "unknown locking profile '" + item + "' (" + kNameList + ")";
+        *err = "unknown locking profile " + Quoted(item) + " (" + kNameList + ")";
         return false;
       }
     } else {
@@ -121,8 +126,8 @@ bool LockingProfile::Parse(const std::string& spec, LockingProfile* out, std::st
       else if (k == "vma_lock_form" && v == "rwsem") p.vma_lock_form = VmaLockForm::kRwsem;
       else if (k == "vma_lock_form" && v == "refcnt") p.vma_lock_form = VmaLockForm::kRefcnt;
       else {
-        *err = "unknown switch '" + item +
-               "' (index=rbtree|maple, maple_rcu=on|off, maple_prealloc=worst|store, vma_lock=off|anon|all, "
+        *err = "unknown switch " + Quoted(item) +
+               " (index=rbtree|maple, maple_rcu=on|off, maple_prealloc=worst|store, vma_lock=off|anon|all, "
                "vma_lock_form=rwsem|refcnt)";
         return false;
       }
@@ -131,7 +136,7 @@ bool LockingProfile::Parse(const std::string& spec, LockingProfile* out, std::st
     first = false;
   }
   if (first && !spec.empty()) {  // nothing but separators ("" is the default)
-    *err = "empty locking profile '" + spec + "' (" + kNameList + ")";
+    *err = "empty locking profile " + Quoted(spec) + " (" + kNameList + ")";
     return false;
   }
   if (p.vma_lock != VmaLockMode::kOff && (p.index != VmaIndexKind::kMaple || !p.maple_rcu)) {

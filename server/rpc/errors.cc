@@ -32,12 +32,14 @@ OpStatus ErrnoErrorDetail(int err, std::string_view what, std::string_view detai
   OpStatus s;
   s.code = ErrnoToStatusCode(err);
   s.err = err;
-  s.message.reserve(16 + what.size() + detail.size());
+  if (detail.size() > kMaxErrorDetailBytes) detail = detail.substr(0, kMaxErrorDetailBytes);
+  s.message.reserve(20 + what.size() + detail.size());
   s.message += ErrnoName(err);
   s.message += ": ";
   s.message += what;
   s.message += ": ";
   s.message += detail;
+  if (detail.size() == kMaxErrorDetailBytes) s.message += "...";
   return s;
 }
 

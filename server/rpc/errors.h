@@ -33,7 +33,10 @@ struct OpStatus {
 OpStatus ErrnoError(int err, std::string_view what);
 /// Like ErrnoError but with an explicit detail in place of the strerror text,
 /// e.g. ErrnoErrorDetail(EINVAL, "ReadMemory", "len 2097152 exceeds --max-io-bytes").
+/// A detail longer than kMaxErrorDetailBytes (one that echoes a client's string) is cut
+/// there and ends "...", so the status always fits in gRPC's metadata limit (8 KiB).
 OpStatus ErrnoErrorDetail(int err, std::string_view what, std::string_view detail);
+inline constexpr size_t kMaxErrorDetailBytes = 512;
 /// NOT_FOUND "space <id> not found" (no errno).
 OpStatus SpaceNotFound(uint64_t id);
 /// RESOURCE_EXHAUSTED "ENOMEM: frame memory limit or memory budget (<what>; ...)"

@@ -183,6 +183,13 @@ TEST_F(RpcTest, CreateSpaceRejectsBadArguments) {
   req.mutable_settings()->set_locking_profile("no-such-profile");
   EXPECT_TRUE(HasErrno(stub_->CreateSpace(Ctx().get(), req, &resp), StatusCode::INVALID_ARGUMENT,
                        "EINVAL", EINVAL));
+  // A long bad value is quoted in part: the status still fits gRPC's metadata limit.
+  for (const std::string& bad : {std::string(5000, 'p'), "linux-6.15," + std::string(9000, 's') + "=on"}) {
+    req.mutable_settings()->set_locking_profile(bad);
+    const grpc::Status st = stub_->CreateSpace(Ctx().get(), req, &resp);
+    EXPECT_TRUE(HasErrno(st, StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL)) << st.error_message().size();
+    EXPECT_LT(st.error_message().size(), 400u);
+  }
 }
 
 TEST_F(RpcTest, LockingProfilesChooseTheFaultPath) {
