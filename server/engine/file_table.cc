@@ -343,7 +343,7 @@ int FileTable::SyncAll() {
   RcuEntry rcu;
   int ret = 0;
   for (auto& f : files)
-    if (f->WriteAndWait(0, ~0ull)) ret = EIO;
+    if (f->WriteAndWait(0, ~0ull) | HostDataSync(*f)) ret = EIO;
   return ret;
 }
 

@@ -257,9 +257,15 @@ void AccountWriteback(int64_t pages);
 void BalanceDirtyPagesRatelimited(File& f);
 
 /// vfs_fsync_range() on handle h for pages [first, last] (fs/sync.c, msync.c): writes
-/// them back, then reports EIO once if a writeback of the file failed since h last
-/// reported one (file_check_and_advance_wb_err). 0 or EIO.
+/// them back, makes the host file durable (HostDataSync), then reports EIO once if a
+/// writeback of the file failed since h last reported one
+/// (file_check_and_advance_wb_err). 0 or EIO. No engine lock may be held.
 int VfsFsyncRange(OpenFile& h, uint64_t first, uint64_t last);
+/// fdatasync(2) of f's host file (the filesystem's ->fsync with datasync: the data and
+/// the metadata needed to read it back, i_size included, reach the disk), so what was
+/// written back survives a host crash, not only a daemon crash. Nothing for shmem.
+/// 0 or EIO (counted in f.wb_err, as a failed writeback). Counts kHostFileSyncs.
+int HostDataSync(File& f);
 
 /// A new unnamed shmem file (shmem_zero_setup for MAP_SHARED|MAP_ANONYMOUS, shown as
 /// "/dev/zero (deleted)"; memfd_create names it "/memfd:NAME (deleted)"), opened read-write.

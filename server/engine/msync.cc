@@ -1,6 +1,7 @@
 // msync(2) (mm/msync.c, Linux 6.18) and fsync of an open file (fs/sync.c
 // vfs_fsync_range with file_check_and_advance_wb_err).
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,9 +12,18 @@
 
 namespace vmspace {
 
+int HostDataSync(File& f) {
+  if (f.fd < 0) return 0;
+  CountEvent(Event::kHostFileSyncs);
+  if (fdatasync(f.fd) == 0) return 0;
+  f.wb_err.fetch_add(1, std::memory_order_acq_rel);
+  return EIO;
+}
+
 int VfsFsyncRange(OpenFile& h, uint64_t first, uint64_t last) {
   File& f = *h.file;
-  const int err = f.WriteAndWait(first, last);
+  int err = f.WriteAndWait(first, last);
+  if (const int e = HostDataSync(f); e && !err) err = e;
   // file_check_and_advance_wb_err(): a failure since this handle last looked is EIO
   // once (WriteRange's own failures and the writeback thread's included: they
   // advanced wb_err before their pages ended writeback).

@@ -42,6 +42,7 @@ const char* EventName(Event e) {
     case Event::kWritebackPages: return "writeback_pages";
     case Event::kRcuPolledGathers: return "rcu_polled_gathers";
     case Event::kRcuSoleReuses: return "rcu_sole_reuses";
+    case Event::kHostFileSyncs: return "host_file_syncs";
     case Event::kCount: break;
   }
   return "?";

@@ -188,6 +188,10 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
   single("vmspace_pagetables_allocated_total", "Page-table pages allocated.",
          Event::kPgtablesAllocated);
   single("vmspace_pagetables_freed_total", "Page-table pages freed.", Event::kPgtablesFreed);
+  single("vmspace_host_file_syncs_total",
+         "fdatasync(2) calls on host files under --data-dir after their dirty pages were written "
+         "back (FsyncFile, Msync MS_SYNC, clean shutdown): what makes the data survive a host crash.",
+         Event::kHostFileSyncs);
   single("vmspace_rcu_polled_gathers_total",
          "Gathers of retired index nodes, page tables and frames that a space freed itself after a "
          "polled RCU grace period (the rest go through the call_rcu worker).",

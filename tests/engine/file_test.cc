@@ -175,6 +175,23 @@ TEST_F(FileTableTest, TruncateTheHostRefusesLeavesTheSizeAlone) {
   EXPECT_EQ(files_->Read(id, 3 * P, &b, 1).value, 0u);  // EOF where it was
 }
 
+// fsync(2) and a clean shutdown's sync reach the disk: each ends with fdatasync(2) of the
+// host file (counted); a shmem file has no host file to sync.
+TEST_F(FileTableTest, FsyncAndSyncAllSyncTheHostFile) {
+  const uint64_t id = OpenOk("f", {.write = true, .create = true});
+  SysResult mfd = files_->CreateShmem("m", P);
+  ASSERT_TRUE(mfd.ok());
+  ASSERT_EQ(files_->Write(id, 0, "x", 1).value, 1u);
+  const StatsSnapshot s0 = ReadStats();
+  EXPECT_EQ(files_->Fsync(id), 0);
+  EXPECT_EQ(ReadStats().Minus(s0).event(Event::kHostFileSyncs), 1u);
+  EXPECT_EQ(dir_.HostByte("f", 0), 'x');
+  EXPECT_EQ(files_->Fsync(mfd.value), 0);
+  EXPECT_EQ(ReadStats().Minus(s0).event(Event::kHostFileSyncs), 1u);
+  EXPECT_EQ(files_->SyncAll(), 0);  // one host file open
+  EXPECT_EQ(ReadStats().Minus(s0).event(Event::kHostFileSyncs), 2u);
+}
+
 TEST_F(FileTableTest, LastCloseWritesBackAndFramesAreReturned) {
   {
     const uint64_t id = OpenOk("g", {.write = true, .create = true});

@@ -133,8 +133,8 @@ class FileTable {
   /// (open, or closed but still mapped), each counted once. Takes the table lock only
   /// (the counts are atomics: cheap enough for every metrics scrape).
   PageCacheTotals Totals() const;
-  /// Writes back every dirty page of every file (sync(2)); returns 0 or EIO if any
-  /// write failed (the others are still written).
+  /// Writes back every dirty page of every file and fdatasyncs each host file (sync(2));
+  /// returns 0 or EIO if any write or sync failed (the others are still done).
   int SyncAll();
 
   FrameAllocator& frames() const;

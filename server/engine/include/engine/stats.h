@@ -50,6 +50,7 @@ enum class Event : uint16_t {
   kWritebackPages,    // dirty pages written back by the writeback thread (wb_writeback)
   kRcuPolledGathers,  // gathers a space freed itself after a polled grace period (not via call_rcu)
   kRcuSoleReuses,     // retired index nodes a space's only thread took back after its own quiescent state
+  kHostFileSyncs,     // fdatasync(2) of a host file after its writeback (FsyncFile, MS_SYNC, shutdown)
   kCount
 };
 const char* EventName(Event e);
