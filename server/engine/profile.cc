@@ -63,7 +63,7 @@ bool SameSwitches(const LockingProfile& a, const LockingProfile& b) {
   return a.Switches() == b.Switches();
 }
 
-// What each named profile models, in words (Describe, README "Locking profiles").
+// What each named profile models, in words (Describe; docs/profiles.md "The six eras").
 const char* Story(const std::string& name) {
   if (name == "linux-6.0")
     return "VMAs in an augmented search tree changed in place under mmap_lock (the rbtree with "

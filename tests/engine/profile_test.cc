@@ -1,5 +1,5 @@
 // Locking profiles: parsing and descriptions of the named profiles, and per era the
-// structures the profile gives a space (README "Locking profiles", LOCKING.md
+// structures the profile gives a space (docs/profiles.md "The six eras", LOCKING.md
 // "Profiles"): the 6.1 maple tree without RCU mode, the 6.4-6.14 separately allocated
 // vma_lock rw_semaphore with VMAs freed by call_rcu, the 6.15 vm_refcnt with VMAs reused
 // from a typesafe-by-RCU cache while a lockless reader re-checks what it locked.

@@ -12,7 +12,7 @@
 // machine because the child plugs the top-down area above kPlugFloor (see
 // child/oracle_child.cc); maps comparisons leave out the child's own VMAs.
 //
-// Environment (see README.md): VMSPACE_ORACLE_OPS (ops per seed, default 1500),
+// Environment (tests/oracle/README.md "Running"): VMSPACE_ORACLE_OPS (ops per seed, default 1500),
 // VMSPACE_ORACLE_SEED (run only this seed), VMSPACE_ORACLE_SEEDS=N and
 // VMSPACE_ORACLE_FIRST_SEED=F (seeds F..F+N-1; default seeds 1..3),
 // VMSPACE_ORACLE_SHRINK=0 (report the first disagreement without shrinking),

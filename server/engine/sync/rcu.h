@@ -12,7 +12,7 @@
 // waits of the engine's locks, as a context switch is a quiescent state in Linux). A
 // grace period therefore needs no IPI and never calls membarrier, whose expedited
 // IPIs (liburcu's memb flavour, which the engine used before QSBR) cost the rcu_gp thread 3-33% of
-// a core on this VM and interrupted the clients' CPUs (README, "Two spaces").
+// a core on this VM and interrupted the clients' CPUs (docs/performance.md "Two spaces").
 //
 // Grace periods: gp_seq moves on by 2 when one starts; a thread going online copies
 // gp_seq into its Reader slot, going offline stores 0. Grace period g has ended once
@@ -233,7 +233,7 @@ class RcuSleep {
 /// registered threads, and the threads it waited for a futex wake-up), and keeps what
 /// is in flight (a grace period's worth of freed VMAs, nodes and frames) small enough
 /// to come back from the CPU caches: at 1000 µs and with 4096-node gathers the
-/// rwsem-form profiles ran 20-30% slower (README "Faster than the kernel").
+/// rwsem-form profiles ran 20-30% slower (docs/performance.md "What is in flight").
 inline constexpr int kRcuGpIntervalUs = 500;
 /// The call_rcu worker checks a grace period it started this long after the start, as
 /// well as at the next tick: threads leave their engine calls within microseconds, so

@@ -21,7 +21,7 @@ namespace vmspace {
 /// Intel's spatial prefetcher) fetches lines in 128-byte pairs, so a write to one line
 /// of a pair also takes the other CPU's prefetched copy of its neighbour (folly's
 /// hardware_destructive_interference_size is 128 on x86-64 for this reason). Measured
-/// with perf (README, "Two spaces"): two spaces on two threads of one process took 31%
+/// with perf (docs/performance.md "Two spaces"): two spaces on two threads of one process took 31%
 /// more samples per seed-004 round than the same spaces in two processes while the
 /// spaces' indexes and the bench's sessions shared lines; 14% with 64-byte alignment;
 /// 4-10% with 128.

@@ -1,7 +1,8 @@
 // LockingProfile: a named set of design switches that models one kernel era's locking
 // and VMA lifetime (which VMA index, which faults take the per-VMA lock, which form that
-// lock and the VMA's freeing have). See README "Locking profiles" and LOCKING.md
-// "Profiles: the per-VMA lock by era".
+// lock and the VMA's freeing have). The profiles are described in docs/profiles.md
+// "The six eras"; their lock forms in LOCKING.md "Profiles: the per-VMA lock and VMA
+// lifetime by era".
 #pragma once
 
 #include <string>
@@ -28,7 +29,7 @@ enum class VmaLockForm : uint8_t { kRwsem, kRefcnt };
 const char* VmaLockFormName(VmaLockForm f);
 
 /// A locking profile: the set of design switches that model one kernel era. Named
-/// profiles (README "Locking profiles" has the commits each follows):
+/// profiles (docs/profiles.md "The six eras" has the commits each follows):
 ///   linux-6.0   index=rbtree                vma_lock=off   every fault takes mmap_lock
 ///   linux-6.1   index=maple maple_rcu=off   vma_lock=off   maple tree, not in RCU mode,
 ///                                                          maple_prealloc=worst
