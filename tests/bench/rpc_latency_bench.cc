@@ -23,9 +23,9 @@
 //   rpc_latency_bench --scenario auth --target OPEN --token-target HOST:PORT --token T
 //       [--tls-target HOST:PORT --tls-ca PEM] [--seconds 6] [--clients 1,16] [--rounds 6]
 //
-// --scenario vma_writers: writers that must wait for per-VMA-lock readers (issue 12,
-// section 2: vma_start_write / vma_mark_detached waiting for readers while holding
-// mmap_lock for write).
+// --scenario vma_writers: writers that must wait for per-VMA-lock readers
+// (vma_start_write / vma_mark_detached waiting for readers while holding mmap_lock for
+// write).
 //   rpc_latency_bench --scenario vma_writers --target HOST:PORT [--seconds 10]
 //       [--faulters 6] [--mprotectors 2] [--slice-kib 128] [--profile linux-6.6] [--json]
 //   rpc_latency_bench --scenario vma_writers --in-process [...]   (no daemon, no Ping)
