@@ -4,7 +4,8 @@
 //
 // Host files are opened with openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) relative
 // to the data directory: the kernel resolves the whole path, symlinks included, and
-// refuses any step that would leave the directory (EXDEV, reported as EACCES). This is
+// refuses any step that would leave the directory (EXDEV, reported as EACCES), an
+// absolute symlink's jump to "/" included, even when it names a file inside. This is
 // neither realpath + a prefix check (racy against renames) nor a hand-written
 // O_NOFOLLOW walk per component (which would refuse symlinks that stay inside).
 #include <fcntl.h>

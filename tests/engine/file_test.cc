@@ -93,6 +93,9 @@ TEST_F(FileTableTest, PathRules) {
   ASSERT_EQ(symlink("/etc/passwd", dir_.Host("out").c_str()), 0);
   EXPECT_EQ(files_->Open("out", {}).error, EACCES);
   dir_.MakeFile("real", P);
+  // An absolute symlink is refused even when it names a file inside (RESOLVE_BENEATH).
+  ASSERT_EQ(symlink(dir_.Host("real").c_str(), dir_.Host("abs").c_str()), 0);
+  EXPECT_EQ(files_->Open("abs", {}).error, EACCES);
   ASSERT_EQ(symlink("real", dir_.Host("in").c_str()), 0);
   const uint64_t a = OpenOk("in", {});
   const uint64_t b = OpenOk("real", {});
