@@ -1,13 +1,11 @@
 #!/usr/bin/python3
 """Creates a space, maps 16 KiB, faults its first page for write, prints the maps.
 
-    /usr/bin/python3 client/python/examples/maps.py [HOST:PORT]
+    python3 client/python/examples/maps.py [HOST:PORT]     (after pip install ./client/python)
 """
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from vmspace_client import Client, VmspaceError, PROT_READ, PROT_WRITE  # noqa: E402
+from vmspace_client import PROT_READ, PROT_WRITE, Client, VmspaceError
 
 
 def main(target):

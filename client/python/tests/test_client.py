@@ -1,28 +1,30 @@
 #!/usr/bin/python3
-"""Tests of vmspace_client against a real vmspaced on 127.0.0.1 (ctest client.python).
+"""Tests of vmspace_client against real vmspaced daemons on 127.0.0.1 (ctest client.python
+runs them with the package pip-installed into a venv: tests/run_installed.py). From the
+source tree:
 
-    VMSPACED=build/server/vmspaced VMSPACE_PY_PROTO=build/client/python/_proto \
-      /usr/bin/python3 client/python/tests/test_client.py
+    PYTHONPATH=client/python VMSPACED=build/server/vmspaced /usr/bin/python3 client/python/tests/test_client.py
 """
 import os
 import re
 import subprocess
 import sys
+import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
-import grpc  # noqa: E402
+import grpc
 
-from vmspace_client import (MAP_ANONYMOUS, MAP_FIXED_NOREPLACE, MAP_PRIVATE, MAP_SHARED, MS_SYNC,  # noqa: E402
-                            PROT_READ, PROT_WRITE, Client, VmspaceError)
+from vmspace_client import (MAP_ANONYMOUS, MAP_FIXED_NOREPLACE, MAP_PRIVATE, MAP_SHARED, MS_SYNC, PROT_READ,
+                            PROT_WRITE, AccessResult, Client, LockStats, ServerInfo, VmspaceError, batch)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 PAGE = 4096
 
 
 class Daemon:
-    def __init__(self, *extra):
-        self.p = subprocess.Popen([os.environ["VMSPACED"], "--listen=127.0.0.1:0", "--metrics-listen=off",
+    def __init__(self, *extra, metrics=False):
+        self.p = subprocess.Popen([os.environ["VMSPACED"], "--listen=127.0.0.1:0", "--metrics-listen=" + ("127.0.0.1:0" if metrics else "off"),
                                    "--max-frame-bytes=1048576", "--shutdown-grace-ms=1000", *extra],
                                   stderr=subprocess.PIPE, text=True)
         line = self.p.stderr.readline()  # the first line is the listening line
@@ -89,6 +91,7 @@ class ClientTest(unittest.TestCase):
             fn(*args, **kw)
         e = cm.exception
         self.assertEqual((e.code, e.name, e.errno), (code, name, errno), str(e))
+        self.assertEqual(e.errno_name, name if errno else "")
         self.assertTrue(e.message.startswith(f"{name}: ") if errno else True, e.message)
         self.assertIsInstance(e, OSError)
         return e
@@ -161,6 +164,76 @@ class ClientTest(unittest.TestCase):
         spaces = {s.space_id: s for s in self.vm.list_spaces()}
         self.assertEqual((spaces[self.space].label, spaces[self.space].locking_profile), ("py-test", "linux-6.6"))
 
+    def test_access_madvise(self):
+        addr = self.vm.mmap(self.space, 4 * PAGE)
+        r = self.vm.access(self.space, addr, 4 * PAGE, stride=PAGE, access="write")
+        self.assertEqual(r, AccessResult(faults=4, major_faults=0, accesses=4, stop=None))
+        self.assertEqual(self.vm.access(self.space, addr, 4 * PAGE, stride=PAGE, access="read").faults, 0)
+        self.vm.madvise(self.space, addr, 2 * PAGE)  # MADV_DONTNEED: the next access faults again
+        self.assertEqual(self.vm.access(self.space, addr, 4 * PAGE, stride=PAGE).faults, 2)
+        stopped = self.vm.access(self.space, addr + 3 * PAGE, 2 * PAGE, stride=PAGE)
+        self.assertEqual((stopped.accesses, stopped.stop.signal, stopped.stop.si_addr), (1, "SIGSEGV", addr + 4 * PAGE))
+        self.assertRaisesErrno(grpc.StatusCode.INVALID_ARGUMENT, "EINVAL", 22, self.vm.madvise, self.space, addr,
+                               PAGE, advice=3)
+
+    def test_batch_stream(self):
+        """A generator sends "mmap, fault each page, munmap what op 0 mapped", then a
+        second message after reading the first answer; a failed op does not stop it."""
+        answers = []
+
+        def requests():
+            yield [batch.op("mmap", self.space, len=2 * PAGE, prot=PROT_READ | PROT_WRITE,
+                            flags=MAP_PRIVATE | MAP_ANONYMOUS),
+                   batch.op("fault", self.space, addr_of_back=1, access="write"),
+                   batch.op("fault", self.space, addr_of_back=2, addr=PAGE, access="write"),
+                   batch.op("munmap", self.space, addr=1, len=PAGE),  # unaligned: EINVAL
+                   batch.op("munmap", self.space, addr_of_index=0, len=2 * PAGE)]
+            while not answers:  # the stream is bidirectional: wait for the first answer
+                time.sleep(0.01)
+            yield batch.request([batch.op("access", self.space, addr=answers[0].results[0].mmap.addr, len=PAGE)], tag=7)
+
+        for resp in self.vm.batch(requests()):
+            answers.append(resp)
+        self.assertEqual(len(answers), 2)
+        r = answers[0].results
+        addr = r[0].mmap.addr
+        self.assertEqual(addr, 0x7FFFF7FFF000 - 2 * PAGE)
+        self.assertEqual([x.fault.fault.outcome for x in r[1:3]], [batch.pb.FAULT_OUTCOME_MINOR] * 2)
+        err = batch.op_error(r[3])
+        self.assertEqual((err.code, err.errno, err.errno_name), (grpc.StatusCode.INVALID_ARGUMENT, 22, "EINVAL"))
+        self.assertIsNone(batch.op_error(r[4]))
+        self.assertEqual(answers[1].tag, 7)
+        self.assertEqual(answers[1].results[0].access.stop.si_code, batch.pb.SEGV_MAPERR)  # unmapped by op 4
+        self.assertEqual(self.vm.get_maps(self.space).map_count, 0)
+
+    def test_batch_stream_error(self):
+        too_many = [batch.op("fault", self.space, addr=0)] * 5000  # > --max-batch (4096)
+        with self.assertRaises(VmspaceError) as cm:
+            list(self.vm.batch(iter([too_many])))
+        self.assertEqual((cm.exception.code, cm.exception.errno_name), (grpc.StatusCode.INVALID_ARGUMENT, "EINVAL"))
+
+    def test_lock_stats(self):
+        before = self.vm.get_lock_stats("linux-6.6")
+        addr = self.vm.mmap(self.space, 3 * PAGE)
+        self.vm.access(self.space, addr, 3 * PAGE, stride=PAGE, access="write")
+        after = self.vm.get_lock_stats("linux-6.6")
+        self.assertIsInstance(after, LockStats)
+        self.assertEqual(after.events["pgfault"] - before.events.get("pgfault", 0), 3)
+        w = after.get("mmap_lock", "write")
+        self.assertGreaterEqual(w.acquisitions - before.get("mmap_lock", "write").acquisitions, 1)  # the mmap
+        self.assertEqual(len(w.hold_buckets), len(after.bucket_upper_seconds) + 1)
+        self.assertTrue(after.lock_stats_enabled)
+        self.assertIn("mmap_lock", after.text)
+
+    def test_server_info(self):
+        (info,) = self.vm.server_info()
+        self.assertIsInstance(info, ServerInfo)
+        self.assertEqual((info.target, info.shard, info.max_spaces), (self.daemon.target, 0, 1024))
+        self.assertGreaterEqual(info.spaces, 1)
+        self.assertEqual(info.memory_limit_bytes, 8 << 30)  # the --max-memory-bytes default
+        self.assertLessEqual({"frames", "page_tables", "vmas"}, set(info.memory))
+        self.assertTrue(info.version)
+
     def test_example(self):
         out = subprocess.run([sys.executable, os.path.join(HERE, "..", "examples", "maps.py"), self.daemon.target],
                              capture_output=True, text=True, timeout=60)
@@ -172,6 +245,71 @@ class ClientTest(unittest.TestCase):
             "read beyond the mapping: Fault(sigsegv, lock_path=mmap_lock, si_code=SEGV_MAPERR)",
             "unaligned munmap: EINVAL (errno 22)",
             "7ffff7ffb000-7ffff7fff000 rw-p 00000000 00:00 0 "])
+
+
+class ShardedTest(unittest.TestCase):
+    """Two daemons (--shard 1 and 2) behind one Client: ids route to their shard."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemons = [Daemon("--shard=1"), Daemon("--shard=2")]
+        cls.vm = Client(",".join(d.target for d in cls.daemons), timeout=10)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.vm.close()
+        for d in cls.daemons:
+            assert d.stop() == 0
+
+    def single(self, i):
+        c = Client(self.daemons[i].target, timeout=10)
+        self.addCleanup(c.close)
+        return c
+
+    def test_routing(self):
+        a = self.vm.create_space(label="a")
+        b = self.vm.create_space(label="b")  # the fewest spaces: the other daemon
+        c = self.vm.create_space(label="c", shard=2)
+        for s in (a, b, c):
+            self.addCleanup(self.vm.destroy_space, s)
+        self.assertEqual(sorted([a >> 40, b >> 40]), [1, 2])
+        self.assertEqual(c >> 40, 2)
+        self.assertEqual([s.space_id for s in self.vm.list_spaces()], sorted([a, b, c]))
+        self.assertEqual([s.space_id for s in self.single(0).list_spaces()], [min(a, b)])  # shard 1
+        for s in (a, b, c):  # each call goes to the daemon of its space
+            addr = self.vm.mmap(s, PAGE)
+            self.assertEqual(self.vm.fault(s, addr, "write").outcome_name, "minor")
+        infos = self.vm.server_info()
+        self.assertEqual([(i.target, i.shard, i.spaces) for i in infos],
+                         [(self.daemons[0].target, 1, 1), (self.daemons[1].target, 2, 2)])
+        self.assertEqual(self.vm.get_lock_stats().events["pgfault"],
+                         sum(self.single(i).get_lock_stats().events["pgfault"] for i in (0, 1)))
+        f = self.vm.create_shmem_file("near-c", PAGE, near_space=c)
+        self.addCleanup(self.vm.close_file, f)
+        self.assertEqual(f >> 40, 2)
+        self.assertEqual(self.vm.write_file(f, 0, b"x"), 1)
+        resp = list(self.vm.batch([[batch.op("mmap", c, len=PAGE, prot=PROT_READ, flags=MAP_PRIVATE | MAP_ANONYMOUS)]]))
+        self.assertEqual(batch.op_error(resp[0].results[0]), None)  # the stream went to shard 2's daemon
+        self.vm.ping()
+
+    def test_placement_key(self):
+        ids = [self.vm.create_space(placement_key="tenant-x") for _ in range(3)]
+        for s in ids:
+            self.addCleanup(self.vm.destroy_space, s)
+        self.assertEqual(len({s >> 40 for s in ids}), 1)  # the same key, the same daemon
+
+    def test_errors_name_the_daemon(self):
+        with self.assertRaises(VmspaceError) as cm:
+            self.vm.destroy_space((2 << 40) | 999999)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertTrue(cm.exception.message.startswith(self.daemons[1].target + ": "), cm.exception.message)
+        with self.assertRaises(VmspaceError) as cm:
+            self.vm.fault((5 << 40) | 1, 0)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.UNAVAILABLE)  # no daemon of shard 5
+        with Client([self.daemons[0].target, self.daemons[0].target]) as twice:
+            with self.assertRaises(VmspaceError) as cm:
+                twice.fault((1 << 40) | 1, 0)
+            self.assertEqual(cm.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
 
 
 if __name__ == "__main__":

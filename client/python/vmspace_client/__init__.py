@@ -1,4 +1,4 @@
-"""vmspace_client: a thin Python client of vmspaced (vmspace.v1.VmSpace over gRPC).
+"""vmspace_client: a Python client of vmspaced (vmspace.v1.VmSpace over gRPC), every RPC.
 
     from vmspace_client import Client, VmspaceError, PROT_READ, PROT_WRITE
 
@@ -14,15 +14,22 @@ standard google.rpc.Status with a packed vmspace.v1.SyscallError (never from the
 text). Failures without an errno (NOT_FOUND for an unknown space, UNAVAILABLE) have
 .errno None and .name the gRPC code's name. A SIGSEGV is an answer, not an error.
 
-The generated modules (client/python/generate.sh) are looked for in $VMSPACE_PY_PROTO,
-else in this package's _proto folder.
+Several daemons (shards): Client("a:50051,b:50051") or Client("shards:NAME:PORT"); calls
+go to the daemon of their id's shard (id >> 40), as the C++ client routes them.
+
+The generated modules (client/python/generate.sh, checked in under _proto and tested to
+match the proto) are looked for in $VMSPACE_PY_PROTO, else in this package's _proto folder.
 """
+from . import batch
 from ._pb import pb
 from .client import Client
 from .constants import *  # noqa: F401,F403
 from .errors import VmspaceError
 from .fault import Fault
+from .results import AccessResult, LockStat, LockStats, ServerInfo
+from .routing import parse_targets, shard_of
 
-__all__ = ["Client", "VmspaceError", "Fault", "pb", "PROT_NONE", "PROT_READ", "PROT_WRITE", "PROT_EXEC",
+__all__ = ["Client", "VmspaceError", "Fault", "AccessResult", "LockStat", "LockStats", "ServerInfo", "batch", "pb",
+           "parse_targets", "shard_of", "PROT_NONE", "PROT_READ", "PROT_WRITE", "PROT_EXEC",
            "MAP_SHARED", "MAP_PRIVATE", "MAP_FIXED", "MAP_ANONYMOUS", "MAP_FIXED_NOREPLACE", "MADV_DONTNEED",
            "MS_ASYNC", "MS_INVALIDATE", "MS_SYNC"]

@@ -12,5 +12,5 @@ try:
     from vmspace.v1 import vmspace_pb2 as pb
     from vmspace.v1 import vmspace_pb2_grpc as pb_grpc
 except ImportError as e:  # pragma: no cover - a setup problem, said plainly
-    raise ImportError(f"vmspace_client: generated modules not found in {_PROTO}; run client/python/generate.sh "
-                      f"(Debian: protobuf-compiler-grpc, python3-grpcio, python3-protobuf): {e}") from e
+    raise ImportError(f"vmspace_client: generated modules not found in {_PROTO} (client/python/generate.sh "
+                      f"writes them; Debian needs python3-grpcio and python3-protobuf): {e}") from e

@@ -5,13 +5,15 @@ _SYSCALL_ERROR = "type.googleapis.com/vmspace.v1.SyscallError"
 
 
 class VmspaceError(OSError):
-    """A failed call. .code: grpc.StatusCode; .errno: Linux errno or None; .name: the
-    errno's name ("EINVAL") or else the code's ("NOT_FOUND"); .message: the status text."""
+    """A failed call. .code: grpc.StatusCode; .errno: Linux errno or None; .errno_name:
+    its name ("EINVAL"), "" without errno; .name: the errno's name or else the code's
+    ("NOT_FOUND"); .message: the status text."""
 
     def __init__(self, code, message, errno=None, errno_name=""):
         super().__init__(errno, message)
         self.code = code
         self.message = message
+        self.errno_name = errno_name
         self.name = errno_name or code.name
 
     def __str__(self):
