@@ -17,6 +17,7 @@ PKGS=(
   curl
   openssl              # tests/service/tenant_test makes its CA and TLS certificates at test time
   python3-grpcio python3-protobuf  # the Python client (client/python) and its test, run with /usr/bin/python3
+  python3-venv python3-pip python3-setuptools python3-wheel  # ctest client.python pip-installs the client into a venv, offline
   python3-yaml         # the deploy tests read compose, rule and manifest files
   docker-compose       # `docker-compose config` validates deploy/compose.yaml (no engine needed)
   python3-kubernetes   # offline schema of the Kubernetes API objects in deploy/k8s
