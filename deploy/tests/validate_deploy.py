@@ -15,8 +15,11 @@ deploy.validate). Usage: validate_deploy.py BUILD_DIR
   every core object checked against the Kubernetes API schema of Debian's
   python3-kubernetes (22.6: API 1.22, which predates the gRPC probe field; that one
   field is checked by hand), and the cross-references: Service <-> StatefulSet <->
-  ServiceMonitor <-> PDB selectors and ports, memory limit vs --max-frame-bytes,
-  terminationGracePeriodSeconds vs --shutdown-grace-ms, the PrometheusRule up to date.
+  ServiceMonitor <-> PDB selectors and ports, the memory limit above --max-memory-bytes
+  (with at least 128 Mi of headroom) above --max-frame-bytes, terminationGracePeriodSeconds
+  vs --shutdown-grace-ms, the PrometheusRule up to date; the image set in one place
+  (kustomization `images:`, a pinned tag, imagePullPolicy IfNotPresent); the ServiceMonitor
+  and PrometheusRule labelled `release` for kube-prometheus-stack's selectors.
 """
 import glob
 import os
@@ -230,6 +233,28 @@ def flag_value(args, name):
     return None
 
 
+MEMORY_HEADROOM_MIB = 128  # the limit above --max-memory-bytes: binary, stacks, allocator slack, gRPC's buffers
+
+
+def memory_problems(args, limit_mib):
+    """What is wrong with the container's memory flags against its limit (MiB)."""
+    out = []
+    mem = flag_value(args, "max-memory-bytes")
+    if mem is None:
+        return ["--max-memory-bytes is not set: its default (8 GiB) lies above the memory limit, "
+                "the OOM killer would answer before the budget"]
+    mem_mib = int(mem) / (1 << 20)
+    if not mem_mib + MEMORY_HEADROOM_MIB <= limit_mib:
+        out.append(f"--max-memory-bytes ({mem_mib:g} Mi) must stay {MEMORY_HEADROOM_MIB} Mi below the memory limit "
+                   f"({limit_mib} Mi)")
+    if int(mem) == 0:
+        out.append("--max-memory-bytes=0 (unlimited): the OOM killer would answer before the budget")
+    frame = flag_value(args, "max-frame-bytes")
+    if frame is not None and int(frame) > int(mem):
+        out.append(f"--max-frame-bytes ({frame}) above --max-memory-bytes ({mem})")
+    return out
+
+
 def mebibytes(q):
     m = re.fullmatch(r"(\d+)(Mi|Gi)", q)
     return int(m.group(1)) * (1024 if m.group(2) == "Gi" else 1)
@@ -284,6 +309,20 @@ def validate_k8s():
     check(lim == req, "memory request != limit (frames are committed memory)")
     check(frame_mib + 128 <= lim <= frame_mib + 512,
           f"memory limit {lim} Mi does not match --max-frame-bytes ({frame_mib} Mi + 128..512 Mi)")
+    for e in memory_problems(args, lim):
+        errors.append(e)
+    # The check itself rejects the default budget and one at the limit.
+    check(memory_problems([a for a in args if not a.startswith("--max-memory-bytes=")], lim) and
+          memory_problems([f"--max-memory-bytes={lim << 20}"], lim), "memory_problems accepts a budget at the limit")
+    with open(os.path.join(DEPLOY, "k8s", "kustomization.yaml")) as f:
+        (img,) = yaml.safe_load(f)["images"]
+    check(c["image"] == f"{img['newName']}:{img['newTag']}" and img["newTag"] != "latest",
+          f"image {c['image']}: want kustomization images: newName:newTag with a pinned tag")
+    check(c.get("imagePullPolicy") == "IfNotPresent", "imagePullPolicy must be IfNotPresent (no published image)")
+    rule = by_kind["PrometheusRule"]
+    release = sm["metadata"]["labels"].get("release")
+    check(release and rule["metadata"]["labels"].get("release") == release,
+          "ServiceMonitor and PrometheusRule need the same `release` label (kube-prometheus-stack selects on it)")
     grace_ms = int(flag_value(args, "shutdown-grace-ms"))
     check(pod["spec"]["terminationGracePeriodSeconds"] * 1000 >= grace_ms + 2000,
           "terminationGracePeriodSeconds must exceed --shutdown-grace-ms + 2 s (drain, metrics close)")
