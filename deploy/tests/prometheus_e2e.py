@@ -350,7 +350,8 @@ def main():
         expect(errs is not None and 0 < errs < 0.01, f"server-side error ratio {errs} (one ENOMEM among many calls)")
         alerts = api.get("/api/v1/rules", type="alert")
         names = {r["name"] for g in alerts["data"]["groups"] for r in g["rules"]}
-        expect(names == {"VmspaceDaemonDown", "VmspaceMmapLockWaitShareHigh", "VmspaceRpcErrorRatioHigh",
+        expect(names == {"VmspaceDaemonDown", "VmspaceMmapLockWaitShareHigh", "VmspaceMmapLockWaitPerFaultHigh",
+                         "VmspaceRpcErrorRatioHigh",
                          "VmspaceFrameMemoryNearLimit"}, f"alerting rules loaded: {sorted(names)}")
         expect(all(r["health"] == "ok" for g in alerts["data"]["groups"] for r in g["rules"]), "an alert rule errs")
 
