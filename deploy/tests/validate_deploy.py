@@ -59,6 +59,10 @@ def validate_compose():
         for v in s.get("volumes", []):
             src = v["source"] if isinstance(v, dict) else v.split(":")[0]
             check(os.path.exists(src), f"compose {name}: mounted path {src} does not exist")
+    with open(os.path.join(DEPLOY, "k8s", "kustomization.yaml")) as f:
+        (img,) = yaml.safe_load(f)["images"]
+    check(svcs["vmspaced"]["image"] == svcs["bench"]["image"] == f"{img['newName']}:{img['newTag']}",
+          f"compose builds {svcs['vmspaced']['image']}, deploy/k8s names {img['newName']}:{img['newTag']}")
     check(svcs["bench"]["depends_on"]["vmspaced"]["condition"] == "service_healthy",
           "compose bench must wait for the daemon's health check")
     ports = {str(p.get("target")) for p in svcs["vmspaced"]["ports"]} if isinstance(
