@@ -15,7 +15,7 @@ PKGS=(
   gnuplot-nox          # SVG charts of `vmspace bench ... --plot` (run as a subprocess)
   prometheus           # promtool (metrics and rules tests) and the server of the Prometheus end-to-end test
   curl
-  openssl              # tests/service/tenant_test makes its CA and TLS certificates at test time
+  openssl              # tests/service/tenant_test and the Python client's test make their CA and TLS certificates at test time
   python3-grpcio python3-protobuf  # the Python client (client/python) and its test, run with /usr/bin/python3
   python3-venv python3-pip python3-setuptools python3-wheel  # ctest client.python pip-installs the client into a venv, offline
   python3-yaml         # the deploy tests read compose, rule and manifest files

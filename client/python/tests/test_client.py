@@ -71,6 +71,53 @@ class TokenTest(unittest.TestCase):
                 self.assertEqual(d.stop(), 0)
 
 
+class TlsTest(unittest.TestCase):
+    """A daemon with TLS and client certificates (mutual TLS): the certificate's CN is the
+    tenant; no certificate, or no TLS, is refused. Certificates made here with openssl."""
+
+    def test_mutual_tls(self):
+        import shutil
+        import tempfile
+        d = tempfile.mkdtemp(prefix="vmspace-py-tls-")
+        self.addCleanup(shutil.rmtree, d, True)
+
+        def sh(*cmd):
+            subprocess.run(cmd, cwd=d, check=True, capture_output=True, timeout=60)
+
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        sh("openssl", "req", "-x509", *ec, "-days", "2", "-subj", "/CN=vmspace-py-test-ca", "-keyout", "ca.key",
+           "-out", "ca.pem")
+        for name, ext in (("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+                          ("alice", "extendedKeyUsage=clientAuth\n"), ("bob", "extendedKeyUsage=clientAuth\n")):
+            sh("openssl", "req", *ec, "-subj", "/CN=" + name, "-keyout", name + ".key", "-out", name + ".csr")
+            with open(os.path.join(d, name + ".ext"), "w") as f:
+                f.write(ext)
+            sh("openssl", "x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+               "-CAcreateserial", "-days", "2", "-extfile", name + ".ext", "-out", name + ".pem")
+        def pem(f):
+            with open(os.path.join(d, f), "rb") as fh:
+                return fh.read()
+
+        daemon = Daemon("--tls-cert=" + os.path.join(d, "server.pem"), "--tls-key=" + os.path.join(d, "server.key"),
+                        "--tls-client-ca=" + os.path.join(d, "ca.pem"))
+        try:
+            tls = lambda who: Client(daemon.target, timeout=5, token="", tls_ca=pem("ca.pem"),
+                                     tls_cert=pem(who + ".pem"), tls_key=pem(who + ".key"))
+            with tls("alice") as alice, tls("bob") as bob:
+                sid = alice.create_space(label="alice's")
+                self.assertEqual([s.space_id for s in alice.list_spaces()], [sid])
+                self.assertEqual(bob.list_spaces(), [])  # the CN is the tenant
+                alice.destroy_space(sid)
+            with Client(daemon.target, timeout=5, token="", tls_ca=pem("ca.pem")) as no_cert, \
+                    Client(daemon.target, timeout=5, token="") as plain:
+                for c in (no_cert, plain):
+                    with self.assertRaises(VmspaceError) as cm:
+                        c.ping()
+                    self.assertEqual(cm.exception.code, grpc.StatusCode.UNAVAILABLE)
+        finally:
+            self.assertEqual(daemon.stop(), 0)
+
+
 class ClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
