@@ -1,0 +1,131 @@
+// Pieces the `vmspace bench` commands share: locking profiles and --compare, lock
+// figures in JSON and tables, progress lines, medians, and the seed-004 runs of
+// `bench stress` (plain, --compare, --scaling). Internal to the CLI (cli/).
+#pragma once
+
+#include <cstdint>
+#include <iomanip>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "cli/output.h"
+#include "lib/seed004.h"
+#include "lib/willitscale.h"
+
+namespace vmspace::cli {
+
+/// n / s, or 0 when s is not positive (per second).
+double Rate(uint64_t n, double s);
+
+/// The figures of one seed-004 run: seconds, rounds, ops and their rates by type, faults,
+/// bytes touched and the untimed set-up / tear-down ops.
+Json StatsJson(const stress::StressStats& s);
+
+/// The --profile / --locking-profile value ("" if neither).
+std::string ProfileOption(const Ctx& c);
+
+/// The profile specs to run: --compare expanded (a SWITCH=V1,V2 list varies `base`),
+/// else just `base` (which may be "").
+std::vector<std::string> ProfilesToRun(const Ctx& c, const std::string& base);
+
+/// Checks that --plot can work before anything runs. Returns "" or the error.
+std::string CheckPlot(const Ctx& c);
+
+/// The lock-derived fields every bench result carries (null without lock figures).
+void AddLockFields(Json& j, const std::optional<bench::LockFigures>& locks, std::optional<uint64_t> contentions,
+                   std::optional<double> per_1k_faults, std::optional<double> wait_per_op, const std::string& note);
+
+/// An event count of the lock figures as text, "-" without them.
+std::string Count(const std::optional<bench::LockFigures>& l, const char* event);
+
+/// Prints each distinct lock note once.
+void PrintNotes(std::ostream& o, const std::vector<std::string>& notes);
+
+/// Runs one profile after another through `run`, with a progress line per profile.
+template <typename R, typename F>
+std::vector<R> RunProfiles(Ctx& c, const std::vector<std::string>& profiles, const std::string& what, bool progress,
+                           double seconds_each, F run) {
+  std::vector<R> out;
+  for (size_t i = 0; i < profiles.size(); ++i) {
+    if (progress) {
+      std::ostringstream p;
+      p << "vmspace bench: " << what << " [" << (i + 1) << "/" << profiles.size() << "] profile "
+        << (profiles[i].empty() ? "(default)" : profiles[i]);
+      if (seconds_each > 0) p << ", " << std::setprecision(3) << seconds_each << " s";
+      c.err << p.str() << "\n" << std::flush;
+    }
+    out.push_back(run(profiles[i]));
+  }
+  return out;
+}
+
+/// The values of a space setting to run one after another: --compare SETTING=V1,V2,
+/// else `single` ("V"), each parsed by `parse` (false: not a value; `what` names them).
+template <typename T, typename Parse>
+std::vector<T> SettingValues(const Ctx& c, const std::string& setting, const std::string& single, const char* what,
+                             Parse parse) {
+  std::string list = single;
+  if (c.args.Has("compare")) {
+    list = c.args.Get("compare");
+    if (list.rfind(setting + "=", 0) != 0)
+      throw UsageError{"--compare: want " + setting + "=" + what + "; got '" + list + "'"};
+    list = list.substr(setting.size() + 1);
+  }
+  std::vector<T> out;
+  std::stringstream ss(list);
+  for (std::string v; std::getline(ss, v, ',');) {
+    T x;
+    if (!parse(v, &x)) throw UsageError{setting + ": one of " + what + ", not '" + v + "'"};
+    out.push_back(x);
+  }
+  if (out.empty()) throw UsageError{setting + ": no value"};
+  return out;
+}
+
+/// The first failure of a setting benchmark's rows, then of its native run ("" if none).
+template <typename R>
+std::string FirstError(const std::vector<R>& rows, const std::optional<R>& native) {
+  for (const R& r : rows)
+    if (!r.ok()) return r.setting + ": " + r.error;
+  if (native && !native->ok()) return "native: " + native->error;
+  return "";
+}
+
+/// The index of the median of v (the lower one for an even count); v is not empty.
+size_t MedianIndex(const std::vector<double>& v);
+
+/// One seed-004 run of ours on `transport` (inprocess, unary or stream).
+stress::StressStats RunOurStress(const Ctx& c, const stress::StressConfig& cfg, const std::string& transport,
+                                 int batch, int inflight, stress::Progress* progress = nullptr);
+
+/// bench stress --compare [--repeat N]: every profile, then the kernel, N times in turn.
+/// A profile's row is its median-rounds/s repetition; its x native is the median over the
+/// repetitions of its rounds/s over the kernel's of the same repetition (each ratio side
+/// by side in time, as the machine's load drifts); the native row is the median native run.
+int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::string& transport, int batch,
+                       int inflight, bool progress, bool native_on, int repeat);
+
+/// bench stress --scaling --clients C [--repeat N]: how C clients in C spaces scale
+/// against one. Each repetition runs one client, then C clients (each in its own space,
+/// or one shared with --shared-space), then the kernel's one process and C processes
+/// (threads with --shared-space); its ratio is the C-client aggregate rounds/s over the
+/// one-client rounds/s of the same repetition, side by side in time. Each repetition
+/// ends with two controls that share nothing, each in 1 thread, then in C
+/// (stress::ControlSeconds; ratio C x the 1-thread time / the C-thread time):
+/// integer-unit-bound register code (`alu`: tells vCPUs on one physical core's SMT
+/// siblings from separate cores) and a std::map per thread (`map`: what this host gives
+/// user-space data-structure code), and ours over the map's of the same repetition.
+/// In process (and for the kernel), with C <= the CPUs this process may use, client c
+/// is pinned to the c-th of them and the one-client run is made once on each of those
+/// CPUs: `matched` is the C-client aggregate over the slowest CPU's one-client rounds/s
+/// (with the same rounds per client, C times that is the most C clients can give when
+/// they share nothing, however unequal the host makes its vCPUs), `spread` the fastest
+/// CPU's one-client rounds/s over the slowest's. Prints every repetition and the
+/// median ratios.
+int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::string& transport, int batch,
+                       int inflight, bool progress, bool native_on, int repeat);
+
+}  // namespace vmspace::cli
