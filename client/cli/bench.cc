@@ -111,4 +111,10 @@ size_t MedianIndex(const std::vector<double>& v) {
   return idx[(idx.size() - 1) / 2];
 }
 
+int BenchExit(Ctx& c, const std::string& error) {
+  if (error.empty()) return kExitOk;
+  c.err << "vmspace " << c.command << ": " << error << "\n";
+  return kExitFailed;
+}
+
 }  // namespace vmspace::cli

@@ -97,35 +97,50 @@ std::string FirstError(const std::vector<R>& rows, const std::optional<R>& nativ
 /// The index of the median of v (the lower one for an even count); v is not empty.
 size_t MedianIndex(const std::vector<double>& v);
 
-/// One seed-004 run of ours on `transport` (inprocess, unary or stream).
-stress::StressStats RunOurStress(const Ctx& c, const stress::StressConfig& cfg, const std::string& transport,
-                                 int batch, int inflight, stress::Progress* progress = nullptr);
+/// With --plot FILE: draws the chart with `plot(FILE)`, which returns "" or its error.
+/// Returns FILE (JSON) if the chart was written, else null; a plot error becomes `error`
+/// unless that already names one.
+template <typename Plot>
+Json PlotIfAsked(const Ctx& c, std::string& error, Plot plot) {
+  if (!c.args.Has("plot")) return nullptr;
+  const std::string plot_error = plot(c.args.Get("plot"));
+  if (plot_error.empty()) return c.args.Get("plot");
+  if (error.empty()) error = "plot: " + plot_error;
+  return nullptr;
+}
+
+/// Prints `error` (if any) as "vmspace COMMAND: error" on Ctx::err; returns the exit code
+/// of a bench that ran: kExitOk without an error, else kExitFailed.
+int BenchExit(Ctx& c, const std::string& error);
+
+/// What `bench stress` was asked to run: its options, parsed and checked.
+struct StressSetup {
+  stress::StressConfig cfg;  // rounds, clients, seed, locking profile (the base of --compare) ...
+  std::string transport;     // inprocess, unary or stream
+  ClientOptions client;      // the daemon (unary, stream)
+  int batch = 1024;          // stream: ops per Batch message
+  int inflight = 4;          // stream: messages in flight per client
+  bool progress = true;      // progress lines on stderr
+  bool native = true;        // the same sequence on the kernel too
+  int repeat = 1;            // --compare, --scaling: repetitions
+};
+
+/// The setting of a `bench stress` run as its JSON starts: workload, transport, target,
+/// rounds per client, clients, shared space, page faults, seed, stride.
+Json StressSetupJson(const StressSetup& s);
+
+/// One seed-004 run of ours with `cfg` on `s.transport` (inprocess, unary or stream).
+stress::StressStats RunOurStress(const StressSetup& s, const stress::StressConfig& cfg,
+                                 stress::Progress* progress = nullptr);
 
 /// bench stress --compare [--repeat N]: every profile, then the kernel, N times in turn.
 /// A profile's row is its median-rounds/s repetition; its x native is the median over the
 /// repetitions of its rounds/s over the kernel's of the same repetition (each ratio side
 /// by side in time, as the machine's load drifts); the native row is the median native run.
-int BenchStressCompare(Ctx& c, const stress::StressConfig& base_cfg, const std::string& transport, int batch,
-                       int inflight, bool progress, bool native_on, int repeat);
+int BenchStressCompare(Ctx& c, const StressSetup& s);
 
-/// bench stress --scaling --clients C [--repeat N]: how C clients in C spaces scale
-/// against one. Each repetition runs one client, then C clients (each in its own space,
-/// or one shared with --shared-space), then the kernel's one process and C processes
-/// (threads with --shared-space); its ratio is the C-client aggregate rounds/s over the
-/// one-client rounds/s of the same repetition, side by side in time. Each repetition
-/// ends with two controls that share nothing, each in 1 thread, then in C
-/// (stress::ControlSeconds; ratio C x the 1-thread time / the C-thread time):
-/// integer-unit-bound register code (`alu`: tells vCPUs on one physical core's SMT
-/// siblings from separate cores) and a std::map per thread (`map`: what this host gives
-/// user-space data-structure code), and ours over the map's of the same repetition.
-/// In process (and for the kernel), with C <= the CPUs this process may use, client c
-/// is pinned to the c-th of them and the one-client run is made once on each of those
-/// CPUs: `matched` is the C-client aggregate over the slowest CPU's one-client rounds/s
-/// (with the same rounds per client, C times that is the most C clients can give when
-/// they share nothing, however unequal the host makes its vCPUs), `spread` the fastest
-/// CPU's one-client rounds/s over the slowest's. Prints every repetition and the
-/// median ratios.
-int BenchStressScaling(Ctx& c, const stress::StressConfig& base_cfg, const std::string& transport, int batch,
-                       int inflight, bool progress, bool native_on, int repeat);
+/// bench stress --scaling --clients C [--repeat N]: how C clients scale against one,
+/// ours and the kernel's, per repetition and as medians (bench_stress_scaling.cc).
+int BenchStressScaling(Ctx& c, const StressSetup& s);
 
 }  // namespace vmspace::cli

@@ -1,5 +1,6 @@
 // `vmspace bench shmem-dirty`: write each page of a MAP_SHARED shmem mapping, per
-// shared_fault_completion mode, beside the kernel's memfd.
+// shared_fault_completion mode, beside the kernel's memfd; measured into
+// ShmemDirtyFigures, then rendered as JSON or text.
 #include "cli/commands.h"
 
 #include <iomanip>
@@ -40,81 +41,106 @@ Json ShmemDirtyJson(const bench::ShmemDirtyResult& r) {
           {"error", r.error.empty() ? Json(nullptr) : Json(r.error)}};
 }
 
+/// What `bench shmem-dirty` was asked to run.
+struct ShmemDirtySetup {
+  uint64_t bytes = 400ull << 20;  // the mapping, whole pages
+  int runs = 5;                   // per mode, each a fresh space
+  std::vector<SharedFaultCompletion> modes;  // in the order given
+  std::string profile;            // "" = linux-6.15
+  bool native = true;             // also the kernel's memfd loop
+  bool progress = true;           // progress lines on stderr
+};
+
+/// The figures of one `bench shmem-dirty`: a row per mode, the kernel's, the first
+/// failure ("" if none).
+struct ShmemDirtyFigures {
+  std::vector<bench::ShmemDirtyResult> rows;
+  std::optional<bench::ShmemDirtyResult> native;
+  std::string error;
+};
+
+ShmemDirtyFigures MeasureShmemDirty(const ShmemDirtySetup& s, std::ostream& err) {
+  ShmemDirtyFigures f;
+  if (s.progress) err << "vmspace bench shmem-dirty: the engine (in-process), " << s.modes.size() << " mode(s) x " << s.runs << " runs\n" << std::flush;
+  f.rows = bench::RunShmemDirtyEngine(s.bytes, s.profile, s.modes, s.runs);
+  if (s.native) {
+    if (s.progress) err << "vmspace bench shmem-dirty: the kernel (memfd)\n" << std::flush;
+    f.native = bench::RunShmemDirtyNative(s.bytes, s.runs);
+  }
+  f.error = FirstError(f.rows, f.native);
+  return f;
+}
+
+Json ShmemDirtyFiguresJson(const ShmemDirtySetup& s, const ShmemDirtyFigures& f) {
+  Json arr = Json::array();
+  for (const auto& r : f.rows) arr.push_back(ShmemDirtyJson(r));
+  return Json{{"workload", "shmem-dirty"},
+              {"size_bytes", s.bytes},
+              {"runs", s.runs},
+              {"transport", "inprocess"},
+              {"results", arr},
+              {"native", f.native ? ShmemDirtyJson(*f.native) : Json(nullptr)},
+              {"error", f.error.empty() ? Json(nullptr) : Json(f.error)}};
+}
+
+std::string ShmemDirtyFiguresText(const ShmemDirtySetup& s, const ShmemDirtyFigures& f) {
+  std::ostringstream o;
+  o << "bench shmem-dirty: write one byte of each page of a " << HumanBytes(s.bytes)
+    << " MAP_SHARED shmem mapping, " << s.runs << " runs each (engine in-process, profile "
+    << (f.rows.empty() ? "" : f.rows[0].profile) << ")\n";
+  char line[256];
+  snprintf(line, sizeof line, "%-22s %10s %8s %9s %9s %10s %9s %9s %10s %10s %8s\n", "shared_fault_completion", "ms",
+           "+-%", "min-ms", "x first", "pgfault", "pgflt/pg", "minflt/pg", "retries", "mmap_lock", "mm-cont");
+  o << line;
+  const double first = f.rows.empty() ? 0 : f.rows[0].seconds_mean;
+  for (const auto& r : f.rows) {
+    if (!r.ok()) {
+      o << std::left << std::setw(22) << r.setting << std::right << " error: " << r.error << "\n";
+      continue;
+    }
+    snprintf(line, sizeof line, "%-22s %10.2f %8.2f %9.2f %9s %10llu %9.2f %9.2f %10llu %10llu %8llu\n",
+             r.setting.c_str(), r.seconds_mean * 1e3, r.seconds_mean > 0 ? 100 * r.seconds_stddev / r.seconds_mean : 0,
+             r.seconds_min * 1e3,
+             first > 0 ? Num(r.seconds_mean / first, "%.3fx").c_str() : "-", static_cast<unsigned long long>(r.pgfault),
+             r.pgfault_per_page(), r.min_flt_per_page(), static_cast<unsigned long long>(r.retries),
+             static_cast<unsigned long long>(r.mmap_lock_acquisitions),
+             static_cast<unsigned long long>(r.mmap_lock_contentions));
+    o << line;
+  }
+  if (f.native && f.native->ok()) {
+    snprintf(line, sizeof line, "%-22s %10.2f %8.2f %9.2f %9s %10s %9s %9.2f %10s %10s %8s\n", "native (kernel memfd)",
+             f.native->seconds_mean * 1e3,
+             f.native->seconds_mean > 0 ? 100 * f.native->seconds_stddev / f.native->seconds_mean : 0,
+             f.native->seconds_min * 1e3, "-", "-", "-",
+             f.native->min_flt_per_page(), "-", "-", "-");
+    o << line;
+  }
+  o << "ms = mean time of the write loop (after one warm-up run); +-% = its standard deviation; min-ms = the "
+       "fastest run; pgfault = vmstat pgfault of one run "
+       "(handle_mm_fault calls: a VM_FAULT_RETRY counts twice); minflt/pg = getrusage min_flt per page; "
+       "retries = VM_FAULT_RETRY after dirtying; mmap_lock / mm-cont = its acquisitions / contentions in one run\n"
+    << "seed 002 (Peter Xu, aarch64 VM, 400 MB): 650.980 ms (retry) -> 569.396 ms (completed)\n";
+  return o.str();
+}
+
 }  // namespace
 
 int CmdBenchShmemDirty(Ctx& c) {
-  const uint64_t bytes = (c.U64("size", 400ull << 20) + kPageSize - 1) & kPageMask;
-  if (bytes == 0 || bytes > (64ull << 30)) throw UsageError{"--size must be in (0, 64G]"};
+  ShmemDirtySetup s;
+  s.bytes = (c.U64("size", 400ull << 20) + kPageSize - 1) & kPageMask;
+  if (s.bytes == 0 || s.bytes > (64ull << 30)) throw UsageError{"--size must be in (0, 64G]"};
   const uint64_t runs = c.U64("runs", 5);
   if (runs < 1 || runs > 1000) throw UsageError{"--runs must be 1..1000"};
-  const std::vector<SharedFaultCompletion> modes = CompletionModes(c);
-  const std::string profile = ProfileOption(c);
-  if (std::string e = bench::CheckProfile(profile.empty() ? "linux-6.15" : profile); !e.empty())
+  s.runs = static_cast<int>(runs);
+  s.modes = CompletionModes(c);
+  s.profile = ProfileOption(c);
+  if (std::string e = bench::CheckProfile(s.profile.empty() ? "linux-6.15" : s.profile); !e.empty())
     throw UsageError{"--profile: " + e};
-  const bool progress = !c.args.Flag("quiet");
-  if (progress) c.err << "vmspace bench shmem-dirty: the engine (in-process), " << modes.size() << " mode(s) x " << runs << " runs\n" << std::flush;
-  std::vector<bench::ShmemDirtyResult> rows = bench::RunShmemDirtyEngine(bytes, profile, modes, static_cast<int>(runs));
-  std::optional<bench::ShmemDirtyResult> native;
-  if (!c.args.Flag("skip-native")) {
-    if (progress) c.err << "vmspace bench shmem-dirty: the kernel (memfd)\n" << std::flush;
-    native = bench::RunShmemDirtyNative(bytes, static_cast<int>(runs));
-  }
-  const std::string error = FirstError(rows, native);
-  if (c.json) {
-    Json arr = Json::array();
-    for (const auto& r : rows) arr.push_back(ShmemDirtyJson(r));
-    Json j{{"workload", "shmem-dirty"},
-           {"size_bytes", bytes},
-           {"runs", runs},
-           {"transport", "inprocess"},
-           {"results", arr},
-           {"native", native ? ShmemDirtyJson(*native) : Json(nullptr)},
-           {"error", error.empty() ? Json(nullptr) : Json(error)}};
-    c.out << j.dump() << "\n";
-  } else {
-    std::ostringstream o;
-    o << "bench shmem-dirty: write one byte of each page of a " << HumanBytes(bytes)
-      << " MAP_SHARED shmem mapping, " << runs << " runs each (engine in-process, profile "
-      << (rows.empty() ? "" : rows[0].profile) << ")\n";
-    char line[256];
-    snprintf(line, sizeof line, "%-22s %10s %8s %9s %9s %10s %9s %9s %10s %10s %8s\n", "shared_fault_completion", "ms",
-             "+-%", "min-ms", "x first", "pgfault", "pgflt/pg", "minflt/pg", "retries", "mmap_lock", "mm-cont");
-    o << line;
-    const double first = rows.empty() ? 0 : rows[0].seconds_mean;
-    for (const auto& r : rows) {
-      if (!r.ok()) {
-        o << std::left << std::setw(22) << r.setting << std::right << " error: " << r.error << "\n";
-        continue;
-      }
-      snprintf(line, sizeof line, "%-22s %10.2f %8.2f %9.2f %9s %10llu %9.2f %9.2f %10llu %10llu %8llu\n",
-               r.setting.c_str(), r.seconds_mean * 1e3, r.seconds_mean > 0 ? 100 * r.seconds_stddev / r.seconds_mean : 0,
-               r.seconds_min * 1e3,
-               first > 0 ? Num(r.seconds_mean / first, "%.3fx").c_str() : "-", static_cast<unsigned long long>(r.pgfault),
-               r.pgfault_per_page(), r.min_flt_per_page(), static_cast<unsigned long long>(r.retries),
-               static_cast<unsigned long long>(r.mmap_lock_acquisitions),
-               static_cast<unsigned long long>(r.mmap_lock_contentions));
-      o << line;
-    }
-    if (native && native->ok()) {
-      snprintf(line, sizeof line, "%-22s %10.2f %8.2f %9.2f %9s %10s %9s %9.2f %10s %10s %8s\n", "native (kernel memfd)",
-               native->seconds_mean * 1e3,
-               native->seconds_mean > 0 ? 100 * native->seconds_stddev / native->seconds_mean : 0,
-               native->seconds_min * 1e3, "-", "-", "-",
-               native->min_flt_per_page(), "-", "-", "-");
-      o << line;
-    }
-    o << "ms = mean time of the write loop (after one warm-up run); +-% = its standard deviation; min-ms = the "
-         "fastest run; pgfault = vmstat pgfault of one run "
-         "(handle_mm_fault calls: a VM_FAULT_RETRY counts twice); minflt/pg = getrusage min_flt per page; "
-         "retries = VM_FAULT_RETRY after dirtying; mmap_lock / mm-cont = its acquisitions / contentions in one run\n"
-      << "seed 002 (Peter Xu, aarch64 VM, 400 MB): 650.980 ms (retry) -> 569.396 ms (completed)\n";
-    c.out << o.str();
-  }
-  if (!error.empty()) {
-    c.err << "vmspace " << c.command << ": " << error << "\n";
-    return kExitFailed;
-  }
-  return kExitOk;
+  s.progress = !c.args.Flag("quiet");
+  s.native = !c.args.Flag("skip-native");
+  const ShmemDirtyFigures f = MeasureShmemDirty(s, c.err);
+  c.out << (c.json ? ShmemDirtyFiguresJson(s, f).dump() + "\n" : ShmemDirtyFiguresText(s, f));
+  return BenchExit(c, f.error);
 }
 
 }  // namespace vmspace::cli

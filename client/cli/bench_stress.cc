@@ -1,6 +1,6 @@
 // `vmspace bench stress`: the seed-004 mmap/munmap stress on one transport, then the same
-// sequence on the kernel; --compare and --scaling are bench_stress_compare.cc and
-// bench_stress_scaling.cc.
+// sequence on the kernel, measured into StressFigures and rendered as JSON or text;
+// --compare and --scaling are bench_stress_compare.cc and bench_stress_scaling.cc.
 #include "cli/commands.h"
 
 #include <chrono>
@@ -61,17 +61,135 @@ class ProgressPrinter {
   std::thread thread_;
 };
 
+/// The figures of one `bench stress` run: ours, the kernel's (not run with --skip-native
+/// or when ours failed), ours / the kernel's rounds/s, the first failure ("" if none).
+struct StressFigures {
+  stress::StressStats ours;
+  std::optional<stress::StressStats> native;
+  std::optional<double> ratio;
+  std::string error;
+};
+
+StressFigures MeasureStress(const StressSetup& s, std::ostream& err) {
+  const uint64_t total = s.cfg.rounds * static_cast<uint64_t>(s.cfg.clients);
+  StressFigures f;
+  {
+    stress::Progress progress;
+    ProgressPrinter pp(err, s.progress, s.transport, &progress, total);
+    f.ours = RunOurStress(s, s.cfg, &progress);
+  }
+  if (s.native && f.ours.ok()) {
+    stress::Progress* progress = stress::NewSharedProgress();
+    ProgressPrinter pp(err, s.progress, "native", progress, total);
+    f.native = stress::RunNativeStress(s.cfg, progress);
+  }
+  if (f.native && f.native->ok() && f.native->rounds_per_sec() > 0) {
+    f.ratio = f.ours.rounds_per_sec() / f.native->rounds_per_sec();
+  }
+  f.error = !f.ours.ok() ? f.ours.error : (f.native && !f.native->ok()) ? "native: " + f.native->error : "";
+  return f;
+}
+
+/// Ops per Batch message of a stream run.
+double OpsPerMessage(const stress::StressStats& r) {
+  const uint64_t ops = r.mmaps + r.munmaps + r.accesses;
+  return r.messages ? static_cast<double>(ops) / static_cast<double>(r.messages) : 0.0;
+}
+
+Json StressFiguresJson(const StressSetup& s, const StressFigures& f) {
+  const stress::StressConfig& cfg = s.cfg;
+  Json j = StressSetupJson(s);
+  j["locking_profile"] = cfg.locking_profile.empty() ? Json(nullptr) : Json(cfg.locking_profile);
+  if (s.transport == "stream") {
+    j["batch"] = s.batch;
+    j["inflight"] = s.inflight;
+  }
+  Json stats = StatsJson(f.ours);
+  for (auto& [k, v] : stats.items()) j[k] = v;
+  if (s.transport == "stream") {
+    j["messages"] = f.ours.messages;
+    j["ops_per_message"] = OpsPerMessage(f.ours);
+    j["waits"] = f.ours.waits;
+  }
+  j["addr_hash"] = cfg.shared_space ? Json(nullptr) : Json(Hex(f.ours.addr_hash));
+  j["native"] = f.native ? StatsJson(*f.native) : Json(nullptr);
+  j["ratio_vs_native"] = OptJson(f.ratio);
+  j["error"] = f.error.empty() ? Json(nullptr) : Json(f.error);
+  return j;
+}
+
+std::string StressFiguresText(const StressSetup& s, const StressFigures& f) {
+  const stress::StressConfig& cfg = s.cfg;
+  const stress::StressStats& run = f.ours;
+  std::ostringstream o;
+  o << "seed-004 stress: transport " << s.transport;
+  if (s.transport == "stream") o << " (batch " << s.batch << " ops, " << s.inflight << " in flight)";
+  if (s.transport != "inprocess") o << " to " << s.client.target;
+  o << "; " << cfg.clients << " client" << (cfg.clients > 1 ? "s" : "") << " ("
+    << (cfg.shared_space ? "one shared space" : "own space each") << "), " << cfg.rounds
+    << " rounds each, page faults " << (cfg.page_fault ? "on" : "off") << ", seed " << cfg.seed;
+  if (!cfg.locking_profile.empty()) o << ", locking profile " << cfg.locking_profile;
+  o << "\n";
+  char line[256];
+  snprintf(line, sizeof line, "%-20s %9s %12s %12s %12s %12s %12s %10s\n", "", "time(s)", "rounds/s",
+           "mmap/s", "munmap/s", "access/s", "ops/s", "faults");
+  o << line;
+  auto row = [&](const std::string& name, const stress::StressStats& r) {
+    uint64_t ops = r.mmaps + r.munmaps + r.accesses;
+    snprintf(line, sizeof line, "%-20s %9.3f %12.0f %12.0f %12.0f %12.0f %12.0f %10llu\n", name.c_str(),
+             r.seconds, r.rounds_per_sec(), Rate(r.mmaps, r.seconds), Rate(r.munmaps, r.seconds),
+             Rate(r.accesses, r.seconds), Rate(ops, r.seconds), static_cast<unsigned long long>(r.faults));
+    o << line;
+  };
+  row("vmspace " + s.transport, run);
+  if (f.native) row("native (kernel)", *f.native);
+  o << "ops: " << run.mmaps << " mmap, " << run.munmaps << " munmap, " << run.accesses << " access in "
+    << run.rounds << " rounds (+" << run.setup_mmaps << " untimed setup mmaps)\n";
+  if (s.transport == "stream") {
+    snprintf(line, sizeof line, "stream: %llu messages, %.1f ops/message, %llu waits for an unanswered mmap\n",
+             static_cast<unsigned long long>(run.messages), OpsPerMessage(run),
+             static_cast<unsigned long long>(run.waits));
+    o << line;
+  }
+  if (const std::optional<double>& ratio = f.ratio) {
+    if (*ratio >= 1) {
+      snprintf(line, sizeof line, "ratio vs native: %.4f (vmspace is %.2fx the kernel's rounds/s)\n", *ratio, *ratio);
+    } else {
+      snprintf(line, sizeof line, "ratio vs native: %.4f (the kernel is %.1fx faster)\n", *ratio,
+               *ratio > 0 ? 1.0 / *ratio : 0.0);
+    }
+    o << line;
+  }
+  if (!cfg.shared_space) o << "addr hash: " << Hex(run.addr_hash) << "\n";
+  return o.str();
+}
+
 }  // namespace
 
-stress::StressStats RunOurStress(const Ctx& c, const stress::StressConfig& cfg, const std::string& transport,
-                                 int batch, int inflight, stress::Progress* progress) {
-  if (transport == "inprocess") return stress::RunEngineStress(cfg, progress);
-  if (transport == "unary") return stress::RunUnaryStress(cfg, c.client, progress);
-  return stress::RunStreamStress(cfg, c.client, batch, inflight, progress);
+stress::StressStats RunOurStress(const StressSetup& s, const stress::StressConfig& cfg, stress::Progress* progress) {
+  if (s.transport == "inprocess") return stress::RunEngineStress(cfg, progress);
+  if (s.transport == "unary") return stress::RunUnaryStress(cfg, s.client, progress);
+  return stress::RunStreamStress(cfg, s.client, s.batch, s.inflight, progress);
+}
+
+Json StressSetupJson(const StressSetup& s) {
+  const stress::StressConfig& cfg = s.cfg;
+  Json j;
+  j["workload"] = "seed-004";
+  j["transport"] = s.transport;
+  if (s.transport != "inprocess") j["target"] = s.client.target;
+  j["rounds_per_client"] = cfg.rounds;
+  j["clients"] = cfg.clients;
+  j["shared_space"] = cfg.shared_space;
+  j["page_fault"] = cfg.page_fault;
+  j["seed"] = cfg.seed;
+  j["stride"] = cfg.stride;
+  return j;
 }
 
 int CmdBenchStress(Ctx& c) {
-  stress::StressConfig cfg;
+  StressSetup s;
+  stress::StressConfig& cfg = s.cfg;
   cfg.rounds = c.U64("rounds", 100000);
   uint64_t clients = c.U64("clients", 1);
   if (clients < 1 || clients > 1024) throw UsageError{"--clients must be 1..1024"};
@@ -83,19 +201,23 @@ int CmdBenchStress(Ctx& c) {
   cfg.seed = static_cast<uint32_t>(seed);
   cfg.stride = c.U64("stride", 128);
   if (cfg.stride == 0) throw UsageError{"--stride must be > 0"};
-  std::string transport = c.args.Get("transport", "inprocess");
-  if (transport != "inprocess" && transport != "unary" && transport != "stream") {
+  s.transport = c.args.Get("transport", "inprocess");
+  if (s.transport != "inprocess" && s.transport != "unary" && s.transport != "stream") {
     throw UsageError{"--transport must be inprocess, unary or stream"};
   }
+  s.client = c.client;
   uint64_t batch = c.U64("batch", harness::kDefaultBatch);
   uint64_t inflight = c.U64("inflight", 4);
   if (batch < 1 || batch > 1000000) throw UsageError{"--batch must be 1..1000000"};
   if (inflight < 1 || inflight > 4096) throw UsageError{"--inflight must be 1..4096"};
+  s.batch = static_cast<int>(batch);
+  s.inflight = static_cast<int>(inflight);
   cfg.locking_profile = ProfileOption(c);
-  bool progress_on = !c.args.Flag("quiet");
-  bool native_on = !c.args.Flag("skip-native");
+  s.progress = !c.args.Flag("quiet");
+  s.native = !c.args.Flag("skip-native");
   const uint64_t repeat = c.U64("repeat", 1);
   if (repeat < 1 || repeat > 100) throw UsageError{"--repeat must be 1..100"};
+  s.repeat = static_cast<int>(repeat);
   if (c.args.Has("plot") && !c.args.Has("compare")) throw UsageError{"--plot needs --compare (a chart of the profiles)"};
   if (c.args.Flag("scaling")) {
     if (c.args.Has("compare")) throw UsageError{"--scaling and --compare do not go together (scale one profile)"};
@@ -104,113 +226,15 @@ int CmdBenchStress(Ctx& c) {
     if (!cfg.locking_profile.empty()) {
       if (std::string e = bench::CheckProfile(cfg.locking_profile); !e.empty()) throw UsageError{"--profile: " + e};
     }
-    return BenchStressScaling(c, cfg, transport, static_cast<int>(batch), static_cast<int>(inflight), progress_on,
-                              native_on, static_cast<int>(repeat));
+    return BenchStressScaling(c, s);
   }
-  if (c.args.Has("compare")) {
-    return BenchStressCompare(c, cfg, transport, static_cast<int>(batch), static_cast<int>(inflight), progress_on,
-                              native_on, static_cast<int>(repeat));
-  }
+  if (c.args.Has("compare")) return BenchStressCompare(c, s);
   if (c.args.Has("repeat")) throw UsageError{"--repeat needs --compare or --scaling (repetitions of the runs and the kernel's)"};
-  uint64_t total = cfg.rounds * static_cast<uint64_t>(cfg.clients);
 
-  stress::StressStats run;
-  {
-    stress::Progress progress;
-    ProgressPrinter pp(c.err, progress_on, transport, &progress, total);
-    run = RunOurStress(c, cfg, transport, static_cast<int>(batch), static_cast<int>(inflight), &progress);
-  }
-  std::optional<stress::StressStats> native;
-  if (native_on && run.ok()) {
-    stress::Progress* progress = stress::NewSharedProgress();
-    ProgressPrinter pp(c.err, progress_on, "native", progress, total);
-    native = stress::RunNativeStress(cfg, progress);
-  }
-  std::optional<double> ratio;
-  if (native && native->ok() && native->rounds_per_sec() > 0) {
-    ratio = run.rounds_per_sec() / native->rounds_per_sec();
-  }
-  std::string error = !run.ok() ? run.error : (native && !native->ok()) ? "native: " + native->error : "";
-
-  if (c.json) {
-    Json j;
-    j["workload"] = "seed-004";
-    j["transport"] = transport;
-    if (transport == "unary" || transport == "stream") j["target"] = c.client.target;
-    j["rounds_per_client"] = cfg.rounds;
-    j["clients"] = cfg.clients;
-    j["shared_space"] = cfg.shared_space;
-    j["page_fault"] = cfg.page_fault;
-    j["seed"] = cfg.seed;
-    j["stride"] = cfg.stride;
-    j["locking_profile"] = cfg.locking_profile.empty() ? Json(nullptr) : Json(cfg.locking_profile);
-    if (transport == "stream") {
-      j["batch"] = batch;
-      j["inflight"] = inflight;
-    }
-    Json stats = StatsJson(run);
-    for (auto& [k, v] : stats.items()) j[k] = v;
-    if (transport == "stream") {
-      j["messages"] = run.messages;
-      uint64_t ops = run.mmaps + run.munmaps + run.accesses;
-      j["ops_per_message"] = run.messages ? static_cast<double>(ops) / static_cast<double>(run.messages) : 0.0;
-      j["waits"] = run.waits;
-    }
-    j["addr_hash"] = cfg.shared_space ? Json(nullptr) : Json(Hex(run.addr_hash));
-    j["native"] = native ? StatsJson(*native) : Json(nullptr);
-    j["ratio_vs_native"] = ratio ? Json(*ratio) : Json(nullptr);
-    j["error"] = error.empty() ? Json(nullptr) : Json(error);
-    c.out << j.dump() << "\n";
-  } else if (run.ok() || run.rounds > 0) {  // (a run that never started prints only its error)
-    std::ostringstream o;
-    o << "seed-004 stress: transport " << transport;
-    if (transport == "stream") o << " (batch " << batch << " ops, " << inflight << " in flight)";
-    if (transport != "inprocess") o << " to " << c.client.target;
-    o << "; " << cfg.clients << " client" << (cfg.clients > 1 ? "s" : "") << " ("
-      << (cfg.shared_space ? "one shared space" : "own space each") << "), " << cfg.rounds
-      << " rounds each, page faults " << (cfg.page_fault ? "on" : "off") << ", seed " << cfg.seed;
-    if (!cfg.locking_profile.empty()) o << ", locking profile " << cfg.locking_profile;
-    o << "\n";
-    char line[256];
-    snprintf(line, sizeof line, "%-20s %9s %12s %12s %12s %12s %12s %10s\n", "", "time(s)", "rounds/s",
-             "mmap/s", "munmap/s", "access/s", "ops/s", "faults");
-    o << line;
-    auto row = [&](const std::string& name, const stress::StressStats& s) {
-      uint64_t ops = s.mmaps + s.munmaps + s.accesses;
-      snprintf(line, sizeof line, "%-20s %9.3f %12.0f %12.0f %12.0f %12.0f %12.0f %10llu\n", name.c_str(),
-               s.seconds, s.rounds_per_sec(), Rate(s.mmaps, s.seconds), Rate(s.munmaps, s.seconds),
-               Rate(s.accesses, s.seconds), Rate(ops, s.seconds), static_cast<unsigned long long>(s.faults));
-      o << line;
-    };
-    row("vmspace " + transport, run);
-    if (native) row("native (kernel)", *native);
-    o << "ops: " << run.mmaps << " mmap, " << run.munmaps << " munmap, " << run.accesses << " access in "
-      << run.rounds << " rounds (+" << run.setup_mmaps << " untimed setup mmaps)\n";
-    if (transport == "stream") {
-      uint64_t ops = run.mmaps + run.munmaps + run.accesses;
-      snprintf(line, sizeof line, "stream: %llu messages, %.1f ops/message, %llu waits for an unanswered mmap\n",
-               static_cast<unsigned long long>(run.messages),
-               run.messages ? static_cast<double>(ops) / static_cast<double>(run.messages) : 0.0,
-               static_cast<unsigned long long>(run.waits));
-      o << line;
-    }
-    if (ratio) {
-      if (*ratio >= 1) {
-        snprintf(line, sizeof line, "ratio vs native: %.4f (vmspace is %.2fx the kernel's rounds/s)\n", *ratio, *ratio);
-      } else {
-        snprintf(line, sizeof line, "ratio vs native: %.4f (the kernel is %.1fx faster)\n", *ratio,
-                 *ratio > 0 ? 1.0 / *ratio : 0.0);
-      }
-      o << line;
-    }
-    if (!cfg.shared_space) o << "addr hash: " << Hex(run.addr_hash) << "\n";
-    c.out << o.str();
-  }
-  if (!error.empty()) {
-    c.err << "vmspace bench stress: " << error << "\n";
-    return kExitFailed;
-  }
-  return kExitOk;
+  const StressFigures f = MeasureStress(s, c.err);
+  if (c.json) c.out << StressFiguresJson(s, f).dump() << "\n";
+  else if (f.ours.ok() || f.ours.rounds > 0) c.out << StressFiguresText(s, f);  // (a run that never started prints only its error)
+  return BenchExit(c, f.error);
 }
 
 }  // namespace vmspace::cli
