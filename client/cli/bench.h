@@ -113,6 +113,17 @@ Json PlotIfAsked(const Ctx& c, std::string& error, Plot plot) {
 /// of a bench that ran: kExitOk without an error, else kExitFailed.
 int BenchExit(Ctx& c, const std::string& error);
 
+/// The mailing-list threads the benchmarks reproduce, as their output cites them
+/// (subject, author, date; https://lore.kernel.org/linux-mm/ finds them by subject).
+inline constexpr const char* kSeed002Thread =
+    "Peter Xu, \"[PATCH v5] mm: Avoid unnecessary page fault retires on shared memory types\", May 2022";
+inline constexpr const char* kSeed003Thread =
+    "Yu Ma, \"[PATCH] mm/mmap: move vma operations to mm_struct out of the critical section of file mapping "
+    "lock\", June 2023";
+inline constexpr const char* kSeed004Thread =
+    "\"[REGRESSION]: mmap performance regression starting with k-6.1\", November 2023, "
+    "https://lore.kernel.org/linux-mm/?q=s%3A%22mmap+performance+regression+starting+with+k-6.1%22";
+
 /// What `bench stress` was asked to run: its options, parsed and checked.
 struct StressSetup {
   stress::StressConfig cfg;  // rounds, clients, seed, locking profile (the base of --compare) ...

@@ -99,7 +99,7 @@ std::string ExeclFiguresText(const ExeclSetup& s, const ExeclFigures& f) {
     o << "native = posix_spawn (vfork + exec) + wait of the static " << f.native->binary << " on this kernel\n";
   }
   o << "race hits = rmap checks (i_mmap_rwsem held for read) that found a VMA already in a space's tree but not "
-       "in the file's i_mmap / checks run; seed 003 thread: +12% execl (160 parallel, 224 threads) for narrow\n";
+       "in the file's i_mmap / checks run; " << kSeed003Thread << ": +12% execl (160 parallel, 224 threads) for narrow\n";
   return o.str();
 }
 

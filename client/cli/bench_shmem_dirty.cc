@@ -119,7 +119,7 @@ std::string ShmemDirtyFiguresText(const ShmemDirtySetup& s, const ShmemDirtyFigu
        "fastest run; pgfault = vmstat pgfault of one run "
        "(handle_mm_fault calls: a VM_FAULT_RETRY counts twice); minflt/pg = getrusage min_flt per page; "
        "retries = VM_FAULT_RETRY after dirtying; mmap_lock / mm-cont = its acquisitions / contentions in one run\n"
-    << "seed 002 (Peter Xu, aarch64 VM, 400 MB): 650.980 ms (retry) -> 569.396 ms (completed)\n";
+    << kSeed002Thread << " (aarch64 VM, 400 MB): 650.980 ms (retry) -> 569.396 ms (completed)\n";
   return o.str();
 }
 

@@ -40,7 +40,7 @@ Json SeedTableJson(const stress::SeedComparisonTable& t) {
                     {"our_seconds_per_seed_rounds", OptJson(r.our_s)},
                     {"our_slowdown", OptJson(r.our_slowdown)}});
   }
-  return {{"source", "shared/seeds/004 (system time, 6.0.0 / 6.1.0 / 6.7.0-rc2)"},
+  return {{"source", std::string(kSeed004Thread) + " (system time, 6.0.0 / 6.1.0 / 6.7.0-rc2)"},
           {"seed_rounds", stress::kSeedRounds},
           {"page_fault", t.page_fault},
           {"base", t.base},
@@ -48,7 +48,7 @@ Json SeedTableJson(const stress::SeedComparisonTable& t) {
 }
 
 void PrintSeedTable(std::ostream& o, const stress::SeedComparisonTable& t) {
-  o << "seed 004 beside ours (shared/seeds/004: kernel system time of " << stress::kSeedRounds
+  o << "seed 004 beside ours (kernel system time of " << stress::kSeedRounds
     << " rounds, page faults " << (t.page_fault ? "on" : "off") << "); slowdown = time / " << t.base << "'s\n";
   char line[256];
   snprintf(line, sizeof line, "%-12s %-10s %12s %13s %16s %12s\n", "profile", "kernel", "seed time(s)",
@@ -61,7 +61,8 @@ void PrintSeedTable(std::ostream& o, const stress::SeedComparisonTable& t) {
     o << line;
   }
   o << "our time(s)/10M = " << stress::kSeedRounds
-    << " rounds at our measured rounds/s (wall time of the engine; the seed's is the kernel's system time)\n";
+    << " rounds at our measured rounds/s (wall time of the engine; the seed's is the kernel's system time)\n"
+    << "seed time(s) = the same program's on 6.0.0 / 6.1.0 / 6.7.0-rc2 in " << kSeed004Thread << "\n";
 }
 
 using StressRow = stress::StressStats;
