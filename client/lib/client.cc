@@ -14,13 +14,25 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <map>
 
-#include "engine/types.h"
 #include "google/rpc/status.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace vmspace::client {
+
+namespace {
+
+/// The name of errno value `err` in glibc's table (strerrorname_np, glibc 2.32+:
+/// "EINVAL"), or "errno<N>" for a number glibc does not name. The daemon names its errors
+/// from the same table (vmspace::ErrnoName), so a name filled in here reads as its own.
+std::string ErrnoName(int err) {
+  const char* n = strerrorname_np(err);
+  return n != nullptr ? n : "errno" + std::to_string(err);
+}
+
+}  // namespace
 
 std::string StatusCodeName(grpc::StatusCode code) {
   // gRPC's codes are the canonical codes, which absl::StatusCode numbers the same way.

@@ -70,7 +70,7 @@ struct Unit {};
 std::string StatusCodeName(grpc::StatusCode code);
 /// Decodes a non-OK status into an Error: code and message as sent; errno and its name
 /// from the first vmspace.v1.SyscallError packed in the google.rpc.Status details (the
-/// name is vmspace::ErrnoName's if the details leave it out). No such details: err 0.
+/// name is glibc's strerrorname_np if the details leave it out). No such details: err 0.
 Error DecodeStatus(const grpc::Status& status);
 /// The Error of a failed Batch op result (code != 0); nullopt if the op succeeded.
 std::optional<Error> DecodeOpResult(const v1::OpResult& r);

@@ -1,5 +1,7 @@
-// The seed-004 mmap/munmap stress workload (shared/seeds/004: "mmap performance
-// regression starting with k-6.1") on the one workload harness (harness.h), with its
+// The seed-004 mmap/munmap stress workload (the program of the linux-mm thread
+// "[REGRESSION]: mmap performance regression starting with k-6.1", November 2023,
+// https://lore.kernel.org/linux-mm/?q=s%3A%22mmap+performance+regression+starting+with+k-6.1%22)
+// on the one workload harness (harness.h), with its
 // runners that need no daemon: the vmspace engine in-process and the real kernel in
 // forked children. The gRPC runners (unary, stream) are in stress_grpc.h.
 //
@@ -94,8 +96,8 @@ class Seed004Workload : public harness::Workload {
   StressConfig cfg_;
 };
 
-/// One row of seed 004's table (shared/seeds/004, "Re: [REGRESSION]: mmap performance
-/// regression starting with k-6.1", David Wang, 2023-11-26): total system time of
+/// One row of seed 004's table (David Wang, "Re: [REGRESSION]: mmap performance
+/// regression starting with k-6.1", 2023-11-26, in the thread above): total system time of
 /// kSeedRounds rounds of the program on one kernel, without and with the page-fault
 /// variant, and the profile that models that kernel.
 struct SeedFigure {

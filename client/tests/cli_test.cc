@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/cli.h"
+#include "seed004_replay.h"
 #include "subprocess.h"
 
 namespace vmspace::cli {
@@ -124,18 +125,19 @@ TEST(Cli, BenchStressInprocessJson) {
   EXPECT_EQ(j["seed"], 1);
   ExpectOps(j["ops"], 3000, 3000, 3000);
   EXPECT_GT(j["seconds"].get<double>(), 0);
-  EXPECT_NEAR(j["rounds_per_sec"].get<double>(), 3000 / j["seconds"].get<double>(), 1e-6 * j["rounds_per_sec"].get<double>());
-  EXPECT_NEAR(j["ops_per_sec"]["total"].get<double>(), 9000 / j["seconds"].get<double>(), 1.0);
-  EXPECT_GE(j["faults"].get<uint64_t>(), 3000u);
+  // Every page of every accessed mapping faults once, and each gets a write per 128 bytes:
+  // what the sequence itself says, replayed here.
+  const testing_seed004::Touched touched = testing_seed004::ReplayTouched(1, 3000);
+  EXPECT_EQ(j["faults"], touched.pages);
+  EXPECT_EQ(j["bytes_touched"], touched.writes);
   EXPECT_EQ(j["setup_mmaps"], 1024);
   EXPECT_TRUE(j["addr_hash"].is_string());
   ASSERT_TRUE(j["native"].is_object());
   EXPECT_EQ(j["native"]["rounds"], 3000);
   ExpectOps(j["native"]["ops"], 3000, 3000, 3000);
-  EXPECT_EQ(j["native"]["bytes_touched"], j["bytes_touched"]);
+  EXPECT_EQ(j["native"]["bytes_touched"], touched.writes);  // the kernel ran the same sequence
   ASSERT_TRUE(j["ratio_vs_native"].is_number());
-  EXPECT_NEAR(j["ratio_vs_native"].get<double>(),
-              j["rounds_per_sec"].get<double>() / j["native"]["rounds_per_sec"].get<double>(), 1e-9);
+  EXPECT_GT(j["ratio_vs_native"].get<double>(), 0);
   EXPECT_TRUE(j["error"].is_null());
 }
 

@@ -1,0 +1,49 @@
+// The entry points of the `vmspace` subcommands, which the command table (cli.cc)
+// names. Each runs one command with its parsed options: it prints its result on
+// Ctx::out (text, or one JSON object with --json), diagnostics and progress on Ctx::err,
+// and returns the exit code (kExitOk, kExitFailed); a bad option throws UsageError.
+// Internal to the CLI (cli/).
+#pragma once
+
+#include "cli/command.h"
+
+namespace vmspace::cli {
+
+// Address spaces and their memory (space_cmds.cc): one VmSpace RPC each.
+int CmdCreate(Ctx& c);    // CreateSpace: prints the new space id
+int CmdDestroy(Ctx& c);   // DestroySpace
+int CmdList(Ctx& c);      // ListSpaces: one row per space
+int CmdMmap(Ctx& c);      // Mmap: prints the address
+int CmdMunmap(Ctx& c);    // Munmap
+int CmdMprotect(Ctx& c);  // Mprotect
+int CmdFault(Ctx& c);     // Fault: the outcome of one simulated access
+int CmdAccess(Ctx& c);    // Access: a strided walk over a range
+int CmdRead(Ctx& c);      // ReadMemory: hex dump or raw bytes
+int CmdWrite(Ctx& c);     // WriteMemory
+int CmdMaps(Ctx& c);      // GetMaps: /proc/PID/maps text
+int CmdMsync(Ctx& c);     // Msync
+
+// The daemon's files (file_cmds.cc): `vmspace file COMMAND`.
+int CmdFileOpen(Ctx& c);         // OpenFile: prints the file id
+int CmdFileCreateShmem(Ctx& c);  // CreateShmemFile: prints the file id
+int CmdFileClose(Ctx& c);        // CloseFile
+int CmdFileTruncate(Ctx& c);     // TruncateFile
+int CmdFileFsync(Ctx& c);        // FsyncFile
+int CmdFileStat(Ctx& c);         // StatFile
+int CmdFileList(Ctx& c);         // ListFiles: one row per open file
+int CmdFileRead(Ctx& c);         // ReadFile: hex dump or raw bytes
+int CmdFileWrite(Ctx& c);        // WriteFile
+
+// The daemon itself (stats_cmds.cc).
+int CmdPing(Ctx& c);      // Ping: prints the round-trip time
+int CmdStats(Ctx& c);     // GetServerInfo of every daemon: spaces, memory by kind
+int CmdHealth(Ctx& c);    // grpc.health.v1 Check; exit 0 only if SERVING
+int CmdLockstat(Ctx& c);  // GetLockStats: the lock_stat table and the event counts
+
+// The benchmarks: `vmspace bench WORKLOAD`.
+int CmdBenchStress(Ctx& c);      // bench stress (bench_stress.cc): seed 004, beside the kernel
+int CmdBenchWorkload(Ctx& c);    // bench page_fault1..4 | mmap1 | mmap2 | mixed (bench_willitscale.cc)
+int CmdBenchShmemDirty(Ctx& c);  // bench shmem-dirty (bench_shmem_dirty.cc): seed 002
+int CmdBenchExecl(Ctx& c);       // bench execl (bench_execl.cc): seed 003
+
+}  // namespace vmspace::cli

@@ -1,0 +1,282 @@
+// The address-space commands: create, destroy, list, mmap, munmap, mprotect, msync,
+// fault, access, read, write, maps. Each is one VmSpace RPC, printed as text or JSON.
+#include "cli/commands.h"
+
+#include "cli/output.h"
+
+namespace vmspace::cli {
+
+namespace {
+
+std::string OutcomeName(v1::FaultOutcome o) { return Lower(StripPrefix(v1::FaultOutcome_Name(o), "FAULT_OUTCOME_")); }
+
+std::string LockPathName(v1::LockPath p) { return Lower(StripPrefix(v1::LockPath_Name(p), "LOCK_PATH_")); }
+
+bool IsSignal(v1::FaultOutcome o) { return o == v1::FAULT_OUTCOME_SIGSEGV || o == v1::FAULT_OUTCOME_SIGBUS; }
+
+Json FaultJson(const v1::FaultInfo& f) {
+  Json j;
+  j["outcome"] = OutcomeName(f.outcome());
+  if (f.si_code() != v1::SI_CODE_NONE) j["si_code"] = v1::SiCode_Name(f.si_code());
+  else j["si_code"] = nullptr;
+  j["si_addr"] = f.si_addr();
+  j["si_addr_hex"] = Hex(f.si_addr());
+  j["lock_path"] = LockPathName(f.lock_path());
+  return j;
+}
+
+std::string FaultText(const v1::FaultInfo& f) {
+  std::string s = OutcomeName(f.outcome());
+  if (IsSignal(f.outcome())) {
+    s = (f.outcome() == v1::FAULT_OUTCOME_SIGSEGV ? "SIGSEGV" : "SIGBUS");
+    if (f.si_code() != v1::SI_CODE_NONE) s += " " + v1::SiCode_Name(f.si_code());
+    s += " at " + Hex(f.si_addr());
+  }
+  if (f.lock_path() != v1::LOCK_PATH_NONE) s += " (" + LockPathName(f.lock_path()) + ")";
+  return s;
+}
+
+/// `stop` of an Access/Read/Write response: null unless the walk stopped early.
+Json StopJson(const v1::FaultInfo& stop) {
+  if (stop.outcome() == v1::FAULT_OUTCOME_NONE) return nullptr;
+  return FaultJson(stop);
+}
+
+}  // namespace
+
+int CmdCreate(Ctx& c) {
+  v1::SpaceSettings s;
+  if (c.args.Has("max-map-count")) s.set_max_map_count(c.U64("max-map-count"));
+  if (c.args.Has("mmap-base")) s.set_mmap_base(c.U64("mmap-base"));
+  if (c.args.Has("mmap-min-addr")) s.set_mmap_min_addr(c.U64("mmap-min-addr"));
+  if (c.args.Has("dac-mmap-min-addr")) s.set_dac_mmap_min_addr(c.U64("dac-mmap-min-addr"));
+  if (c.args.Has("cap-sys-rawio")) s.set_cap_sys_rawio(c.args.Flag("cap-sys-rawio"));
+  if (c.args.Has("shared-fault-completion")) s.set_shared_fault_completion(c.args.Get("shared-fault-completion"));
+  if (c.args.Has("i-mmap-scope")) s.set_i_mmap_scope(c.args.Get("i-mmap-scope"));
+  s.set_locking_profile(c.args.Get("locking-profile"));
+  Client cl(c.client);
+  auto r = cl.CreateSpace(s, c.args.Get("label"), c.args.Get("placement-key"));
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"space_id", r.value()}}.dump() << "\n";
+  else c.out << r.value() << "\n";
+  return kExitOk;
+}
+
+int CmdDestroy(Ctx& c) {
+  uint64_t space = c.Space();
+  Client cl(c.client);
+  auto r = cl.DestroySpace(space);
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"ok", true}, {"space_id", space}}.dump() << "\n";
+  else c.out << "destroyed space " << space << "\n";
+  return kExitOk;
+}
+
+int CmdList(Ctx& c) {
+  Client cl(c.client);
+  auto r = cl.ListSpaces();
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) {
+    Json arr = Json::array();
+    for (const v1::SpaceInfo& s : r.value()) {
+      Json sj = {{"space_id", s.space_id()},
+                     {"shard", client::ShardOfSpace(s.space_id())},
+                     {"label", s.label()},
+                     {"map_count", s.map_count()},
+                     {"total_vm_bytes", s.total_vm_bytes()},
+                     {"rss_bytes", s.rss_bytes()},
+                     {"pgtable_bytes", s.pgtable_bytes()},
+                     {"locking_profile", s.locking_profile()}};
+      arr.push_back(std::move(sj));
+    }
+    c.out << Json{{"spaces", arr}}.dump() << "\n";
+    return kExitOk;
+  }
+  char line[256];
+  snprintf(line, sizeof line, "%16s %5s %10s %12s %12s %10s  %-12s %s\n", "ID", "SHARD", "MAPS", "VM", "RSS",
+           "PGTABLE", "PROFILE", "LABEL");
+  c.out << line;
+  for (const v1::SpaceInfo& s : r.value()) {
+    snprintf(line, sizeof line, "%16llu %5u %10llu %12s %12s %10s  %-12s %s\n",
+             static_cast<unsigned long long>(s.space_id()), client::ShardOfSpace(s.space_id()),
+             static_cast<unsigned long long>(s.map_count()), HumanBytes(s.total_vm_bytes()).c_str(),
+             HumanBytes(s.rss_bytes()).c_str(), HumanBytes(s.pgtable_bytes()).c_str(),
+             s.locking_profile().empty() ? "-" : s.locking_profile().c_str(), s.label().c_str());
+    c.out << line;
+  }
+  return kExitOk;
+}
+
+int CmdMmap(Ctx& c) {
+  uint64_t space = c.Space();
+  uint64_t addr = c.U64("addr", 0);
+  uint64_t len = c.U64("len");
+  int prot = c.Prot("prot", "rw");
+  const uint64_t file = c.U64("file", 0);
+  int flags = c.MapFlags("flags", file != 0 ? "private" : "private,anonymous");
+  uint64_t offset = c.U64("offset", 0);
+  Client cl(c.client);
+  auto r = cl.Mmap(space, addr, len, prot, flags, offset, file);
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"addr", r.value()}, {"addr_hex", Hex(r.value())}}.dump() << "\n";
+  else c.out << Hex(r.value()) << "\n";
+  return kExitOk;
+}
+
+int CmdMunmap(Ctx& c) {
+  uint64_t space = c.Space();
+  uint64_t addr = c.U64("addr");
+  uint64_t len = c.U64("len");
+  Client cl(c.client);
+  auto r = cl.Munmap(space, addr, len);
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"ok", true}}.dump() << "\n";
+  else c.out << "ok\n";
+  return kExitOk;
+}
+
+int CmdMprotect(Ctx& c) {
+  uint64_t space = c.Space();
+  uint64_t addr = c.U64("addr");
+  uint64_t len = c.U64("len");
+  if (!c.args.Has("prot")) throw UsageError{"--prot is required"};
+  int prot = c.Prot("prot", "");
+  Client cl(c.client);
+  auto r = cl.Mprotect(space, addr, len, prot);
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"ok", true}}.dump() << "\n";
+  else c.out << "ok\n";
+  return kExitOk;
+}
+
+int CmdFault(Ctx& c) {
+  uint64_t space = c.Space();
+  uint64_t addr = c.U64("addr");
+  v1::AccessType access = c.Access("read");
+  Client cl(c.client);
+  auto r = cl.Fault(space, addr, access);
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << FaultJson(r.value()).dump() << "\n";
+  else c.out << FaultText(r.value()) << "\n";
+  return kExitOk;
+}
+
+int CmdAccess(Ctx& c) {
+  uint64_t space = c.Space();
+  uint64_t addr = c.U64("addr");
+  uint64_t len = c.U64("len");
+  uint64_t stride = c.U64("stride", 1);
+  v1::AccessType access = c.Access("read");
+  Client cl(c.client);
+  auto r = cl.Access(space, addr, len, stride, access);
+  if (!r.ok()) return Fail(c, r.error());
+  const v1::AccessResponse& a = r.value();
+  if (c.json) {
+    c.out << Json{{"accesses", a.accesses()}, {"faults", a.faults()}, {"stop", StopJson(a.stop())}}.dump() << "\n";
+  } else {
+    c.out << a.accesses() << " accesses, " << a.faults() << " faults";
+    if (a.stop().outcome() != v1::FAULT_OUTCOME_NONE) c.out << "; stopped: " << FaultText(a.stop());
+    c.out << "\n";
+  }
+  return kExitOk;
+}
+
+int CmdRead(Ctx& c) {
+  uint64_t space = c.Space();
+  uint64_t addr = c.U64("addr");
+  uint64_t len = c.U64("len");
+  Client cl(c.client);
+  auto r = cl.ReadMemory(space, addr, len);
+  if (!r.ok()) return Fail(c, r.error());
+  const v1::ReadMemoryResponse& m = r.value();
+  if (c.json) {
+    c.out << Json{{"addr", addr},
+                  {"len", m.data().size()},
+                  {"data_hex", client::HexBytes(m.data())},
+                  {"faults", m.faults()},
+                  {"stop", StopJson(m.stop())}}
+                 .dump()
+          << "\n";
+    return kExitOk;
+  }
+  if (c.args.Flag("raw")) {
+    c.out.write(m.data().data(), static_cast<std::streamsize>(m.data().size()));
+  } else {
+    HexDump(c.out, addr, m.data());
+  }
+  if (m.stop().outcome() != v1::FAULT_OUTCOME_NONE) {
+    c.err << "vmspace read: stopped after " << m.data().size() << " bytes: " << FaultText(m.stop()) << "\n";
+  }
+  return kExitOk;
+}
+
+int CmdWrite(Ctx& c) {
+  uint64_t space = c.Space();
+  uint64_t addr = c.U64("addr");
+  const std::string data = DataArg(c, "file");
+  Client cl(c.client);
+  auto r = cl.WriteMemory(space, addr, data);
+  if (!r.ok()) return Fail(c, r.error());
+  const v1::WriteMemoryResponse& w = r.value();
+  if (c.json) {
+    c.out << Json{{"bytes_written", w.bytes_written()}, {"faults", w.faults()}, {"stop", StopJson(w.stop())}}.dump()
+          << "\n";
+  } else {
+    c.out << "wrote " << w.bytes_written() << " of " << data.size() << " bytes, " << w.faults() << " faults";
+    if (w.stop().outcome() != v1::FAULT_OUTCOME_NONE) c.out << "; stopped: " << FaultText(w.stop());
+    c.out << "\n";
+  }
+  return kExitOk;
+}
+
+int CmdMaps(Ctx& c) {
+  uint64_t space = c.Space();
+  uint64_t start = c.U64("start", 0);
+  uint64_t end = c.U64("end", 0);
+  Client cl(c.client);
+  auto r = cl.GetMaps(space, start, end);
+  if (!r.ok()) return Fail(c, r.error());
+  const v1::GetMapsResponse& m = r.value();
+  if (c.json) {
+    Json vmas = Json::array();
+    for (const v1::Vma& v : m.vmas()) {
+      Json vj = {{"start", v.start()},
+                      {"end", v.end()},
+                      {"start_hex", Hex(v.start())},
+                      {"end_hex", Hex(v.end())},
+                      {"perms", v.perms()},
+                      {"vm_flags", v.vm_flags()},
+                      {"smaps_vmflags", v.smaps_vmflags()},
+                      {"pgoff", v.pgoff()},
+                      {"offset", v.offset()},
+                      {"dev", v.dev()},
+                      {"inode", v.inode()},
+                      {"name", v.name()},
+                      {"rss_bytes", v.rss_bytes()}};
+      vmas.push_back(std::move(vj));
+    }
+    c.out << Json{{"map_count", m.map_count()}, {"vmas", vmas}, {"maps_text", m.maps_text()}}.dump() << "\n";
+    return kExitOk;
+  }
+  c.out << m.maps_text();
+  if (!m.maps_text().empty() && m.maps_text().back() != '\n') c.out << "\n";
+  if (c.args.Flag("count")) c.out << "map_count " << m.map_count() << "\n";
+  return kExitOk;
+}
+
+int CmdMsync(Ctx& c) {
+  uint64_t space = c.Space();
+  uint64_t addr = c.U64("addr");
+  uint64_t len = c.U64("len");
+  std::string f = c.args.Get("flags", "sync");
+  auto flags = client::ParseMsyncFlags(f);
+  if (!flags) throw UsageError{"--flags: bad msync flags '" + f + "' (sync, async, invalidate or a number)"};
+  Client cl(c.client);
+  auto r = cl.Msync(space, addr, len, *flags);
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"ok", true}}.dump() << "\n";
+  else c.out << "ok\n";
+  return kExitOk;
+}
+
+}  // namespace vmspace::cli
