@@ -1,4 +1,5 @@
-// seed-004 replay (shared/seeds/004): the engine against the real kernel, same binary,
+// seed-004 replay (the stress program of "[REGRESSION]: mmap performance regression
+// starting with k-6.1", linux-mm, November 2023): the engine against the real kernel, same binary,
 // same deterministic sequence (client/lib/seed004.h), plus engine memory costs.
 //
 //   BM_Seed004_Engine/page_fault:{0,1}/profile:{0..5}
