@@ -29,7 +29,7 @@
 #include "sync/mutex.h"
 #include "sync/rcu.h"
 #include "sync/rwsem.h"
-#include "vma.h"
+#include "mm_types.h"
 #include "vma_index.h"
 
 namespace vmspace {
