@@ -13,6 +13,7 @@
 
 #include "engine/stats.h"
 #include "mm.h"
+#include "memory.h"
 
 namespace vmspace {
 

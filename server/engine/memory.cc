@@ -17,6 +17,7 @@
 #include "engine/stats.h"
 #include "filemap.h"
 #include "mm.h"
+#include "memory.h"
 #include "sync/lock_timing.h"
 
 namespace vmspace {

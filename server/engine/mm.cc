@@ -33,46 +33,6 @@ bool ParseSharedFaultCompletion(const std::string& s, SharedFaultCompletion* out
 }
 
 
-namespace {
-std::atomic<unsigned> g_next_counter_cell{0};
-thread_local int tls_counter_cell = -1;
-
-void FreeGatherCallback(struct rcu_head* h) {
-  RcuCallbackBegin(h);
-  MmuGather::FreeNow(reinterpret_cast<MmuGather*>(reinterpret_cast<char*>(h) - offsetof(MmuGather, head)));
-  RcuCallbackEnd();
-}
-}  // namespace
-
-int PercpuCounter::Cell() {
-  if (tls_counter_cell < 0)
-    tls_counter_cell = static_cast<int>(g_next_counter_cell.fetch_add(1, std::memory_order_relaxed) % kCells);
-  return tls_counter_cell;
-}
-
-void MmuGather::FreeNow(MmuGather* g) {
-  StatsSlotScope slot_scope(g->stats_slot);
-  g->frames->FreeBatch(g->pages, g->shard);
-  PageTable::DeleteTables(g->tables);
-  VmaIndex::DeleteRetired(g->nodes, &g->frames->budget(), g->shard);
-  delete g;
-}
-
-bool MmuGather::Prepare(MmuGather* g, FrameAllocator& frames, int stats_slot) {
-  if (g->empty()) {
-    delete g;
-    return false;
-  }
-  g->frames = &frames;
-  g->stats_slot = stats_slot;
-  g->shard = ThreadShard();
-  return true;
-}
-
-void MmuGather::Queue(MmuGather* g, FrameAllocator& frames, int stats_slot) {
-  if (Prepare(g, frames, stats_slot)) CallRcu(&g->head, &FreeGatherCallback);
-}
-
 MmStruct::MmStruct(FrameAllocator& f, const SpaceOptions& o)
     : frames(f),
       opts(o),

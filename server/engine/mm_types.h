@@ -2,19 +2,35 @@
 // Internal to the engine; callers see VmaInfo (address_space.h).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 
 #include "engine/types.h"
 #include "engine/file.h"
+#include "engine/per_thread.h"
 #include "sync/rcu.h"
+#include "sync/rwsem.h"
 
 namespace vmspace {
 
 struct MmStruct;
 struct File;
-struct VmaLock;  // mm.h: the rwsem form's separately allocated per-VMA lock
+
+/// struct vma_lock (Linux 6.4 - 6.14, include/linux/mm_types.h): the per-VMA
+/// rw_semaphore of the kRwsem form, allocated separately from its VMA (vma_lock_alloc in
+/// vm_area_alloc / vm_area_dup; commit "mm: separate vma->lock from vm_area_struct":
+/// the count and owner words a contended lock keeps changing no longer share cache
+/// lines with the VMA fields every fault reads) and freed with the VMA.
+struct VmaLock {
+  RwSem lock{LockClass::kVmaLock, LockRank::kVmaLock};
+};
+
+/// The per-VMA lock and VMA lifetime a space uses, from its profile: none (vma_lock=off:
+/// no lockless reader of VMAs, so vma_start_write only records the section and VMAs are
+/// freed at once), or the profile's VmaLockForm.
+enum class VmaForm : uint8_t { kNone, kRwsem, kRefcnt };
 
 /// Identity of an anon_vma (mm/rmap.c): the object that private anonymous pages of a
 /// VMA (and of VMAs split from it) belong to. Only its identity matters for merging
@@ -122,6 +138,45 @@ struct Vma {
     if (!(vm_flags & VM_GROWSDOWN)) return vm_start;
     return vm_start > kStackGuardGap ? vm_start - kStackGuardGap : 0;
   }
+};
+
+/// RSS counter kinds (mm->rss_stat, include/linux/mm_types_task.h).
+enum MmCounter { MM_ANONPAGES = 0, MM_SHMEMPAGES = 1, MM_FILEPAGES = 2, NR_MM_COUNTERS = 3 };
+
+/// The threads in a space's TLB-hit path (AccessPage: the lockless PTE read and the
+/// access of the frame it maps), counted in cache-line cells by thread (ThreadShard):
+/// the model's mm_cpumask. Private frames whose PTEs a zap cleared while no thread was
+/// in the path are in no "TLB" and may be freed at once, as tlb_finish_mmu frees the
+/// pages after a TLB flush that needs no IPI when the mm runs on no other CPU; else
+/// they wait for an RCU grace period (the shootdown). No lock.
+class TlbUsers {
+ public:
+  /// Enters the path; the PTE must be (re)read after it, sequentially consistent
+  /// (PageTable::PteTable::GetSync). Returns the cell for Exit.
+  int Enter() {
+    const int c = ThreadShard();
+    cells_[c].v.fetch_add(1, std::memory_order_seq_cst);
+    return c;
+  }
+  /// Leaves the path: the access of the frame is complete.
+  void Exit(int cell) { cells_[cell].v.fetch_sub(1, std::memory_order_release); }
+  /// After PTEs were cleared (PteTable::Clear, sequentially consistent): true if no
+  /// thread is in the path, so none can still be accessing a frame they mapped (one
+  /// that enters from now on reads the cleared PTEs).
+  /// Every access here is sequentially consistent (the Clear before, Enter, GetSync):
+  /// in their single total order either this load sees the Enter or the reader's
+  /// GetSync sees the cleared PTE, with no fence (which ThreadSanitizer does not model).
+  bool Idle() const {
+    for (const auto& c : cells_)
+      if (c.v.load(std::memory_order_seq_cst) != 0) return false;
+    return true;
+  }
+
+ private:
+  struct alignas(kDestructiveInterferenceBytes) Padded {
+    std::atomic<int64_t> v{0};
+  };
+  std::array<Padded, kThreadShards> cells_;
 };
 
 }  // namespace vmspace

@@ -9,6 +9,8 @@
 #include "engine/stats.h"
 #include "filemap.h"
 #include "mm.h"
+#include "mmap.h"
+#include "memory.h"
 
 namespace vmspace {
 

@@ -8,6 +8,7 @@
 #include "engine/stats.h"
 #include "filemap.h"
 #include "mm.h"
+#include "mmap.h"
 
 namespace vmspace {
 
