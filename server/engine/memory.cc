@@ -18,6 +18,7 @@
 #include "filemap.h"
 #include "mm.h"
 #include "memory.h"
+#include "vma_lock.h"
 #include "sync/lock_timing.h"
 
 namespace vmspace {
@@ -396,7 +397,7 @@ FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma
 FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
   bool retried = false;
   if (opts.profile.vma_lock != VmaLockMode::kOff) {
-    if (Vma* v = LockVmaUnderRcu(addr)) {
+    if (Vma* v = LockVmaUnderRcu(*this, addr)) {
       LockdepAcquire(LockRank::kVmaLock, v);
       RecordLock(LockClass::kVmaLock, LockMode::kRead, false, 0, 0);
       const bool sample = LockStatsEnabled() &&
@@ -408,7 +409,7 @@ FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
       if (sample)
         RecordHold(LockClass::kVmaLock, LockMode::kRead, NowTicks() - t0, sync_internal::kHoldSampleEvery);
       LockdepRelease(LockRank::kVmaLock, v);
-      VmaEndRead(v);
+      VmaEndRead(*this, v);
       if (fpin) return FinishDirtyFault(r, std::move(fpin), addr, acc);  // VMA lock dropped
       if (!retry) {
         CountEvent(Event::kVmaLockSuccess);

@@ -280,53 +280,6 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   // ======================================================= vma_lock.cc
   // (include/linux/mmap_lock.h, mm/mmap_lock.c, mm/memory.c lock_vma_under_rcu; the
   // form per vma_form: LOCKING.md "Profiles")
-  enum class VmaReadResult { kOk, kLocked, kDetached };
-  /// vma_start_write(): marks v write-locked until mmap_write_unlock (vm_lock_seq =
-  /// mm_lock_seq), after waiting out its readers: kRwsem takes and releases v's
-  /// vma_lock for write (down_write: optimistic spinning, then sleeping on the rwsem);
-  /// kRefcnt adds VMA_LOCK_OFFSET and waits for vm_refcnt to drain (spin up to
-  /// kVmaWriterSpinNs, then sleep on vma_writer_wait); kNone only records the section.
-  /// A wait is counted and timed in the lock stats (vma_lock, write).
-  void VmaStartWriteLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vma_assert_write_locked() (lockdep builds).
-  void VmaAssertWriteLocked(const Vma* v) const;
-  /// A new VMA: write-locked (lockless readers skip it until the section ends), attached
-  /// (kRefcnt: vm_refcnt 1 with a release store, after every field is written;
-  /// kRwsem: detached = false).
-  void VmaInitLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vma_mark_detached(): v is write-locked. kRefcnt drops the attach reference and
-  /// waits out transient readers (who will fail their re-check), vm_refcnt ends at 0;
-  /// kRwsem sets v->detached.
-  void VmaMarkDetachedLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Whether v is detached (kRefcnt: vm_refcnt == 0; else v->detached).
-  bool VmaIsDetached(const Vma* v) const;
-  /// vma_start_read(): never waits. kLocked: write-locked this section (or a writer is
-  /// waiting, or kRwsem's down_read_trylock failed); kDetached (kRefcnt only): vm_refcnt
-  /// was 0, the VMA left the tree (and may be reused) since the lookup. Caller is in an
-  /// RCU section (kRwsem: which keeps v allocated; kRefcnt: which keeps it a VMA).
-  VmaReadResult VmaStartRead(Vma* v);
-  /// vma_end_read(): kRwsem up_read; kRefcnt vma_refcount_put, which wakes a writer
-  /// left alone with its readers.
-  void VmaEndRead(Vma* v);
-  /// What lock_vma_under_rcu does with a VMA it found (LockFoundVmaRcu).
-  enum class VmaLockResult { kOk, kMiss, kLocked, kAbort };
-  /// lock_vma_under_rcu() after the lookup, for v found at addr: vma_start_read, then
-  /// the checks of the era on the VMA now locked: the range still holds addr (kRefcnt:
-  /// also the check that a reused VMA is not someone else's, here always true), kRwsem:
-  /// not detached (else kMiss: look up again), and the 6.4-6.9 eligibility (anonymous
-  /// VMAs need an anon_vma; others need vma_lock=all). kOk: v is read-locked; kMiss
-  /// (VMA_LOCK_MISS): detached since the lookup; kLocked: write-locked (a failed
-  /// trylock), and kAbort (other checks failed): both VMA_LOCK_ABORT, use mmap_lock.
-  /// Counts nothing; caller is in an RCU section.
-  VmaLockResult LockFoundVmaRcu(Vma* v, uint64_t addr);
-  /// lock_vma_under_rcu(): the VMA covering addr, read-locked, or null (VMA_LOCK_ABORT:
-  /// use mmap_lock). Retries a lookup that found a detached VMA (VMA_LOCK_MISS).
-  Vma* LockVmaUnderRcu(uint64_t addr);
-  /// The VMA whose stored range holds addr, from the RCU-published index (maple only).
-  /// Caller is in an RCU read-side section: RCU, not mmap_lock, keeps it alive.
-  Vma* VmaLookupRcu(uint64_t addr) ABSL_NO_THREAD_SAFETY_ANALYSIS { return idx->LookupRcu(addr); }
-  /// kRefcnt: waits until v->vm_refcnt == target (__vma_enter_locked's rcuwait_wait_event).
-  void WaitForVmaReadersLocked(Vma* v, uint32_t target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
 
   // ======================================================= vma.cc (mm/vma.c)
   /// find_vma(): the first VMA with vm_end > addr, or null.

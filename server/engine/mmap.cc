@@ -11,6 +11,7 @@
 #include "mm.h"
 #include "mmap.h"
 #include "memory.h"
+#include "vma_lock.h"
 
 namespace vmspace {
 
@@ -174,7 +175,7 @@ int MmStruct::ExpandDownwardsLocked(Vma* v, uint64_t addr) {
   // Only now: "We must make sure the anon_vma is allocated." Later refusals
   // (acct_stack_growth) keep it, as in Linux.
   AnonVmaPrepareLocked(v);
-  VmaStartWriteLocked(v);
+  VmaStartWriteLocked(*this, v);
   if (addr >= v->vm_start) return 0;  // somebody else expanded it already
   const uint64_t size = v->vm_end - addr;
   const uint64_t grow = (v->vm_start - addr) >> kPageShift;

@@ -9,11 +9,12 @@
 #include "filemap.h"
 #include "mm.h"
 #include "mmap.h"
+#include "vma_lock.h"
 
 namespace vmspace {
 
 void MmStruct::ChangeProtectionLocked(Vma* v, uint64_t start, uint64_t end) {
-  VmaAssertWriteLocked(v);
+  VmaAssertWriteLocked(*this, v);
   void* zero = FrameAllocator::ZeroPage();
   pt.ForEachTable(start, end, [&](PageTable::PteTable& t, int i0, int i1, uint64_t) {
     SpinGuard l(t.ptl);  // change_pte_range: the table's PTE lock for the whole run
@@ -82,7 +83,7 @@ int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grow
         error = e;
         break;
       }
-      m.VmaStartWriteLocked(r);
+      VmaStartWriteLocked(m, r);
       r->vm_flags = newflags;  // vm_flags_reset
       m.ChangeProtectionLocked(r, nstart, tmp);
       cur = r;

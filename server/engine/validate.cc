@@ -7,6 +7,7 @@
 #include "fmt/format.h"
 #include "filemap.h"
 #include "mm.h"
+#include "vma_lock.h"
 
 namespace vmspace {
 
@@ -17,7 +18,7 @@ std::string AddressSpace::Validate() {
   StatsSlotScope slot_scope(m.stats_slot);
   m.MmapWriteLock();
   // Write-lock every VMA (as mm_take_all_locks would): no fault runs while we count.
-  for (Vma* v = m.FindVmaLocked(0); v; v = m.VmaNextLocked(v)) m.VmaStartWriteLocked(v);
+  for (Vma* v = m.FindVmaLocked(0); v; v = m.VmaNextLocked(v)) VmaStartWriteLocked(m, v);
 
   std::string err;
   uint64_t prev_end = 0, count = 0, total = 0;
@@ -33,7 +34,7 @@ std::string AddressSpace::Validate() {
       err = fmt::format("overlap at {:#x}", v->vm_start);
     } else if (m.FindVmaLocked(v->vm_start) != v) {
       err = fmt::format("index lookup of {:#x} misses its VMA", v->vm_start);
-    } else if (m.VmaIsDetached(v)) {
+    } else if (VmaIsDetached(m, v)) {
       err = fmt::format("detached VMA in the tree at {:#x}", v->vm_start);
     } else if (uint32_t rc = v->vm_refcnt.load(); m.vma_form == VmaForm::kRefcnt && rc >= Vma::kVmaLockOffset) {
       // Attached, no writer waiting (a reader may transiently hold it until its

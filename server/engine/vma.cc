@@ -8,6 +8,7 @@
 #include "filemap.h"
 #include "mm.h"
 #include "vma.h"
+#include "vma_lock.h"
 
 namespace vmspace {
 
@@ -41,8 +42,8 @@ class IMmapSection {
  public:
   IMmapSection(MmStruct& m, Vma* middle, Vma* other) ABSL_NO_THREAD_SAFETY_ANALYSIS : m_(m), f_(middle->file()) {
     if (!f_) return;
-    m_.VmaStartWriteLocked(middle);
-    m_.VmaStartWriteLocked(other);
+    VmaStartWriteLocked(m_, middle);
+    VmaStartWriteLocked(m_, other);
     IMmapLock(m_, f_);
     m_.i_mmap_held = f_;
   }
@@ -116,21 +117,21 @@ void MmStruct::VmaInsertLocked(Vma* v) {
   // Set at creation for VMAs of this file (rmap walkers read it once linked); split
   // parts inherit it.
   if (!v->vm_mm) v->vm_mm = this;
-  VmaInitLocked(v);
+  VmaInitLocked(*this, v);
   idx->Insert(v);
   map_count.store(map_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 void MmStruct::VmaRemoveLocked(Vma* v) {
-  VmaStartWriteLocked(v);
+  VmaStartWriteLocked(*this, v);
   idx->Erase(v, v->vm_start, v->vm_end);
-  VmaMarkDetachedLocked(v);
+  VmaMarkDetachedLocked(*this, v);
   map_count.store(map_count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   retired_vmas.push_back(v);
 }
 
 void MmStruct::VmaSetRangeLocked(Vma* v, uint64_t start, uint64_t end) {
-  VmaStartWriteLocked(v);
+  VmaStartWriteLocked(*this, v);
   const uint64_t os = v->vm_start, oe = v->vm_end;
   // vma_prepare() .. vma_complete(): the i_mmap key changes under i_mmap_rwsem write.
   File* f = v->file();
@@ -145,7 +146,7 @@ void MmStruct::VmaSetRangeLocked(Vma* v, uint64_t start, uint64_t end) {
 }
 
 Vma* MmStruct::SplitVmaLocked(Vma* v, uint64_t addr, bool new_below) {
-  VmaStartWriteLocked(v);
+  VmaStartWriteLocked(*this, v);
   Vma* n = VmaDupLocked(*v);
   // The new part joins i_mmap before v shrinks: rmap walkers always see the whole range.
   if (new_below) {
@@ -174,7 +175,7 @@ Vma* MmStruct::VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t fla
   if (left && right && !AnonCompatible(prev->anon(), next->anon())) right = false;
   if (left && right) {
     const uint64_t next_end = next->vm_end;
-    VmaStartWriteLocked(prev);
+    VmaStartWriteLocked(*this, prev);
     AnonVma* a = prev->anon() ? prev->anon() : next->anon();
     if (a != prev->anon()) prev->set_anon(a);
     VmaRemoveLocked(next);
@@ -217,7 +218,7 @@ Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, u
     const bool delete_middle = left_side && right_side;
     if (merge_left && merge_right) {
       // prev extends over middle and next; both removed.
-      VmaStartWriteLocked(prev);
+      VmaStartWriteLocked(*this, prev);
       AnonVma* a = prev->anon() ? prev->anon() : (next->anon() ? next->anon() : anon);
       if (a != prev->anon()) prev->set_anon(a);
       const uint64_t next_end = next->vm_end;
@@ -230,7 +231,7 @@ Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, u
     }
     if (merge_left) {
       IMmapSection section(*this, middle, prev);
-      VmaStartWriteLocked(prev);
+      VmaStartWriteLocked(*this, prev);
       if (!prev->anon() && anon) prev->set_anon(anon);
       if (delete_middle) VmaRemoveLocked(middle);
       else VmaSetRangeLocked(middle, end, middle->vm_end);
@@ -240,7 +241,7 @@ Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, u
     }
     if (merge_right) {
       IMmapSection section(*this, middle, next);
-      VmaStartWriteLocked(next);
+      VmaStartWriteLocked(*this, next);
       if (!next->anon() && anon) next->set_anon(anon);
       if (delete_middle) VmaRemoveLocked(middle);
       else VmaSetRangeLocked(middle, middle->vm_start, start);
@@ -305,7 +306,7 @@ int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* 
   Vma* next = nullptr;
   for (Vma* w = v;;) {
     if (w->vm_end > end) next = m.SplitVmaLocked(w, end, false);
-    m.VmaStartWriteLocked(w);
+    VmaStartWriteLocked(m, w);
     vms->vmas.push_back(w);
     if (m.mt_detach) m.mt_detach->Store(w->vm_start, w->vm_end - 1, w);  // mas_store_gfp(mas_detach, vma)
     if (next) break;  // the upper part of the split: past end

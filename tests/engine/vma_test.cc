@@ -8,6 +8,7 @@
 #include <string>
 
 #include "mm.h"
+#include "vma_lock.h"
 
 namespace vmspace {
 namespace {
@@ -54,7 +55,7 @@ struct VmaTest : ::testing::Test {
     return s;
   }
   bool WriteLocked(const Vma* v) { return v->vm_lock_seq.load() == mm->mm_lock_seq.load(); }
-  bool Detached(const Vma* v) { return mm->VmaIsDetached(v); }
+  bool Detached(const Vma* v) { return VmaIsDetached(*mm, v); }
   uint64_t PgoffOk(const Vma* v) { return v->vm_pgoff == v->vm_start >> kPageShift; }
 };
 
