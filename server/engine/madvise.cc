@@ -7,6 +7,7 @@
 
 #include "engine/stats.h"
 #include "mm.h"
+#include "vma.h"
 
 namespace vmspace {
 
@@ -31,7 +32,7 @@ SysResult AddressSpace::Madvise(uint64_t start, uint64_t len_in, int advice) {
   auto* g = new MmuGather;
   uint64_t pos = start;
   m.mmap_lock.LockRead();
-  for (Vma* v = m.FindVmaLocked(start); v && v->vm_start < end; v = m.VmaNextLocked(v)) {
+  for (Vma* v = FindVmaLocked(m, start); v && v->vm_start < end; v = VmaNextLocked(m, v)) {
     if (v->vm_start > pos) err = ENOMEM;  // a hole: remember, go on
     if (v->vm_flags & (VM_LOCKED | VM_PFNMAP)) {
       err = EINVAL;

@@ -18,6 +18,7 @@
 #include "filemap.h"
 #include "mm.h"
 #include "memory.h"
+#include "vma.h"
 #include "vma_lock.h"
 #include "sync/lock_timing.h"
 
@@ -447,13 +448,13 @@ FaultResult MmStruct::FinishDirtyFault(FaultResult r, std::shared_ptr<OpenFile> 
 
 FaultResult MmStruct::FaultUnderMmapLock(uint64_t addr, AccessType acc, bool tried) {
   mmap_lock.LockRead();
-  Vma* v = FindVmaLocked(addr);
+  Vma* v = FindVmaLocked(*this, addr);
   if (v && v->vm_start > addr && (v->vm_flags & VM_GROWSDOWN)) {
     // lock_mm_and_find_vma(): no upgrade; drop the read lock, take the write lock to
     // expand the stack, and look the VMA up again.
     mmap_lock.UnlockRead();
     MmapWriteLock();
-    v = FindVmaLocked(addr);
+    v = FindVmaLocked(*this, addr);
     FaultResult r;
     if (v && v->vm_start > addr &&
         (!(v->vm_flags & VM_GROWSDOWN) || ExpandDownwardsLocked(v, addr) != 0))

@@ -1,6 +1,7 @@
 // The address space's lifetime, mmap_lock write sections and deferred frees
 // (kernel/fork.c mm_alloc/exit_mmap, include/linux/mmap_lock.h, mm/mmu_gather.c).
 #include "mm.h"
+#include "vma.h"
 
 #include <sys/sysinfo.h>
 
@@ -63,19 +64,19 @@ MmStruct::~MmStruct() {
   MmapWriteLock();
   std::vector<Vma*> all;
   std::vector<void*> pages;
-  for (Vma* v = FindVmaLocked(0); v; v = VmaNextLocked(v)) {
+  for (Vma* v = FindVmaLocked(*this, 0); v; v = VmaNextLocked(*this, v)) {
     ZapRangeLocked(v, v->vm_start, v->vm_end, pages);
-    VmaUnlinkFileLocked(v);
+    VmaUnlinkFileLocked(*this, v);
     all.push_back(v);
   }
   for (void* p : pages) frames.Free(p);
   for (Vma* v : all) {
     idx->Erase(v, v->vm_start, v->vm_end);
-    VmaFree(v);
+    VmaFree(*this, v);
   }
-  for (Vma* v : retired_vmas) VmaFree(v);
+  for (Vma* v : retired_vmas) VmaFree(*this, v);
   retired_vmas.clear();
-  for (Vma* v : sole_vmas) VmaFree(v);
+  for (Vma* v : sole_vmas) VmaFree(*this, v);
   sole_vmas.clear();
   map_count.store(0, std::memory_order_relaxed);
   total_vm.store(0, std::memory_order_relaxed);
@@ -165,7 +166,7 @@ void MmStruct::FlushDeferredFrees(bool all) {
 
 void MmStruct::MmapWriteUnlock() {
   EndWriteSectionLocked();
-  ReleaseRetiredVmasLocked();
+  ReleaseRetiredVmasLocked(*this);
   FlushGatherIfFullLocked();
   mmap_lock.UnlockWrite();
 }

@@ -222,45 +222,15 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   void QueuePolledGathersLocked(int keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// Unlinks and returns the polled list's oldest gather (the list must not be empty).
   MmuGather* PopPolledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vm_area_alloc(): an empty detached VMA: kRefcnt reuses one from vma_cache if it has
-  /// any; kRwsem allocates its vma_lock with it.
-  Vma* VmaAllocLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vm_area_dup(): a detached copy of o (Vma::InitFrom) from VmaAllocLocked.
-  Vma* VmaDupLocked(const Vma& o) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vm_area_free() of the VMAs detached this section (retired_vmas), once nothing of
-  /// the section uses them (after munmap's page-table teardown): kNone deletes them
-  /// (no lockless reader exists), kRwsem hands each to its own call_rcu (freed with its
-  /// vma_lock after a grace period), kRefcnt empties each into vma_cache at once.
-  /// (munmap calls it after mmap_write_downgrade, still the only user of both lists.)
-  void ReleaseRetiredVmasLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Deletes a VMA that is still charged (live or retired at exit_mmap) with its
-  /// vm_lock, uncharging it (kVmas); VMAs freed through vma_cache are uncharged there.
-  void VmaFree(Vma* v);
   /// Bytes of the budget a change that may add VMAs must find free before it starts
   /// (kmem charges of two VMAs from a split plus a maple store's worst-case nodes):
   /// VMAs and index nodes are charged without failing in the middle of a change, so
   /// each entry point that checks max_map_count also checks MemoryBudget::HasRoom(this)
   /// and answers ENOMEM; the budget is exceeded by at most this per change running.
   static constexpr uint64_t kVmaChangeBytes = 8192;
-  /// max_map_count's check (`map_count >= max_map_count`, or `>` with `over`) joined by
-  /// the budget's HasRoom(kVmaChangeBytes): true if a change may add a VMA.
-  bool MayAddVmaLocked(bool over = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// For a call that failed with ENOMEM: if the budget refused a charge since it read
-  /// `failcnt_before` (MemoryBudget::failcnt), waits for the frees already queued
-  /// (FrameAllocator::Reclaim: VMAs and nodes freed after a grace period) and returns
-  /// true, so the caller tries once more, as the kernel reclaims before it fails.
-  /// Caller holds no engine lock.
-  bool ReclaimAfterRefusal(uint64_t failcnt_before) ABSL_LOCKS_EXCLUDED(mmap_lock);
   /// Runs `op` (a syscall's mmap_lock part, taking and dropping the lock itself; returns
   /// 0 or an errno) and, if it failed with ENOMEM after a budget refusal, once more
   /// after ReclaimAfterRefusal. Used by mmap, munmap and mprotect (the calls that add VMAs).
-  template <typename Op>
-  int RetryAfterReclaim(Op&& op) ABSL_LOCKS_EXCLUDED(mmap_lock) {
-    const uint64_t refused = frames.budget().failcnt();
-    int e = op();
-    if (e == ENOMEM && ReclaimAfterRefusal(refused)) e = op();
-    return e;
-  }
   void AddRss(MmCounter c, int64_t n) { rss[c].Add(n); }
   /// Hands the gather kept across write sections, the polled gathers and vma_cache's
   /// waiting VMA batches to call_rcu now, if there are any, and gives the index's
@@ -282,73 +252,6 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   // form per vma_form: LOCKING.md "Profiles")
 
   // ======================================================= vma.cc (mm/vma.c)
-  /// find_vma(): the first VMA with vm_end > addr, or null.
-  Vma* FindVmaLocked(uint64_t addr) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) { return idx->FindVma(addr); }
-  /// find_vma_intersection(): the first VMA overlapping [start, end), or null.
-  Vma* FindVmaIntersectionLocked(uint64_t start, uint64_t end) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) {
-    Vma* v = FindVmaLocked(start);
-    return v && v->vm_start < end ? v : nullptr;
-  }
-  /// vma_next(): the VMA after v, or null.
-  Vma* VmaNextLocked(const Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) { return idx->NextFrom(v->vm_end); }
-  /// vma_prev() at addr: the last VMA that starts below addr, or null.
-  Vma* VmaPrevLocked(uint64_t addr) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) { return idx->PrevOf(addr); }
-  /// The first VMA that starts at or above addr, or null.
-  Vma* VmaNextFromLocked(uint64_t addr) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) { return idx->NextFrom(addr); }
-
-  /// vma_link(): adds a new (detached, unlocked, from VmaAllocLocked) v to the tree,
-  /// write-locked.
-  void VmaInsertLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Write-locks, unlinks and detaches v; it is released at the section's end
-  /// (ReleaseRetiredVmasLocked).
-  void VmaRemoveLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vma_set_range() + the tree update: v's range becomes [start, end) (vm_pgoff moves
-  /// with vm_start). Write-locks v.
-  void VmaSetRangeLocked(Vma* v, uint64_t start, uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// __split_vma(): splits v at addr. With new_below the new VMA is the lower part
-  /// [vm_start, addr) and v keeps [addr, vm_end); else the new VMA is the upper part.
-  /// Returns the new VMA. No map_count check (callers check, as split_vma does).
-  Vma* SplitVmaLocked(Vma* v, uint64_t addr, bool new_below) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vma_merge_new_range(): merges the new range [start, end) (free) with flags, pgoff
-  /// and no anon_vma into prev and/or next if compatible. `next` is find_vma(start),
-  /// which the caller has already looked up (__mmap_region's vma_find: the first VMA
-  /// above the range, or null). Returns the VMA that now covers the range, or null if
-  /// no merge was possible.
-  Vma* VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
-                              const OpenFile* file, Vma* next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// The same, looking next up.
-  Vma* VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
-                              const OpenFile* file = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock) {
-    return VmaMergeNewRangeLocked(start, end, flags, pgoff, file, FindVmaLocked(start));
-  }
-  /// vma_modify_flags() -> vma_merge_existing_range() / split_vma(): gives [start, end)
-  /// (inside `middle`) the flags `newflags` by merging with prev/next or splitting.
-  /// Returns the VMA covering [start, end), or null with *err = ENOMEM (split at
-  /// max_map_count; an earlier split of this call stays, as in Linux). Does not set
-  /// the flags itself.
-  Vma* VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, uint64_t newflags, int* err)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vms_gather_munmap_vmas() + vms_complete_munmap_vmas(): removes [start, end).
-  /// Returns 0 or ENOMEM (middle split at map_count >= max). `nr_accounted` (if set)
-  /// gets the VM_ACCOUNT pages removed. With free_tables, page tables no longer
-  /// covered by any VMA are freed (munmap); MAP_FIXED replacement keeps them.
-  int UnmapRangeLocked(uint64_t start, uint64_t end, bool free_tables, uint64_t* nr_accounted)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-
-  /// vma_link_file() / __vma_link_file(): adds file VMA v to its File's i_mmap (no-op
-  /// for anonymous VMAs). Before v can install a PTE: v is new and write-locked.
-  void VmaLinkFileLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// __mmap_region's link of a new VMA v (vma_iter_store + vma_link_file): into the
-  /// VMA tree and, for a file VMA, its File's i_mmap, with i_mmap_rwsem held for write
-  /// across both (opts.i_mmap_scope wide) or only around the i_mmap insert (narrow).
-  /// With the test hook set (g_mmap_region_test_hook), v is published not
-  /// write-locked, so a fault can reach it at once (Linux 6.4-rc before "mm: lock newly
-  /// mapped VMA which can be modified after it becomes visible"), and the hook runs
-  /// between the two inserts.
-  void VmaLinkNewLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// unlink_file_vma(): removes v from its File's i_mmap, once its PTEs are zapped or
-  /// covered by a VMA that took its place (a merge). Takes i_mmap_rwsem for write.
-  void VmaUnlinkFileLocked(Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
 
   // ======================================================= rmap.cc (mm/rmap.c)
   /// find_mergeable_anon_vma(): an adjacent VMA's anon_vma if the two could merge.
@@ -462,10 +365,5 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   VmaInfo VmaInfoLocked(const Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
 };
 
-/// do_vmi_munmap() with `unlock` (vma.cc): removes [start, end) under mmap_lock write,
-/// downgrades it to read for the page-table teardown (vms_complete_munmap_vmas), and
-/// releases it in every case. Returns 0 or ENOMEM (a middle split at max_map_count:
-/// nothing removed). Caller holds mmap_lock for write.
-int DoVmiMunmapUnlock(MmStruct& m, uint64_t start, uint64_t end) ABSL_UNLOCK_FUNCTION(m.mmap_lock);
 
 }  // namespace vmspace

@@ -11,6 +11,7 @@
 #include "mm.h"
 #include "mmap.h"
 #include "memory.h"
+#include "vma.h"
 #include "vma_lock.h"
 
 namespace vmspace {
@@ -38,7 +39,7 @@ uint64_t MmStruct::UnmappedAreaTopdownLocked(uint64_t length, uint64_t low, uint
     if (high <= low || high - low < length) return ~0ull;
     uint64_t gap_end = idx->HighestGapEnd(length, low, high);
     if (gap_end == ~0ull) return ~0ull;
-    Vma* above = VmaNextFromLocked(gap_end);
+    Vma* above = VmaNextFromLocked(*this, gap_end);
     if (above && (above->vm_flags & VM_GROWSDOWN) && above->start_gap() < gap_end) {
       high = above->start_gap();
       continue;
@@ -53,11 +54,11 @@ uint64_t MmStruct::UnmappedAreaBottomupLocked(uint64_t length, uint64_t low, uin
   if (low < opts.mmap_min_addr) low = opts.mmap_min_addr;
   for (;;) {
     if (high <= low || high - low < length) return ~0ull;
-    Vma* lower = VmaPrevLocked(low);
+    Vma* lower = VmaPrevLocked(*this, low);
     if (lower && lower->vm_end <= low) lower = nullptr;
     uint64_t gs = lower ? lower->vm_end : low;
     bool found = false;
-    Vma* upper = VmaNextFromLocked(gs);
+    Vma* upper = VmaNextFromLocked(*this, gs);
     while (true) {
       uint64_t s0 = gs < low ? low : gs;
       uint64_t ge = upper ? upper->vm_start : ~0ull;
@@ -69,7 +70,7 @@ uint64_t MmStruct::UnmappedAreaBottomupLocked(uint64_t length, uint64_t low, uin
       }
       if (!upper || upper->vm_start >= high) break;
       gs = upper->vm_end;
-      upper = VmaNextFromLocked(gs);
+      upper = VmaNextFromLocked(*this, gs);
     }
     if (!found) return ~0ull;
     if (upper && (upper->vm_flags & VM_GROWSDOWN) && upper->start_gap() < gs + length) {
@@ -90,7 +91,7 @@ uint64_t MmStruct::ArchGetUnmappedAreaLocked(uint64_t addr, uint64_t len, int fl
     if (addr) {
       addr &= kPageMask;
       if (kTaskSize - len >= addr) {  // mmap_address_hint_valid
-        Vma* v = FindVmaLocked(addr);
+        Vma* v = FindVmaLocked(*this, addr);
         if (!v || addr + len <= v->start_gap()) return addr;
       }
     }
@@ -103,7 +104,7 @@ uint64_t MmStruct::ArchGetUnmappedAreaLocked(uint64_t addr, uint64_t len, int fl
   if (len > end) return ~0ull;
   if (addr) {
     addr = PageAlign(addr);
-    Vma* v = FindVmaLocked(addr);
+    Vma* v = FindVmaLocked(*this, addr);
     if (end - len >= addr && (!v || addr + len <= v->start_gap())) return addr;
   }
   return UnmappedAreaBottomupLocked(len, begin, end);
@@ -168,7 +169,7 @@ int MmStruct::ExpandDownwardsLocked(Vma* v, uint64_t addr) {
   if (addr < opts.mmap_min_addr) return EPERM;
   // Enforce stack_guard_gap against the VMA below (FindVma found v as the first VMA
   // ending above addr, so prev ends at or below addr).
-  Vma* prev = VmaPrevLocked(v->vm_start);
+  Vma* prev = VmaPrevLocked(*this, v->vm_start);
   if (prev && !(prev->vm_flags & VM_GROWSDOWN) && (prev->vm_flags & VM_ACCESS_FLAGS) &&
       addr - prev->vm_end < kStackGuardGap)
     return ENOMEM;
@@ -185,7 +186,7 @@ int MmStruct::ExpandDownwardsLocked(Vma* v, uint64_t addr) {
   if (size > kRlimitStack) return ENOMEM;
   if (map_count.load(std::memory_order_relaxed) > opts.max_map_count) return ENOMEM;
   total_vm.store(total_vm.load(std::memory_order_relaxed) + grow, std::memory_order_relaxed);
-  VmaSetRangeLocked(v, addr, v->vm_end);  // vm_pgoff -= grow
+  VmaSetRangeLocked(*this, v, addr, v->vm_end);  // vm_pgoff -= grow
   return 0;
 }
 
@@ -201,13 +202,13 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
   uint64_t addr = *addr_inout;
   const uint64_t pages = plen >> kPageShift;
-  if (!m.MayAddVmaLocked(/*over=*/true)) return (ENOMEM);
+  if (!MayAddVmaLocked(m, /*over=*/true)) return (ENOMEM);
   int err = 0;
   addr = m.GetUnmappedAreaLocked(addr, plen, flags, file && !file->file->shmem(), offset, &err);
   if (err) return (err);
   // __mmap_setup()'s vma_find(): the first VMA ending above addr, which overlaps the
   // range (MAP_FIXED) or is the next VMA above it (the merge's next).
-  Vma* found = m.FindVmaLocked(addr);
+  Vma* found = FindVmaLocked(m, addr);
   Vma* overlap = found && found->vm_start < addr + plen ? found : nullptr;
   if ((flags & MAP_FIXED_NOREPLACE) && overlap) return (EEXIST);
 
@@ -268,7 +269,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   bool accountable = (vm_flags & (VM_NORESERVE | VM_SHARED | VM_WRITE)) == VM_WRITE;
   if (accountable) {
     uint64_t replaced = 0;
-    for (Vma* v = overlap; v && v->vm_start < addr + plen; v = m.VmaNextLocked(v))
+    for (Vma* v = overlap; v && v->vm_start < addr + plen; v = VmaNextLocked(m, v))
       if (v->vm_flags & VM_ACCOUNT) {
         uint64_t s = std::max(v->vm_start, addr), e = std::min(v->vm_end, addr + plen);
         replaced += (e - s) >> kPageShift;
@@ -279,7 +280,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   if (!file && (vm_flags & VM_SHARED) && !(vm_flags & VM_NORESERVE) && pages > m.commit_limit_pages)
     return (ENOMEM);  // shmem_acct_size in shmem_zero_setup
   if ((flags & MAP_FIXED) && overlap) {
-    if (int e = m.UnmapRangeLocked(addr, addr + plen, /*free_tables=*/false, nullptr)) return e;
+    if (int e = UnmapRangeLocked(m, addr, addr + plen, /*free_tables=*/false, nullptr)) return e;
   }
   // The filesystem's ->mmap_prepare refuses VM_SYNC (set by MAP_SYNC even with
   // MAP_SHARED or MAP_PRIVATE, which drop or ignore the flag itself) without DAX, after
@@ -288,10 +289,10 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   Vma* v = nullptr;
   // A shared anonymous mapping is a new shmem file: it never merges.
   if (file || !(vm_flags & VM_SHARED))
-    v = m.VmaMergeNewRangeLocked(addr, addr + plen, vm_flags, pgoff, file.get(),
-                                 overlap ? m.FindVmaLocked(addr) : found);  // after the unmap: again
+    v = VmaMergeNewRangeLocked(m, addr, addr + plen, vm_flags, pgoff, file.get(),
+                                 overlap ? FindVmaLocked(m, addr) : found);  // after the unmap: again
   if (!v) {
-    v = m.VmaAllocLocked();
+    v = VmaAllocLocked(m);
     v->vm_mm = &m;
     v->vm_start = addr;
     v->vm_end = addr + plen;
@@ -299,7 +300,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
     v->vm_pgoff = pgoff;
     if (file) v->vm_file = file;
     else if (vm_flags & VM_SHARED) v->vm_file = NewShmemFile(m.frames, "/dev/zero (deleted)", plen);  // shmem_zero_setup
-    m.VmaLinkNewLocked(v);  // __mmap_new_vma: tree + i_mmap, before it can map a page
+    VmaLinkNewLocked(m, v);  // __mmap_new_vma: tree + i_mmap, before it can map a page
   }
   m.total_vm.store(m.total_vm.load(std::memory_order_relaxed) + pages, std::memory_order_relaxed);
   *addr_inout = addr;
@@ -347,7 +348,7 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
 
   uint64_t vm_flags = 0;
   const uint64_t hint = addr;
-  const int err = m.RetryAfterReclaim([&] {
+  const int err = RetryAfterReclaim(m, [&] {
     addr = hint;
     m.MmapWriteLock();
     const int e = DoMmapLocked(m, &addr, plen, prot, flags, offset, file, &vm_flags);
@@ -387,7 +388,7 @@ SysResult AddressSpace::Munmap(uint64_t addr, uint64_t len) {
     CountOp(OpType::kMunmap, EINVAL);
     return SysResult::Err(EINVAL);
   }
-  const int e = m.RetryAfterReclaim([&] {  // a split the budget refused
+  const int e = RetryAfterReclaim(m, [&] {  // a split the budget refused
     m.MmapWriteLock();
     return DoVmiMunmapUnlock(m, addr, end);
   });

@@ -9,6 +9,7 @@
 #include "filemap.h"
 #include "mm.h"
 #include "mmap.h"
+#include "vma.h"
 #include "vma_lock.h"
 
 namespace vmspace {
@@ -37,7 +38,7 @@ namespace {
 // do_mprotect_pkey's part under mmap_lock (held for write by the caller): 0 or an errno.
 int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grows)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
-  Vma* vma = m.FindVmaIntersectionLocked(start, end);
+  Vma* vma = FindVmaIntersectionLocked(m, start, end);
   if (!vma) return ENOMEM;
   if (grows & PROT_GROWSDOWN) {
     if (vma->vm_start >= end) return ENOMEM;
@@ -78,7 +79,7 @@ int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grow
         newflags &= ~VM_ACCOUNT;
       }
       int e = 0;
-      Vma* r = m.VmaModifyFlagsLocked(vma, nstart, tmp, newflags, &e);
+      Vma* r = VmaModifyFlagsLocked(m, vma, nstart, tmp, newflags, &e);
       if (!r) {
         error = e;
         break;
@@ -90,7 +91,7 @@ int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grow
     }
     tmp = cur->vm_end;  // vma_iter_end(): the end of the VMA just handled
     nstart = tmp;
-    vma = m.VmaNextLocked(cur);
+    vma = VmaNextLocked(m, cur);
   }
   if (!error && tmp < end) error = ENOMEM;
   return error;
@@ -118,7 +119,7 @@ SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
   if (len == 0 || end <= start) return done(ENOMEM);
   if (prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_SEM)) return done(EINVAL);
 
-  const int error = m.RetryAfterReclaim([&] {  // a split the budget refused
+  const int error = RetryAfterReclaim(m, [&] {  // a split the budget refused
     m.MmapWriteLock();
     const int e = MprotectLocked(m, start, end, prot, grows);
     m.MmapWriteUnlock();

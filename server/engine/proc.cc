@@ -4,6 +4,7 @@
 
 #include "filemap.h"
 #include "mm.h"
+#include "vma.h"
 
 namespace vmspace {
 
@@ -44,7 +45,7 @@ std::vector<VmaInfo> AddressSpace::Maps(uint64_t start, uint64_t end) {
   StatsSlotScope slot_scope(m.stats_slot);
   std::vector<VmaInfo> out;
   ReadGuard l(m.mmap_lock);
-  for (Vma* v = m.FindVmaLocked(start); v && v->vm_start < end; v = m.VmaNextLocked(v))
+  for (Vma* v = FindVmaLocked(m, start); v && v->vm_start < end; v = VmaNextLocked(m, v))
     out.push_back(m.VmaInfoLocked(v));
   return out;
 }
@@ -56,7 +57,7 @@ uint64_t AddressSpace::CountVmas(uint64_t start, uint64_t end, uint64_t max) {
   StatsSlotScope slot_scope(m.stats_slot);
   ReadGuard l(m.mmap_lock);
   uint64_t n = 0;
-  for (Vma* v = m.FindVmaLocked(start); v && v->vm_start < end && n < max; v = m.VmaNextLocked(v)) n++;
+  for (Vma* v = FindVmaLocked(m, start); v && v->vm_start < end && n < max; v = VmaNextLocked(m, v)) n++;
   return n;
 }
 

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "mm.h"
+#include "vma.h"
 
 namespace vmspace {
 
@@ -18,10 +19,10 @@ bool AnonVmaCompatible(const Vma* a, const Vma* b) {
 }  // namespace
 
 AnonVma* MmStruct::FindMergeableAnonVmaLocked(Vma* v) {
-  Vma* next = VmaNextFromLocked(v->vm_end);
+  Vma* next = VmaNextFromLocked(*this, v->vm_end);
   if (next && next->vm_start == v->vm_end && AnonVmaCompatible(v, next) && next->anon())
     return next->anon();
-  Vma* prev = VmaPrevLocked(v->vm_start);
+  Vma* prev = VmaPrevLocked(*this, v->vm_start);
   if (prev && AnonVmaCompatible(prev, v) && prev->anon()) return prev->anon();
   return nullptr;
 }

@@ -7,6 +7,7 @@
 #include "fmt/format.h"
 #include "filemap.h"
 #include "mm.h"
+#include "vma.h"
 #include "vma_lock.h"
 
 namespace vmspace {
@@ -18,7 +19,7 @@ std::string AddressSpace::Validate() {
   StatsSlotScope slot_scope(m.stats_slot);
   m.MmapWriteLock();
   // Write-lock every VMA (as mm_take_all_locks would): no fault runs while we count.
-  for (Vma* v = m.FindVmaLocked(0); v; v = m.VmaNextLocked(v)) VmaStartWriteLocked(m, v);
+  for (Vma* v = FindVmaLocked(m, 0); v; v = VmaNextLocked(m, v)) VmaStartWriteLocked(m, v);
 
   std::string err;
   uint64_t prev_end = 0, count = 0, total = 0;
@@ -26,13 +27,13 @@ std::string AddressSpace::Validate() {
   std::unordered_map<File*, uint64_t> file_vmas;  // this space's VMAs per file
   std::unordered_set<void*> frames_seen;
   void* zero = FrameAllocator::ZeroPage();
-  for (Vma* v = m.FindVmaLocked(0); v && err.empty(); v = m.VmaNextLocked(v)) {
+  for (Vma* v = FindVmaLocked(m, 0); v && err.empty(); v = VmaNextLocked(m, v)) {
     if (!PageAligned(v->vm_start) || !PageAligned(v->vm_end) || v->vm_start >= v->vm_end ||
         v->vm_end > kTaskSize) {
       err = fmt::format("bad vma [{:#x}, {:#x})", v->vm_start, v->vm_end);
     } else if (v->vm_start < prev_end) {
       err = fmt::format("overlap at {:#x}", v->vm_start);
-    } else if (m.FindVmaLocked(v->vm_start) != v) {
+    } else if (FindVmaLocked(m, v->vm_start) != v) {
       err = fmt::format("index lookup of {:#x} misses its VMA", v->vm_start);
     } else if (VmaIsDetached(m, v)) {
       err = fmt::format("detached VMA in the tree at {:#x}", v->vm_start);

@@ -60,113 +60,113 @@ class IMmapSection {
 
 }  // namespace
 
-void MmStruct::VmaLinkFileLocked(Vma* v) {
+void VmaLinkFileLocked(MmStruct& mm, Vma* v) {
   File* f = v->file();
   if (!f) return;
-  VMSPACE_LOCK_ASSERT(v->vm_mm == this, "a file VMA is linked with its vm_mm set");
-  IMmapLock(*this, f);
+  VMSPACE_LOCK_ASSERT(v->vm_mm == &mm, "a file VMA is linked with its vm_mm set");
+  IMmapLock(mm, f);
   IMmapInsert(f, v);
-  IMmapUnlock(*this, f);
+  IMmapUnlock(mm, f);
 }
 
-void MmStruct::VmaLinkNewLocked(Vma* v) {
+void VmaLinkNewLocked(MmStruct& mm, Vma* v) {
   File* f = v->file();
   if (!f) {
-    VmaInsertLocked(v);
+    VmaInsertLocked(mm, v);
     return;
   }
-  const bool narrow = opts.i_mmap_scope == IMmapScope::kNarrow;
-  v->vm_mm = this;
+  const bool narrow = mm.opts.i_mmap_scope == IMmapScope::kNarrow;
+  v->vm_mm = &mm;
   if (narrow) f->unlinked_visible.fetch_add(1, std::memory_order_seq_cst);
-  else IMmapLock(*this, f);  // i_mmap_lock_write(vma->vm_file->f_mapping) across both inserts
-  VmaInsertLocked(v);        // vma_iter_store: visible to lockless lookups from here
+  else IMmapLock(mm, f);  // i_mmap_lock_write(vma->vm_file->f_mapping) across both inserts
+  VmaInsertLocked(mm, v);        // vma_iter_store: visible to lockless lookups from here
   if (auto hook = g_mmap_region_test_hook.load(std::memory_order_acquire)) {
-    v->vm_lock_seq.store(mm_lock_seq.load(std::memory_order_relaxed) - 1, std::memory_order_seq_cst);
-    hook(this, v->vm_start);
+    v->vm_lock_seq.store(mm.mm_lock_seq.load(std::memory_order_relaxed) - 1, std::memory_order_seq_cst);
+    hook(&mm, v->vm_start);
   }
   if (narrow) {
-    VmaLinkFileLocked(v);  // the lock for the file side only
+    VmaLinkFileLocked(mm, v);  // the lock for the file side only
     f->unlinked_visible.fetch_sub(1, std::memory_order_seq_cst);
     return;
   }
   IMmapInsert(f, v);
-  IMmapUnlock(*this, f);
+  IMmapUnlock(mm, f);
 }
 
-void MmStruct::VmaUnlinkFileLocked(Vma* v) {
+void VmaUnlinkFileLocked(MmStruct& mm, Vma* v) {
   File* f = v->file();
   if (!f) return;
-  IMmapLock(*this, f);
+  IMmapLock(mm, f);
   IMmapErase(f, v);
-  IMmapUnlock(*this, f);
+  IMmapUnlock(mm, f);
 }
 
-bool MmStruct::ReclaimAfterRefusal(uint64_t failcnt_before) {
-  if (frames.budget().failcnt() == failcnt_before) return false;
-  frames.Reclaim();
+bool ReclaimAfterRefusal(MmStruct& mm, uint64_t failcnt_before) {
+  if (mm.frames.budget().failcnt() == failcnt_before) return false;
+  mm.frames.Reclaim();
   return true;
 }
 
-bool MmStruct::MayAddVmaLocked(bool over) {
-  const uint64_t n = map_count.load(std::memory_order_relaxed);
-  if (over ? n > opts.max_map_count : n >= opts.max_map_count) return false;
-  return frames.budget().HasRoom(kVmaChangeBytes);
+bool MayAddVmaLocked(MmStruct& mm, bool over) {
+  const uint64_t n = mm.map_count.load(std::memory_order_relaxed);
+  if (over ? n > mm.opts.max_map_count : n >= mm.opts.max_map_count) return false;
+  return mm.frames.budget().HasRoom(MmStruct::kVmaChangeBytes);
 }
 
-void MmStruct::VmaInsertLocked(Vma* v) {
+void VmaInsertLocked(MmStruct& mm, Vma* v) {
   // Set at creation for VMAs of this file (rmap walkers read it once linked); split
   // parts inherit it.
-  if (!v->vm_mm) v->vm_mm = this;
-  VmaInitLocked(*this, v);
-  idx->Insert(v);
-  map_count.store(map_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (!v->vm_mm) v->vm_mm = &mm;
+  VmaInitLocked(mm, v);
+  mm.idx->Insert(v);
+  mm.map_count.store(mm.map_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-void MmStruct::VmaRemoveLocked(Vma* v) {
-  VmaStartWriteLocked(*this, v);
-  idx->Erase(v, v->vm_start, v->vm_end);
-  VmaMarkDetachedLocked(*this, v);
-  map_count.store(map_count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-  retired_vmas.push_back(v);
+void VmaRemoveLocked(MmStruct& mm, Vma* v) {
+  VmaStartWriteLocked(mm, v);
+  mm.idx->Erase(v, v->vm_start, v->vm_end);
+  VmaMarkDetachedLocked(mm, v);
+  mm.map_count.store(mm.map_count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  mm.retired_vmas.push_back(v);
 }
 
-void MmStruct::VmaSetRangeLocked(Vma* v, uint64_t start, uint64_t end) {
-  VmaStartWriteLocked(*this, v);
+void VmaSetRangeLocked(MmStruct& mm, Vma* v, uint64_t start, uint64_t end) {
+  VmaStartWriteLocked(mm, v);
   const uint64_t os = v->vm_start, oe = v->vm_end;
   // vma_prepare() .. vma_complete(): the i_mmap key changes under i_mmap_rwsem write.
   File* f = v->file();
-  IMmapLock(*this, f);
+  IMmapLock(mm, f);
   if (f) IMmapErase(f, v);
   if (start != os) v->vm_pgoff = v->vm_pgoff + (start >> kPageShift) - (os >> kPageShift);
   v->vm_start = start;
   v->vm_end = end;
   if (f) IMmapInsert(f, v);
-  IMmapUnlock(*this, f);
-  idx->Update(v, os, oe);
+  IMmapUnlock(mm, f);
+  mm.idx->Update(v, os, oe);
 }
 
-Vma* MmStruct::SplitVmaLocked(Vma* v, uint64_t addr, bool new_below) {
-  VmaStartWriteLocked(*this, v);
-  Vma* n = VmaDupLocked(*v);
+Vma* SplitVmaLocked(MmStruct& mm, Vma* v, uint64_t addr, bool new_below) {
+  VmaStartWriteLocked(mm, v);
+  Vma* n = VmaDupLocked(mm, *v);
   // The new part joins i_mmap before v shrinks: rmap walkers always see the whole range.
   if (new_below) {
     n->vm_end = addr;
-    VmaLinkFileLocked(n);
-    VmaSetRangeLocked(v, addr, v->vm_end);
+    VmaLinkFileLocked(mm, n);
+    VmaSetRangeLocked(mm, v, addr, v->vm_end);
   } else {
     n->vm_start = addr;
     n->vm_pgoff = v->vm_pgoff + ((addr - v->vm_start) >> kPageShift);
-    VmaLinkFileLocked(n);
-    VmaSetRangeLocked(v, v->vm_start, addr);
+    VmaLinkFileLocked(mm, n);
+    VmaSetRangeLocked(mm, v, v->vm_start, addr);
   }
-  VmaInsertLocked(n);
+  VmaInsertLocked(mm, n);
   return n;
 }
 
-Vma* MmStruct::VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
+Vma* VmaMergeNewRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
                                       const OpenFile* file, Vma* next) {
   if (flags & VM_SPECIAL) return nullptr;
-  Vma* prev = VmaPrevLocked(start);
+  Vma* prev = VmaPrevLocked(mm, start);
   if (prev && prev->vm_end != start) prev = nullptr;
   if (next && next->vm_start != end) next = nullptr;
   const uint64_t pages = (end - start) >> kPageShift;
@@ -175,26 +175,26 @@ Vma* MmStruct::VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t fla
   if (left && right && !AnonCompatible(prev->anon(), next->anon())) right = false;
   if (left && right) {
     const uint64_t next_end = next->vm_end;
-    VmaStartWriteLocked(*this, prev);
+    VmaStartWriteLocked(mm, prev);
     AnonVma* a = prev->anon() ? prev->anon() : next->anon();
     if (a != prev->anon()) prev->set_anon(a);
-    VmaRemoveLocked(next);
-    VmaSetRangeLocked(prev, prev->vm_start, next_end);
-    VmaUnlinkFileLocked(next);  // prev covers its pages now
+    VmaRemoveLocked(mm, next);
+    VmaSetRangeLocked(mm, prev, prev->vm_start, next_end);
+    VmaUnlinkFileLocked(mm, next);  // prev covers its pages now
     return prev;
   }
   if (left) {
-    VmaSetRangeLocked(prev, prev->vm_start, end);
+    VmaSetRangeLocked(mm, prev, prev->vm_start, end);
     return prev;
   }
   if (right) {
-    VmaSetRangeLocked(next, start, next->vm_end);  // moves vm_pgoff down by the new pages
+    VmaSetRangeLocked(mm, next, start, next->vm_end);  // moves vm_pgoff down by the new pages
     return next;
   }
   return nullptr;
 }
 
-Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, uint64_t newflags,
+Vma* VmaModifyFlagsLocked(MmStruct& mm, Vma* middle, uint64_t start, uint64_t end, uint64_t newflags,
                                     int* err) {
   *err = 0;
   const bool left_side = start == middle->vm_start;
@@ -204,9 +204,9 @@ Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, u
   const uint64_t pages = (end - start) >> kPageShift;
   AnonVma* anon = middle->anon();
   if (!(newflags & VM_SPECIAL) && (left_side || right_side)) {
-    Vma* prev = left_side ? VmaPrevLocked(start) : nullptr;
+    Vma* prev = left_side ? VmaPrevLocked(mm, start) : nullptr;
     if (prev && prev->vm_end != start) prev = nullptr;
-    Vma* next = right_side ? VmaNextFromLocked(end) : nullptr;
+    Vma* next = right_side ? VmaNextFromLocked(mm, end) : nullptr;
     if (next && next->vm_start != end) next = nullptr;
     const bool merge_left = prev && Mergeable(prev, newflags, file) &&
                             AnonCompatible(prev->anon(), anon) &&
@@ -218,52 +218,52 @@ Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, u
     const bool delete_middle = left_side && right_side;
     if (merge_left && merge_right) {
       // prev extends over middle and next; both removed.
-      VmaStartWriteLocked(*this, prev);
+      VmaStartWriteLocked(mm, prev);
       AnonVma* a = prev->anon() ? prev->anon() : (next->anon() ? next->anon() : anon);
       if (a != prev->anon()) prev->set_anon(a);
       const uint64_t next_end = next->vm_end;
-      VmaRemoveLocked(middle);
-      VmaRemoveLocked(next);
-      VmaSetRangeLocked(prev, prev->vm_start, next_end);
-      VmaUnlinkFileLocked(middle);  // prev covers their pages now
-      VmaUnlinkFileLocked(next);
+      VmaRemoveLocked(mm, middle);
+      VmaRemoveLocked(mm, next);
+      VmaSetRangeLocked(mm, prev, prev->vm_start, next_end);
+      VmaUnlinkFileLocked(mm, middle);  // prev covers their pages now
+      VmaUnlinkFileLocked(mm, next);
       return prev;
     }
     if (merge_left) {
-      IMmapSection section(*this, middle, prev);
-      VmaStartWriteLocked(*this, prev);
+      IMmapSection section(mm, middle, prev);
+      VmaStartWriteLocked(mm, prev);
       if (!prev->anon() && anon) prev->set_anon(anon);
-      if (delete_middle) VmaRemoveLocked(middle);
-      else VmaSetRangeLocked(middle, end, middle->vm_end);
-      VmaSetRangeLocked(prev, prev->vm_start, end);
-      if (delete_middle) VmaUnlinkFileLocked(middle);
+      if (delete_middle) VmaRemoveLocked(mm, middle);
+      else VmaSetRangeLocked(mm, middle, end, middle->vm_end);
+      VmaSetRangeLocked(mm, prev, prev->vm_start, end);
+      if (delete_middle) VmaUnlinkFileLocked(mm, middle);
       return prev;
     }
     if (merge_right) {
-      IMmapSection section(*this, middle, next);
-      VmaStartWriteLocked(*this, next);
+      IMmapSection section(mm, middle, next);
+      VmaStartWriteLocked(mm, next);
       if (!next->anon() && anon) next->set_anon(anon);
-      if (delete_middle) VmaRemoveLocked(middle);
-      else VmaSetRangeLocked(middle, middle->vm_start, start);
-      VmaSetRangeLocked(next, start, next->vm_end);
-      if (delete_middle) VmaUnlinkFileLocked(middle);
+      if (delete_middle) VmaRemoveLocked(mm, middle);
+      else VmaSetRangeLocked(mm, middle, middle->vm_start, start);
+      VmaSetRangeLocked(mm, next, start, next->vm_end);
+      if (delete_middle) VmaUnlinkFileLocked(mm, middle);
       return next;
     }
   }
   // No merge: split_vma() at the range boundaries.
   if (middle->vm_start < start) {
-    if (!MayAddVmaLocked()) {
+    if (!MayAddVmaLocked(mm)) {
       *err = ENOMEM;
       return nullptr;
     }
-    SplitVmaLocked(middle, start, true);
+    SplitVmaLocked(mm, middle, start, true);
   }
   if (middle->vm_end > end) {
-    if (!MayAddVmaLocked()) {
+    if (!MayAddVmaLocked(mm)) {
       *err = ENOMEM;
       return nullptr;
     }
-    SplitVmaLocked(middle, end, false);
+    SplitVmaLocked(mm, middle, end, false);
   }
   return middle;
 }
@@ -290,7 +290,7 @@ struct VmaMunmap {
 // it no lookup (mmap_lock, RCU or VMA lock) can find them. Returns 0 or ENOMEM.
 int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* nr_accounted,
                            VmaMunmap* vms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
-  Vma* v = m.FindVmaIntersectionLocked(start, end);
+  Vma* v = FindVmaIntersectionLocked(m, start, end);
   if (!v) return 0;
   // As the kernel's vma_iterator, no lookup is repeated for a VMA at hand: a split's
   // new part is the neighbour it borders (vms->prev below start, vms->next above end),
@@ -298,31 +298,31 @@ int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* 
   Vma* prev = nullptr;
   bool prev_known = false;
   if (start > v->vm_start) {
-    if (end < v->vm_end && !m.MayAddVmaLocked()) return ENOMEM;
-    prev = m.SplitVmaLocked(v, start, true);  // v is now [start, ...), prev below it
+    if (end < v->vm_end && !MayAddVmaLocked(m)) return ENOMEM;
+    prev = SplitVmaLocked(m, v, start, true);  // v is now [start, ...), prev below it
     prev_known = true;
   }
   // Collect, splitting the last one if it extends past end.
   Vma* next = nullptr;
   for (Vma* w = v;;) {
-    if (w->vm_end > end) next = m.SplitVmaLocked(w, end, false);
+    if (w->vm_end > end) next = SplitVmaLocked(m, w, end, false);
     VmaStartWriteLocked(m, w);
     vms->vmas.push_back(w);
     if (m.mt_detach) m.mt_detach->Store(w->vm_start, w->vm_end - 1, w);  // mas_store_gfp(mas_detach, vma)
     if (next) break;  // the upper part of the split: past end
-    next = m.VmaNextLocked(w);
+    next = VmaNextLocked(m, w);
     if (!next || next->vm_start >= end) break;
     w = std::exchange(next, nullptr);
   }
   vms->start = vms->vmas.front()->vm_start;
   vms->end = vms->vmas.back()->vm_end;
-  if (!prev_known) prev = m.VmaPrevLocked(vms->start);
+  if (!prev_known) prev = VmaPrevLocked(m, vms->start);
   vms->floor = prev ? prev->vm_end : 0;
   vms->ceiling = next ? next->vm_start : kUserPgtablesCeiling;
   for (Vma* w : vms->vmas) {
     if (nr_accounted && (w->vm_flags & VM_ACCOUNT)) *nr_accounted += w->pages();
     m.total_vm.store(m.total_vm.load(std::memory_order_relaxed) - w->pages(), std::memory_order_relaxed);
-    m.VmaRemoveLocked(w);  // detach first: no new lockless reader can find it
+    VmaRemoveLocked(m, w);  // detach first: no new lockless reader can find it
   }
   return 0;
 }
@@ -336,7 +336,7 @@ void ClearPtesLocked(MmStruct& m, const VmaMunmap& vms, bool free_tables, MmuGat
     ABSL_SHARED_LOCKS_REQUIRED(m.mmap_lock) {
   auto clear = [&](Vma* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // m.mmap_lock held, as above
     m.ZapRangeLocked(w, w->vm_start, w->vm_end, g.pages);
-    m.VmaUnlinkFileLocked(w);  // unlink_file_vma_batch: PTEs gone, before the tables go
+    VmaUnlinkFileLocked(m, w);  // unlink_file_vma_batch: PTEs gone, before the tables go
   };
   if (MapleTree* t = m.mt_detach.get()) {
     // unmap_vmas(): the first VMA is vms->vma, the others mas_find()s of mas_detach.
@@ -363,16 +363,16 @@ void MmapWriteDowngrade(MmStruct& m) ABSL_UNLOCK_FUNCTION(m.mmap_lock) ABSL_SHAR
 // and none can run before this thread's up_read), which the compiler cannot know once
 // the capability is shared.
 void FlushGatherDowngraded(MmStruct& m) ABSL_SHARED_LOCKS_REQUIRED(m.mmap_lock) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  m.ReleaseRetiredVmasLocked();
+  ReleaseRetiredVmasLocked(m);
   m.FlushGatherIfFullLocked();
 }
 
 }  // namespace
 
-int MmStruct::UnmapRangeLocked(uint64_t start, uint64_t end, bool free_tables, uint64_t* nr_accounted) {
+int UnmapRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, bool free_tables, uint64_t* nr_accounted) {
   VmaMunmap vms;
-  if (int e = GatherMunmapVmasLocked(*this, start, end, nr_accounted, &vms)) return e;
-  if (!vms.vmas.empty()) ClearPtesLocked(*this, vms, free_tables, GatherLocked());
+  if (int e = GatherMunmapVmasLocked(mm, start, end, nr_accounted, &vms)) return e;
+  if (!vms.vmas.empty()) ClearPtesLocked(mm, vms, free_tables, mm.GatherLocked());
   return 0;
 }
 

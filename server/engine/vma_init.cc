@@ -1,5 +1,6 @@
 // The VMAs of a space: vm_area_alloc, vm_area_dup, vm_area_free and the per-space VMA
 // cache (mm/vma_init.c, Linux 6.15+: vm_area_cachep, vm_area_init_from).
+#include "vma.h"
 #include "vma_init.h"
 
 #include <utility>
@@ -215,33 +216,33 @@ void VmaCache::RcuBatchDone(struct rcu_head* h) {
   RcuCallbackEnd();
 }
 
-Vma* MmStruct::VmaAllocLocked() { return vma_cache.Alloc(); }
+Vma* VmaAllocLocked(MmStruct& mm) { return mm.vma_cache.Alloc(); }
 
-void MmStruct::VmaFree(Vma* v) {
-  frames.budget().Uncharge(MemKind::kVmas, VmaBytes(v));
+void VmaFree(MmStruct& mm, Vma* v) {
+  mm.frames.budget().Uncharge(MemKind::kVmas, VmaBytes(v));
   delete v;
 }
 
-Vma* MmStruct::VmaDupLocked(const Vma& o) {
-  Vma* v = VmaAllocLocked();
+Vma* VmaDupLocked(MmStruct& mm, const Vma& o) {
+  Vma* v = VmaAllocLocked(mm);
   v->InitFrom(o);
   return v;
 }
 
-void MmStruct::ReleaseRetiredVmasLocked() {
-  if (retired_vmas.empty()) return;
+void ReleaseRetiredVmasLocked(MmStruct& mm) {
+  if (mm.retired_vmas.empty()) return;
   // kRwsem (vm_area_free through call_rcu): a VMA that only this thread could have
   // found waits only for its next quiescent state (sole_vmas, as sole_nodes).
-  const bool sole = vma_form == VmaForm::kRwsem && SoleRcuReaderLocked();
-  for (Vma* v : retired_vmas) {
-    if (vma_form != VmaForm::kRwsem) vma_cache.Free(v);
-    else if (sole) sole_vmas.push_back(v);
-    else vma_cache.FreeRcu(v);
+  const bool sole = mm.vma_form == VmaForm::kRwsem && mm.SoleRcuReaderLocked();
+  for (Vma* v : mm.retired_vmas) {
+    if (mm.vma_form != VmaForm::kRwsem) mm.vma_cache.Free(v);
+    else if (sole) mm.sole_vmas.push_back(v);
+    else mm.vma_cache.FreeRcu(v);
   }
-  retired_vmas.clear();
+  mm.retired_vmas.clear();
   if (sole) {
-    sole_owner = RcuThreadId();
-    sole_qs = RcuQsCount();
+    mm.sole_owner = RcuThreadId();
+    mm.sole_qs = RcuQsCount();
   }
 }
 

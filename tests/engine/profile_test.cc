@@ -14,6 +14,7 @@
 #include "engine/profile.h"
 #include "engine/stats.h"
 #include "mm.h"
+#include "vma.h"
 #include "vma_lock.h"
 
 namespace vmspace {
@@ -108,7 +109,7 @@ struct Era : ::testing::Test {
   /// lock in every era), in a write section of its own.
   Vma* Map(uint64_t at) {
     mm->MmapWriteLock();
-    Vma* v = mm->VmaAllocLocked();
+    Vma* v = VmaAllocLocked(*mm);
     v->vm_start = at;
     v->vm_end = at + P;
     v->vm_flags = RW;
@@ -116,7 +117,7 @@ struct Era : ::testing::Test {
     AnonVma* a = new AnonVma{at};
     v->set_anon(a);
     PutAnonVma(a);
-    mm->VmaInsertLocked(v);
+    VmaInsertLocked(*mm, v);
     mm->MmapWriteUnlock();
     return v;
   }
@@ -132,7 +133,7 @@ TEST_F(Era, Linux61MapleTreeIsNotReadableUnderRcu) {
   RcuReadGuard g;
   EXPECT_EQ(VmaLookupRcu(*mm, A), nullptr);  // no RCU mode: only mmap_lock holders may walk it
   mm->mmap_lock.LockRead();
-  EXPECT_EQ(mm->FindVmaLocked(A), v);
+  EXPECT_EQ(FindVmaLocked(*mm, A), v);
   mm->mmap_lock.UnlockRead();
 }
 
