@@ -14,6 +14,7 @@
 #include "engine/stats.h"
 #include "mm.h"
 #include "memory.h"
+#include "rmap.h"
 
 namespace vmspace {
 
@@ -360,7 +361,7 @@ int File::WriteRange(uint64_t first, uint64_t last) {
       const uint64_t vend = pgoff + v->pages();
       for (uint64_t index : cleaned) {
         if (index < pgoff || index >= vend) continue;
-        v->vm_mm->PageMkcleanOne(v, v->vm_start + ((index - pgoff) << kPageShift));
+        PageMkcleanOne(*v->vm_mm, v, v->vm_start + ((index - pgoff) << kPageShift));
       }
     }
   }

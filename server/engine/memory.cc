@@ -18,6 +18,8 @@
 #include "filemap.h"
 #include "mm.h"
 #include "memory.h"
+#include "mmap.h"
+#include "rmap.h"
 #include "vma.h"
 #include "vma_lock.h"
 #include "sync/lock_timing.h"
@@ -117,7 +119,7 @@ FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
     // only the mmap_lock path gets here.
     VMSPACE_LOCK_ASSERT(!vmf.vma_locked, "anon_vma_prepare under the VMA lock");
     mmap_lock.AssertHeld();
-    AnonVmaPrepareLocked(v);
+    AnonVmaPrepareLocked(*this, v);
   };
   // Installs a new frame in place of `expect` (none or the zero page) if the PTE still
   // holds it; frees the frame otherwise (somebody else handled this fault first).
@@ -213,7 +215,7 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
     if (v->anon()) return;
     VMSPACE_LOCK_ASSERT(!vmf.vma_locked, "anon_vma_prepare under the VMA lock");
     mmap_lock.AssertHeld();
-    AnonVmaPrepareLocked(v);
+    AnonVmaPrepareLocked(*this, v);
   };
 
   if (orig & kPtePresent) {
@@ -457,7 +459,7 @@ FaultResult MmStruct::FaultUnderMmapLock(uint64_t addr, AccessType acc, bool tri
     v = FindVmaLocked(*this, addr);
     FaultResult r;
     if (v && v->vm_start > addr &&
-        (!(v->vm_flags & VM_GROWSDOWN) || ExpandDownwardsLocked(v, addr) != 0))
+        (!(v->vm_flags & VM_GROWSDOWN) || ExpandDownwardsLocked(*this, v, addr) != 0))
       v = nullptr;
     if (!v || v->vm_start > addr) r = MapErr(addr, LockPath::kMmapLock);
     else r = FaultInVma(v, addr, acc, /*vma_locked=*/false);

@@ -254,37 +254,8 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   // ======================================================= vma.cc (mm/vma.c)
 
   // ======================================================= rmap.cc (mm/rmap.c)
-  /// find_mergeable_anon_vma(): an adjacent VMA's anon_vma if the two could merge.
-  AnonVma* FindMergeableAnonVmaLocked(Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
-  /// anon_vma_prepare(): gives v an anon_vma (reused from a neighbour or new). Takes
-  /// anon_vma_lock.
-  void AnonVmaPrepareLocked(Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) ABSL_LOCKS_EXCLUDED(anon_vma_lock);
-  /// page_mkclean_one(): write-protects the PTE at addr of shared file VMA v if it maps
-  /// a page-cache page writable. Caller holds v's File's i_mmap_rwsem (v is linked, so
-  /// its page tables stay); takes the PTE lock.
-  void PageMkcleanOne(Vma* v, uint64_t addr);
 
   // ======================================================= mmap.cc (mm/mmap.c)
-  /// unmapped_area_topdown(): the highest gap in [low, high) holding `length`,
-  /// restarting below a VM_GROWSDOWN VMA's guard gap. Returns the address or ~0.
-  uint64_t UnmappedAreaTopdownLocked(uint64_t length, uint64_t low, uint64_t high)
-      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
-  /// unmapped_area(): the lowest gap in [low, high) holding `length`, or ~0.
-  uint64_t UnmappedAreaBottomupLocked(uint64_t length, uint64_t low, uint64_t high)
-      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
-  /// arch_get_unmapped_area_topdown() / arch_get_unmapped_area(): ~0 if none.
-  uint64_t ArchGetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags)
-      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
-  /// __get_unmapped_area() (with the THP alignment of private anonymous requests, and
-  /// of file mappings as thp_get_unmapped_area does for `off` bytes into a file).
-  /// Returns the address, or 0 with *err = ENOMEM / EINVAL / EPERM.
-  uint64_t GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags, bool file, uint64_t off, int* err)
-      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
-  /// expand_downwards(): grows the VM_GROWSDOWN VMA v down to addr's page. Returns 0,
-  /// EPERM (below mmap_min_addr) or ENOMEM (guard gap, rlimit, map_count), with the
-  /// kernel's order: the anon_vma is prepared only after the address and guard-gap
-  /// checks pass (a refused expansion below them leaves the VMA untouched).
-  int ExpandDownwardsLocked(Vma* v, uint64_t addr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
 
   // ======================================================= memory.cc (mm/memory.c)
   /// unmap_page_range() for [start, end) of v: each PTE is read and cleared in one step
@@ -353,17 +324,8 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   FaultResult FaultInPage(uint64_t addr, AccessType acc) ABSL_LOCKS_EXCLUDED(mmap_lock);
 
   // ======================================================= mprotect.cc
-  /// change_protection(): rewrites the permission bits of present PTEs in [start, end)
-  /// of v for its (new) flags, under each table's PTE lock. v is write-locked.
-  void ChangeProtectionLocked(Vma* v, uint64_t start, uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
 
   // ======================================================= proc.cc (fs/proc/task_mmu.c)
-  /// Resident pages (not the zero page) mapped in [start, end), walking the PTEs (the
-  /// smaps Rss of one VMA).
-  uint64_t RssLocked(uint64_t start, uint64_t end) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
-  /// The VmaInfo (maps line data) of v.
-  VmaInfo VmaInfoLocked(const Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
 };
-
 
 }  // namespace vmspace

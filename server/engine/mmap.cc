@@ -11,6 +11,7 @@
 #include "mm.h"
 #include "mmap.h"
 #include "memory.h"
+#include "rmap.h"
 #include "vma.h"
 #include "vma_lock.h"
 
@@ -33,13 +34,13 @@ constexpr uint64_t kMaxLfsFilesize = 0x7fffffffffffffffull;
 /// unmapped_area_topdown() (mm/vma.c): the highest gap in [low, high) that holds
 /// `length`, restarting below a VM_GROWSDOWN VMA's guard gap. Returns the address or
 /// ~0 (ENOMEM).
-uint64_t MmStruct::UnmappedAreaTopdownLocked(uint64_t length, uint64_t low, uint64_t high) {
-  if (low < opts.mmap_min_addr) low = opts.mmap_min_addr;
+uint64_t UnmappedAreaTopdownLocked(MmStruct& mm, uint64_t length, uint64_t low, uint64_t high) {
+  if (low < mm.opts.mmap_min_addr) low = mm.opts.mmap_min_addr;
   for (;;) {
     if (high <= low || high - low < length) return ~0ull;
-    uint64_t gap_end = idx->HighestGapEnd(length, low, high);
+    uint64_t gap_end = mm.idx->HighestGapEnd(length, low, high);
     if (gap_end == ~0ull) return ~0ull;
-    Vma* above = VmaNextFromLocked(*this, gap_end);
+    Vma* above = VmaNextFromLocked(mm, gap_end);
     if (above && (above->vm_flags & VM_GROWSDOWN) && above->start_gap() < gap_end) {
       high = above->start_gap();
       continue;
@@ -50,15 +51,15 @@ uint64_t MmStruct::UnmappedAreaTopdownLocked(uint64_t length, uint64_t low, uint
 
 /// unmapped_area() (mm/vma.c): the lowest gap in [low, high) holding `length`. Only
 /// the fallback and MAP_32BIT use it; it walks VMAs from the bottom.
-uint64_t MmStruct::UnmappedAreaBottomupLocked(uint64_t length, uint64_t low, uint64_t high) {
-  if (low < opts.mmap_min_addr) low = opts.mmap_min_addr;
+uint64_t UnmappedAreaBottomupLocked(MmStruct& mm, uint64_t length, uint64_t low, uint64_t high) {
+  if (low < mm.opts.mmap_min_addr) low = mm.opts.mmap_min_addr;
   for (;;) {
     if (high <= low || high - low < length) return ~0ull;
-    Vma* lower = VmaPrevLocked(*this, low);
+    Vma* lower = VmaPrevLocked(mm, low);
     if (lower && lower->vm_end <= low) lower = nullptr;
     uint64_t gs = lower ? lower->vm_end : low;
     bool found = false;
-    Vma* upper = VmaNextFromLocked(*this, gs);
+    Vma* upper = VmaNextFromLocked(mm, gs);
     while (true) {
       uint64_t s0 = gs < low ? low : gs;
       uint64_t ge = upper ? upper->vm_start : ~0ull;
@@ -70,7 +71,7 @@ uint64_t MmStruct::UnmappedAreaBottomupLocked(uint64_t length, uint64_t low, uin
       }
       if (!upper || upper->vm_start >= high) break;
       gs = upper->vm_end;
-      upper = VmaNextFromLocked(*this, gs);
+      upper = VmaNextFromLocked(mm, gs);
     }
     if (!found) return ~0ull;
     if (upper && (upper->vm_flags & VM_GROWSDOWN) && upper->start_gap() < gs + length) {
@@ -84,18 +85,18 @@ uint64_t MmStruct::UnmappedAreaBottomupLocked(uint64_t length, uint64_t low, uin
 /// arch_get_unmapped_area_topdown() / arch_get_unmapped_area() (arch/x86/kernel/
 /// sys_x86_64.c): hint check, then top-down search below mmap_base, falling back to
 /// bottom-up from TASK_SIZE/3. MAP_32BIT searches [1 GiB, 2 GiB) bottom-up.
-uint64_t MmStruct::ArchGetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags) {
+uint64_t ArchGetUnmappedAreaLocked(MmStruct& mm, uint64_t addr, uint64_t len, int flags) {
   if (len > kTaskSize) return ~0ull;
   if (flags & MAP_FIXED) return addr;
   if (!(flags & MAP_32BIT)) {
     if (addr) {
       addr &= kPageMask;
       if (kTaskSize - len >= addr) {  // mmap_address_hint_valid
-        Vma* v = FindVmaLocked(*this, addr);
+        Vma* v = FindVmaLocked(mm, addr);
         if (!v || addr + len <= v->start_gap()) return addr;
       }
     }
-    uint64_t r = UnmappedAreaTopdownLocked(len, kPageSize, opts.mmap_base);
+    uint64_t r = UnmappedAreaTopdownLocked(mm, len, kPageSize, mm.opts.mmap_base);
     if (r != ~0ull) return r;
   }
   // bottomup: arch_get_unmapped_area()
@@ -104,16 +105,16 @@ uint64_t MmStruct::ArchGetUnmappedAreaLocked(uint64_t addr, uint64_t len, int fl
   if (len > end) return ~0ull;
   if (addr) {
     addr = PageAlign(addr);
-    Vma* v = FindVmaLocked(*this, addr);
+    Vma* v = FindVmaLocked(mm, addr);
     if (end - len >= addr && (!v || addr + len <= v->start_gap())) return addr;
   }
-  return UnmappedAreaBottomupLocked(len, begin, end);
+  return UnmappedAreaBottomupLocked(mm, len, begin, end);
 }
 
 /// __get_unmapped_area() (mm/mmap.c) for anonymous memory, including the THP
 /// alignment of private anonymous requests (thp_get_unmapped_area_vmflags,
 /// __thp_get_unmapped_area with off = 0). Returns the address or an errno via *err.
-uint64_t MmStruct::GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags, bool file, uint64_t off,
+uint64_t GetUnmappedAreaLocked(MmStruct& mm, uint64_t addr, uint64_t len, int flags, bool file, uint64_t off,
                                          int* err) {
   *err = 0;
   if (len > kTaskSize) {
@@ -124,10 +125,10 @@ uint64_t MmStruct::GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags,
   // __thp_get_unmapped_area(): search with a PMD of padding, then place the range so
   // that file offset `off` lands PMD aligned (top-down: one PMD up if it already is).
   auto thp_area = [&](uint64_t o) -> uint64_t {
-    mmap_lock.AssertHeld();  // the caller's (a lambda is analysed on its own)
+    mm.mmap_lock.AssertHeld();  // the caller's (a lambda is analysed on its own)
     const uint64_t len_pad = len + kPmdSize;
     if (len_pad < len || o + len_pad < o) return ~0ull;
-    const uint64_t ret = ArchGetUnmappedAreaLocked(addr, len_pad, flags);
+    const uint64_t ret = ArchGetUnmappedAreaLocked(mm, addr, len_pad, flags);
     if (ret == ~0ull) return ~0ull;
     if (ret == addr) return addr;
     const uint64_t off_sub = (o - ret) & (kPmdSize - 1);
@@ -136,11 +137,11 @@ uint64_t MmStruct::GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags,
   const bool shared = flags & MAP_SHARED;  // shmem_get_unmapped_area (no THP for shmem here)
   if (file) {  // thp_get_unmapped_area (host files): when the range spans an aligned PMD
     const uint64_t off_align = (off + kPmdSize - 1) & ~(kPmdSize - 1);
-    if (opts.thp_align_anon && off + len > off_align && off + len - off_align >= kPmdSize) r = thp_area(off);
-  } else if (!shared && opts.thp_align_anon && !addr && (len % kPmdSize) == 0 && !(flags & MAP_FIXED)) {
+    if (mm.opts.thp_align_anon && off + len > off_align && off + len - off_align >= kPmdSize) r = thp_area(off);
+  } else if (!shared && mm.opts.thp_align_anon && !addr && (len % kPmdSize) == 0 && !(flags & MAP_FIXED)) {
     r = thp_area(0);
   }
-  if (r == ~0ull) r = ArchGetUnmappedAreaLocked(addr, len, flags);
+  if (r == ~0ull) r = ArchGetUnmappedAreaLocked(mm, addr, len, flags);
   if (r == ~0ull) {
     *err = ENOMEM;
     return 0;
@@ -154,7 +155,7 @@ uint64_t MmStruct::GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags,
     return 0;
   }
   // security_mmap_addr -> cap_mmap_addr
-  if (r < opts.dac_mmap_min_addr && !opts.cap_sys_rawio) {
+  if (r < mm.opts.dac_mmap_min_addr && !mm.opts.cap_sys_rawio) {
     *err = EPERM;
     return 0;
   }
@@ -163,20 +164,20 @@ uint64_t MmStruct::GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags,
 
 // ====================================================================== stack
 
-int MmStruct::ExpandDownwardsLocked(Vma* v, uint64_t addr) {
-  mmap_lock.AssertWriteHeld();
+int ExpandDownwardsLocked(MmStruct& mm, Vma* v, uint64_t addr) {
+  mm.mmap_lock.AssertWriteHeld();
   addr &= kPageMask;
-  if (addr < opts.mmap_min_addr) return EPERM;
+  if (addr < mm.opts.mmap_min_addr) return EPERM;
   // Enforce stack_guard_gap against the VMA below (FindVma found v as the first VMA
   // ending above addr, so prev ends at or below addr).
-  Vma* prev = VmaPrevLocked(*this, v->vm_start);
+  Vma* prev = VmaPrevLocked(mm, v->vm_start);
   if (prev && !(prev->vm_flags & VM_GROWSDOWN) && (prev->vm_flags & VM_ACCESS_FLAGS) &&
       addr - prev->vm_end < kStackGuardGap)
     return ENOMEM;
   // Only now: "We must make sure the anon_vma is allocated." Later refusals
   // (acct_stack_growth) keep it, as in Linux.
-  AnonVmaPrepareLocked(v);
-  VmaStartWriteLocked(*this, v);
+  AnonVmaPrepareLocked(mm, v);
+  VmaStartWriteLocked(mm, v);
   if (addr >= v->vm_start) return 0;  // somebody else expanded it already
   const uint64_t size = v->vm_end - addr;
   const uint64_t grow = (v->vm_start - addr) >> kPageShift;
@@ -184,9 +185,9 @@ int MmStruct::ExpandDownwardsLocked(Vma* v, uint64_t addr) {
   // acct_stack_growth() with RLIMIT_STACK = 8 MiB.
   constexpr uint64_t kRlimitStack = 8ull << 20;
   if (size > kRlimitStack) return ENOMEM;
-  if (map_count.load(std::memory_order_relaxed) > opts.max_map_count) return ENOMEM;
-  total_vm.store(total_vm.load(std::memory_order_relaxed) + grow, std::memory_order_relaxed);
-  VmaSetRangeLocked(*this, v, addr, v->vm_end);  // vm_pgoff -= grow
+  if (mm.map_count.load(std::memory_order_relaxed) > mm.opts.max_map_count) return ENOMEM;
+  mm.total_vm.store(mm.total_vm.load(std::memory_order_relaxed) + grow, std::memory_order_relaxed);
+  VmaSetRangeLocked(mm, v, addr, v->vm_end);  // vm_pgoff -= grow
   return 0;
 }
 
@@ -204,7 +205,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   const uint64_t pages = plen >> kPageShift;
   if (!MayAddVmaLocked(m, /*over=*/true)) return (ENOMEM);
   int err = 0;
-  addr = m.GetUnmappedAreaLocked(addr, plen, flags, file && !file->file->shmem(), offset, &err);
+  addr = GetUnmappedAreaLocked(m, addr, plen, flags, file && !file->file->shmem(), offset, &err);
   if (err) return (err);
   // __mmap_setup()'s vma_find(): the first VMA ending above addr, which overlaps the
   // range (MAP_FIXED) or is the next VMA above it (the merge's next).

@@ -9,15 +9,16 @@
 #include "filemap.h"
 #include "mm.h"
 #include "mmap.h"
+#include "mprotect.h"
 #include "vma.h"
 #include "vma_lock.h"
 
 namespace vmspace {
 
-void MmStruct::ChangeProtectionLocked(Vma* v, uint64_t start, uint64_t end) {
-  VmaAssertWriteLocked(*this, v);
+void ChangeProtectionLocked(MmStruct& mm, Vma* v, uint64_t start, uint64_t end) {
+  VmaAssertWriteLocked(mm, v);
   void* zero = FrameAllocator::ZeroPage();
-  pt.ForEachTable(start, end, [&](PageTable::PteTable& t, int i0, int i1, uint64_t) {
+  mm.pt.ForEachTable(start, end, [&](PageTable::PteTable& t, int i0, int i1, uint64_t) {
     SpinGuard l(t.ptl);  // change_pte_range: the table's PTE lock for the whole run
     for (int i = i0; i < i1; i++) {
       const uint64_t cur = t.Get(i);
@@ -86,7 +87,7 @@ int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grow
       }
       VmaStartWriteLocked(m, r);
       r->vm_flags = newflags;  // vm_flags_reset
-      m.ChangeProtectionLocked(r, nstart, tmp);
+      ChangeProtectionLocked(m, r, nstart, tmp);
       cur = r;
     }
     tmp = cur->vm_end;  // vma_iter_end(): the end of the VMA just handled

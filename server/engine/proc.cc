@@ -4,20 +4,21 @@
 
 #include "filemap.h"
 #include "mm.h"
+#include "proc.h"
 #include "vma.h"
 
 namespace vmspace {
 
-uint64_t MmStruct::RssLocked(uint64_t start, uint64_t end) {
+uint64_t RssLocked(MmStruct& mm, uint64_t start, uint64_t end) {
   uint64_t n = 0;
   void* zero = FrameAllocator::ZeroPage();
-  pt.ForEachPresent(start, end, [&](uint64_t, uint64_t pte) {
+  mm.pt.ForEachPresent(start, end, [&](uint64_t, uint64_t pte) {
     if (PteFrame(pte) != zero) n++;
   });
   return n;
 }
 
-VmaInfo MmStruct::VmaInfoLocked(const Vma* v) {
+VmaInfo VmaInfoLocked(MmStruct& mm, const Vma* v) {
   VmaInfo i;
   i.start = v->vm_start;
   i.end = v->vm_end;
@@ -32,7 +33,7 @@ VmaInfo MmStruct::VmaInfoLocked(const Vma* v) {
     i.inode = f->ino;
     i.name = f->maps_name;
   }
-  i.rss_pages = RssLocked(v->vm_start, v->vm_end);
+  i.rss_pages = RssLocked(mm, v->vm_start, v->vm_end);
   AnonVma* a = v->anon();
   i.anon_vma_id = a ? a->id : 0;
   return i;
@@ -46,7 +47,7 @@ std::vector<VmaInfo> AddressSpace::Maps(uint64_t start, uint64_t end) {
   std::vector<VmaInfo> out;
   ReadGuard l(m.mmap_lock);
   for (Vma* v = FindVmaLocked(m, start); v && v->vm_start < end; v = VmaNextLocked(m, v))
-    out.push_back(m.VmaInfoLocked(v));
+    out.push_back(VmaInfoLocked(m, v));
   return out;
 }
 
