@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include "engine/stats.h"
+#include "memory.h"
 #include "mm.h"
 #include "vma.h"
 
@@ -39,12 +40,12 @@ SysResult AddressSpace::Madvise(uint64_t start, uint64_t len_in, int advice) {
       break;
     }
     uint64_t s = std::max(v->vm_start, start), e = std::min(v->vm_end, end);
-    m.ZapRangeLocked(v, s, e, g->pages);
+    ZapRangeLocked(m, v, s, e, g->pages);
     pos = v->vm_end;
   }
   if (!err && pos < end) err = ENOMEM;
   m.mmap_lock.UnlockRead();
-  m.FreeZappedPagesIfUnused(g->pages);
+  FreeZappedPagesIfUnused(m, g->pages);
   MmuGather::Queue(g, m.frames, m.stats_slot);  // else lockless accessors may still touch the frames
   return done(err);
 }

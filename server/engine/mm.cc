@@ -1,5 +1,6 @@
 // The address space's lifetime, mmap_lock write sections and deferred frees
 // (kernel/fork.c mm_alloc/exit_mmap, include/linux/mmap_lock.h, mm/mmu_gather.c).
+#include "memory.h"
 #include "mm.h"
 #include "vma.h"
 
@@ -65,7 +66,7 @@ MmStruct::~MmStruct() {
   std::vector<Vma*> all;
   std::vector<void*> pages;
   for (Vma* v = FindVmaLocked(*this, 0); v; v = VmaNextLocked(*this, v)) {
-    ZapRangeLocked(v, v->vm_start, v->vm_end, pages);
+    ZapRangeLocked(*this, v, v->vm_start, v->vm_end, pages);
     VmaUnlinkFileLocked(*this, v);
     all.push_back(v);
   }
@@ -133,7 +134,7 @@ void MmStruct::FlushGatherIfFullLocked() {
   MmuGather* g = gather;  // (not created here: a space that retires nothing has none)
   if (g) {
     const size_t zapped = g->pages.size();
-    if (FreeZappedPagesIfUnused(g->pages)) g->freed_at_once += zapped;  // no grace period needed
+    if (FreeZappedPagesIfUnused(*this, g->pages)) g->freed_at_once += zapped;  // no grace period needed
   }
   if (g && (g->size() >= kDeferBatch || g->pages.size() + g->freed_at_once >= kDeferFrames)) {
     FlushGatherLocked();

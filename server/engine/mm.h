@@ -37,8 +37,6 @@
 
 namespace vmspace {
 
-struct VmFault;  // memory.h
-
 struct MmStruct final : FrameAllocator::DeferredFrees {
   MmStruct(FrameAllocator& f, const SpaceOptions& o);
   /// exit_mmap(): unmaps everything and frees it at once (no caller may be running).
@@ -258,70 +256,6 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   // ======================================================= mmap.cc (mm/mmap.c)
 
   // ======================================================= memory.cc (mm/memory.c)
-  /// unmap_page_range() for [start, end) of v: each PTE is read and cleared in one step
-  /// under its table's PTE lock (ptep_get_and_clear), so a racing fault or zap can
-  /// never make a frame be freed twice or not at all. Private anonymous frames go to
-  /// `pages` (the caller frees them, after a grace period unless no reader can exist);
-  /// RSS counters follow. Caller holds mmap_lock (read: munmap after its downgrade,
-  /// MADV_DONTNEED; write: MAP_FIXED replacement, exit).
-  void ZapRangeLocked(Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages)
-      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) {
-    ZapPteRange(v, start, end, pages);
-  }
-  /// The zap itself (zap_pte_range): PTEs mapping page-cache pages (kPteFile) are
-  /// cleared and uncounted; private anonymous frames (also COW copies in private file
-  /// VMAs) go to `pages`. Caller holds mmap_lock, or (unmap_mapping_range) the File's
-  /// i_mmap_rwsem with v linked, which keeps v's fields and page tables in place.
-  void ZapPteRange(Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages);
-  /// tlb_finish_mmu()'s free of the pages a zap gathered: if no thread is in the
-  /// TLB-hit path (tlb_users.Idle()), frees `pages` now into this thread's frame shard,
-  /// while they are still in its caches (the next faults reuse and clear them), and
-  /// returns true; else leaves them for the caller's RCU-deferred MmuGather. Call after
-  /// the zap that cleared their PTEs, from the zapping thread; no PTE lock held.
-  bool FreeZappedPagesIfUnused(std::vector<void*>& pages);
-  /// do_fault() for file VMAs (do_read_fault with do_fault_around, do_cow_fault,
-  /// do_shared_fault, and do_wp_page / wp_page_shared / wp_page_copy of file pages):
-  /// `t`, `i` the PTE slot, `orig` its value when the fault began. kMinor, kMajor (the
-  /// page was read from the backing store), kNone (spurious), kSigbus (beyond EOF, or
-  /// the read failed), kOom. Locks as HandleMmFault, plus the folio lock; under the VMA
-  /// lock only when HandleMmFault did not answer VM_FAULT_RETRY.
-  FaultOutcome DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, uint64_t orig);
-  /// do_fault_around() + filemap_map_pages(): maps the pages of the fault-around window
-  /// around vmf.address that are already cached and uptodate into empty PTEs of table
-  /// `t` (read-only unless shared shmem). Returns the number of PTEs installed. Under
-  /// RCU; folio trylock; the PTE lock once.
-  uint64_t DoFaultAround(VmFault& vmf, PageTable::PteTable* t);
-  /// handle_mm_fault() for one page of vmf.vma (access_error already checked).
-  /// Installs what the access needs: kMinor, kNone (spurious: the PTE already allows
-  /// it, or it only needed its bits refreshed), kSigbus, kOom. Caller holds mmap_lock
-  /// (read or write) or, with vmf.vma_locked, the VMA's read lock.
-  FaultOutcome HandleMmFault(VmFault& vmf);
-  /// access_error() + handle_mm_fault() for a VMA covering addr, pinned by the caller's
-  /// lock (as HandleMmFault). Does not perform the access.
-  /// With vma_locked, *retry (if given) is set when the fault must be redone under
-  /// mmap_lock (VM_FAULT_RETRY); nothing was done then. With `fpin` (the caller may
-  /// drop its lock: FAULT_FLAG_ALLOW_RETRY without FAULT_FLAG_TRIED), a fault that
-  /// dirtied a shared page sets *fpin to the VMA's file (get_file), for
-  /// FinishDirtyFault after the caller's unlock (maybe_unlock_mmap_for_io).
-  FaultResult FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma_locked, bool* retry = nullptr,
-                         std::shared_ptr<OpenFile>* fpin = nullptr);
-  /// The mmap_lock part of do_user_addr_fault (lock_mm_and_find_vma, handle_mm_fault);
-  /// `tried`: FAULT_FLAG_TRIED, the second attempt after VM_FAULT_RETRY (it never
-  /// drops its lock to throttle).
-  FaultResult FaultUnderMmapLock(uint64_t addr, AccessType acc, bool tried) ABSL_LOCKS_EXCLUDED(mmap_lock);
-  /// The end of a fault that dirtied a shared page, with the fault's lock dropped:
-  /// balance_dirty_pages_ratelimited, then VM_FAULT_COMPLETED (r returned), or
-  /// VM_FAULT_RETRY: handle_mm_fault again under mmap_lock (vmstat pgfault counts it
-  /// twice; r.faults once, as min_flt), per opts.shared_fault_completion.
-  FaultResult FinishDirtyFault(FaultResult r, std::shared_ptr<OpenFile> fpin, uint64_t addr, AccessType acc)
-      ABSL_LOCKS_EXCLUDED(mmap_lock);
-  /// do_user_addr_fault(): one fault at addr, under the VMA read lock when the profile
-  /// allows, else (or on VMA_LOCK_ABORT) under mmap_lock read, expanding a stack under
-  /// mmap_lock write. Takes and releases every lock itself.
-  FaultResult DoUserAddrFault(uint64_t addr, AccessType acc) ABSL_LOCKS_EXCLUDED(mmap_lock);
-  /// One access of the page holding addr with no data transfer (MAP_POPULATE,
-  /// Fault()): faults until the PTE allows it, as AddressSpace::Fault.
-  FaultResult FaultInPage(uint64_t addr, AccessType acc) ABSL_LOCKS_EXCLUDED(mmap_lock);
 
   // ======================================================= mprotect.cc
 

@@ -368,7 +368,7 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
     AccessType a = populate_write ? AccessType::kWrite : AccessType::kRead;
     for (uint64_t p = addr; p < addr + plen; p += kPageSize) {
       if (p != addr && StopAtTable(p - kPageSize, p)) break;
-      if (m.FaultInPage(p, a).failed()) break;
+      if (FaultInPage(m, p, a).failed()) break;
     }
   }
   return SysResult::Ok(addr);

@@ -6,6 +6,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "filemap.h"
+#include "memory.h"
 #include "mm.h"
 #include "vma.h"
 #include "vma_lock.h"
@@ -335,7 +336,7 @@ int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* 
 void ClearPtesLocked(MmStruct& m, const VmaMunmap& vms, bool free_tables, MmuGather& g)
     ABSL_SHARED_LOCKS_REQUIRED(m.mmap_lock) {
   auto clear = [&](Vma* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // m.mmap_lock held, as above
-    m.ZapRangeLocked(w, w->vm_start, w->vm_end, g.pages);
+    ZapRangeLocked(m, w, w->vm_start, w->vm_end, g.pages);
     VmaUnlinkFileLocked(m, w);  // unlink_file_vma_batch: PTEs gone, before the tables go
   };
   if (MapleTree* t = m.mt_detach.get()) {
