@@ -93,64 +93,6 @@ MmStruct::~MmStruct() {
   mmap_lock.UnlockWrite();
 }
 
-void MmStruct::MmapWriteLock() {
-  mmap_lock.LockWrite();
-  // Before this section's stores take nodes: the owner's nodes from its earlier calls,
-  // still hot, are the first the stores reuse.
-  if (!sole_nodes.empty() || !sole_vmas.empty()) ReuseSoleLocked(false);
-}
-
-void MmStruct::EndWriteSectionLocked() {
-  idx->Commit();
-  // Through a vector of this space's, so that the gather (and its node vector, reserved
-  // once at kDeferBatch: growing it by doubling for every batch cost malloc_consolidate)
-  // exists only while it holds something: an index without RCU readers frees its nodes
-  // at once, and its gather holds only munmap's page tables and frames.
-  if (!sole_nodes.empty() || !sole_vmas.empty()) ReuseSoleLocked(false);
-  idx->TakeRetired(retired_nodes);
-  if (retired_nodes.empty()) {
-    // nothing retired (or an index that frees its nodes at once)
-  } else if (SoleRcuReaderLocked()) {
-    // Only this thread has ever entered the space: no other thread can hold these
-    // nodes, and this one holds none past its next quiescent state (the end of this
-    // call); a later write section takes them back (ReuseSoleLocked).
-    sole_nodes.insert(sole_nodes.end(), retired_nodes.begin(), retired_nodes.end());
-    retired_nodes.clear();
-    sole_owner = RcuThreadId();
-    sole_qs = RcuQsCount();
-  } else {
-    std::vector<void*>& n = GatherLocked().nodes;
-    if (n.capacity() == 0) n.reserve(kDeferBatch);
-    n.insert(n.end(), retired_nodes.begin(), retired_nodes.end());
-    retired_nodes.clear();
-    if (retired_nodes.capacity() > 256) std::vector<void*>().swap(retired_nodes);  // after a large unmap
-  }
-  // vma_end_write_all(): only mmap_lock writers write it, so no atomic increment; the
-  // release (smp_store_release in Linux) orders the section's VMA changes before it.
-  mm_lock_seq.store(mm_lock_seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-}
-
-void MmStruct::FlushGatherIfFullLocked() {
-  MmuGather* g = gather;  // (not created here: a space that retires nothing has none)
-  if (g) {
-    const size_t zapped = g->pages.size();
-    if (FreeZappedPagesIfUnused(*this, g->pages)) g->freed_at_once += zapped;  // no grace period needed
-  }
-  if (g && (g->size() >= kDeferBatch || g->pages.size() + g->freed_at_once >= kDeferFrames)) {
-    FlushGatherLocked();
-  } else if (polled_head) {
-    FreePolledGathersLocked(++polled_skips >= kPollScanEvery);
-  }
-  g = gather;
-  if ((!g || g->empty()) && !vma_cache.rcu_pending() && !polled_head && !vma_cache.rcu_waiting() &&
-      sole_nodes.empty() && sole_vmas.empty())
-    return;
-  deferred_any.store(true, std::memory_order_relaxed);
-  // Charged memory waits: see FlushDeferredFrees (an idle space's polled list too).
-  if ((g && (!g->pages.empty() || !g->tables.empty())) || polled_head)
-    deferred_pending.store(true, std::memory_order_relaxed);
-}
-
 void MmStruct::FlushDeferredFrees(bool all) {
   bool pending = deferred_pending.exchange(false, std::memory_order_relaxed);
   if (all) pending = deferred_any.exchange(false, std::memory_order_relaxed) || pending;
@@ -165,97 +107,12 @@ void MmStruct::FlushDeferredFrees(bool all) {
   mmap_lock.UnlockWrite();
 }
 
-void MmStruct::MmapWriteUnlock() {
-  EndWriteSectionLocked();
-  ReleaseRetiredVmasLocked(*this);
-  FlushGatherIfFullLocked();
-  mmap_lock.UnlockWrite();
-}
-
-MmuGather& MmStruct::GatherLocked() {
-  if (!gather) gather = new MmuGather;
-  return *gather;
-}
-
-void MmStruct::FlushGatherLocked() {
-  MmuGather* g = gather;
-  gather = nullptr;
-  if (g && MmuGather::Prepare(g, frames, stats_slot)) {
-    g->cookie = RcuStartPoll();
-    g->head.next = nullptr;
-    if (polled_tail) polled_tail->head.next = &g->head;
-    else polled_head = g;
-    polled_tail = g;
-    if (++polled_count > kMaxPolledGathers) QueuePolledGathersLocked(kMaxPolledGathers);
-  }
-  if (polled_head) FreePolledGathersLocked(true);
-  vma_cache.FlushRcu();
-}
-
-void MmStruct::FreePolledGathersLocked(bool scan) {
-  if (scan) polled_skips = 0;
-  while (MmuGather* g = polled_head) {
-    if (!RcuPollState(g->cookie, scan)) return;
-    scan = false;  // once is enough: the scan's result stands for the rest
-    g = PopPolledLocked();
-    // The index nodes go back to this space's own node cache, not to the pool: a
-    // churning space reuses them with no pool lock and no budget charge (the cache
-    // trims what it cannot hold).
-    if (!g->nodes.empty()) idx->ReuseRetired(g->nodes);
-    MmuGather::FreeNow(g);
-    StatsSlotScope slot_scope(stats_slot);
-    CountEvent(Event::kRcuPolledGathers);
-  }
-}
-
-void MmStruct::ReuseSoleLocked(bool flush) {
-  if (sole_owner == RcuThreadId() && RcuQsCount() != sole_qs) {
-    // Past the only reader's quiescent state: the nodes back into the index's node
-    // cache, the VMAs onto the VMA cache's free list (as a kNone space frees them).
-    if (!sole_nodes.empty() && !idx->ReuseRetired(sole_nodes)) VmaIndex::DeleteRetired(sole_nodes, &frames.budget());
-    for (Vma* v : sole_vmas) vma_cache.Free(v);
-    sole_vmas.clear();
-    StatsSlotScope slot_scope(stats_slot);
-    CountEvent(Event::kRcuSoleReuses);
-    return;
-  }
-  if (sole_owner == RcuThreadId() && !flush) return;  // still in the call that retired them
-  // Another thread writes the space (a reclaim's flush, a second client), which cannot
-  // see the owner's quiescent states, or a flush: a grace period from here.
-  if (!sole_nodes.empty()) {
-    std::vector<void*>& n = GatherLocked().nodes;
-    n.insert(n.end(), sole_nodes.begin(), sole_nodes.end());
-    sole_nodes.clear();
-  }
-  for (Vma* v : sole_vmas) vma_cache.FreeRcu(v);
-  sole_vmas.clear();
-}
-
 void MmStruct::NoteRcuReaderSlow(uint64_t me) {
   uint64_t cur = 0;
   if (rcu_sole.compare_exchange_strong(cur, me, std::memory_order_seq_cst) || cur == me || cur == kRcuShared) return;
   // A second reader: shared for good. An RMW, not a store, so that it reads from a
   // writer's check if that came first (see NoteRcuReader).
   rcu_sole.exchange(kRcuShared, std::memory_order_seq_cst);
-}
-
-bool MmStruct::SoleRcuReaderLocked() {
-  const uint64_t me = RcuThreadId();
-  if (me == 0 || rcu_sole.load(std::memory_order_relaxed) == kRcuShared) return false;
-  // The unlinks before the read: an RMW (a locked instruction, as the barrier it replaces).
-  return rcu_sole.fetch_add(0, std::memory_order_seq_cst) == me;
-}
-
-void MmStruct::QueuePolledGathersLocked(int keep) {
-  while (polled_count > keep) CallRcu(&PopPolledLocked()->head, &FreeGatherCallback);
-}
-
-MmuGather* MmStruct::PopPolledLocked() {
-  MmuGather* g = polled_head;
-  polled_head = reinterpret_cast<MmuGather*>(g->head.next);
-  if (!polled_head) polled_tail = nullptr;
-  polled_count--;
-  return g;
 }
 
 // ====================================================================== AddressSpace
