@@ -8,6 +8,7 @@
 #include "engine/stats.h"
 #include "memory.h"
 #include "mm.h"
+#include "mmu_gather.h"
 #include "vma.h"
 
 namespace vmspace {

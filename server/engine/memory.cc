@@ -19,6 +19,7 @@
 #include "mm.h"
 #include "memory.h"
 #include "mmap.h"
+#include "mmap_lock.h"
 #include "rmap.h"
 #include "vma.h"
 #include "vma_lock.h"
@@ -455,7 +456,7 @@ FaultResult FaultUnderMmapLock(MmStruct& mm, uint64_t addr, AccessType acc, bool
     // lock_mm_and_find_vma(): no upgrade; drop the read lock, take the write lock to
     // expand the stack, and look the VMA up again.
     mm.mmap_lock.UnlockRead();
-    mm.MmapWriteLock();
+    MmapWriteLock(mm);
     v = FindVmaLocked(mm, addr);
     FaultResult r;
     if (v && v->vm_start > addr &&
@@ -463,7 +464,7 @@ FaultResult FaultUnderMmapLock(MmStruct& mm, uint64_t addr, AccessType acc, bool
       v = nullptr;
     if (!v || v->vm_start > addr) r = MapErr(addr, LockPath::kMmapLock);
     else r = FaultInVma(mm, v, addr, acc, /*vma_locked=*/false);
-    mm.MmapWriteUnlock();
+    MmapWriteUnlock(mm);
     return r;
   }
   std::shared_ptr<OpenFile> fpin;

@@ -1,7 +1,10 @@
-// The address space's lifetime, mmap_lock write sections and deferred frees
-// (kernel/fork.c mm_alloc/exit_mmap, include/linux/mmap_lock.h, mm/mmu_gather.c).
+// The address space's lifetime (kernel/fork.c mm_alloc, mm/mmap.c exit_mmap), the
+// idle space's flush of its deferred frees, and the first-reader mark of rcu_sole.
+// Write sections are in mmap_lock.cc, the gathers in mmu_gather.cc.
 #include "memory.h"
 #include "mm.h"
+#include "mmap_lock.h"
+#include "mmu_gather.h"
 #include "vma.h"
 
 #include <sys/sysinfo.h>
@@ -62,7 +65,7 @@ MmStruct::~MmStruct() {
   // the page tables or VMAs locklessly: everything is freed at once.
   frames.RemoveDeferredFrees(this);  // first: a Reclaim may be flushing this space
   StatsSlotScope slot_scope(stats_slot);
-  MmapWriteLock();
+  MmapWriteLock(*this);
   std::vector<Vma*> all;
   std::vector<void*> pages;
   for (Vma* v = FindVmaLocked(*this, 0); v; v = VmaNextLocked(*this, v)) {
@@ -83,7 +86,7 @@ MmStruct::~MmStruct() {
   total_vm.store(0, std::memory_order_relaxed);
   if (gather && MmuGather::Prepare(gather, frames, stats_slot)) MmuGather::FreeNow(gather);
   gather = nullptr;
-  while (polled_head) MmuGather::FreeNow(PopPolledLocked());
+  while (polled_head) MmuGather::FreeNow(PopPolledLocked(*this));
   std::vector<void*> nodes;
   idx->Commit();
   idx->TakeRetired(nodes);
@@ -98,10 +101,10 @@ void MmStruct::FlushDeferredFrees(bool all) {
   if (all) pending = deferred_any.exchange(false, std::memory_order_relaxed) || pending;
   if (!pending) return;
   StatsSlotScope slot_scope(stats_slot);
-  MmapWriteLock();
-  if (!sole_nodes.empty() || !sole_vmas.empty()) ReuseSoleLocked(true);
-  FlushGatherLocked();
-  QueuePolledGathersLocked(0);  // no later write section may come to poll them
+  MmapWriteLock(*this);
+  if (!sole_nodes.empty() || !sole_vmas.empty()) ReuseSoleLocked(*this, true);
+  FlushGatherLocked(*this);
+  QueuePolledGathersLocked(*this, 0);  // no later write section may come to poll them
   vma_cache.HandToCallRcu();    // nor the VMA batches
   idx->TrimNodeCache();         // nor store to take the cached nodes
   mmap_lock.UnlockWrite();

@@ -30,12 +30,13 @@
 #include "sync/rcu.h"
 #include "sync/rwsem.h"
 #include "mm_types.h"
-#include "mmu_gather.h"
 #include "percpu_counter.h"
 #include "vma_init.h"
 #include "vma_index.h"
 
 namespace vmspace {
+
+struct MmuGather;  // mmu_gather.h
 
 struct MmStruct final : FrameAllocator::DeferredFrees {
   MmStruct(FrameAllocator& f, const SpaceOptions& o);
@@ -119,10 +120,6 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
     if (sole != me && sole != kRcuShared) NoteRcuReaderSlow(me);
   }
   void NoteRcuReaderSlow(uint64_t me);
-  /// Whether the calling thread is the only one that has entered the space, read with an
-  /// RMW (see NoteRcuReader), so what it unlinked before is unreachable to any thread
-  /// whose mark comes after. Once shared, a plain load answers (shared is for good).
-  bool SoleRcuReaderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// Index nodes retired by write sections of sole_owner while it was the space's only
   /// reader (SoleRcuReaderLocked), when its RcuQsCount() was sole_qs: once that count
   /// has moved (the single-CPU grace period, as Tiny RCU, kernel/rcu/tiny.c, Linux
@@ -133,12 +130,6 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   std::vector<Vma*> sole_vmas ABSL_GUARDED_BY(mmap_lock);
   uint64_t sole_owner ABSL_GUARDED_BY(mmap_lock) = 0;
   uint64_t sole_qs ABSL_GUARDED_BY(mmap_lock) = 0;
-  /// sole_nodes back into the index's node cache and sole_vmas onto the VMA cache's
-  /// free list if the calling thread is their owner and has passed a quiescent state
-  /// since it retired them (counted as Event::kRcuSoleReuses); else, from another
-  /// thread or with `flush`, into the gather and the VMA cache's RCU batch (a grace
-  /// period from now); else (the owner, still in that call) nothing.
-  void ReuseSoleLocked(bool flush) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// The File whose i_mmap_rwsem this write section holds across a multi-VMA change
   /// (vma.cc IMmapSection), or null.
   struct File* i_mmap_held ABSL_GUARDED_BY(mmap_lock) = nullptr;
@@ -189,37 +180,6 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   TlbUsers tlb_users;
 
   // ======================================================= mm.cc
-  /// mmap_write_lock(); then the index nodes and VMAs of sole_nodes / sole_vmas the
-  /// caller may reuse go back to the space's caches (ReuseSoleLocked), before the
-  /// section's stores and allocations.
-  void MmapWriteLock() ABSL_EXCLUSIVE_LOCK_FUNCTION(mmap_lock);
-  /// mmap_write_unlock(): publishes the index to RCU readers, queues what the section
-  /// retired (in batches), advances mm_lock_seq (releasing the section's VMA write
-  /// locks), then releases mmap_lock.
-  void MmapWriteUnlock() ABSL_UNLOCK_FUNCTION(mmap_lock);
-  /// The end of a write section short of the unlock, shared by MmapWriteUnlock and
-  /// mmap_write_downgrade: publishes the index to RCU readers, moves its retired nodes
-  /// into the gather, and advances mm_lock_seq (vma_end_write_all).
-  void EndWriteSectionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Frees the gather's frames at once if no thread can be using them
-  /// (FreeZappedPagesIfUnused), then hands it to call_rcu once it holds kDeferBatch
-  /// objects or its zaps took kDeferFrames frames (else it keeps collecting across
-  /// write sections; deferred_any is set while it or vma_cache's batch holds anything).
-  void FlushGatherIfFullLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// This write section's gather, created on first use.
-  MmuGather& GatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Hands the gather on now (if any) to the polled list, frees the polled gathers whose
-  /// grace period ended, and queues vma_cache's batch of freed VMAs, polling the
-  /// queued ones (VmaCache::FlushRcu).
-  void FlushGatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Frees the polled gathers whose grace period has ended, oldest first; `scan`: may
-  /// scan the threads (RcuPollState) once.
-  void FreePolledGathersLocked(bool scan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Hands the polled list's oldest gather (keep > 0: all but the newest `keep`) to
-  /// call_rcu.
-  void QueuePolledGathersLocked(int keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Unlinks and returns the polled list's oldest gather (the list must not be empty).
-  MmuGather* PopPolledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// Bytes of the budget a change that may add VMAs must find free before it starts
   /// (kmem charges of two VMAs from a split plus a maple store's worst-case nodes):
   /// VMAs and index nodes are charged without failing in the middle of a change, so

@@ -11,6 +11,7 @@
 #include "mm.h"
 #include "mmap.h"
 #include "memory.h"
+#include "mmap_lock.h"
 #include "rmap.h"
 #include "vma.h"
 #include "vma_lock.h"
@@ -351,9 +352,9 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
   const uint64_t hint = addr;
   const int err = RetryAfterReclaim(m, [&] {
     addr = hint;
-    m.MmapWriteLock();
+    MmapWriteLock(m);
     const int e = DoMmapLocked(m, &addr, plen, prot, flags, offset, file, &vm_flags);
-    m.MmapWriteUnlock();
+    MmapWriteUnlock(m);
     return e;
   });
   if (err) return fail(err);
@@ -390,7 +391,7 @@ SysResult AddressSpace::Munmap(uint64_t addr, uint64_t len) {
     return SysResult::Err(EINVAL);
   }
   const int e = RetryAfterReclaim(m, [&] {  // a split the budget refused
-    m.MmapWriteLock();
+    MmapWriteLock(m);
     return DoVmiMunmapUnlock(m, addr, end);
   });
   CountOp(OpType::kMunmap, e);

@@ -1,11 +1,15 @@
 // MmuGather: what a write section retires, freed after an RCU grace period
-// (include/asm-generic/tlb.h struct mmu_gather, mm/mmu_gather.c).
+// (include/asm-generic/tlb.h struct mmu_gather, mm/mmu_gather.c), and a space's
+// gathers: the current one, the polled list, and the sole reader's reuse; defined in
+// mmu_gather.cc.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "engine/frame_allocator.h"
+#include "mm.h"
 #include "page_table.h"
 #include "sync/rcu.h"
 
@@ -42,5 +46,42 @@ struct MmuGather {
 /// The call_rcu callback of a gather (tlb_remove_table_rcu): MmuGather::FreeNow of the
 /// gather whose `head` h is.
 void FreeGatherCallback(struct rcu_head* h);
+
+/// Whether the calling thread is the only one that has entered the space, read with an
+/// RMW (see NoteRcuReader), so what it unlinked before is unreachable to any thread
+/// whose mark comes after. Once shared, a plain load answers (shared is for good).
+bool SoleRcuReaderLocked(MmStruct& mm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// sole_nodes back into the index's node cache and sole_vmas onto the VMA cache's
+/// free list if the calling thread is their owner and has passed a quiescent state
+/// since it retired them (counted as Event::kRcuSoleReuses); else, from another
+/// thread or with `flush`, into the gather and the VMA cache's RCU batch (a grace
+/// period from now); else (the owner, still in that call) nothing.
+void ReuseSoleLocked(MmStruct& mm, bool flush) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// Frees the gather's frames at once if no thread can be using them
+/// (FreeZappedPagesIfUnused), then hands it to call_rcu once it holds kDeferBatch
+/// objects or its zaps took kDeferFrames frames (else it keeps collecting across
+/// write sections; deferred_any is set while it or vma_cache's batch holds anything).
+void FlushGatherIfFullLocked(MmStruct& mm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// This write section's gather, created on first use.
+MmuGather& GatherLocked(MmStruct& mm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// Hands the gather on now (if any) to the polled list, frees the polled gathers whose
+/// grace period ended, and queues vma_cache's batch of freed VMAs, polling the
+/// queued ones (VmaCache::FlushRcu).
+void FlushGatherLocked(MmStruct& mm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// Frees the polled gathers whose grace period has ended, oldest first; `scan`: may
+/// scan the threads (RcuPollState) once.
+void FreePolledGathersLocked(MmStruct& mm, bool scan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// Hands the polled list's oldest gather (keep > 0: all but the newest `keep`) to
+/// call_rcu.
+void QueuePolledGathersLocked(MmStruct& mm, int keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// Unlinks and returns the polled list's oldest gather (the list must not be empty).
+MmuGather* PopPolledLocked(MmStruct& mm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
 
 }  // namespace vmspace

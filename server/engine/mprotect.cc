@@ -9,6 +9,7 @@
 #include "filemap.h"
 #include "mm.h"
 #include "mmap.h"
+#include "mmap_lock.h"
 #include "mprotect.h"
 #include "vma.h"
 #include "vma_lock.h"
@@ -121,9 +122,9 @@ SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
   if (prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_SEM)) return done(EINVAL);
 
   const int error = RetryAfterReclaim(m, [&] {  // a split the budget refused
-    m.MmapWriteLock();
+    MmapWriteLock(m);
     const int e = MprotectLocked(m, start, end, prot, grows);
-    m.MmapWriteUnlock();
+    MmapWriteUnlock(m);
     return e;
   });
   return done(error);

@@ -10,6 +10,7 @@
 #include "filemap.h"
 #include "memory.h"
 #include "mm.h"
+#include "mmu_gather.h"
 
 namespace vmspace {
 

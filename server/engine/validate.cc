@@ -7,6 +7,7 @@
 #include "fmt/format.h"
 #include "filemap.h"
 #include "mm.h"
+#include "mmap_lock.h"
 #include "vma.h"
 #include "vma_lock.h"
 
@@ -17,7 +18,7 @@ std::string AddressSpace::Validate() {
   mm_->NoteRcuReader();
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
-  m.MmapWriteLock();
+  MmapWriteLock(m);
   // Write-lock every VMA (as mm_take_all_locks would): no fault runs while we count.
   for (Vma* v = FindVmaLocked(m, 0); v; v = VmaNextLocked(m, v)) VmaStartWriteLocked(m, v);
 
@@ -95,7 +96,7 @@ std::string AddressSpace::Validate() {
     err = fmt::format("MM_SHMEMPAGES {} != {} shmem PTEs", rss_shmem, shmem_ptes);
   if (err.empty() && rss_file != static_cast<int64_t>(file_ptes))
     err = fmt::format("MM_FILEPAGES {} != {} file PTEs", rss_file, file_ptes);
-  m.MmapWriteUnlock();
+  MmapWriteUnlock(m);
   return err;
 }
 

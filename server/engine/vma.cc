@@ -8,6 +8,8 @@
 #include "filemap.h"
 #include "memory.h"
 #include "mm.h"
+#include "mmap_lock.h"
+#include "mmu_gather.h"
 #include "vma.h"
 #include "vma_lock.h"
 
@@ -354,7 +356,7 @@ void ClearPtesLocked(MmStruct& m, const VmaMunmap& vms, bool free_tables, MmuGat
 // mmap_write_downgrade(): what MmapWriteUnlock does before it unlocks (publish the
 // index, retire its replaced nodes, vma_end_write_all), then downgrade_write().
 void MmapWriteDowngrade(MmStruct& m) ABSL_UNLOCK_FUNCTION(m.mmap_lock) ABSL_SHARED_LOCK_FUNCTION(m.mmap_lock) {
-  m.EndWriteSectionLocked();
+  EndWriteSectionLocked(m);
   m.mmap_lock.DowngradeWrite();
 }
 
@@ -365,7 +367,7 @@ void MmapWriteDowngrade(MmStruct& m) ABSL_UNLOCK_FUNCTION(m.mmap_lock) ABSL_SHAR
 // the capability is shared.
 void FlushGatherDowngraded(MmStruct& m) ABSL_SHARED_LOCKS_REQUIRED(m.mmap_lock) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   ReleaseRetiredVmasLocked(m);
-  m.FlushGatherIfFullLocked();
+  FlushGatherIfFullLocked(m);
 }
 
 }  // namespace
@@ -373,7 +375,7 @@ void FlushGatherDowngraded(MmStruct& m) ABSL_SHARED_LOCKS_REQUIRED(m.mmap_lock) 
 int UnmapRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, bool free_tables, uint64_t* nr_accounted) {
   VmaMunmap vms;
   if (int e = GatherMunmapVmasLocked(mm, start, end, nr_accounted, &vms)) return e;
-  if (!vms.vmas.empty()) ClearPtesLocked(mm, vms, free_tables, mm.GatherLocked());
+  if (!vms.vmas.empty()) ClearPtesLocked(mm, vms, free_tables, GatherLocked(mm));
   return 0;
 }
 
@@ -384,10 +386,10 @@ int DoVmiMunmapUnlock(MmStruct& m, uint64_t start, uint64_t end) ABSL_UNLOCK_FUN
   VmaMunmap vms;
   const int err = GatherMunmapVmasLocked(m, start, end, nullptr, &vms);
   if (err || vms.vmas.empty()) {
-    m.MmapWriteUnlock();
+    MmapWriteUnlock(m);
     return err;
   }
-  MmuGather& g = m.GatherLocked();
+  MmuGather& g = GatherLocked(m);
   MmapWriteDowngrade(m);
   ClearPtesLocked(m, vms, /*free_tables=*/true, g);
   FlushGatherDowngraded(m);

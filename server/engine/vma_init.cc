@@ -1,5 +1,6 @@
 // The VMAs of a space: vm_area_alloc, vm_area_dup, vm_area_free and the per-space VMA
 // cache (mm/vma_init.c, Linux 6.15+: vm_area_cachep, vm_area_init_from).
+#include "mmu_gather.h"
 #include "vma.h"
 #include "vma_init.h"
 
@@ -233,7 +234,7 @@ void ReleaseRetiredVmasLocked(MmStruct& mm) {
   if (mm.retired_vmas.empty()) return;
   // kRwsem (vm_area_free through call_rcu): a VMA that only this thread could have
   // found waits only for its next quiescent state (sole_vmas, as sole_nodes).
-  const bool sole = mm.vma_form == VmaForm::kRwsem && mm.SoleRcuReaderLocked();
+  const bool sole = mm.vma_form == VmaForm::kRwsem && SoleRcuReaderLocked(mm);
   for (Vma* v : mm.retired_vmas) {
     if (mm.vma_form != VmaForm::kRwsem) mm.vma_cache.Free(v);
     else if (sole) mm.sole_vmas.push_back(v);

@@ -14,6 +14,7 @@
 #include "engine/profile.h"
 #include "engine/stats.h"
 #include "mm.h"
+#include "mmap_lock.h"
 #include "vma.h"
 #include "vma_lock.h"
 
@@ -108,7 +109,7 @@ struct Era : ::testing::Test {
   /// A private anonymous one-page VMA at `at` with an anon_vma (eligible for the VMA
   /// lock in every era), in a write section of its own.
   Vma* Map(uint64_t at) {
-    mm->MmapWriteLock();
+    MmapWriteLock(*mm);
     Vma* v = VmaAllocLocked(*mm);
     v->vm_start = at;
     v->vm_end = at + P;
@@ -118,11 +119,11 @@ struct Era : ::testing::Test {
     v->set_anon(a);
     PutAnonVma(a);
     VmaInsertLocked(*mm, v);
-    mm->MmapWriteUnlock();
+    MmapWriteUnlock(*mm);
     return v;
   }
   void Unmap(uint64_t at) {
-    mm->MmapWriteLock();
+    MmapWriteLock(*mm);
     ASSERT_EQ(DoVmiMunmapUnlock(*mm, at, at + P), 0);
   }
 };
@@ -327,10 +328,10 @@ TEST_P(EraWriterWaits, ForTheReaderOfItsForm) {
   std::atomic<bool> written{false};
   std::thread writer([&] {
     RcuThread();
-    mm->MmapWriteLock();
+    MmapWriteLock(*mm);
     VmaStartWriteLocked(*mm, v);
     written.store(true);
-    mm->MmapWriteUnlock();
+    MmapWriteUnlock(*mm);
   });
   // Wait (a hang is the failure) until the writer is visibly waiting for our reader.
   const bool rwsem = mm->vma_form == VmaForm::kRwsem;

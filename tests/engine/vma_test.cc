@@ -8,6 +8,7 @@
 #include <string>
 
 #include "mm.h"
+#include "mmap_lock.h"
 #include "vma.h"
 #include "vma_lock.h"
 
@@ -26,14 +27,14 @@ struct VmaTest : ::testing::Test {
   void SetUp() override {
     opts.max_map_count = 100;
     mm = std::make_unique<MmStruct>(frames, opts);
-    mm->MmapWriteLock();
+    MmapWriteLock(*mm);
   }
-  void TearDown() override { mm->MmapWriteUnlock(); }
+  void TearDown() override { MmapWriteUnlock(*mm); }
   /// Ends the current write section (as mmap_write_unlock) and starts the next, so the
   /// next operation's write locks can be told apart from the setup's.
   void NewSection() {
-    mm->MmapWriteUnlock();
-    mm->MmapWriteLock();
+    MmapWriteUnlock(*mm);
+    MmapWriteLock(*mm);
   }
   /// A private anonymous VMA over columns [from, to) (vm_pgoff as mmap gives it).
   Vma* Add(int from, int to, uint64_t flags = RW) {
