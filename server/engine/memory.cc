@@ -510,7 +510,7 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
             return res;  // nothing to access
           } else {
             // The TLB-hit path: announced before the PTE is read again, so a zap that
-            // clears it either sees us here or is seen (MmStruct::FreeZappedPagesIfUnused).
+            // clears it either sees us here or is seen (FreeZappedPagesIfUnused).
             const int cell = m.tlb_users.Enter();
             const uint64_t pte = t->GetSync(i);
             const bool hit = PteAllows(pte, acc);

@@ -1,12 +1,28 @@
-// MmStruct: the state of one address space (Linux's struct mm_struct), internal to the
-// engine; AddressSpace (engine/address_space.h) is its public face.
+// MmStruct: the state of one address space (Linux's struct mm_struct; gVisor's
+// pkg/sentry/mm/mm.go MemoryManager): its fields, each with what guards it, the
+// constants, construction and destruction. The lock order is in LOCKING.md.
+// AddressSpace (engine/address_space.h) is its public face.
 //
-// Each field says what guards it; LOCKING.md is the lock order. Member functions are
-// grouped by the kernel file they mirror and implemented in the engine file of the same
-// name: mm.cc (mmap_lock write sections, deferred frees), vma_lock.cc (per-VMA locks),
-// vma.cc (merge/split/unmap, mm/vma.c), rmap.cc (anon_vma), mmap.cc (do_mmap,
-// get_unmapped_area, stack expansion), mprotect.cc, madvise.cc, memory.cc (faults, zap),
-// proc.cc (maps, counters), validate.cc (validate_mm).
+// The operations on a space are free functions taking `MmStruct& mm`, each declared in
+// the header of the engine file that defines it, named after the kernel file it mirrors:
+//   mm_types.h        Vma, AnonVma, VmaLock, VmaForm, MmCounter, TlbUsers
+//                     (include/linux/mm_types.h; Vma's lifetime in vma_init.cc)
+//   mmap_lock.h       mmap_write_lock / mmap_write_unlock, the end of a write section
+//   vma_lock.h        per-VMA locks: vma_start_write, vma_start_read, lock_vma_under_rcu
+//   vma.h             find_vma & co., link/unlink, split, merge, unmap (vma.cc), and
+//                     vm_area_alloc / vm_area_dup / vm_area_free (vma_init.cc)
+//   vma_init.h        VmaCache, the space's VMA cache (vma_init.cc)
+//   mmu_gather.h      MmuGather, the space's gathers and deferred frees (mmu_gather.cc)
+//   rmap.h            anon_vma_prepare, page_mkclean_one (rmap.cc)
+//   mmap.h            get_unmapped_area, expand_downwards, calc_vm_prot_bits (mmap.cc)
+//   mprotect.h        change_protection (mprotect.cc)
+//   memory.h          VmFault, the fault path, zap (memory.cc); the fault-around is in
+//                     filemap.h (filemap.cc)
+//   proc.h            the maps/smaps data of a VMA (proc.cc)
+//   page_table.h      PageTable, PTE bits, PteBitsFor, PteAllows (page_table.cc)
+//   percpu_counter.h  PercpuCounter, mm->rss_stat's counter (percpu_counter.cc)
+// The system calls are AddressSpace members, in mmap.cc, mprotect.cc, madvise.cc,
+// msync.cc, memory.cc (accesses), proc.cc and validate.cc (validate_mm).
 //
 // Conventions: a function named ...Locked requires mmap_lock (shared = read or write;
 // exclusive = write), which the compiler checks (clang -Wthread-safety). Functions on
@@ -179,17 +195,16 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// The threads accessing this space's frames through its PTEs (TlbUsers).
   TlbUsers tlb_users;
 
-  // ======================================================= mm.cc
   /// Bytes of the budget a change that may add VMAs must find free before it starts
   /// (kmem charges of two VMAs from a split plus a maple store's worst-case nodes):
   /// VMAs and index nodes are charged without failing in the middle of a change, so
   /// each entry point that checks max_map_count also checks MemoryBudget::HasRoom(this)
   /// and answers ENOMEM; the budget is exceeded by at most this per change running.
   static constexpr uint64_t kVmaChangeBytes = 8192;
-  /// Runs `op` (a syscall's mmap_lock part, taking and dropping the lock itself; returns
-  /// 0 or an errno) and, if it failed with ENOMEM after a budget refusal, once more
-  /// after ReclaimAfterRefusal. Used by mmap, munmap and mprotect (the calls that add VMAs).
+  /// Adds n pages to the RSS counter c (add_mm_counter).
   void AddRss(MmCounter c, int64_t n) { rss[c].Add(n); }
+
+  // ---- deferred frees (mmu_gather.cc; the flush of an idle space in mm.cc)
   /// Hands the gather kept across write sections, the polled gathers and vma_cache's
   /// waiting VMA batches to call_rcu now, if there are any, and gives the index's
   /// cached free nodes beyond a few back to the pool (FrameAllocator::Reclaim, the
@@ -204,22 +219,6 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// vma_cache (Reclaim flushes them: VMAs and index nodes are charged to the memory
   /// budget too).
   std::atomic<bool> deferred_any{false};
-
-  // ======================================================= vma_lock.cc
-  // (include/linux/mmap_lock.h, mm/mmap_lock.c, mm/memory.c lock_vma_under_rcu; the
-  // form per vma_form: LOCKING.md "Profiles")
-
-  // ======================================================= vma.cc (mm/vma.c)
-
-  // ======================================================= rmap.cc (mm/rmap.c)
-
-  // ======================================================= mmap.cc (mm/mmap.c)
-
-  // ======================================================= memory.cc (mm/memory.c)
-
-  // ======================================================= mprotect.cc
-
-  // ======================================================= proc.cc (fs/proc/task_mmu.c)
 };
 
 }  // namespace vmspace

@@ -50,14 +50,14 @@ inline void PutAnonVma(AnonVma* a) {
 /// A VMA (struct vm_area_struct). Field protection (LOCKING.md): vm_start, vm_end,
 /// vm_pgoff, vm_flags, anon_vma (set to non-null), vm_file are written only with
 /// mmap_lock held for write AND the VMA write-locked (vma_start_write; checked by
-/// MmStruct::VmaAssertWriteLocked), except anon_vma, which a fault may set from null
+/// VmaAssertWriteLocked), except anon_vma, which a fault may set from null
 /// under mmap_lock read plus the space's anon_vma_lock. Readers hold mmap_lock (read
 /// or write) or the VMA's read lock. Lifetime by the profile (LOCKING.md "Profiles"):
 /// without per-VMA locks freed at once; kRwsem: its references dropped once detached,
 /// its memory reused after a grace period (lockless lookups may still hold a pointer;
 /// VmaCache::FreeRcu); kRefcnt: returned to the space's
 /// typesafe-by-RCU cache at once and reused by the next VMA, so a lockless reader
-/// re-checks what it locked (MmStruct::LockFoundVmaRcu). The compiler cannot check
+/// re-checks what it locked (LockFoundVmaRcu). The compiler cannot check
 /// "mmap_lock or this VMA's read lock", so these fields carry no GUARDED_BY; the
 /// functions that change them require mmap_lock for write (checked) and assert the
 /// VMA write lock (at run time, in lockdep builds).

@@ -18,7 +18,7 @@ namespace vmspace {
 /// What a write section retires, freed after an RCU grace period: lockless accessors
 /// (the TLB-hit path) and RCU lookups may still use it (Linux's mmu_gather with
 /// MMU_GATHER_RCU_TABLE_FREE, plus maple-node freeing by call_rcu). Detached VMAs go
-/// their profile's own way (MmStruct::ReleaseRetiredVmasLocked).
+/// their profile's own way (ReleaseRetiredVmasLocked).
 struct MmuGather {
   struct rcu_head head;  // call_rcu's, or the link of MmStruct's polled list
   uint64_t cookie = 0;   // on MmStruct's polled list: its grace period (RcuStartPoll)
@@ -26,7 +26,7 @@ struct MmuGather {
   int stats_slot = 0;        // the space's profile slot: frees are counted there
   int shard = 0;             // the queueing thread's ThreadShard(): frames and nodes go back there
   std::vector<void*> pages;  // private anonymous frames
-  /// Frames the zaps of this gather freed at once (MmStruct::FreeZappedPagesIfUnused):
+  /// Frames the zaps of this gather freed at once (FreeZappedPagesIfUnused):
   /// they count toward kDeferFrames, so the rest is handed on at the same pace.
   size_t freed_at_once = 0;
   PageTable::TableGather tables;

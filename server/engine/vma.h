@@ -121,6 +121,9 @@ bool MayAddVmaLocked(MmStruct& mm, bool over = false) ABSL_EXCLUSIVE_LOCKS_REQUI
 /// Caller holds no engine lock.
 bool ReclaimAfterRefusal(MmStruct& mm, uint64_t failcnt_before) ABSL_LOCKS_EXCLUDED(mm.mmap_lock);
 
+/// Runs `op` (a syscall's mmap_lock part, taking and dropping the lock itself; returns
+/// 0 or an errno) and, if it failed with ENOMEM after a budget refusal, once more
+/// after ReclaimAfterRefusal. Used by mmap, munmap and mprotect (the calls that add VMAs).
 template <typename Op>
 int RetryAfterReclaim(MmStruct& mm, Op&& op) ABSL_LOCKS_EXCLUDED(mm.mmap_lock) {
   const uint64_t refused = mm.frames.budget().failcnt();

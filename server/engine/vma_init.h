@@ -34,9 +34,9 @@ namespace vmspace {
 /// here), and once that grace period has ended it is uncharged and its VMAs are free.
 /// The cache takes batches back from its FIFO (grace periods end in order) and splices
 /// their VMAs onto the free list. A batch not yet full waits for more VMAs, or for
-/// FlushRcu (MmStruct::FlushGatherLocked: with the space's deferred index nodes, at the
+/// FlushRcu (FlushGatherLocked: with the space's deferred index nodes, at the
 /// next full gather or a Reclaim). An idle space's waiting batches go to call_rcu
-/// (HandToCallRcu, from MmStruct::FlushDeferredFrees), whose callback uncharges them.
+/// (HandToCallRcu, from FlushDeferredFrees), whose callback uncharges them.
 /// Every call but the callbacks' needs mmap_lock for write (the caller's; not checked).
 class VmaCache {
  public:
