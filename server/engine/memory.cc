@@ -341,7 +341,7 @@ FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int
 }
 
 FaultResult FaultInVma(MmStruct& mm, Vma* v, uint64_t addr, AccessType acc, bool vma_locked, bool* retry,
-                                 std::shared_ptr<OpenFile>* fpin) {
+                       std::shared_ptr<OpenFile>* fpin) {
   FaultResult r;
   r.path = vma_locked ? LockPath::kVmaLock : LockPath::kMmapLock;
   auto segv = [&](int code) {
@@ -429,7 +429,7 @@ FaultResult DoUserAddrFault(MmStruct& mm, uint64_t addr, AccessType acc) {
 }
 
 FaultResult FinishDirtyFault(MmStruct& mm, FaultResult r, std::shared_ptr<OpenFile> fpin, uint64_t addr,
-                                       AccessType acc) {
+                             AccessType acc) {
   BalanceDirtyPagesRatelimited(*fpin->file);
   fpin.reset();  // fput
   if (mm.opts.shared_fault_completion == SharedFaultCompletion::kCompleted) {

@@ -116,7 +116,7 @@ uint64_t ArchGetUnmappedAreaLocked(MmStruct& mm, uint64_t addr, uint64_t len, in
 /// alignment of private anonymous requests (thp_get_unmapped_area_vmflags,
 /// __thp_get_unmapped_area with off = 0). Returns the address or an errno via *err.
 uint64_t GetUnmappedAreaLocked(MmStruct& mm, uint64_t addr, uint64_t len, int flags, bool file, uint64_t off,
-                                         int* err) {
+                               int* err) {
   *err = 0;
   if (len > kTaskSize) {
     *err = ENOMEM;

@@ -167,7 +167,7 @@ Vma* SplitVmaLocked(MmStruct& mm, Vma* v, uint64_t addr, bool new_below) {
 }
 
 Vma* VmaMergeNewRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
-                                      const OpenFile* file, Vma* next) {
+                            const OpenFile* file, Vma* next) {
   if (flags & VM_SPECIAL) return nullptr;
   Vma* prev = VmaPrevLocked(mm, start);
   if (prev && prev->vm_end != start) prev = nullptr;
@@ -198,7 +198,7 @@ Vma* VmaMergeNewRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, uint64_t
 }
 
 Vma* VmaModifyFlagsLocked(MmStruct& mm, Vma* middle, uint64_t start, uint64_t end, uint64_t newflags,
-                                    int* err) {
+                          int* err) {
   *err = 0;
   const bool left_side = start == middle->vm_start;
   const bool right_side = end == middle->vm_end;
