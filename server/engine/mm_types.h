@@ -1,5 +1,8 @@
-// Vma: one virtual memory area, the engine's vm_area_struct (include/linux/mm_types.h).
-// Internal to the engine; callers see VmaInfo (address_space.h).
+// The types of an address space (include/linux/mm_types.h, mm_types_task.h): Vma, one
+// virtual memory area (vm_area_struct; internal to the engine, callers see VmaInfo in
+// address_space.h), AnonVma, VmaLock and VmaForm (the per-VMA lock), MmCounter (the
+// RSS counter kinds) and TlbUsers (the model's mm_cpumask). Vma's lifetime is in
+// vma_init.cc.
 #pragma once
 
 #include <array>
