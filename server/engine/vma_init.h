@@ -38,7 +38,7 @@ namespace vmspace {
 /// their VMAs onto the free list. A batch not yet full waits for more VMAs, or for
 /// FlushRcu (FlushGatherLocked: with the space's deferred index nodes, at the
 /// next full gather or a Reclaim). An idle space's waiting batches go to call_rcu
-/// (HandToCallRcu, from FlushDeferredFrees), whose callback uncharges them.
+/// (HandToCallRcu, from MmStruct::FlushDeferredFrees), whose callback uncharges them.
 /// Every call but the callbacks' needs mmap_lock for write (the caller's; not checked).
 class VmaCache {
  public:
