@@ -13,6 +13,8 @@
 
 #include "engine/stats.h"
 #include "mm.h"
+#include "memory.h"
+#include "rmap.h"
 
 namespace vmspace {
 
@@ -359,7 +361,7 @@ int File::WriteRange(uint64_t first, uint64_t last) {
       const uint64_t vend = pgoff + v->pages();
       for (uint64_t index : cleaned) {
         if (index < pgoff || index >= vend) continue;
-        v->vm_mm->PageMkcleanOne(v, v->vm_start + ((index - pgoff) << kPageShift));
+        PageMkcleanOne(*v->vm_mm, v, v->vm_start + ((index - pgoff) << kPageShift));
       }
     }
   }
@@ -397,12 +399,12 @@ int File::WriteRange(uint64_t first, uint64_t last) {
 
 // ====================================================================== fault-around
 
-uint64_t MmStruct::DoFaultAround(VmFault& vmf, PageTable::PteTable* t) {
+uint64_t DoFaultAround(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t) {
   // do_fault_around() (mm/memory.c, 6.4+ form): the window of fault_around_bytes,
   // naturally aligned in PTE indexes, clamped to the VMA and to this PTE table.
   Vma* v = vmf.vma;
   File* file = v->file();
-  const uint64_t nr = opts.fault_around_bytes >> kPageShift;
+  const uint64_t nr = mm.opts.fault_around_bytes >> kPageShift;
   const uint64_t pte_off = static_cast<uint64_t>(PageTable::PteIndex(vmf.address));
   const uint64_t vma_off = (vmf.address - v->vm_start) >> kPageShift;
   const uint64_t from = std::max(pte_off & ~(nr - 1), pte_off - std::min(pte_off, vma_off));
@@ -430,7 +432,7 @@ uint64_t MmStruct::DoFaultAround(VmFault& vmf, PageTable::PteTable* t) {
     f->Unlock();
   }
   if (mapped) {
-    AddRss(file->shmem() ? MM_SHMEMPAGES : MM_FILEPAGES, static_cast<int64_t>(mapped));
+    mm.AddRss(file->shmem() ? MM_SHMEMPAGES : MM_FILEPAGES, static_cast<int64_t>(mapped));
     CountEvent(Event::kFaultAroundPages, mapped);
   }
   return mapped;

@@ -32,11 +32,15 @@
 #include "absl/base/thread_annotations.h"
 #include "engine/file.h"
 #include "engine/frame_allocator.h"
+#include "page_table.h"
 #include "sync/mutex.h"
 #include "sync/rcu.h"
 #include "sync/rwsem.h"
 
 namespace vmspace {
+
+struct MmStruct;  // mm.h
+struct VmFault;   // memory.h
 
 struct Vma;
 
@@ -271,5 +275,11 @@ int HostDataSync(File& f);
 /// "/dev/zero (deleted)"; memfd_create names it "/memfd:NAME (deleted)"), opened read-write.
 std::shared_ptr<OpenFile> NewShmemFile(FrameAllocator& frames, const std::string& maps_name,
                                        uint64_t size);
+
+/// do_fault_around() + filemap_map_pages(): maps the pages of the fault-around window
+/// around vmf.address that are already cached and uptodate into empty PTEs of table
+/// `t` (read-only unless shared shmem). Returns the number of PTEs installed. Under
+/// RCU; folio trylock; the PTE lock once.
+uint64_t DoFaultAround(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t);
 
 }  // namespace vmspace

@@ -6,7 +6,10 @@
 #include <cerrno>
 
 #include "engine/stats.h"
+#include "memory.h"
 #include "mm.h"
+#include "mmu_gather.h"
+#include "vma.h"
 
 namespace vmspace {
 
@@ -31,19 +34,19 @@ SysResult AddressSpace::Madvise(uint64_t start, uint64_t len_in, int advice) {
   auto* g = new MmuGather;
   uint64_t pos = start;
   m.mmap_lock.LockRead();
-  for (Vma* v = m.FindVmaLocked(start); v && v->vm_start < end; v = m.VmaNextLocked(v)) {
+  for (Vma* v = FindVmaLocked(m, start); v && v->vm_start < end; v = VmaNextLocked(m, v)) {
     if (v->vm_start > pos) err = ENOMEM;  // a hole: remember, go on
     if (v->vm_flags & (VM_LOCKED | VM_PFNMAP)) {
       err = EINVAL;
       break;
     }
     uint64_t s = std::max(v->vm_start, start), e = std::min(v->vm_end, end);
-    m.ZapRangeLocked(v, s, e, g->pages);
+    ZapRangeLocked(m, v, s, e, g->pages);
     pos = v->vm_end;
   }
   if (!err && pos < end) err = ENOMEM;
   m.mmap_lock.UnlockRead();
-  m.FreeZappedPagesIfUnused(g->pages);
+  FreeZappedPagesIfUnused(m, g->pages);
   MmuGather::Queue(g, m.frames, m.stats_slot);  // else lockless accessors may still touch the frames
   return done(err);
 }

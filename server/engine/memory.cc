@@ -17,6 +17,12 @@
 #include "engine/stats.h"
 #include "filemap.h"
 #include "mm.h"
+#include "memory.h"
+#include "mmap.h"
+#include "mmap_lock.h"
+#include "rmap.h"
+#include "vma.h"
+#include "vma_lock.h"
 #include "sync/lock_timing.h"
 
 namespace vmspace {
@@ -45,9 +51,9 @@ namespace {
 MmCounter FileCounter(const Vma* v) { return v->file()->shmem() ? MM_SHMEMPAGES : MM_FILEPAGES; }
 }  // namespace
 
-void MmStruct::ZapPteRange(Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages) {
+void ZapPteRange(MmStruct& mm, Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages) {
   void* zero = FrameAllocator::ZeroPage();
-  pt.ForEachTable(start, end, [&](PageTable::PteTable& t, int i0, int i1, uint64_t) {
+  mm.pt.ForEachTable(start, end, [&](PageTable::PteTable& t, int i0, int i1, uint64_t) {
     int64_t anon = 0, file = 0;
     {
       SpinGuard l(t.ptl);  // zap_pte_range: one PTE lock for the run
@@ -63,20 +69,20 @@ void MmStruct::ZapPteRange(Vma* v, uint64_t start, uint64_t end, std::vector<voi
         }
       }
     }
-    if (anon) AddRss(MM_ANONPAGES, -anon);
-    if (file) AddRss(FileCounter(v), -file);
+    if (anon) mm.AddRss(MM_ANONPAGES, -anon);
+    if (file) mm.AddRss(FileCounter(v), -file);
   });
 }
 
-bool MmStruct::FreeZappedPagesIfUnused(std::vector<void*>& pages) {
-  if (pages.empty() || !tlb_users.Idle()) return false;
-  frames.FreeBatch(pages, ThreadShard());
+bool FreeZappedPagesIfUnused(MmStruct& mm, std::vector<void*>& pages) {
+  if (pages.empty() || !mm.tlb_users.Idle()) return false;
+  mm.frames.FreeBatch(pages, ThreadShard());
   return true;
 }
 
 // ====================================================================== faults
 
-FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
+FaultOutcome HandleMmFault(MmStruct& mm, VmFault& vmf) {
   Vma* v = vmf.vma;
   // VM_FAULT_RETRY before anything is done (not counted as pgfault: mm_account_fault
   // skips incomplete faults). vma_lock=anon: the Linux 6.5 form, where
@@ -85,7 +91,7 @@ FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
   // copy-on-write that needs an anon_vma first (vmf_anon_prepare).
   if (v->vm_file && vmf.vma_locked) {
     Event why = Event::kCount;
-    if (opts.profile.vma_lock != VmaLockMode::kAll) why = Event::kVmaLockRetryFile;
+    if (mm.opts.profile.vma_lock != VmaLockMode::kAll) why = Event::kVmaLockRetryFile;
     else if (vmf.access == AccessType::kWrite && !(v->vm_flags & VM_SHARED) && !v->anon())
       why = Event::kVmaLockRetryAnonVma;
     if (why != Event::kCount) {
@@ -95,7 +101,7 @@ FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
     }
   }
   CountEvent(Event::kPgfault);
-  PageTable::PteTable* t = vmf.pte_table ? vmf.pte_table : pt.Lookup(vmf.address, true);
+  PageTable::PteTable* t = vmf.pte_table ? vmf.pte_table : mm.pt.Lookup(vmf.address, true);
   if (!t) {
     CountEvent(Event::kFaultOom);
     return FaultOutcome::kOom;
@@ -105,7 +111,7 @@ FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
   const bool write = vmf.access == AccessType::kWrite;
   const uint64_t orig = t->Get(i);  // vmf->orig_pte; every change re-checks it (pte_same)
 
-  if (v->vm_file) return DoFileFault(vmf, t, i, orig);
+  if (v->vm_file) return DoFileFault(mm, vmf, t, i, orig);
 
   // Private anonymous.
   auto anon_prepare = [&] {  // vmf_anon_prepare()
@@ -113,14 +119,14 @@ FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
     // lock_vma_under_rcu only takes anonymous VMAs that already have an anon_vma, so
     // only the mmap_lock path gets here.
     VMSPACE_LOCK_ASSERT(!vmf.vma_locked, "anon_vma_prepare under the VMA lock");
-    mmap_lock.AssertHeld();
-    AnonVmaPrepareLocked(v);
+    mm.mmap_lock.AssertHeld();
+    AnonVmaPrepareLocked(mm, v);
   };
   // Installs a new frame in place of `expect` (none or the zero page) if the PTE still
   // holds it; frees the frame otherwise (somebody else handled this fault first).
   auto install_frame = [&](uint64_t expect) -> FaultOutcome {
     anon_prepare();
-    void* f = frames.Alloc();
+    void* f = mm.frames.Alloc();
     if (!f) {
       CountEvent(Event::kFaultOom);
       return FaultOutcome::kOom;
@@ -133,13 +139,13 @@ FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
         used = true;
       }
     }
-    if (used) AddRss(MM_ANONPAGES, 1);
-    else frames.Free(f);
+    if (used) mm.AddRss(MM_ANONPAGES, 1);
+    else mm.frames.Free(f);
     return FaultOutcome::kMinor;
   };
 
   if (!(orig & kPtePresent)) {  // do_anonymous_page
-    if (!write && opts.zero_page) {
+    if (!write && mm.opts.zero_page) {
       SpinGuard l(t->ptl);
       if (!(t->Get(i) & kPtePresent)) t->Set(i, MakePte(zero, PteBitsFor(*v, true)));
       CountEvent(Event::kFaultAnonZero);
@@ -173,7 +179,7 @@ FaultOutcome MmStruct::HandleMmFault(VmFault& vmf) {
 // mm/filemap.c filemap_fault). The folio lock is held from the lookup until the PTE is
 // installed, so truncate either removed the page first (we retry and see i_size) or
 // zaps our PTE in its second unmap pass.
-FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, uint64_t orig) {
+FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int i, uint64_t orig) {
   Vma* v = vmf.vma;
   File* file = v->file();
   const bool write = vmf.access == AccessType::kWrite;
@@ -209,8 +215,8 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
   auto cow_prepare = [&] {
     if (v->anon()) return;
     VMSPACE_LOCK_ASSERT(!vmf.vma_locked, "anon_vma_prepare under the VMA lock");
-    mmap_lock.AssertHeld();
-    AnonVmaPrepareLocked(v);
+    mm.mmap_lock.AssertHeld();
+    AnonVmaPrepareLocked(mm, v);
   };
 
   if (orig & kPtePresent) {
@@ -242,7 +248,7 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
     }
     // wp_page_copy of a page-cache page mapped read-only in a private VMA.
     cow_prepare();
-    void* copy = frames.Alloc();  // before the folio lock (LOCKING.md)
+    void* copy = mm.frames.Alloc();  // before the folio lock (LOCKING.md)
     if (!copy) return oom();
     Folio* f = lock_mapped(frame);
     bool used = false;
@@ -256,20 +262,20 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
     }
     if (f) f->Unlock();
     if (used) {
-      AddRss(MM_ANONPAGES, 1);
-      AddRss(FileCounter(v), -1);
+      mm.AddRss(MM_ANONPAGES, 1);
+      mm.AddRss(FileCounter(v), -1);
       CountEvent(Event::kFaultFileCow);
       return FaultOutcome::kMinor;
     }
-    frames.Free(copy);
+    mm.frames.Free(copy);
     return FaultOutcome::kNone;
   }
 
   // do_fault(): no PTE yet.
   if (pgoff >= file->size_pages()) return sigbus();  // filemap_fault: beyond EOF
   const bool cow = write && !shared;
-  if (!write && opts.fault_around_bytes > kPageSize) {  // do_read_fault -> do_fault_around
-    DoFaultAround(vmf, t);
+  if (!write && mm.opts.fault_around_bytes > kPageSize) {  // do_read_fault -> do_fault_around
+    DoFaultAround(mm, vmf, t);
     if (t->Get(i) & kPtePresent) {
       CountEvent(kind);
       return FaultOutcome::kMinor;  // VM_FAULT_NOPAGE: the page was cached
@@ -287,8 +293,8 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
   }
   if (!cached && file->ReadAround(pgoff)) {
     major = true;
-    if (!write && opts.fault_around_bytes > kPageSize) {
-      DoFaultAround(vmf, t);
+    if (!write && mm.opts.fault_around_bytes > kPageSize) {
+      DoFaultAround(mm, vmf, t);
       if (t->Get(i) & kPtePresent) {
         CountEvent(Event::kPgmajfault);
         CountEvent(kind);
@@ -299,21 +305,21 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
   void* copy = nullptr;
   if (cow) {  // do_cow_fault: the copy first
     cow_prepare();
-    copy = frames.Alloc();
+    copy = mm.frames.Alloc();
     if (!copy) return oom();
   }
   bool read_in = false;
   int err = 0;
   Folio* f = file->GetLockedFolio(pgoff, &read_in, &err);
   if (!f) {
-    if (copy) frames.Free(copy);
+    if (copy) mm.frames.Free(copy);
     return err == ENOMEM ? oom() : sigbus();
   }
   major |= read_in;
   if (major) CountEvent(Event::kPgmajfault);
   if (pgoff >= file->size_pages()) {  // truncated while we read it in
     f->Unlock();
-    if (copy) frames.Free(copy);
+    if (copy) mm.frames.Free(copy);
     return sigbus();
   }
   if (copy) CopyFrameRacy(copy, f->frame);
@@ -328,14 +334,14 @@ FaultOutcome MmStruct::DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, 
     }
   }
   f->Unlock();
-  if (installed) AddRss(copy ? MM_ANONPAGES : FileCounter(v), 1);
-  else if (copy) frames.Free(copy);
+  if (installed) mm.AddRss(copy ? MM_ANONPAGES : FileCounter(v), 1);
+  else if (copy) mm.frames.Free(copy);
   CountEvent(cow ? Event::kFaultFileCow : kind);
   return major ? FaultOutcome::kMajor : FaultOutcome::kMinor;
 }
 
-FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma_locked, bool* retry,
-                                 std::shared_ptr<OpenFile>* fpin) {
+FaultResult FaultInVma(MmStruct& mm, Vma* v, uint64_t addr, AccessType acc, bool vma_locked, bool* retry,
+                       std::shared_ptr<OpenFile>* fpin) {
   FaultResult r;
   r.path = vma_locked ? LockPath::kVmaLock : LockPath::kMmapLock;
   auto segv = [&](int code) {
@@ -346,7 +352,7 @@ FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma
     return r;
   };
   // access_error() (arch/x86/mm/fault.c)
-  PageTable::PteTable* t = pt.Lookup(addr, false);
+  PageTable::PteTable* t = mm.pt.Lookup(addr, false);
   const uint64_t cur = t ? t->Get(PageTable::PteIndex(addr)) : 0;
   const bool present = cur & kPtePresent;
   bool bad;
@@ -364,7 +370,7 @@ FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma
   const bool nx = acc == AccessType::kExec && !(v->vm_flags & VM_EXEC);
   VmFault vmf{v, addr, nx ? AccessType::kRead : acc, vma_locked};
   vmf.pte_table = t;
-  const FaultOutcome o = HandleMmFault(vmf);
+  const FaultOutcome o = HandleMmFault(mm, vmf);
   if (vmf.retry) {
     VMSPACE_LOCK_ASSERT(vma_locked && retry, "VM_FAULT_RETRY outside the VMA-lock path");
     *retry = true;
@@ -392,10 +398,10 @@ FaultResult MmStruct::FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma
   return r;
 }
 
-FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
+FaultResult DoUserAddrFault(MmStruct& mm, uint64_t addr, AccessType acc) {
   bool retried = false;
-  if (opts.profile.vma_lock != VmaLockMode::kOff) {
-    if (Vma* v = LockVmaUnderRcu(addr)) {
+  if (mm.opts.profile.vma_lock != VmaLockMode::kOff) {
+    if (Vma* v = LockVmaUnderRcu(mm, addr)) {
       LockdepAcquire(LockRank::kVmaLock, v);
       RecordLock(LockClass::kVmaLock, LockMode::kRead, false, 0, 0);
       const bool sample = LockStatsEnabled() &&
@@ -403,12 +409,12 @@ FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
       const uint64_t t0 = sample ? NowTicks() : 0;
       bool retry = false;
       std::shared_ptr<OpenFile> fpin;
-      FaultResult r = FaultInVma(v, addr, acc, /*vma_locked=*/true, &retry, &fpin);
+      FaultResult r = FaultInVma(mm, v, addr, acc, /*vma_locked=*/true, &retry, &fpin);
       if (sample)
         RecordHold(LockClass::kVmaLock, LockMode::kRead, NowTicks() - t0, sync_internal::kHoldSampleEvery);
       LockdepRelease(LockRank::kVmaLock, v);
-      VmaEndRead(v);
-      if (fpin) return FinishDirtyFault(r, std::move(fpin), addr, acc);  // VMA lock dropped
+      VmaEndRead(mm, v);
+      if (fpin) return FinishDirtyFault(mm, r, std::move(fpin), addr, acc);  // VMA lock dropped
       if (!retry) {
         CountEvent(Event::kVmaLockSuccess);
         return r;
@@ -417,16 +423,16 @@ FaultResult MmStruct::DoUserAddrFault(uint64_t addr, AccessType acc) {
       retried = true;
     }
   }
-  FaultResult r = FaultUnderMmapLock(addr, acc, /*tried=*/false);
+  FaultResult r = FaultUnderMmapLock(mm, addr, acc, /*tried=*/false);
   r.vma_lock_retry = retried;
   return r;
 }
 
-FaultResult MmStruct::FinishDirtyFault(FaultResult r, std::shared_ptr<OpenFile> fpin, uint64_t addr,
-                                       AccessType acc) {
+FaultResult FinishDirtyFault(MmStruct& mm, FaultResult r, std::shared_ptr<OpenFile> fpin, uint64_t addr,
+                             AccessType acc) {
   BalanceDirtyPagesRatelimited(*fpin->file);
   fpin.reset();  // fput
-  if (opts.shared_fault_completion == SharedFaultCompletion::kCompleted) {
+  if (mm.opts.shared_fault_completion == SharedFaultCompletion::kCompleted) {
     CountEvent(Event::kFaultCompleted);
     r.vm_fault |= VM_FAULT_COMPLETED;
     return r;
@@ -435,7 +441,7 @@ FaultResult MmStruct::FinishDirtyFault(FaultResult r, std::shared_ptr<OpenFile> 
   // handler sets FAULT_FLAG_TRIED and runs handle_mm_fault again under mmap_lock; the
   // PTE is already there, so that attempt is spurious, but it is another pgfault.
   CountEvent(Event::kFaultRetryDirty);
-  FaultResult r2 = FaultUnderMmapLock(addr, acc, /*tried=*/true);
+  FaultResult r2 = FaultUnderMmapLock(mm, addr, acc, /*tried=*/true);
   if (r2.failed()) return r2;
   r2.faults = std::max(r2.faults, r.faults);  // min_flt: a RETRY is accounted once
   if (r2.outcome == FaultOutcome::kNone) r2.outcome = r.outcome;
@@ -443,30 +449,30 @@ FaultResult MmStruct::FinishDirtyFault(FaultResult r, std::shared_ptr<OpenFile> 
   return r2;
 }
 
-FaultResult MmStruct::FaultUnderMmapLock(uint64_t addr, AccessType acc, bool tried) {
-  mmap_lock.LockRead();
-  Vma* v = FindVmaLocked(addr);
+FaultResult FaultUnderMmapLock(MmStruct& mm, uint64_t addr, AccessType acc, bool tried) {
+  mm.mmap_lock.LockRead();
+  Vma* v = FindVmaLocked(mm, addr);
   if (v && v->vm_start > addr && (v->vm_flags & VM_GROWSDOWN)) {
     // lock_mm_and_find_vma(): no upgrade; drop the read lock, take the write lock to
     // expand the stack, and look the VMA up again.
-    mmap_lock.UnlockRead();
-    MmapWriteLock();
-    v = FindVmaLocked(addr);
+    mm.mmap_lock.UnlockRead();
+    MmapWriteLock(mm);
+    v = FindVmaLocked(mm, addr);
     FaultResult r;
     if (v && v->vm_start > addr &&
-        (!(v->vm_flags & VM_GROWSDOWN) || ExpandDownwardsLocked(v, addr) != 0))
+        (!(v->vm_flags & VM_GROWSDOWN) || ExpandDownwardsLocked(mm, v, addr) != 0))
       v = nullptr;
     if (!v || v->vm_start > addr) r = MapErr(addr, LockPath::kMmapLock);
-    else r = FaultInVma(v, addr, acc, /*vma_locked=*/false);
-    MmapWriteUnlock();
+    else r = FaultInVma(mm, v, addr, acc, /*vma_locked=*/false);
+    MmapWriteUnlock(mm);
     return r;
   }
   std::shared_ptr<OpenFile> fpin;
   FaultResult r = (!v || v->vm_start > addr)
                       ? MapErr(addr, LockPath::kMmapLock)
-                      : FaultInVma(v, addr, acc, /*vma_locked=*/false, nullptr, tried ? nullptr : &fpin);
-  mmap_lock.UnlockRead();
-  if (fpin) return FinishDirtyFault(r, std::move(fpin), addr, acc);
+                      : FaultInVma(mm, v, addr, acc, /*vma_locked=*/false, nullptr, tried ? nullptr : &fpin);
+  mm.mmap_lock.UnlockRead();
+  if (fpin) return FinishDirtyFault(mm, r, std::move(fpin), addr, acc);
   return r;
 }
 
@@ -504,7 +510,7 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
             return res;  // nothing to access
           } else {
             // The TLB-hit path: announced before the PTE is read again, so a zap that
-            // clears it either sees us here or is seen (MmStruct::FreeZappedPagesIfUnused).
+            // clears it either sees us here or is seen (FreeZappedPagesIfUnused).
             const int cell = m.tlb_users.Enter();
             const uint64_t pte = t->GetSync(i);
             const bool hit = PteAllows(pte, acc);
@@ -519,7 +525,7 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
       res.outcome = FaultOutcome::kInterrupted;
       return res;
     }
-    FaultResult r = m.DoUserAddrFault(addr, acc);
+    FaultResult r = DoUserAddrFault(m, addr, acc);
     if (r.outcome == FaultOutcome::kOom && !reclaimed) {
       reclaimed = true;
       m.frames.Reclaim();
@@ -535,8 +541,8 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
 
 }  // namespace
 
-FaultResult MmStruct::FaultInPage(uint64_t addr, AccessType acc) {
-  return AccessPage(*this, addr, acc, nullptr);
+FaultResult FaultInPage(MmStruct& mm, uint64_t addr, AccessType acc) {
+  return AccessPage(mm, addr, acc, nullptr);
 }
 
 // ====================================================================== public API
@@ -545,7 +551,7 @@ FaultResult AddressSpace::Fault(uint64_t addr, AccessType access) {
   RcuEntry rcu;
   mm_->NoteRcuReader();
   StatsSlotScope slot_scope(mm_->stats_slot);
-  return mm_->FaultInPage(addr, access);
+  return FaultInPage(*mm_, addr, access);
 }
 
 AccessResult AddressSpace::Access(uint64_t addr, uint64_t len, uint64_t stride, AccessType access) {

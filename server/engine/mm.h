@@ -1,12 +1,28 @@
-// MmStruct: the state of one address space (Linux's struct mm_struct), internal to the
-// engine; AddressSpace (engine/address_space.h) is its public face.
+// MmStruct: the state of one address space (Linux's struct mm_struct; gVisor's
+// pkg/sentry/mm/mm.go MemoryManager): its fields, each with what guards it, the
+// constants, construction and destruction. The lock order is in LOCKING.md.
+// AddressSpace (engine/address_space.h) is its public face.
 //
-// Each field says what guards it; LOCKING.md is the lock order. Member functions are
-// grouped by the kernel file they mirror and implemented in the engine file of the same
-// name: mm.cc (mmap_lock write sections, deferred frees), vma_lock.cc (per-VMA locks),
-// vma.cc (merge/split/unmap, mm/vma.c), rmap.cc (anon_vma), mmap.cc (do_mmap,
-// get_unmapped_area, stack expansion), mprotect.cc, madvise.cc, memory.cc (faults, zap),
-// proc.cc (maps, counters), validate.cc (validate_mm).
+// The operations on a space are free functions taking `MmStruct& mm`, each declared in
+// the header of the engine file that defines it, named after the kernel file it mirrors:
+//   mm_types.h        Vma, AnonVma, VmaLock, VmaForm, MmCounter, TlbUsers
+//                     (include/linux/mm_types.h; Vma's lifetime in vma_init.cc)
+//   mmap_lock.h       mmap_write_lock / mmap_write_unlock, the end of a write section
+//   vma_lock.h        per-VMA locks: vma_start_write, vma_start_read, lock_vma_under_rcu
+//   vma.h             find_vma & co., link/unlink, split, merge, unmap (vma.cc), and
+//                     vm_area_alloc / vm_area_dup / vm_area_free (vma_init.cc)
+//   vma_init.h        VmaCache, the space's VMA cache (vma_init.cc)
+//   mmu_gather.h      MmuGather, the space's gathers and deferred frees (mmu_gather.cc)
+//   rmap.h            anon_vma_prepare, page_mkclean_one (rmap.cc)
+//   mmap.h            get_unmapped_area, expand_downwards, calc_vm_prot_bits (mmap.cc)
+//   mprotect.h        change_protection (mprotect.cc)
+//   memory.h          VmFault, the fault path, zap (memory.cc); the fault-around is in
+//                     filemap.h (filemap.cc)
+//   proc.h            the maps/smaps data of a VMA (proc.cc)
+//   page_table.h      PageTable, PTE bits, PteBitsFor, PteAllows (page_table.cc)
+//   percpu_counter.h  PercpuCounter, mm->rss_stat's counter (percpu_counter.cc)
+// The system calls are AddressSpace members, in mmap.cc, mprotect.cc, madvise.cc,
+// msync.cc, memory.cc (accesses), proc.cc and validate.cc (validate_mm).
 //
 // Conventions: a function named ...Locked requires mmap_lock (shared = read or write;
 // exclusive = write), which the compiler checks (clang -Wthread-safety). Functions on
@@ -29,306 +45,14 @@
 #include "sync/mutex.h"
 #include "sync/rcu.h"
 #include "sync/rwsem.h"
-#include "vma.h"
+#include "mm_types.h"
+#include "percpu_counter.h"
+#include "vma_init.h"
 #include "vma_index.h"
 
 namespace vmspace {
 
-// ---------------------------------------------------------------- small helpers
-
-inline uint64_t PageAlign(uint64_t x) { return (x + kPageSize - 1) & kPageMask; }
-
-/// Whether a walk over a client's range that moved from `prev` to `addr` entered a new
-/// page table (2 MiB of addresses) and its caller asked to stop (CancelScope): the
-/// cancellation point of Access, ReadMemory/WriteMemory and MAP_POPULATE.
-inline bool StopAtTable(uint64_t prev, uint64_t addr) {
-  return (prev / kPmdSize) != (addr / kPmdSize) && CancelScope::StopRequested();
-}
-
-/// calc_vm_prot_bits(): PROT_READ/WRITE/EXEC have the VM_ values.
-inline uint64_t CalcVmProtBits(int prot) { return static_cast<uint64_t>(prot) & VM_ACCESS_FLAGS; }
-
-/// PTE permission bits for a frame mapped in `vma` (vm_page_prot plus the write rule
-/// of do_anonymous_page / change_protection's MM_CP_TRY_CHANGE_WRITABLE): writable if
-/// the VMA is writable and the frame is not the zero page (private anon frames are
-/// exclusive: there is no fork).
-inline uint64_t PteBitsFor(const Vma& vma, bool zero_page) {
-  uint64_t b = 0;
-  if (vma.vm_flags & VM_ACCESS_FLAGS) b |= kPteRead;
-  if (vma.vm_flags & VM_EXEC) b |= kPteExec;
-  if ((vma.vm_flags & VM_WRITE) && !zero_page) b |= kPteWrite;
-  return b;
-}
-
-/// Whether a PTE value lets the CPU perform `a` without a fault.
-inline bool PteAllows(uint64_t pte, AccessType a) {
-  if (!(pte & kPtePresent)) return false;
-  switch (a) {
-    case AccessType::kRead: return pte & kPteRead;
-    case AccessType::kWrite: return pte & kPteWrite;
-    case AccessType::kExec: return pte & kPteExec;
-  }
-  return false;
-}
-
-/// RSS counter kinds (mm->rss_stat, include/linux/mm_types_task.h).
-enum MmCounter { MM_ANONPAGES = 0, MM_SHMEMPAGES = 1, MM_FILEPAGES = 2, NR_MM_COUNTERS = 3 };
-
-/// A counter split into cache-line cells picked by the calling thread (Linux's
-/// percpu_counter, as mm->rss_stat is since 6.2): Add touches one cell, Sum adds them
-/// (exact once updates stop). No lock.
-class PercpuCounter {
- public:
-  void Add(int64_t n) { cells_[Cell()].v.fetch_add(n, std::memory_order_relaxed); }
-  int64_t Sum() const {
-    int64_t s = 0;
-    for (const auto& c : cells_) s += c.v.load(std::memory_order_relaxed);
-    return s;
-  }
-
- private:
-  static constexpr int kCells = 16;
-  struct alignas(kDestructiveInterferenceBytes) Padded {
-    std::atomic<int64_t> v{0};
-  };
-  static int Cell();
-  std::array<Padded, kCells> cells_;
-};
-
-/// The threads in a space's TLB-hit path (AccessPage: the lockless PTE read and the
-/// access of the frame it maps), counted in cache-line cells by thread (ThreadShard):
-/// the model's mm_cpumask. Private frames whose PTEs a zap cleared while no thread was
-/// in the path are in no "TLB" and may be freed at once, as tlb_finish_mmu frees the
-/// pages after a TLB flush that needs no IPI when the mm runs on no other CPU; else
-/// they wait for an RCU grace period (the shootdown). No lock.
-class TlbUsers {
- public:
-  /// Enters the path; the PTE must be (re)read after it, sequentially consistent
-  /// (PageTable::PteTable::GetSync). Returns the cell for Exit.
-  int Enter() {
-    const int c = ThreadShard();
-    cells_[c].v.fetch_add(1, std::memory_order_seq_cst);
-    return c;
-  }
-  /// Leaves the path: the access of the frame is complete.
-  void Exit(int cell) { cells_[cell].v.fetch_sub(1, std::memory_order_release); }
-  /// After PTEs were cleared (PteTable::Clear, sequentially consistent): true if no
-  /// thread is in the path, so none can still be accessing a frame they mapped (one
-  /// that enters from now on reads the cleared PTEs).
-  /// Every access here is sequentially consistent (the Clear before, Enter, GetSync):
-  /// in their single total order either this load sees the Enter or the reader's
-  /// GetSync sees the cleared PTE, with no fence (which ThreadSanitizer does not model).
-  bool Idle() const {
-    for (const auto& c : cells_)
-      if (c.v.load(std::memory_order_seq_cst) != 0) return false;
-    return true;
-  }
-
- private:
-  struct alignas(kDestructiveInterferenceBytes) Padded {
-    std::atomic<int64_t> v{0};
-  };
-  std::array<Padded, kThreadShards> cells_;
-};
-
-/// What a write section retires, freed after an RCU grace period: lockless accessors
-/// (the TLB-hit path) and RCU lookups may still use it (Linux's mmu_gather with
-/// MMU_GATHER_RCU_TABLE_FREE, plus maple-node freeing by call_rcu). Detached VMAs go
-/// their profile's own way (MmStruct::ReleaseRetiredVmasLocked).
-struct MmuGather {
-  struct rcu_head head;  // call_rcu's, or the link of MmStruct's polled list
-  uint64_t cookie = 0;   // on MmStruct's polled list: its grace period (RcuStartPoll)
-  FrameAllocator* frames = nullptr;
-  int stats_slot = 0;        // the space's profile slot: frees are counted there
-  int shard = 0;             // the queueing thread's ThreadShard(): frames and nodes go back there
-  std::vector<void*> pages;  // private anonymous frames
-  /// Frames the zaps of this gather freed at once (MmStruct::FreeZappedPagesIfUnused):
-  /// they count toward kDeferFrames, so the rest is handed on at the same pace.
-  size_t freed_at_once = 0;
-  PageTable::TableGather tables;
-  std::vector<void*> nodes;  // retired VMA-index nodes
-  bool empty() const { return pages.empty() && tables.empty() && nodes.empty(); }
-  size_t size() const { return pages.size() + tables.dirs.size() + tables.ptes.size() + nodes.size(); }
-  /// Hands g to call_rcu (deleted in the callback), or deletes it if empty. The frees
-  /// are counted in the statistics of `stats_slot` (the callback thread has none).
-  static void Queue(MmuGather* g, FrameAllocator& frames, int stats_slot);
-  /// Sets g's frames, stats_slot and shard (the calling thread's): false if g is empty
-  /// (then deleted).
-  static bool Prepare(MmuGather* g, FrameAllocator& frames, int stats_slot);
-  /// Frees everything now (the callback; also used when no reader can exist).
-  static void FreeNow(MmuGather* g);
-};
-
-/// struct vma_lock (Linux 6.4 - 6.14, include/linux/mm_types.h): the per-VMA
-/// rw_semaphore of the kRwsem form, allocated separately from its VMA (vma_lock_alloc in
-/// vm_area_alloc / vm_area_dup; commit "mm: separate vma->lock from vm_area_struct":
-/// the count and owner words a contended lock keeps changing no longer share cache
-/// lines with the VMA fields every fault reads) and freed with the VMA.
-struct VmaLock {
-  RwSem lock{LockClass::kVmaLock, LockRank::kVmaLock};
-};
-
-/// The per-VMA lock and VMA lifetime a space uses, from its profile: none (vma_lock=off:
-/// no lockless reader of VMAs, so vma_start_write only records the section and VMAs are
-/// freed at once), or the profile's VmaLockForm.
-enum class VmaForm : uint8_t { kNone, kRwsem, kRefcnt };
-
-/// vm_area_cachep for one space: the slab-like cache VMAs come from (vm_area_alloc)
-/// and go back to (vm_area_free): a bounded free list the space's mmap_lock writers use
-/// without atomics (the kernel's per-CPU slab), linked through the free VMAs themselves
-/// (Vma::free_next). One per space, so independent spaces share neither a lock nor a
-/// cache line on the mmap/munmap path. A free VMA is detached and empty
-/// (Vma::ReleaseContents); the kRwsem form keeps its vma_lock with it (vma_lock_alloc
-/// once per cached object, as a slab constructor would).
-///
-/// The kRwsem form's vm_area_free() is a call_rcu per VMA (vm_area_free_rcu_cb). Here
-/// the VMAs freed by one space's writers are collected in an RcuBatch of up to kRcuBatch
-/// VMAs: it may be reused after a grace period that began after every VMA of the batch
-/// was detached, which is all the per-VMA callbacks guarantee (the kernel, too, queues
-/// the callbacks of one CPU on one list and invokes them together after the grace
-/// period that list waits for). As the kernel invokes a CPU's callbacks on that CPU
-/// (rcu_core, in RCU_SOFTIRQ after the tick), a queued batch is polled by the space's
-/// own writers, not run by the call_rcu worker: it asks for its grace period
-/// (RcuStartPoll) once the RCU tick has moved on since it was queued (RcuTick: the
-/// kernel's callbacks wait for the tick-driven grace-period machinery, so the VMAs come
-/// back after about a tick, not after the microseconds a polled grace period takes
-/// here), and once that grace period has ended it is uncharged and its VMAs are free.
-/// The cache takes batches back from its FIFO (grace periods end in order) and splices
-/// their VMAs onto the free list. A batch not yet full waits for more VMAs, or for
-/// FlushRcu (MmStruct::FlushGatherLocked: with the space's deferred index nodes, at the
-/// next full gather or a Reclaim). An idle space's waiting batches go to call_rcu
-/// (HandToCallRcu, from MmStruct::FlushDeferredFrees), whose callback uncharges them.
-/// Every call but the callbacks' needs mmap_lock for write (the caller's; not checked).
-class VmaCache {
- public:
-  /// Free VMAs kept for reuse; more are returned to the heap (at once without lockless
-  /// readers, else after a grace period).
-  static constexpr size_t kMaxFree = 1024;
-  /// kRwsem: VMAs kept in flight (in queued batches: waiting for their grace period, or
-  /// freed and not yet taken back) before the oldest freed ones are deleted. In steady
-  /// churn about one grace period's worth of munmaps is in flight (sync/rcu.h: one
-  /// grace period per kRcuGpIntervalUs, ~0.5-3 ms under load: about
-  /// 1-3 k VMAs at 1 M munmaps/s; liburcu's call_rcu thread, which slept 10 ms between
-  /// passes, kept ~12 k).
-  static constexpr size_t kMaxInFlight = 8192;
-  /// VMAs per call_rcu (RcuBatch) in the kRwsem form.
-  static constexpr uint32_t kRcuBatch = 64;
-  /// VMAs handed out are charged to `budget` (kVmas; null: none) until they are freed
-  /// (kRwsem: until the grace period has ended).
-  VmaCache(VmaForm form, MemoryBudget* budget) : form_(form), budget_(budget) {}
-  /// Deletes the free VMAs, those of the batch not yet queued and those of the batches
-  /// it polls (no reader of the space can be running); the VMAs of a batch handed to
-  /// call_rcu and still waiting for its grace period are deleted by its callback.
-  ~VmaCache();
-  VmaCache(const VmaCache&) = delete;
-  VmaCache& operator=(const VmaCache&) = delete;
-  /// An empty detached VMA (with its vma_lock in the kRwsem form), charged to the
-  /// budget: the most recently freed one, else one of the oldest batch whose grace
-  /// period has ended, else a new one.
-  Vma* Alloc();
-  /// vm_area_free() of a detached VMA no lockless reader can reach any more (kNone), or
-  /// (kRefcnt, SLAB_TYPESAFE_BY_RCU) one that readers may still touch but that is fine
-  /// to reuse at once: uncharged, emptied and kept. Beyond kMaxFree, kNone deletes it
-  /// and kRefcnt passes it to FreeRcu (its memory may go back to the heap only after a
-  /// grace period).
-  void Free(Vma* v);
-  /// The kRwsem form's vm_area_free(): releases v's contents now (remove_vma's fput
-  /// comes before vm_area_free) and adds v to the current RcuBatch, queued (FlushRcu)
-  /// once it holds kRcuBatch VMAs. v stays charged until its grace period has ended.
-  void FreeRcu(Vma* v);
-  /// Queues the current batch (if it holds any VMA) to wait for its grace period, and
-  /// polls the queued batches: those whose grace period has ended are uncharged.
-  void FlushRcu();
-  /// Hands every queued batch still waiting for its grace period to call_rcu (an idle
-  /// space: no later write section may come to poll them).
-  void HandToCallRcu();
-  /// Whether a batch not yet queued holds VMAs (MmStruct sets deferred_any for it).
-  bool rcu_pending() const { return pending_ != nullptr; }
-  /// Whether a queued batch waits for a grace period this cache has not yet seen end
-  /// (its VMAs still charged: MmStruct sets deferred_any for it, so a Reclaim hands it
-  /// to call_rcu).
-  bool rcu_waiting() const { return unready_ != nullptr; }
-  /// Free VMAs ready for reuse now, and VMAs in batches (queued or not) (tests).
-  size_t free_count() const { return nr_free_; }
-  size_t in_flight() const;
-
- private:
-  /// One batch of freed VMAs of the kRwsem form: VMAs (first..last through free_next),
-  /// their charged bytes and budget, and the state the cache (and, once handed to
-  /// call_rcu, the callback) keeps.
-  struct RcuBatch {
-    struct rcu_head head {};
-    /// kPolled while the cache polls its grace period, kDone once it has ended
-    /// (uncharged). Handed to call_rcu: kPending until the callback has run (kDone);
-    /// kOrphan once the cache is gone (the callback then deletes the VMAs and the batch).
-    std::atomic<uint8_t> state{kPolled};
-    static constexpr uint8_t kPending = 0, kDone = 1, kOrphan = 2, kPolled = 3;
-    uint64_t tick = 0;    // kPolled: RcuTick() when queued
-    uint64_t cookie = 0;  // kPolled: RcuStartPoll() once asked for (0: not yet)
-    uint32_t n = 0;
-    Vma* first = nullptr;
-    Vma* last = nullptr;
-    MemoryBudget* budget = nullptr;
-    uint64_t bytes = 0;
-    RcuBatch* next = nullptr;  // the cache's FIFO
-  };
-  /// Asks for one grace period (RcuStartPoll), shared by every queued batch that has
-  /// no cookie yet and was queued before the current RCU tick.
-  void AskGracePeriods();
-  /// Whether b's grace period has ended (a kPolled batch is then uncharged and marked
-  /// kDone); `scan` (RcuPollState) is cleared once a scan has been used.
-  bool Ready(RcuBatch* b, bool* scan);
-  /// Splices done batches at the head of the FIFO onto the free list (up to kMaxFree).
-  void TakeBackFreed();
-  /// Pops the head batch of the FIFO (done), returning its VMAs (first..last).
-  RcuBatch* PopDone();
-  /// The callback: uncharges, marks done (or deletes, if orphaned).
-  static void RcuBatchDone(struct rcu_head* h);
-  /// Deletes the VMAs first..last (chained through free_next).
-  static void DeleteChain(Vma* first);
-  /// Charges v (new or reused) to budget_.
-  Vma* Charged(Vma* v);
-  const VmaForm form_;
-  MemoryBudget* const budget_;
-  Vma* free_ = nullptr;  // LIFO through Vma::free_next
-  size_t nr_free_ = 0;
-  RcuBatch* pending_ = nullptr;  // being filled, not yet queued
-  RcuBatch* fifo_head_ = nullptr;  // queued batches, oldest first
-  RcuBatch* fifo_tail_ = nullptr;
-  RcuBatch* unready_ = nullptr;  // the oldest queued batch not yet seen done (or null)
-  RcuBatch* unasked_ = nullptr;  // the oldest queued batch without a cookie (or null)
-  size_t nr_in_flight_ = 0;      // VMAs in queued batches
-  RcuBatch* spare_ = nullptr;    // a taken-back batch kept for the next one
-};
-
-/// One page fault being handled (struct vm_fault).
-struct VmFault {
-  Vma* vma;
-  uint64_t address;      // the faulting byte
-  AccessType access;     // as handled (an NX fetch is handled as a read)
-  bool vma_locked;       // FAULT_FLAG_VMA_LOCK: under the VMA read lock, not mmap_lock
-  /// Set by the handler with outcome kNone: VM_FAULT_RETRY, the fault needs mmap_lock
-  /// (only with vma_locked); the event names the reason.
-  bool retry = false;
-  /// Set by the handler: a shared write dirtied a clean page-cache page, its PTE is
-  /// installed (fault_dirty_shared_page: the caller drops its lock and throttles).
-  bool dirtied = false;
-  /// The PTE table covering `address` if the caller's walk found one (under the same
-  /// lock, so it stays), else null: the handler walks again, allocating (vmf->pmd).
-  PageTable::PteTable* pte_table = nullptr;
-};
-
-/// Test-only: called by VmaLinkNewLocked between the VMA-tree insert and the i_mmap
-/// insert of a new file VMA (arguments: the space, the VMA's start), on the mmap
-/// thread, which holds mmap_lock for write (and, with i_mmap_scope wide, the file's
-/// i_mmap_rwsem for write). Null in production.
-inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_mmap_region_test_hook{nullptr};
-
-/// Test-only: called after each fault of an access that did not fail, before the access
-/// is re-executed (arguments: the space, the address), on the faulting thread with no
-/// engine lock held: a test that zaps the page there drives the fault retry cap
-/// (kMaxFaultRetries). Null in production.
-inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_fault_retry_test_hook{nullptr};
+struct MmuGather;  // mmu_gather.h
 
 struct MmStruct final : FrameAllocator::DeferredFrees {
   MmStruct(FrameAllocator& f, const SpaceOptions& o);
@@ -412,10 +136,6 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
     if (sole != me && sole != kRcuShared) NoteRcuReaderSlow(me);
   }
   void NoteRcuReaderSlow(uint64_t me);
-  /// Whether the calling thread is the only one that has entered the space, read with an
-  /// RMW (see NoteRcuReader), so what it unlinked before is unreachable to any thread
-  /// whose mark comes after. Once shared, a plain load answers (shared is for good).
-  bool SoleRcuReaderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// Index nodes retired by write sections of sole_owner while it was the space's only
   /// reader (SoleRcuReaderLocked), when its RcuQsCount() was sole_qs: once that count
   /// has moved (the single-CPU grace period, as Tiny RCU, kernel/rcu/tiny.c, Linux
@@ -426,12 +146,6 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   std::vector<Vma*> sole_vmas ABSL_GUARDED_BY(mmap_lock);
   uint64_t sole_owner ABSL_GUARDED_BY(mmap_lock) = 0;
   uint64_t sole_qs ABSL_GUARDED_BY(mmap_lock) = 0;
-  /// sole_nodes back into the index's node cache and sole_vmas onto the VMA cache's
-  /// free list if the calling thread is their owner and has passed a quiescent state
-  /// since it retired them (counted as Event::kRcuSoleReuses); else, from another
-  /// thread or with `flush`, into the gather and the VMA cache's RCU batch (a grace
-  /// period from now); else (the owner, still in that call) nothing.
-  void ReuseSoleLocked(bool flush) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
   /// The File whose i_mmap_rwsem this write section holds across a multi-VMA change
   /// (vma.cc IMmapSection), or null.
   struct File* i_mmap_held ABSL_GUARDED_BY(mmap_lock) = nullptr;
@@ -481,78 +195,16 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// The threads accessing this space's frames through its PTEs (TlbUsers).
   TlbUsers tlb_users;
 
-  // ======================================================= mm.cc
-  /// mmap_write_lock(); then the index nodes and VMAs of sole_nodes / sole_vmas the
-  /// caller may reuse go back to the space's caches (ReuseSoleLocked), before the
-  /// section's stores and allocations.
-  void MmapWriteLock() ABSL_EXCLUSIVE_LOCK_FUNCTION(mmap_lock);
-  /// mmap_write_unlock(): publishes the index to RCU readers, queues what the section
-  /// retired (in batches), advances mm_lock_seq (releasing the section's VMA write
-  /// locks), then releases mmap_lock.
-  void MmapWriteUnlock() ABSL_UNLOCK_FUNCTION(mmap_lock);
-  /// The end of a write section short of the unlock, shared by MmapWriteUnlock and
-  /// mmap_write_downgrade: publishes the index to RCU readers, moves its retired nodes
-  /// into the gather, and advances mm_lock_seq (vma_end_write_all).
-  void EndWriteSectionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Frees the gather's frames at once if no thread can be using them
-  /// (FreeZappedPagesIfUnused), then hands it to call_rcu once it holds kDeferBatch
-  /// objects or its zaps took kDeferFrames frames (else it keeps collecting across
-  /// write sections; deferred_any is set while it or vma_cache's batch holds anything).
-  void FlushGatherIfFullLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// This write section's gather, created on first use.
-  MmuGather& GatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Hands the gather on now (if any) to the polled list, frees the polled gathers whose
-  /// grace period ended, and queues vma_cache's batch of freed VMAs, polling the
-  /// queued ones (VmaCache::FlushRcu).
-  void FlushGatherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Frees the polled gathers whose grace period has ended, oldest first; `scan`: may
-  /// scan the threads (RcuPollState) once.
-  void FreePolledGathersLocked(bool scan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Hands the polled list's oldest gather (keep > 0: all but the newest `keep`) to
-  /// call_rcu.
-  void QueuePolledGathersLocked(int keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Unlinks and returns the polled list's oldest gather (the list must not be empty).
-  MmuGather* PopPolledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vm_area_alloc(): an empty detached VMA: kRefcnt reuses one from vma_cache if it has
-  /// any; kRwsem allocates its vma_lock with it.
-  Vma* VmaAllocLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vm_area_dup(): a detached copy of o (Vma::InitFrom) from VmaAllocLocked.
-  Vma* VmaDupLocked(const Vma& o) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vm_area_free() of the VMAs detached this section (retired_vmas), once nothing of
-  /// the section uses them (after munmap's page-table teardown): kNone deletes them
-  /// (no lockless reader exists), kRwsem hands each to its own call_rcu (freed with its
-  /// vma_lock after a grace period), kRefcnt empties each into vma_cache at once.
-  /// (munmap calls it after mmap_write_downgrade, still the only user of both lists.)
-  void ReleaseRetiredVmasLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Deletes a VMA that is still charged (live or retired at exit_mmap) with its
-  /// vm_lock, uncharging it (kVmas); VMAs freed through vma_cache are uncharged there.
-  void VmaFree(Vma* v);
   /// Bytes of the budget a change that may add VMAs must find free before it starts
   /// (kmem charges of two VMAs from a split plus a maple store's worst-case nodes):
   /// VMAs and index nodes are charged without failing in the middle of a change, so
   /// each entry point that checks max_map_count also checks MemoryBudget::HasRoom(this)
   /// and answers ENOMEM; the budget is exceeded by at most this per change running.
   static constexpr uint64_t kVmaChangeBytes = 8192;
-  /// max_map_count's check (`map_count >= max_map_count`, or `>` with `over`) joined by
-  /// the budget's HasRoom(kVmaChangeBytes): true if a change may add a VMA.
-  bool MayAddVmaLocked(bool over = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// For a call that failed with ENOMEM: if the budget refused a charge since it read
-  /// `failcnt_before` (MemoryBudget::failcnt), waits for the frees already queued
-  /// (FrameAllocator::Reclaim: VMAs and nodes freed after a grace period) and returns
-  /// true, so the caller tries once more, as the kernel reclaims before it fails.
-  /// Caller holds no engine lock.
-  bool ReclaimAfterRefusal(uint64_t failcnt_before) ABSL_LOCKS_EXCLUDED(mmap_lock);
-  /// Runs `op` (a syscall's mmap_lock part, taking and dropping the lock itself; returns
-  /// 0 or an errno) and, if it failed with ENOMEM after a budget refusal, once more
-  /// after ReclaimAfterRefusal. Used by mmap, munmap and mprotect (the calls that add VMAs).
-  template <typename Op>
-  int RetryAfterReclaim(Op&& op) ABSL_LOCKS_EXCLUDED(mmap_lock) {
-    const uint64_t refused = frames.budget().failcnt();
-    int e = op();
-    if (e == ENOMEM && ReclaimAfterRefusal(refused)) e = op();
-    return e;
-  }
+  /// Adds n pages to the RSS counter c (add_mm_counter).
   void AddRss(MmCounter c, int64_t n) { rss[c].Add(n); }
+
+  // ---- deferred frees (mmu_gather.cc; the flush of an idle space in mm.cc)
   /// Hands the gather kept across write sections, the polled gathers and vma_cache's
   /// waiting VMA batches to call_rcu now, if there are any, and gives the index's
   /// cached free nodes beyond a few back to the pool (FrameAllocator::Reclaim, the
@@ -567,243 +219,6 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// vma_cache (Reclaim flushes them: VMAs and index nodes are charged to the memory
   /// budget too).
   std::atomic<bool> deferred_any{false};
-
-  // ======================================================= vma_lock.cc
-  // (include/linux/mmap_lock.h, mm/mmap_lock.c, mm/memory.c lock_vma_under_rcu; the
-  // form per vma_form: LOCKING.md "Profiles")
-  enum class VmaReadResult { kOk, kLocked, kDetached };
-  /// vma_start_write(): marks v write-locked until mmap_write_unlock (vm_lock_seq =
-  /// mm_lock_seq), after waiting out its readers: kRwsem takes and releases v's
-  /// vma_lock for write (down_write: optimistic spinning, then sleeping on the rwsem);
-  /// kRefcnt adds VMA_LOCK_OFFSET and waits for vm_refcnt to drain (spin up to
-  /// kVmaWriterSpinNs, then sleep on vma_writer_wait); kNone only records the section.
-  /// A wait is counted and timed in the lock stats (vma_lock, write).
-  void VmaStartWriteLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vma_assert_write_locked() (lockdep builds).
-  void VmaAssertWriteLocked(const Vma* v) const;
-  /// A new VMA: write-locked (lockless readers skip it until the section ends), attached
-  /// (kRefcnt: vm_refcnt 1 with a release store, after every field is written;
-  /// kRwsem: detached = false).
-  void VmaInitLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vma_mark_detached(): v is write-locked. kRefcnt drops the attach reference and
-  /// waits out transient readers (who will fail their re-check), vm_refcnt ends at 0;
-  /// kRwsem sets v->detached.
-  void VmaMarkDetachedLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Whether v is detached (kRefcnt: vm_refcnt == 0; else v->detached).
-  bool VmaIsDetached(const Vma* v) const;
-  /// vma_start_read(): never waits. kLocked: write-locked this section (or a writer is
-  /// waiting, or kRwsem's down_read_trylock failed); kDetached (kRefcnt only): vm_refcnt
-  /// was 0, the VMA left the tree (and may be reused) since the lookup. Caller is in an
-  /// RCU section (kRwsem: which keeps v allocated; kRefcnt: which keeps it a VMA).
-  VmaReadResult VmaStartRead(Vma* v);
-  /// vma_end_read(): kRwsem up_read; kRefcnt vma_refcount_put, which wakes a writer
-  /// left alone with its readers.
-  void VmaEndRead(Vma* v);
-  /// What lock_vma_under_rcu does with a VMA it found (LockFoundVmaRcu).
-  enum class VmaLockResult { kOk, kMiss, kLocked, kAbort };
-  /// lock_vma_under_rcu() after the lookup, for v found at addr: vma_start_read, then
-  /// the checks of the era on the VMA now locked: the range still holds addr (kRefcnt:
-  /// also the check that a reused VMA is not someone else's, here always true), kRwsem:
-  /// not detached (else kMiss: look up again), and the 6.4-6.9 eligibility (anonymous
-  /// VMAs need an anon_vma; others need vma_lock=all). kOk: v is read-locked; kMiss
-  /// (VMA_LOCK_MISS): detached since the lookup; kLocked: write-locked (a failed
-  /// trylock), and kAbort (other checks failed): both VMA_LOCK_ABORT, use mmap_lock.
-  /// Counts nothing; caller is in an RCU section.
-  VmaLockResult LockFoundVmaRcu(Vma* v, uint64_t addr);
-  /// lock_vma_under_rcu(): the VMA covering addr, read-locked, or null (VMA_LOCK_ABORT:
-  /// use mmap_lock). Retries a lookup that found a detached VMA (VMA_LOCK_MISS).
-  Vma* LockVmaUnderRcu(uint64_t addr);
-  /// The VMA whose stored range holds addr, from the RCU-published index (maple only).
-  /// Caller is in an RCU read-side section: RCU, not mmap_lock, keeps it alive.
-  Vma* VmaLookupRcu(uint64_t addr) ABSL_NO_THREAD_SAFETY_ANALYSIS { return idx->LookupRcu(addr); }
-  /// kRefcnt: waits until v->vm_refcnt == target (__vma_enter_locked's rcuwait_wait_event).
-  void WaitForVmaReadersLocked(Vma* v, uint32_t target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-
-  // ======================================================= vma.cc (mm/vma.c)
-  /// find_vma(): the first VMA with vm_end > addr, or null.
-  Vma* FindVmaLocked(uint64_t addr) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) { return idx->FindVma(addr); }
-  /// find_vma_intersection(): the first VMA overlapping [start, end), or null.
-  Vma* FindVmaIntersectionLocked(uint64_t start, uint64_t end) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) {
-    Vma* v = FindVmaLocked(start);
-    return v && v->vm_start < end ? v : nullptr;
-  }
-  /// vma_next(): the VMA after v, or null.
-  Vma* VmaNextLocked(const Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) { return idx->NextFrom(v->vm_end); }
-  /// vma_prev() at addr: the last VMA that starts below addr, or null.
-  Vma* VmaPrevLocked(uint64_t addr) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) { return idx->PrevOf(addr); }
-  /// The first VMA that starts at or above addr, or null.
-  Vma* VmaNextFromLocked(uint64_t addr) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) { return idx->NextFrom(addr); }
-
-  /// vma_link(): adds a new (detached, unlocked, from VmaAllocLocked) v to the tree,
-  /// write-locked.
-  void VmaInsertLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// Write-locks, unlinks and detaches v; it is released at the section's end
-  /// (ReleaseRetiredVmasLocked).
-  void VmaRemoveLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vma_set_range() + the tree update: v's range becomes [start, end) (vm_pgoff moves
-  /// with vm_start). Write-locks v.
-  void VmaSetRangeLocked(Vma* v, uint64_t start, uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// __split_vma(): splits v at addr. With new_below the new VMA is the lower part
-  /// [vm_start, addr) and v keeps [addr, vm_end); else the new VMA is the upper part.
-  /// Returns the new VMA. No map_count check (callers check, as split_vma does).
-  Vma* SplitVmaLocked(Vma* v, uint64_t addr, bool new_below) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vma_merge_new_range(): merges the new range [start, end) (free) with flags, pgoff
-  /// and no anon_vma into prev and/or next if compatible. `next` is find_vma(start),
-  /// which the caller has already looked up (__mmap_region's vma_find: the first VMA
-  /// above the range, or null). Returns the VMA that now covers the range, or null if
-  /// no merge was possible.
-  Vma* VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
-                              const OpenFile* file, Vma* next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// The same, looking next up.
-  Vma* VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
-                              const OpenFile* file = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock) {
-    return VmaMergeNewRangeLocked(start, end, flags, pgoff, file, FindVmaLocked(start));
-  }
-  /// vma_modify_flags() -> vma_merge_existing_range() / split_vma(): gives [start, end)
-  /// (inside `middle`) the flags `newflags` by merging with prev/next or splitting.
-  /// Returns the VMA covering [start, end), or null with *err = ENOMEM (split at
-  /// max_map_count; an earlier split of this call stays, as in Linux). Does not set
-  /// the flags itself.
-  Vma* VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, uint64_t newflags, int* err)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// vms_gather_munmap_vmas() + vms_complete_munmap_vmas(): removes [start, end).
-  /// Returns 0 or ENOMEM (middle split at map_count >= max). `nr_accounted` (if set)
-  /// gets the VM_ACCOUNT pages removed. With free_tables, page tables no longer
-  /// covered by any VMA are freed (munmap); MAP_FIXED replacement keeps them.
-  int UnmapRangeLocked(uint64_t start, uint64_t end, bool free_tables, uint64_t* nr_accounted)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-
-  /// vma_link_file() / __vma_link_file(): adds file VMA v to its File's i_mmap (no-op
-  /// for anonymous VMAs). Before v can install a PTE: v is new and write-locked.
-  void VmaLinkFileLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// __mmap_region's link of a new VMA v (vma_iter_store + vma_link_file): into the
-  /// VMA tree and, for a file VMA, its File's i_mmap, with i_mmap_rwsem held for write
-  /// across both (opts.i_mmap_scope wide) or only around the i_mmap insert (narrow).
-  /// With the test hook set (g_mmap_region_test_hook), v is published not
-  /// write-locked, so a fault can reach it at once (Linux 6.4-rc before "mm: lock newly
-  /// mapped VMA which can be modified after it becomes visible"), and the hook runs
-  /// between the two inserts.
-  void VmaLinkNewLocked(Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-  /// unlink_file_vma(): removes v from its File's i_mmap, once its PTEs are zapped or
-  /// covered by a VMA that took its place (a merge). Takes i_mmap_rwsem for write.
-  void VmaUnlinkFileLocked(Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
-
-  // ======================================================= rmap.cc (mm/rmap.c)
-  /// find_mergeable_anon_vma(): an adjacent VMA's anon_vma if the two could merge.
-  AnonVma* FindMergeableAnonVmaLocked(Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
-  /// anon_vma_prepare(): gives v an anon_vma (reused from a neighbour or new). Takes
-  /// anon_vma_lock.
-  void AnonVmaPrepareLocked(Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) ABSL_LOCKS_EXCLUDED(anon_vma_lock);
-  /// page_mkclean_one(): write-protects the PTE at addr of shared file VMA v if it maps
-  /// a page-cache page writable. Caller holds v's File's i_mmap_rwsem (v is linked, so
-  /// its page tables stay); takes the PTE lock.
-  void PageMkcleanOne(Vma* v, uint64_t addr);
-
-  // ======================================================= mmap.cc (mm/mmap.c)
-  /// unmapped_area_topdown(): the highest gap in [low, high) holding `length`,
-  /// restarting below a VM_GROWSDOWN VMA's guard gap. Returns the address or ~0.
-  uint64_t UnmappedAreaTopdownLocked(uint64_t length, uint64_t low, uint64_t high)
-      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
-  /// unmapped_area(): the lowest gap in [low, high) holding `length`, or ~0.
-  uint64_t UnmappedAreaBottomupLocked(uint64_t length, uint64_t low, uint64_t high)
-      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
-  /// arch_get_unmapped_area_topdown() / arch_get_unmapped_area(): ~0 if none.
-  uint64_t ArchGetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags)
-      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
-  /// __get_unmapped_area() (with the THP alignment of private anonymous requests, and
-  /// of file mappings as thp_get_unmapped_area does for `off` bytes into a file).
-  /// Returns the address, or 0 with *err = ENOMEM / EINVAL / EPERM.
-  uint64_t GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags, bool file, uint64_t off, int* err)
-      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
-  /// expand_downwards(): grows the VM_GROWSDOWN VMA v down to addr's page. Returns 0,
-  /// EPERM (below mmap_min_addr) or ENOMEM (guard gap, rlimit, map_count), with the
-  /// kernel's order: the anon_vma is prepared only after the address and guard-gap
-  /// checks pass (a refused expansion below them leaves the VMA untouched).
-  int ExpandDownwardsLocked(Vma* v, uint64_t addr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-
-  // ======================================================= memory.cc (mm/memory.c)
-  /// unmap_page_range() for [start, end) of v: each PTE is read and cleared in one step
-  /// under its table's PTE lock (ptep_get_and_clear), so a racing fault or zap can
-  /// never make a frame be freed twice or not at all. Private anonymous frames go to
-  /// `pages` (the caller frees them, after a grace period unless no reader can exist);
-  /// RSS counters follow. Caller holds mmap_lock (read: munmap after its downgrade,
-  /// MADV_DONTNEED; write: MAP_FIXED replacement, exit).
-  void ZapRangeLocked(Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages)
-      ABSL_SHARED_LOCKS_REQUIRED(mmap_lock) {
-    ZapPteRange(v, start, end, pages);
-  }
-  /// The zap itself (zap_pte_range): PTEs mapping page-cache pages (kPteFile) are
-  /// cleared and uncounted; private anonymous frames (also COW copies in private file
-  /// VMAs) go to `pages`. Caller holds mmap_lock, or (unmap_mapping_range) the File's
-  /// i_mmap_rwsem with v linked, which keeps v's fields and page tables in place.
-  void ZapPteRange(Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages);
-  /// tlb_finish_mmu()'s free of the pages a zap gathered: if no thread is in the
-  /// TLB-hit path (tlb_users.Idle()), frees `pages` now into this thread's frame shard,
-  /// while they are still in its caches (the next faults reuse and clear them), and
-  /// returns true; else leaves them for the caller's RCU-deferred MmuGather. Call after
-  /// the zap that cleared their PTEs, from the zapping thread; no PTE lock held.
-  bool FreeZappedPagesIfUnused(std::vector<void*>& pages);
-  /// do_fault() for file VMAs (do_read_fault with do_fault_around, do_cow_fault,
-  /// do_shared_fault, and do_wp_page / wp_page_shared / wp_page_copy of file pages):
-  /// `t`, `i` the PTE slot, `orig` its value when the fault began. kMinor, kMajor (the
-  /// page was read from the backing store), kNone (spurious), kSigbus (beyond EOF, or
-  /// the read failed), kOom. Locks as HandleMmFault, plus the folio lock; under the VMA
-  /// lock only when HandleMmFault did not answer VM_FAULT_RETRY.
-  FaultOutcome DoFileFault(VmFault& vmf, PageTable::PteTable* t, int i, uint64_t orig);
-  /// do_fault_around() + filemap_map_pages(): maps the pages of the fault-around window
-  /// around vmf.address that are already cached and uptodate into empty PTEs of table
-  /// `t` (read-only unless shared shmem). Returns the number of PTEs installed. Under
-  /// RCU; folio trylock; the PTE lock once.
-  uint64_t DoFaultAround(VmFault& vmf, PageTable::PteTable* t);
-  /// handle_mm_fault() for one page of vmf.vma (access_error already checked).
-  /// Installs what the access needs: kMinor, kNone (spurious: the PTE already allows
-  /// it, or it only needed its bits refreshed), kSigbus, kOom. Caller holds mmap_lock
-  /// (read or write) or, with vmf.vma_locked, the VMA's read lock.
-  FaultOutcome HandleMmFault(VmFault& vmf);
-  /// access_error() + handle_mm_fault() for a VMA covering addr, pinned by the caller's
-  /// lock (as HandleMmFault). Does not perform the access.
-  /// With vma_locked, *retry (if given) is set when the fault must be redone under
-  /// mmap_lock (VM_FAULT_RETRY); nothing was done then. With `fpin` (the caller may
-  /// drop its lock: FAULT_FLAG_ALLOW_RETRY without FAULT_FLAG_TRIED), a fault that
-  /// dirtied a shared page sets *fpin to the VMA's file (get_file), for
-  /// FinishDirtyFault after the caller's unlock (maybe_unlock_mmap_for_io).
-  FaultResult FaultInVma(Vma* v, uint64_t addr, AccessType acc, bool vma_locked, bool* retry = nullptr,
-                         std::shared_ptr<OpenFile>* fpin = nullptr);
-  /// The mmap_lock part of do_user_addr_fault (lock_mm_and_find_vma, handle_mm_fault);
-  /// `tried`: FAULT_FLAG_TRIED, the second attempt after VM_FAULT_RETRY (it never
-  /// drops its lock to throttle).
-  FaultResult FaultUnderMmapLock(uint64_t addr, AccessType acc, bool tried) ABSL_LOCKS_EXCLUDED(mmap_lock);
-  /// The end of a fault that dirtied a shared page, with the fault's lock dropped:
-  /// balance_dirty_pages_ratelimited, then VM_FAULT_COMPLETED (r returned), or
-  /// VM_FAULT_RETRY: handle_mm_fault again under mmap_lock (vmstat pgfault counts it
-  /// twice; r.faults once, as min_flt), per opts.shared_fault_completion.
-  FaultResult FinishDirtyFault(FaultResult r, std::shared_ptr<OpenFile> fpin, uint64_t addr, AccessType acc)
-      ABSL_LOCKS_EXCLUDED(mmap_lock);
-  /// do_user_addr_fault(): one fault at addr, under the VMA read lock when the profile
-  /// allows, else (or on VMA_LOCK_ABORT) under mmap_lock read, expanding a stack under
-  /// mmap_lock write. Takes and releases every lock itself.
-  FaultResult DoUserAddrFault(uint64_t addr, AccessType acc) ABSL_LOCKS_EXCLUDED(mmap_lock);
-  /// One access of the page holding addr with no data transfer (MAP_POPULATE,
-  /// Fault()): faults until the PTE allows it, as AddressSpace::Fault.
-  FaultResult FaultInPage(uint64_t addr, AccessType acc) ABSL_LOCKS_EXCLUDED(mmap_lock);
-
-  // ======================================================= mprotect.cc
-  /// change_protection(): rewrites the permission bits of present PTEs in [start, end)
-  /// of v for its (new) flags, under each table's PTE lock. v is write-locked.
-  void ChangeProtectionLocked(Vma* v, uint64_t start, uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mmap_lock);
-
-  // ======================================================= proc.cc (fs/proc/task_mmu.c)
-  /// Resident pages (not the zero page) mapped in [start, end), walking the PTEs (the
-  /// smaps Rss of one VMA).
-  uint64_t RssLocked(uint64_t start, uint64_t end) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
-  /// The VmaInfo (maps line data) of v.
-  VmaInfo VmaInfoLocked(const Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mmap_lock);
 };
-
-/// do_vmi_munmap() with `unlock` (vma.cc): removes [start, end) under mmap_lock write,
-/// downgrades it to read for the page-table teardown (vms_complete_munmap_vmas), and
-/// releases it in every case. Returns 0 or ENOMEM (a middle split at max_map_count:
-/// nothing removed). Caller holds mmap_lock for write.
-int DoVmiMunmapUnlock(MmStruct& m, uint64_t start, uint64_t end) ABSL_UNLOCK_FUNCTION(m.mmap_lock);
 
 }  // namespace vmspace

@@ -9,6 +9,12 @@
 #include "engine/stats.h"
 #include "filemap.h"
 #include "mm.h"
+#include "mmap.h"
+#include "memory.h"
+#include "mmap_lock.h"
+#include "rmap.h"
+#include "vma.h"
+#include "vma_lock.h"
 
 namespace vmspace {
 
@@ -29,13 +35,13 @@ constexpr uint64_t kMaxLfsFilesize = 0x7fffffffffffffffull;
 /// unmapped_area_topdown() (mm/vma.c): the highest gap in [low, high) that holds
 /// `length`, restarting below a VM_GROWSDOWN VMA's guard gap. Returns the address or
 /// ~0 (ENOMEM).
-uint64_t MmStruct::UnmappedAreaTopdownLocked(uint64_t length, uint64_t low, uint64_t high) {
-  if (low < opts.mmap_min_addr) low = opts.mmap_min_addr;
+uint64_t UnmappedAreaTopdownLocked(MmStruct& mm, uint64_t length, uint64_t low, uint64_t high) {
+  if (low < mm.opts.mmap_min_addr) low = mm.opts.mmap_min_addr;
   for (;;) {
     if (high <= low || high - low < length) return ~0ull;
-    uint64_t gap_end = idx->HighestGapEnd(length, low, high);
+    uint64_t gap_end = mm.idx->HighestGapEnd(length, low, high);
     if (gap_end == ~0ull) return ~0ull;
-    Vma* above = VmaNextFromLocked(gap_end);
+    Vma* above = VmaNextFromLocked(mm, gap_end);
     if (above && (above->vm_flags & VM_GROWSDOWN) && above->start_gap() < gap_end) {
       high = above->start_gap();
       continue;
@@ -46,15 +52,15 @@ uint64_t MmStruct::UnmappedAreaTopdownLocked(uint64_t length, uint64_t low, uint
 
 /// unmapped_area() (mm/vma.c): the lowest gap in [low, high) holding `length`. Only
 /// the fallback and MAP_32BIT use it; it walks VMAs from the bottom.
-uint64_t MmStruct::UnmappedAreaBottomupLocked(uint64_t length, uint64_t low, uint64_t high) {
-  if (low < opts.mmap_min_addr) low = opts.mmap_min_addr;
+uint64_t UnmappedAreaBottomupLocked(MmStruct& mm, uint64_t length, uint64_t low, uint64_t high) {
+  if (low < mm.opts.mmap_min_addr) low = mm.opts.mmap_min_addr;
   for (;;) {
     if (high <= low || high - low < length) return ~0ull;
-    Vma* lower = VmaPrevLocked(low);
+    Vma* lower = VmaPrevLocked(mm, low);
     if (lower && lower->vm_end <= low) lower = nullptr;
     uint64_t gs = lower ? lower->vm_end : low;
     bool found = false;
-    Vma* upper = VmaNextFromLocked(gs);
+    Vma* upper = VmaNextFromLocked(mm, gs);
     while (true) {
       uint64_t s0 = gs < low ? low : gs;
       uint64_t ge = upper ? upper->vm_start : ~0ull;
@@ -66,7 +72,7 @@ uint64_t MmStruct::UnmappedAreaBottomupLocked(uint64_t length, uint64_t low, uin
       }
       if (!upper || upper->vm_start >= high) break;
       gs = upper->vm_end;
-      upper = VmaNextFromLocked(gs);
+      upper = VmaNextFromLocked(mm, gs);
     }
     if (!found) return ~0ull;
     if (upper && (upper->vm_flags & VM_GROWSDOWN) && upper->start_gap() < gs + length) {
@@ -80,18 +86,18 @@ uint64_t MmStruct::UnmappedAreaBottomupLocked(uint64_t length, uint64_t low, uin
 /// arch_get_unmapped_area_topdown() / arch_get_unmapped_area() (arch/x86/kernel/
 /// sys_x86_64.c): hint check, then top-down search below mmap_base, falling back to
 /// bottom-up from TASK_SIZE/3. MAP_32BIT searches [1 GiB, 2 GiB) bottom-up.
-uint64_t MmStruct::ArchGetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags) {
+uint64_t ArchGetUnmappedAreaLocked(MmStruct& mm, uint64_t addr, uint64_t len, int flags) {
   if (len > kTaskSize) return ~0ull;
   if (flags & MAP_FIXED) return addr;
   if (!(flags & MAP_32BIT)) {
     if (addr) {
       addr &= kPageMask;
       if (kTaskSize - len >= addr) {  // mmap_address_hint_valid
-        Vma* v = FindVmaLocked(addr);
+        Vma* v = FindVmaLocked(mm, addr);
         if (!v || addr + len <= v->start_gap()) return addr;
       }
     }
-    uint64_t r = UnmappedAreaTopdownLocked(len, kPageSize, opts.mmap_base);
+    uint64_t r = UnmappedAreaTopdownLocked(mm, len, kPageSize, mm.opts.mmap_base);
     if (r != ~0ull) return r;
   }
   // bottomup: arch_get_unmapped_area()
@@ -100,17 +106,17 @@ uint64_t MmStruct::ArchGetUnmappedAreaLocked(uint64_t addr, uint64_t len, int fl
   if (len > end) return ~0ull;
   if (addr) {
     addr = PageAlign(addr);
-    Vma* v = FindVmaLocked(addr);
+    Vma* v = FindVmaLocked(mm, addr);
     if (end - len >= addr && (!v || addr + len <= v->start_gap())) return addr;
   }
-  return UnmappedAreaBottomupLocked(len, begin, end);
+  return UnmappedAreaBottomupLocked(mm, len, begin, end);
 }
 
 /// __get_unmapped_area() (mm/mmap.c) for anonymous memory, including the THP
 /// alignment of private anonymous requests (thp_get_unmapped_area_vmflags,
 /// __thp_get_unmapped_area with off = 0). Returns the address or an errno via *err.
-uint64_t MmStruct::GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags, bool file, uint64_t off,
-                                         int* err) {
+uint64_t GetUnmappedAreaLocked(MmStruct& mm, uint64_t addr, uint64_t len, int flags, bool file, uint64_t off,
+                               int* err) {
   *err = 0;
   if (len > kTaskSize) {
     *err = ENOMEM;
@@ -120,10 +126,10 @@ uint64_t MmStruct::GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags,
   // __thp_get_unmapped_area(): search with a PMD of padding, then place the range so
   // that file offset `off` lands PMD aligned (top-down: one PMD up if it already is).
   auto thp_area = [&](uint64_t o) -> uint64_t {
-    mmap_lock.AssertHeld();  // the caller's (a lambda is analysed on its own)
+    mm.mmap_lock.AssertHeld();  // the caller's (a lambda is analysed on its own)
     const uint64_t len_pad = len + kPmdSize;
     if (len_pad < len || o + len_pad < o) return ~0ull;
-    const uint64_t ret = ArchGetUnmappedAreaLocked(addr, len_pad, flags);
+    const uint64_t ret = ArchGetUnmappedAreaLocked(mm, addr, len_pad, flags);
     if (ret == ~0ull) return ~0ull;
     if (ret == addr) return addr;
     const uint64_t off_sub = (o - ret) & (kPmdSize - 1);
@@ -132,11 +138,11 @@ uint64_t MmStruct::GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags,
   const bool shared = flags & MAP_SHARED;  // shmem_get_unmapped_area (no THP for shmem here)
   if (file) {  // thp_get_unmapped_area (host files): when the range spans an aligned PMD
     const uint64_t off_align = (off + kPmdSize - 1) & ~(kPmdSize - 1);
-    if (opts.thp_align_anon && off + len > off_align && off + len - off_align >= kPmdSize) r = thp_area(off);
-  } else if (!shared && opts.thp_align_anon && !addr && (len % kPmdSize) == 0 && !(flags & MAP_FIXED)) {
+    if (mm.opts.thp_align_anon && off + len > off_align && off + len - off_align >= kPmdSize) r = thp_area(off);
+  } else if (!shared && mm.opts.thp_align_anon && !addr && (len % kPmdSize) == 0 && !(flags & MAP_FIXED)) {
     r = thp_area(0);
   }
-  if (r == ~0ull) r = ArchGetUnmappedAreaLocked(addr, len, flags);
+  if (r == ~0ull) r = ArchGetUnmappedAreaLocked(mm, addr, len, flags);
   if (r == ~0ull) {
     *err = ENOMEM;
     return 0;
@@ -150,7 +156,7 @@ uint64_t MmStruct::GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags,
     return 0;
   }
   // security_mmap_addr -> cap_mmap_addr
-  if (r < opts.dac_mmap_min_addr && !opts.cap_sys_rawio) {
+  if (r < mm.opts.dac_mmap_min_addr && !mm.opts.cap_sys_rawio) {
     *err = EPERM;
     return 0;
   }
@@ -159,20 +165,20 @@ uint64_t MmStruct::GetUnmappedAreaLocked(uint64_t addr, uint64_t len, int flags,
 
 // ====================================================================== stack
 
-int MmStruct::ExpandDownwardsLocked(Vma* v, uint64_t addr) {
-  mmap_lock.AssertWriteHeld();
+int ExpandDownwardsLocked(MmStruct& mm, Vma* v, uint64_t addr) {
+  mm.mmap_lock.AssertWriteHeld();
   addr &= kPageMask;
-  if (addr < opts.mmap_min_addr) return EPERM;
+  if (addr < mm.opts.mmap_min_addr) return EPERM;
   // Enforce stack_guard_gap against the VMA below (FindVma found v as the first VMA
   // ending above addr, so prev ends at or below addr).
-  Vma* prev = VmaPrevLocked(v->vm_start);
+  Vma* prev = VmaPrevLocked(mm, v->vm_start);
   if (prev && !(prev->vm_flags & VM_GROWSDOWN) && (prev->vm_flags & VM_ACCESS_FLAGS) &&
       addr - prev->vm_end < kStackGuardGap)
     return ENOMEM;
   // Only now: "We must make sure the anon_vma is allocated." Later refusals
   // (acct_stack_growth) keep it, as in Linux.
-  AnonVmaPrepareLocked(v);
-  VmaStartWriteLocked(v);
+  AnonVmaPrepareLocked(mm, v);
+  VmaStartWriteLocked(mm, v);
   if (addr >= v->vm_start) return 0;  // somebody else expanded it already
   const uint64_t size = v->vm_end - addr;
   const uint64_t grow = (v->vm_start - addr) >> kPageShift;
@@ -180,9 +186,9 @@ int MmStruct::ExpandDownwardsLocked(Vma* v, uint64_t addr) {
   // acct_stack_growth() with RLIMIT_STACK = 8 MiB.
   constexpr uint64_t kRlimitStack = 8ull << 20;
   if (size > kRlimitStack) return ENOMEM;
-  if (map_count.load(std::memory_order_relaxed) > opts.max_map_count) return ENOMEM;
-  total_vm.store(total_vm.load(std::memory_order_relaxed) + grow, std::memory_order_relaxed);
-  VmaSetRangeLocked(v, addr, v->vm_end);  // vm_pgoff -= grow
+  if (mm.map_count.load(std::memory_order_relaxed) > mm.opts.max_map_count) return ENOMEM;
+  mm.total_vm.store(mm.total_vm.load(std::memory_order_relaxed) + grow, std::memory_order_relaxed);
+  VmaSetRangeLocked(mm, v, addr, v->vm_end);  // vm_pgoff -= grow
   return 0;
 }
 
@@ -198,13 +204,13 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
   uint64_t addr = *addr_inout;
   const uint64_t pages = plen >> kPageShift;
-  if (!m.MayAddVmaLocked(/*over=*/true)) return (ENOMEM);
+  if (!MayAddVmaLocked(m, /*over=*/true)) return (ENOMEM);
   int err = 0;
-  addr = m.GetUnmappedAreaLocked(addr, plen, flags, file && !file->file->shmem(), offset, &err);
+  addr = GetUnmappedAreaLocked(m, addr, plen, flags, file && !file->file->shmem(), offset, &err);
   if (err) return (err);
   // __mmap_setup()'s vma_find(): the first VMA ending above addr, which overlaps the
   // range (MAP_FIXED) or is the next VMA above it (the merge's next).
-  Vma* found = m.FindVmaLocked(addr);
+  Vma* found = FindVmaLocked(m, addr);
   Vma* overlap = found && found->vm_start < addr + plen ? found : nullptr;
   if ((flags & MAP_FIXED_NOREPLACE) && overlap) return (EEXIST);
 
@@ -265,7 +271,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   bool accountable = (vm_flags & (VM_NORESERVE | VM_SHARED | VM_WRITE)) == VM_WRITE;
   if (accountable) {
     uint64_t replaced = 0;
-    for (Vma* v = overlap; v && v->vm_start < addr + plen; v = m.VmaNextLocked(v))
+    for (Vma* v = overlap; v && v->vm_start < addr + plen; v = VmaNextLocked(m, v))
       if (v->vm_flags & VM_ACCOUNT) {
         uint64_t s = std::max(v->vm_start, addr), e = std::min(v->vm_end, addr + plen);
         replaced += (e - s) >> kPageShift;
@@ -276,7 +282,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   if (!file && (vm_flags & VM_SHARED) && !(vm_flags & VM_NORESERVE) && pages > m.commit_limit_pages)
     return (ENOMEM);  // shmem_acct_size in shmem_zero_setup
   if ((flags & MAP_FIXED) && overlap) {
-    if (int e = m.UnmapRangeLocked(addr, addr + plen, /*free_tables=*/false, nullptr)) return e;
+    if (int e = UnmapRangeLocked(m, addr, addr + plen, /*free_tables=*/false, nullptr)) return e;
   }
   // The filesystem's ->mmap_prepare refuses VM_SYNC (set by MAP_SYNC even with
   // MAP_SHARED or MAP_PRIVATE, which drop or ignore the flag itself) without DAX, after
@@ -285,10 +291,10 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   Vma* v = nullptr;
   // A shared anonymous mapping is a new shmem file: it never merges.
   if (file || !(vm_flags & VM_SHARED))
-    v = m.VmaMergeNewRangeLocked(addr, addr + plen, vm_flags, pgoff, file.get(),
-                                 overlap ? m.FindVmaLocked(addr) : found);  // after the unmap: again
+    v = VmaMergeNewRangeLocked(m, addr, addr + plen, vm_flags, pgoff, file.get(),
+                                 overlap ? FindVmaLocked(m, addr) : found);  // after the unmap: again
   if (!v) {
-    v = m.VmaAllocLocked();
+    v = VmaAllocLocked(m);
     v->vm_mm = &m;
     v->vm_start = addr;
     v->vm_end = addr + plen;
@@ -296,7 +302,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
     v->vm_pgoff = pgoff;
     if (file) v->vm_file = file;
     else if (vm_flags & VM_SHARED) v->vm_file = NewShmemFile(m.frames, "/dev/zero (deleted)", plen);  // shmem_zero_setup
-    m.VmaLinkNewLocked(v);  // __mmap_new_vma: tree + i_mmap, before it can map a page
+    VmaLinkNewLocked(m, v);  // __mmap_new_vma: tree + i_mmap, before it can map a page
   }
   m.total_vm.store(m.total_vm.load(std::memory_order_relaxed) + pages, std::memory_order_relaxed);
   *addr_inout = addr;
@@ -344,11 +350,11 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
 
   uint64_t vm_flags = 0;
   const uint64_t hint = addr;
-  const int err = m.RetryAfterReclaim([&] {
+  const int err = RetryAfterReclaim(m, [&] {
     addr = hint;
-    m.MmapWriteLock();
+    MmapWriteLock(m);
     const int e = DoMmapLocked(m, &addr, plen, prot, flags, offset, file, &vm_flags);
-    m.MmapWriteUnlock();
+    MmapWriteUnlock(m);
     return e;
   });
   if (err) return fail(err);
@@ -363,7 +369,7 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
     AccessType a = populate_write ? AccessType::kWrite : AccessType::kRead;
     for (uint64_t p = addr; p < addr + plen; p += kPageSize) {
       if (p != addr && StopAtTable(p - kPageSize, p)) break;
-      if (m.FaultInPage(p, a).failed()) break;
+      if (FaultInPage(m, p, a).failed()) break;
     }
   }
   return SysResult::Ok(addr);
@@ -384,8 +390,8 @@ SysResult AddressSpace::Munmap(uint64_t addr, uint64_t len) {
     CountOp(OpType::kMunmap, EINVAL);
     return SysResult::Err(EINVAL);
   }
-  const int e = m.RetryAfterReclaim([&] {  // a split the budget refused
-    m.MmapWriteLock();
+  const int e = RetryAfterReclaim(m, [&] {  // a split the budget refused
+    MmapWriteLock(m);
     return DoVmiMunmapUnlock(m, addr, end);
   });
   CountOp(OpType::kMunmap, e);

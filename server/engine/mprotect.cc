@@ -8,13 +8,18 @@
 #include "engine/stats.h"
 #include "filemap.h"
 #include "mm.h"
+#include "mmap.h"
+#include "mmap_lock.h"
+#include "mprotect.h"
+#include "vma.h"
+#include "vma_lock.h"
 
 namespace vmspace {
 
-void MmStruct::ChangeProtectionLocked(Vma* v, uint64_t start, uint64_t end) {
-  VmaAssertWriteLocked(v);
+void ChangeProtectionLocked(MmStruct& mm, Vma* v, uint64_t start, uint64_t end) {
+  VmaAssertWriteLocked(mm, v);
   void* zero = FrameAllocator::ZeroPage();
-  pt.ForEachTable(start, end, [&](PageTable::PteTable& t, int i0, int i1, uint64_t) {
+  mm.pt.ForEachTable(start, end, [&](PageTable::PteTable& t, int i0, int i1, uint64_t) {
     SpinGuard l(t.ptl);  // change_pte_range: the table's PTE lock for the whole run
     for (int i = i0; i < i1; i++) {
       const uint64_t cur = t.Get(i);
@@ -35,7 +40,7 @@ namespace {
 // do_mprotect_pkey's part under mmap_lock (held for write by the caller): 0 or an errno.
 int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grows)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
-  Vma* vma = m.FindVmaIntersectionLocked(start, end);
+  Vma* vma = FindVmaIntersectionLocked(m, start, end);
   if (!vma) return ENOMEM;
   if (grows & PROT_GROWSDOWN) {
     if (vma->vm_start >= end) return ENOMEM;
@@ -76,19 +81,19 @@ int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grow
         newflags &= ~VM_ACCOUNT;
       }
       int e = 0;
-      Vma* r = m.VmaModifyFlagsLocked(vma, nstart, tmp, newflags, &e);
+      Vma* r = VmaModifyFlagsLocked(m, vma, nstart, tmp, newflags, &e);
       if (!r) {
         error = e;
         break;
       }
-      m.VmaStartWriteLocked(r);
+      VmaStartWriteLocked(m, r);
       r->vm_flags = newflags;  // vm_flags_reset
-      m.ChangeProtectionLocked(r, nstart, tmp);
+      ChangeProtectionLocked(m, r, nstart, tmp);
       cur = r;
     }
     tmp = cur->vm_end;  // vma_iter_end(): the end of the VMA just handled
     nstart = tmp;
-    vma = m.VmaNextLocked(cur);
+    vma = VmaNextLocked(m, cur);
   }
   if (!error && tmp < end) error = ENOMEM;
   return error;
@@ -116,10 +121,10 @@ SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
   if (len == 0 || end <= start) return done(ENOMEM);
   if (prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_SEM)) return done(EINVAL);
 
-  const int error = m.RetryAfterReclaim([&] {  // a split the budget refused
-    m.MmapWriteLock();
+  const int error = RetryAfterReclaim(m, [&] {  // a split the budget refused
+    MmapWriteLock(m);
     const int e = MprotectLocked(m, start, end, prot, grows);
-    m.MmapWriteUnlock();
+    MmapWriteUnlock(m);
     return e;
   });
   return done(error);

@@ -9,6 +9,7 @@
 #include "engine/stats.h"
 #include "filemap.h"
 #include "mm.h"
+#include "vma.h"
 
 namespace vmspace {
 
@@ -55,7 +56,7 @@ SysResult AddressSpace::Msync(uint64_t start, uint64_t len, int flags) {
     bool finished = false;
     {
       ReadGuard l(m.mmap_lock);
-      Vma* vma = m.FindVmaLocked(start);
+      Vma* vma = FindVmaLocked(m, start);
       for (;;) {
         error = ENOMEM;
         finished = true;
@@ -82,7 +83,7 @@ SysResult AddressSpace::Msync(uint64_t start, uint64_t len, int flags) {
           error = 0;
           break;
         }
-        vma = m.VmaNextLocked(vma);
+        vma = VmaNextLocked(m, vma);
       }
     }
     if (sync_file) {

@@ -17,6 +17,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "engine/frame_allocator.h"
+#include "engine/types.h"
+#include "mm_types.h"
 #include "sync/spinlock.h"
 
 namespace vmspace {
@@ -31,6 +33,8 @@ enum PteBits : uint64_t {
   /// the VMA's file, not a private anonymous frame the PTE owns (!PageAnon).
   kPteFile = 1ull << 9,
 };
+inline uint64_t PageAlign(uint64_t x) { return (x + kPageSize - 1) & kPageMask; }
+
 inline void* PteFrame(uint64_t pte) { return reinterpret_cast<void*>(pte & ~0xfffull); }
 inline uint64_t MakePte(void* frame, uint64_t bits) {
   return reinterpret_cast<uint64_t>(frame) | kPtePresent | bits;
@@ -169,6 +173,29 @@ void PageTable::WalkLevel(Dir* dir, int level, uint64_t base, uint64_t start, ui
     }
     fn(*static_cast<PteTable*>(child), PteIndex(s), PteIndex(e - 1) + 1, s);
   }
+}
+
+/// PTE permission bits for a frame mapped in `vma` (vm_page_prot plus the write rule
+/// of do_anonymous_page / change_protection's MM_CP_TRY_CHANGE_WRITABLE): writable if
+/// the VMA is writable and the frame is not the zero page (private anon frames are
+/// exclusive: there is no fork).
+inline uint64_t PteBitsFor(const Vma& vma, bool zero_page) {
+  uint64_t b = 0;
+  if (vma.vm_flags & VM_ACCESS_FLAGS) b |= kPteRead;
+  if (vma.vm_flags & VM_EXEC) b |= kPteExec;
+  if ((vma.vm_flags & VM_WRITE) && !zero_page) b |= kPteWrite;
+  return b;
+}
+
+/// Whether a PTE value lets the CPU perform `a` without a fault.
+inline bool PteAllows(uint64_t pte, AccessType a) {
+  if (!(pte & kPtePresent)) return false;
+  switch (a) {
+    case AccessType::kRead: return pte & kPteRead;
+    case AccessType::kWrite: return pte & kPteWrite;
+    case AccessType::kExec: return pte & kPteExec;
+  }
+  return false;
 }
 
 }  // namespace vmspace

@@ -4,19 +4,21 @@
 
 #include "filemap.h"
 #include "mm.h"
+#include "proc.h"
+#include "vma.h"
 
 namespace vmspace {
 
-uint64_t MmStruct::RssLocked(uint64_t start, uint64_t end) {
+uint64_t RssLocked(MmStruct& mm, uint64_t start, uint64_t end) {
   uint64_t n = 0;
   void* zero = FrameAllocator::ZeroPage();
-  pt.ForEachPresent(start, end, [&](uint64_t, uint64_t pte) {
+  mm.pt.ForEachPresent(start, end, [&](uint64_t, uint64_t pte) {
     if (PteFrame(pte) != zero) n++;
   });
   return n;
 }
 
-VmaInfo MmStruct::VmaInfoLocked(const Vma* v) {
+VmaInfo VmaInfoLocked(MmStruct& mm, const Vma* v) {
   VmaInfo i;
   i.start = v->vm_start;
   i.end = v->vm_end;
@@ -31,7 +33,7 @@ VmaInfo MmStruct::VmaInfoLocked(const Vma* v) {
     i.inode = f->ino;
     i.name = f->maps_name;
   }
-  i.rss_pages = RssLocked(v->vm_start, v->vm_end);
+  i.rss_pages = RssLocked(mm, v->vm_start, v->vm_end);
   AnonVma* a = v->anon();
   i.anon_vma_id = a ? a->id : 0;
   return i;
@@ -44,8 +46,8 @@ std::vector<VmaInfo> AddressSpace::Maps(uint64_t start, uint64_t end) {
   StatsSlotScope slot_scope(m.stats_slot);
   std::vector<VmaInfo> out;
   ReadGuard l(m.mmap_lock);
-  for (Vma* v = m.FindVmaLocked(start); v && v->vm_start < end; v = m.VmaNextLocked(v))
-    out.push_back(m.VmaInfoLocked(v));
+  for (Vma* v = FindVmaLocked(m, start); v && v->vm_start < end; v = VmaNextLocked(m, v))
+    out.push_back(VmaInfoLocked(m, v));
   return out;
 }
 
@@ -56,7 +58,7 @@ uint64_t AddressSpace::CountVmas(uint64_t start, uint64_t end, uint64_t max) {
   StatsSlotScope slot_scope(m.stats_slot);
   ReadGuard l(m.mmap_lock);
   uint64_t n = 0;
-  for (Vma* v = m.FindVmaLocked(start); v && v->vm_start < end && n < max; v = m.VmaNextLocked(v)) n++;
+  for (Vma* v = FindVmaLocked(m, start); v && v->vm_start < end && n < max; v = VmaNextLocked(m, v)) n++;
   return n;
 }
 

@@ -4,6 +4,8 @@
 #include <atomic>
 
 #include "mm.h"
+#include "rmap.h"
+#include "vma.h"
 
 namespace vmspace {
 
@@ -17,17 +19,17 @@ bool AnonVmaCompatible(const Vma* a, const Vma* b) {
 }
 }  // namespace
 
-AnonVma* MmStruct::FindMergeableAnonVmaLocked(Vma* v) {
-  Vma* next = VmaNextFromLocked(v->vm_end);
+AnonVma* FindMergeableAnonVmaLocked(MmStruct& mm, Vma* v) {
+  Vma* next = VmaNextFromLocked(mm, v->vm_end);
   if (next && next->vm_start == v->vm_end && AnonVmaCompatible(v, next) && next->anon())
     return next->anon();
-  Vma* prev = VmaPrevLocked(v->vm_start);
+  Vma* prev = VmaPrevLocked(mm, v->vm_start);
   if (prev && AnonVmaCompatible(prev, v) && prev->anon()) return prev->anon();
   return nullptr;
 }
 
-void MmStruct::PageMkcleanOne(Vma* v, uint64_t addr) {
-  PageTable::PteTable* t = pt.Lookup(addr, false);
+void PageMkcleanOne(MmStruct& mm, Vma* v, uint64_t addr) {
+  PageTable::PteTable* t = mm.pt.Lookup(addr, false);
   if (!t) return;
   const int i = PageTable::PteIndex(addr);
   SpinGuard l(t->ptl);
@@ -36,14 +38,14 @@ void MmStruct::PageMkcleanOne(Vma* v, uint64_t addr) {
   (void)v;
 }
 
-void MmStruct::AnonVmaPrepareLocked(Vma* v) {
+void AnonVmaPrepareLocked(MmStruct& mm, Vma* v) {
   if (v->anon()) return;
-  MutexLock l(anon_vma_lock);
+  MutexLock l(mm.anon_vma_lock);
   if (v->anon()) return;
-  if (AnonVma* a = FindMergeableAnonVmaLocked(v)) {
+  if (AnonVma* a = FindMergeableAnonVmaLocked(mm, v)) {
     v->anon_vma.store(GetAnonVma(a), std::memory_order_release);
   } else {
-    a = new AnonVma{next_anon_vma_id++};
+    a = new AnonVma{mm.next_anon_vma_id++};
     v->anon_vma.store(a, std::memory_order_release);  // takes the initial reference
   }
 }

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "filemap.h"
+#include "memory.h"
 #include "mm.h"
+#include "mmu_gather.h"
 
 namespace vmspace {
 
@@ -27,7 +29,7 @@ void File::UnmapMappingRange(uint64_t first, uint64_t last) {
     MmStruct& m = *v->vm_mm;
     {
       StatsSlotScope slot(m.stats_slot);
-      m.ZapPteRange(v, s, e, g->pages);
+      ZapPteRange(m, v, s, e, g->pages);
     }
     MmuGather::Queue(g, m.frames, m.stats_slot);  // lockless accessors may still touch them
   }

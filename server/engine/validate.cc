@@ -7,6 +7,9 @@
 #include "fmt/format.h"
 #include "filemap.h"
 #include "mm.h"
+#include "mmap_lock.h"
+#include "vma.h"
+#include "vma_lock.h"
 
 namespace vmspace {
 
@@ -15,9 +18,9 @@ std::string AddressSpace::Validate() {
   mm_->NoteRcuReader();
   MmStruct& m = *mm_;
   StatsSlotScope slot_scope(m.stats_slot);
-  m.MmapWriteLock();
+  MmapWriteLock(m);
   // Write-lock every VMA (as mm_take_all_locks would): no fault runs while we count.
-  for (Vma* v = m.FindVmaLocked(0); v; v = m.VmaNextLocked(v)) m.VmaStartWriteLocked(v);
+  for (Vma* v = FindVmaLocked(m, 0); v; v = VmaNextLocked(m, v)) VmaStartWriteLocked(m, v);
 
   std::string err;
   uint64_t prev_end = 0, count = 0, total = 0;
@@ -25,15 +28,15 @@ std::string AddressSpace::Validate() {
   std::unordered_map<File*, uint64_t> file_vmas;  // this space's VMAs per file
   std::unordered_set<void*> frames_seen;
   void* zero = FrameAllocator::ZeroPage();
-  for (Vma* v = m.FindVmaLocked(0); v && err.empty(); v = m.VmaNextLocked(v)) {
+  for (Vma* v = FindVmaLocked(m, 0); v && err.empty(); v = VmaNextLocked(m, v)) {
     if (!PageAligned(v->vm_start) || !PageAligned(v->vm_end) || v->vm_start >= v->vm_end ||
         v->vm_end > kTaskSize) {
       err = fmt::format("bad vma [{:#x}, {:#x})", v->vm_start, v->vm_end);
     } else if (v->vm_start < prev_end) {
       err = fmt::format("overlap at {:#x}", v->vm_start);
-    } else if (m.FindVmaLocked(v->vm_start) != v) {
+    } else if (FindVmaLocked(m, v->vm_start) != v) {
       err = fmt::format("index lookup of {:#x} misses its VMA", v->vm_start);
-    } else if (m.VmaIsDetached(v)) {
+    } else if (VmaIsDetached(m, v)) {
       err = fmt::format("detached VMA in the tree at {:#x}", v->vm_start);
     } else if (uint32_t rc = v->vm_refcnt.load(); m.vma_form == VmaForm::kRefcnt && rc >= Vma::kVmaLockOffset) {
       // Attached, no writer waiting (a reader may transiently hold it until its
@@ -93,7 +96,7 @@ std::string AddressSpace::Validate() {
     err = fmt::format("MM_SHMEMPAGES {} != {} shmem PTEs", rss_shmem, shmem_ptes);
   if (err.empty() && rss_file != static_cast<int64_t>(file_ptes))
     err = fmt::format("MM_FILEPAGES {} != {} file PTEs", rss_file, file_ptes);
-  m.MmapWriteUnlock();
+  MmapWriteUnlock(m);
   return err;
 }
 

@@ -6,7 +6,12 @@
 
 #include "absl/container/inlined_vector.h"
 #include "filemap.h"
+#include "memory.h"
 #include "mm.h"
+#include "mmap_lock.h"
+#include "mmu_gather.h"
+#include "vma.h"
+#include "vma_lock.h"
 
 namespace vmspace {
 
@@ -40,8 +45,8 @@ class IMmapSection {
  public:
   IMmapSection(MmStruct& m, Vma* middle, Vma* other) ABSL_NO_THREAD_SAFETY_ANALYSIS : m_(m), f_(middle->file()) {
     if (!f_) return;
-    m_.VmaStartWriteLocked(middle);
-    m_.VmaStartWriteLocked(other);
+    VmaStartWriteLocked(m_, middle);
+    VmaStartWriteLocked(m_, other);
     IMmapLock(m_, f_);
     m_.i_mmap_held = f_;
   }
@@ -58,352 +63,113 @@ class IMmapSection {
 
 }  // namespace
 
-void MmStruct::VmaLinkFileLocked(Vma* v) {
+void VmaLinkFileLocked(MmStruct& mm, Vma* v) {
   File* f = v->file();
   if (!f) return;
-  VMSPACE_LOCK_ASSERT(v->vm_mm == this, "a file VMA is linked with its vm_mm set");
-  IMmapLock(*this, f);
+  VMSPACE_LOCK_ASSERT(v->vm_mm == &mm, "a file VMA is linked with its vm_mm set");
+  IMmapLock(mm, f);
   IMmapInsert(f, v);
-  IMmapUnlock(*this, f);
+  IMmapUnlock(mm, f);
 }
 
-void MmStruct::VmaLinkNewLocked(Vma* v) {
+void VmaLinkNewLocked(MmStruct& mm, Vma* v) {
   File* f = v->file();
   if (!f) {
-    VmaInsertLocked(v);
+    VmaInsertLocked(mm, v);
     return;
   }
-  const bool narrow = opts.i_mmap_scope == IMmapScope::kNarrow;
-  v->vm_mm = this;
+  const bool narrow = mm.opts.i_mmap_scope == IMmapScope::kNarrow;
+  v->vm_mm = &mm;
   if (narrow) f->unlinked_visible.fetch_add(1, std::memory_order_seq_cst);
-  else IMmapLock(*this, f);  // i_mmap_lock_write(vma->vm_file->f_mapping) across both inserts
-  VmaInsertLocked(v);        // vma_iter_store: visible to lockless lookups from here
+  else IMmapLock(mm, f);  // i_mmap_lock_write(vma->vm_file->f_mapping) across both inserts
+  VmaInsertLocked(mm, v);        // vma_iter_store: visible to lockless lookups from here
   if (auto hook = g_mmap_region_test_hook.load(std::memory_order_acquire)) {
-    v->vm_lock_seq.store(mm_lock_seq.load(std::memory_order_relaxed) - 1, std::memory_order_seq_cst);
-    hook(this, v->vm_start);
+    v->vm_lock_seq.store(mm.mm_lock_seq.load(std::memory_order_relaxed) - 1, std::memory_order_seq_cst);
+    hook(&mm, v->vm_start);
   }
   if (narrow) {
-    VmaLinkFileLocked(v);  // the lock for the file side only
+    VmaLinkFileLocked(mm, v);  // the lock for the file side only
     f->unlinked_visible.fetch_sub(1, std::memory_order_seq_cst);
     return;
   }
   IMmapInsert(f, v);
-  IMmapUnlock(*this, f);
+  IMmapUnlock(mm, f);
 }
 
-void MmStruct::VmaUnlinkFileLocked(Vma* v) {
+void VmaUnlinkFileLocked(MmStruct& mm, Vma* v) {
   File* f = v->file();
   if (!f) return;
-  IMmapLock(*this, f);
+  IMmapLock(mm, f);
   IMmapErase(f, v);
-  IMmapUnlock(*this, f);
+  IMmapUnlock(mm, f);
 }
 
-void Vma::InitFrom(const Vma& o) {
-  vm_start = o.vm_start;
-  vm_end = o.vm_end;
-  vm_flags = o.vm_flags;
-  vm_pgoff = o.vm_pgoff;
-  // An empty VMA has no anon_vma to drop (set_anon's exchange is not needed).
-  anon_vma.store(GetAnonVma(o.anon()), std::memory_order_release);
-  if (o.vm_file) vm_file = o.vm_file;
-  vm_mm = o.vm_mm;
-}
-
-void Vma::ReleaseContents() {
-  if (anon_vma.load(std::memory_order_relaxed)) set_anon(nullptr);
-  if (vm_file) vm_file.reset();  // vm_mm stays: a cached VMA is reused by this space only
-}
-
-Vma::~Vma() {
-  PutAnonVma(anon_vma.load(std::memory_order_relaxed));
-  delete vm_lock;
-}
-
-// ====================================================================== VmaCache
-
-namespace {
-// Bytes a VMA's memory is charged as: the object and its separate vma_lock.
-uint64_t VmaBytes(const Vma* v) { return sizeof(Vma) + (v->vm_lock ? sizeof(VmaLock) : 0); }
-}  // namespace
-
-void VmaCache::DeleteChain(Vma* first) {
-  while (first) {
-    Vma* next = first->free_next;
-    delete first;
-    first = next;
-  }
-}
-
-VmaCache::~VmaCache() {
-  // No reader of this space can be running; callbacks may still be.
-  DeleteChain(free_);
-  if (pending_) {
-    if (budget_) budget_->Uncharge(MemKind::kVmas, pending_->bytes);
-    DeleteChain(pending_->first);
-    delete pending_;
-  }
-  delete spare_;
-  for (RcuBatch* b = fifo_head_; b;) {
-    RcuBatch* next = b->next;
-    if (b->state.load(std::memory_order_relaxed) == RcuBatch::kPolled) {  // no callback: ours
-      if (budget_) budget_->Uncharge(MemKind::kVmas, b->bytes);
-      DeleteChain(b->first);
-      delete b;
-    } else if (b->state.exchange(RcuBatch::kOrphan, std::memory_order_acq_rel) == RcuBatch::kDone) {
-      DeleteChain(b->first);
-      delete b;
-    }
-    b = next;
-  }
-}
-
-size_t VmaCache::in_flight() const { return nr_in_flight_ + (pending_ ? pending_->n : 0); }
-
-VmaCache::RcuBatch* VmaCache::PopDone() {
-  RcuBatch* b = fifo_head_;
-  fifo_head_ = b->next;
-  if (!fifo_head_) fifo_tail_ = nullptr;
-  if (unready_ == b) unready_ = b->next;
-  if (unasked_ == b) unasked_ = b->next;  // (a batch handed to call_rcu before its tick)
-  nr_in_flight_ -= b->n;
-  return b;
-}
-
-void VmaCache::AskGracePeriods() {
-  if (!unasked_) return;
-  const uint64_t tick = RcuTick();
-  uint64_t cookie = 0;  // one grace period serves every batch queued before it starts
-  for (; unasked_ && unasked_->tick < tick; unasked_ = unasked_->next) {
-    if (!cookie) cookie = RcuStartPoll();
-    unasked_->cookie = cookie;
-  }
-}
-
-bool VmaCache::Ready(RcuBatch* b, bool* scan) {
-  const uint8_t state = b->state.load(std::memory_order_acquire);
-  if (state != RcuBatch::kPolled) return state == RcuBatch::kDone;  // kPending: its callback has not run
-  if (b->cookie == 0 || !RcuPollState(b->cookie, *scan)) return false;  // not asked yet: before the tick
-  *scan = false;  // the scan's result stands for the younger batches
-  if (b->budget) b->budget->Uncharge(MemKind::kVmas, b->bytes);
-  b->state.store(RcuBatch::kDone, std::memory_order_relaxed);
+bool ReclaimAfterRefusal(MmStruct& mm, uint64_t failcnt_before) {
+  if (mm.frames.budget().failcnt() == failcnt_before) return false;
+  mm.frames.Reclaim();
   return true;
 }
 
-void VmaCache::TakeBackFreed() {
-  AskGracePeriods();
-  bool scan = true;
-  while (nr_free_ < kMaxFree && fifo_head_ && Ready(fifo_head_, &scan)) {
-    RcuBatch* b = PopDone();
-    b->last->free_next = free_;
-    free_ = b->first;
-    nr_free_ += b->n;
-    if (spare_) delete b;
-    else spare_ = b;
-  }
+bool MayAddVmaLocked(MmStruct& mm, bool over) {
+  const uint64_t n = mm.map_count.load(std::memory_order_relaxed);
+  if (over ? n > mm.opts.max_map_count : n >= mm.opts.max_map_count) return false;
+  return mm.frames.budget().HasRoom(MmStruct::kVmaChangeBytes);
 }
 
-Vma* VmaCache::Alloc() {
-  if (!free_) TakeBackFreed();
-  Vma* v = free_;
-  if (v) {
-    free_ = v->free_next;
-    nr_free_--;
-    v->vm_pgoff = 0;
-    // The next allocation's VMA: it waited a grace period and is cold by now.
-    if (free_) __builtin_prefetch(free_, 1);
-    return Charged(v);
-  }
-  v = new Vma;
-  if (form_ == VmaForm::kRwsem) v->vm_lock = new VmaLock;  // vma_lock_alloc()
-  return Charged(v);
-}
-
-Vma* VmaCache::Charged(Vma* v) {
-  if (budget_) budget_->Charge(MemKind::kVmas, VmaBytes(v));
-  return v;
-}
-
-void VmaCache::Free(Vma* v) {
-  if (form_ == VmaForm::kRefcnt && nr_free_ >= kMaxFree) {
-    FreeRcu(v);  // typesafe by RCU: the memory goes back to the heap after a grace period
-    return;
-  }
-  if (budget_) budget_->Uncharge(MemKind::kVmas, VmaBytes(v));
-  if (nr_free_ >= kMaxFree) {
-    delete v;
-    return;
-  }
-  v->ReleaseContents();
-  v->free_next = free_;
-  free_ = v;
-  nr_free_++;
-}
-
-void VmaCache::FreeRcu(Vma* v) {
-  // Freed VMAs wait in the FIFO until an allocation wants them; beyond kMaxInFlight the
-  // oldest freed ones go back to the heap (no reader is left).
-  bool scan = true;
-  while (nr_in_flight_ >= kMaxInFlight && fifo_head_ && Ready(fifo_head_, &scan)) {
-    RcuBatch* b = PopDone();
-    DeleteChain(b->first);
-    delete b;
-  }
-  v->ReleaseContents();
-  RcuBatch* b = pending_;
-  if (!b) {
-    b = spare_ ? std::exchange(spare_, nullptr) : new RcuBatch;
-    b->state.store(RcuBatch::kPolled, std::memory_order_relaxed);
-    b->cookie = 0;
-    b->n = 0;
-    b->first = b->last = nullptr;
-    b->budget = budget_;
-    b->bytes = 0;
-    b->next = nullptr;
-    pending_ = b;
-  }
-  v->free_next = nullptr;
-  if (b->last) b->last->free_next = v;
-  else b->first = v;
-  b->last = v;
-  b->n++;
-  b->bytes += VmaBytes(v);
-  if (b->n >= kRcuBatch) FlushRcu();
-}
-
-void VmaCache::FlushRcu() {
-  if (RcuBatch* b = std::exchange(pending_, nullptr)) {
-    b->tick = RcuTick();
-    if (fifo_tail_) fifo_tail_->next = b;
-    else fifo_head_ = b;
-    fifo_tail_ = b;
-    nr_in_flight_ += b->n;
-    if (!unready_) unready_ = b;
-    if (!unasked_) unasked_ = b;
-  }
-  AskGracePeriods();
-  bool scan = true;
-  while (unready_ && Ready(unready_, &scan)) unready_ = unready_->next;
-}
-
-void VmaCache::HandToCallRcu() {
-  for (RcuBatch* b = unready_; b; b = b->next) {
-    if (b->state.load(std::memory_order_relaxed) != RcuBatch::kPolled) continue;  // handed already
-    b->state.store(RcuBatch::kPending, std::memory_order_relaxed);
-    CallRcu(&b->head, &RcuBatchDone);
-  }
-}
-
-// vm_area_free_rcu_cb() for a batch: kmem_cache_free() is the mark the cache takes the
-// VMAs back by; their charge ends with the grace period. Touches only the batch, so the
-// VMAs stay in the cache of the CPU that freed them (and reuses them).
-void VmaCache::RcuBatchDone(struct rcu_head* h) {
-  RcuCallbackBegin(h);
-  RcuBatch* b = reinterpret_cast<RcuBatch*>(reinterpret_cast<char*>(h) - offsetof(RcuBatch, head));
-  if (b->budget) b->budget->Uncharge(MemKind::kVmas, b->bytes);
-  if (b->state.exchange(RcuBatch::kDone, std::memory_order_acq_rel) == RcuBatch::kOrphan) {
-    DeleteChain(b->first);
-    delete b;
-  }
-  RcuCallbackEnd();
-}
-
-Vma* MmStruct::VmaAllocLocked() { return vma_cache.Alloc(); }
-
-void MmStruct::VmaFree(Vma* v) {
-  frames.budget().Uncharge(MemKind::kVmas, VmaBytes(v));
-  delete v;
-}
-
-bool MmStruct::ReclaimAfterRefusal(uint64_t failcnt_before) {
-  if (frames.budget().failcnt() == failcnt_before) return false;
-  frames.Reclaim();
-  return true;
-}
-
-bool MmStruct::MayAddVmaLocked(bool over) {
-  const uint64_t n = map_count.load(std::memory_order_relaxed);
-  if (over ? n > opts.max_map_count : n >= opts.max_map_count) return false;
-  return frames.budget().HasRoom(kVmaChangeBytes);
-}
-
-Vma* MmStruct::VmaDupLocked(const Vma& o) {
-  Vma* v = VmaAllocLocked();
-  v->InitFrom(o);
-  return v;
-}
-
-void MmStruct::ReleaseRetiredVmasLocked() {
-  if (retired_vmas.empty()) return;
-  // kRwsem (vm_area_free through call_rcu): a VMA that only this thread could have
-  // found waits only for its next quiescent state (sole_vmas, as sole_nodes).
-  const bool sole = vma_form == VmaForm::kRwsem && SoleRcuReaderLocked();
-  for (Vma* v : retired_vmas) {
-    if (vma_form != VmaForm::kRwsem) vma_cache.Free(v);
-    else if (sole) sole_vmas.push_back(v);
-    else vma_cache.FreeRcu(v);
-  }
-  retired_vmas.clear();
-  if (sole) {
-    sole_owner = RcuThreadId();
-    sole_qs = RcuQsCount();
-  }
-}
-
-void MmStruct::VmaInsertLocked(Vma* v) {
+void VmaInsertLocked(MmStruct& mm, Vma* v) {
   // Set at creation for VMAs of this file (rmap walkers read it once linked); split
   // parts inherit it.
-  if (!v->vm_mm) v->vm_mm = this;
-  VmaInitLocked(v);
-  idx->Insert(v);
-  map_count.store(map_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (!v->vm_mm) v->vm_mm = &mm;
+  VmaInitLocked(mm, v);
+  mm.idx->Insert(v);
+  mm.map_count.store(mm.map_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-void MmStruct::VmaRemoveLocked(Vma* v) {
-  VmaStartWriteLocked(v);
-  idx->Erase(v, v->vm_start, v->vm_end);
-  VmaMarkDetachedLocked(v);
-  map_count.store(map_count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-  retired_vmas.push_back(v);
+void VmaRemoveLocked(MmStruct& mm, Vma* v) {
+  VmaStartWriteLocked(mm, v);
+  mm.idx->Erase(v, v->vm_start, v->vm_end);
+  VmaMarkDetachedLocked(mm, v);
+  mm.map_count.store(mm.map_count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  mm.retired_vmas.push_back(v);
 }
 
-void MmStruct::VmaSetRangeLocked(Vma* v, uint64_t start, uint64_t end) {
-  VmaStartWriteLocked(v);
+void VmaSetRangeLocked(MmStruct& mm, Vma* v, uint64_t start, uint64_t end) {
+  VmaStartWriteLocked(mm, v);
   const uint64_t os = v->vm_start, oe = v->vm_end;
   // vma_prepare() .. vma_complete(): the i_mmap key changes under i_mmap_rwsem write.
   File* f = v->file();
-  IMmapLock(*this, f);
+  IMmapLock(mm, f);
   if (f) IMmapErase(f, v);
   if (start != os) v->vm_pgoff = v->vm_pgoff + (start >> kPageShift) - (os >> kPageShift);
   v->vm_start = start;
   v->vm_end = end;
   if (f) IMmapInsert(f, v);
-  IMmapUnlock(*this, f);
-  idx->Update(v, os, oe);
+  IMmapUnlock(mm, f);
+  mm.idx->Update(v, os, oe);
 }
 
-Vma* MmStruct::SplitVmaLocked(Vma* v, uint64_t addr, bool new_below) {
-  VmaStartWriteLocked(v);
-  Vma* n = VmaDupLocked(*v);
+Vma* SplitVmaLocked(MmStruct& mm, Vma* v, uint64_t addr, bool new_below) {
+  VmaStartWriteLocked(mm, v);
+  Vma* n = VmaDupLocked(mm, *v);
   // The new part joins i_mmap before v shrinks: rmap walkers always see the whole range.
   if (new_below) {
     n->vm_end = addr;
-    VmaLinkFileLocked(n);
-    VmaSetRangeLocked(v, addr, v->vm_end);
+    VmaLinkFileLocked(mm, n);
+    VmaSetRangeLocked(mm, v, addr, v->vm_end);
   } else {
     n->vm_start = addr;
     n->vm_pgoff = v->vm_pgoff + ((addr - v->vm_start) >> kPageShift);
-    VmaLinkFileLocked(n);
-    VmaSetRangeLocked(v, v->vm_start, addr);
+    VmaLinkFileLocked(mm, n);
+    VmaSetRangeLocked(mm, v, v->vm_start, addr);
   }
-  VmaInsertLocked(n);
+  VmaInsertLocked(mm, n);
   return n;
 }
 
-Vma* MmStruct::VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
-                                      const OpenFile* file, Vma* next) {
+Vma* VmaMergeNewRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
+                            const OpenFile* file, Vma* next) {
   if (flags & VM_SPECIAL) return nullptr;
-  Vma* prev = VmaPrevLocked(start);
+  Vma* prev = VmaPrevLocked(mm, start);
   if (prev && prev->vm_end != start) prev = nullptr;
   if (next && next->vm_start != end) next = nullptr;
   const uint64_t pages = (end - start) >> kPageShift;
@@ -412,27 +178,27 @@ Vma* MmStruct::VmaMergeNewRangeLocked(uint64_t start, uint64_t end, uint64_t fla
   if (left && right && !AnonCompatible(prev->anon(), next->anon())) right = false;
   if (left && right) {
     const uint64_t next_end = next->vm_end;
-    VmaStartWriteLocked(prev);
+    VmaStartWriteLocked(mm, prev);
     AnonVma* a = prev->anon() ? prev->anon() : next->anon();
     if (a != prev->anon()) prev->set_anon(a);
-    VmaRemoveLocked(next);
-    VmaSetRangeLocked(prev, prev->vm_start, next_end);
-    VmaUnlinkFileLocked(next);  // prev covers its pages now
+    VmaRemoveLocked(mm, next);
+    VmaSetRangeLocked(mm, prev, prev->vm_start, next_end);
+    VmaUnlinkFileLocked(mm, next);  // prev covers its pages now
     return prev;
   }
   if (left) {
-    VmaSetRangeLocked(prev, prev->vm_start, end);
+    VmaSetRangeLocked(mm, prev, prev->vm_start, end);
     return prev;
   }
   if (right) {
-    VmaSetRangeLocked(next, start, next->vm_end);  // moves vm_pgoff down by the new pages
+    VmaSetRangeLocked(mm, next, start, next->vm_end);  // moves vm_pgoff down by the new pages
     return next;
   }
   return nullptr;
 }
 
-Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, uint64_t newflags,
-                                    int* err) {
+Vma* VmaModifyFlagsLocked(MmStruct& mm, Vma* middle, uint64_t start, uint64_t end, uint64_t newflags,
+                          int* err) {
   *err = 0;
   const bool left_side = start == middle->vm_start;
   const bool right_side = end == middle->vm_end;
@@ -441,9 +207,9 @@ Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, u
   const uint64_t pages = (end - start) >> kPageShift;
   AnonVma* anon = middle->anon();
   if (!(newflags & VM_SPECIAL) && (left_side || right_side)) {
-    Vma* prev = left_side ? VmaPrevLocked(start) : nullptr;
+    Vma* prev = left_side ? VmaPrevLocked(mm, start) : nullptr;
     if (prev && prev->vm_end != start) prev = nullptr;
-    Vma* next = right_side ? VmaNextFromLocked(end) : nullptr;
+    Vma* next = right_side ? VmaNextFromLocked(mm, end) : nullptr;
     if (next && next->vm_start != end) next = nullptr;
     const bool merge_left = prev && Mergeable(prev, newflags, file) &&
                             AnonCompatible(prev->anon(), anon) &&
@@ -455,52 +221,52 @@ Vma* MmStruct::VmaModifyFlagsLocked(Vma* middle, uint64_t start, uint64_t end, u
     const bool delete_middle = left_side && right_side;
     if (merge_left && merge_right) {
       // prev extends over middle and next; both removed.
-      VmaStartWriteLocked(prev);
+      VmaStartWriteLocked(mm, prev);
       AnonVma* a = prev->anon() ? prev->anon() : (next->anon() ? next->anon() : anon);
       if (a != prev->anon()) prev->set_anon(a);
       const uint64_t next_end = next->vm_end;
-      VmaRemoveLocked(middle);
-      VmaRemoveLocked(next);
-      VmaSetRangeLocked(prev, prev->vm_start, next_end);
-      VmaUnlinkFileLocked(middle);  // prev covers their pages now
-      VmaUnlinkFileLocked(next);
+      VmaRemoveLocked(mm, middle);
+      VmaRemoveLocked(mm, next);
+      VmaSetRangeLocked(mm, prev, prev->vm_start, next_end);
+      VmaUnlinkFileLocked(mm, middle);  // prev covers their pages now
+      VmaUnlinkFileLocked(mm, next);
       return prev;
     }
     if (merge_left) {
-      IMmapSection section(*this, middle, prev);
-      VmaStartWriteLocked(prev);
+      IMmapSection section(mm, middle, prev);
+      VmaStartWriteLocked(mm, prev);
       if (!prev->anon() && anon) prev->set_anon(anon);
-      if (delete_middle) VmaRemoveLocked(middle);
-      else VmaSetRangeLocked(middle, end, middle->vm_end);
-      VmaSetRangeLocked(prev, prev->vm_start, end);
-      if (delete_middle) VmaUnlinkFileLocked(middle);
+      if (delete_middle) VmaRemoveLocked(mm, middle);
+      else VmaSetRangeLocked(mm, middle, end, middle->vm_end);
+      VmaSetRangeLocked(mm, prev, prev->vm_start, end);
+      if (delete_middle) VmaUnlinkFileLocked(mm, middle);
       return prev;
     }
     if (merge_right) {
-      IMmapSection section(*this, middle, next);
-      VmaStartWriteLocked(next);
+      IMmapSection section(mm, middle, next);
+      VmaStartWriteLocked(mm, next);
       if (!next->anon() && anon) next->set_anon(anon);
-      if (delete_middle) VmaRemoveLocked(middle);
-      else VmaSetRangeLocked(middle, middle->vm_start, start);
-      VmaSetRangeLocked(next, start, next->vm_end);
-      if (delete_middle) VmaUnlinkFileLocked(middle);
+      if (delete_middle) VmaRemoveLocked(mm, middle);
+      else VmaSetRangeLocked(mm, middle, middle->vm_start, start);
+      VmaSetRangeLocked(mm, next, start, next->vm_end);
+      if (delete_middle) VmaUnlinkFileLocked(mm, middle);
       return next;
     }
   }
   // No merge: split_vma() at the range boundaries.
   if (middle->vm_start < start) {
-    if (!MayAddVmaLocked()) {
+    if (!MayAddVmaLocked(mm)) {
       *err = ENOMEM;
       return nullptr;
     }
-    SplitVmaLocked(middle, start, true);
+    SplitVmaLocked(mm, middle, start, true);
   }
   if (middle->vm_end > end) {
-    if (!MayAddVmaLocked()) {
+    if (!MayAddVmaLocked(mm)) {
       *err = ENOMEM;
       return nullptr;
     }
-    SplitVmaLocked(middle, end, false);
+    SplitVmaLocked(mm, middle, end, false);
   }
   return middle;
 }
@@ -527,7 +293,7 @@ struct VmaMunmap {
 // it no lookup (mmap_lock, RCU or VMA lock) can find them. Returns 0 or ENOMEM.
 int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* nr_accounted,
                            VmaMunmap* vms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
-  Vma* v = m.FindVmaIntersectionLocked(start, end);
+  Vma* v = FindVmaIntersectionLocked(m, start, end);
   if (!v) return 0;
   // As the kernel's vma_iterator, no lookup is repeated for a VMA at hand: a split's
   // new part is the neighbour it borders (vms->prev below start, vms->next above end),
@@ -535,31 +301,31 @@ int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* 
   Vma* prev = nullptr;
   bool prev_known = false;
   if (start > v->vm_start) {
-    if (end < v->vm_end && !m.MayAddVmaLocked()) return ENOMEM;
-    prev = m.SplitVmaLocked(v, start, true);  // v is now [start, ...), prev below it
+    if (end < v->vm_end && !MayAddVmaLocked(m)) return ENOMEM;
+    prev = SplitVmaLocked(m, v, start, true);  // v is now [start, ...), prev below it
     prev_known = true;
   }
   // Collect, splitting the last one if it extends past end.
   Vma* next = nullptr;
   for (Vma* w = v;;) {
-    if (w->vm_end > end) next = m.SplitVmaLocked(w, end, false);
-    m.VmaStartWriteLocked(w);
+    if (w->vm_end > end) next = SplitVmaLocked(m, w, end, false);
+    VmaStartWriteLocked(m, w);
     vms->vmas.push_back(w);
     if (m.mt_detach) m.mt_detach->Store(w->vm_start, w->vm_end - 1, w);  // mas_store_gfp(mas_detach, vma)
     if (next) break;  // the upper part of the split: past end
-    next = m.VmaNextLocked(w);
+    next = VmaNextLocked(m, w);
     if (!next || next->vm_start >= end) break;
     w = std::exchange(next, nullptr);
   }
   vms->start = vms->vmas.front()->vm_start;
   vms->end = vms->vmas.back()->vm_end;
-  if (!prev_known) prev = m.VmaPrevLocked(vms->start);
+  if (!prev_known) prev = VmaPrevLocked(m, vms->start);
   vms->floor = prev ? prev->vm_end : 0;
   vms->ceiling = next ? next->vm_start : kUserPgtablesCeiling;
   for (Vma* w : vms->vmas) {
     if (nr_accounted && (w->vm_flags & VM_ACCOUNT)) *nr_accounted += w->pages();
     m.total_vm.store(m.total_vm.load(std::memory_order_relaxed) - w->pages(), std::memory_order_relaxed);
-    m.VmaRemoveLocked(w);  // detach first: no new lockless reader can find it
+    VmaRemoveLocked(m, w);  // detach first: no new lockless reader can find it
   }
   return 0;
 }
@@ -572,8 +338,8 @@ int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* 
 void ClearPtesLocked(MmStruct& m, const VmaMunmap& vms, bool free_tables, MmuGather& g)
     ABSL_SHARED_LOCKS_REQUIRED(m.mmap_lock) {
   auto clear = [&](Vma* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // m.mmap_lock held, as above
-    m.ZapRangeLocked(w, w->vm_start, w->vm_end, g.pages);
-    m.VmaUnlinkFileLocked(w);  // unlink_file_vma_batch: PTEs gone, before the tables go
+    ZapRangeLocked(m, w, w->vm_start, w->vm_end, g.pages);
+    VmaUnlinkFileLocked(m, w);  // unlink_file_vma_batch: PTEs gone, before the tables go
   };
   if (MapleTree* t = m.mt_detach.get()) {
     // unmap_vmas(): the first VMA is vms->vma, the others mas_find()s of mas_detach.
@@ -590,7 +356,7 @@ void ClearPtesLocked(MmStruct& m, const VmaMunmap& vms, bool free_tables, MmuGat
 // mmap_write_downgrade(): what MmapWriteUnlock does before it unlocks (publish the
 // index, retire its replaced nodes, vma_end_write_all), then downgrade_write().
 void MmapWriteDowngrade(MmStruct& m) ABSL_UNLOCK_FUNCTION(m.mmap_lock) ABSL_SHARED_LOCK_FUNCTION(m.mmap_lock) {
-  m.EndWriteSectionLocked();
+  EndWriteSectionLocked(m);
   m.mmap_lock.DowngradeWrite();
 }
 
@@ -600,16 +366,16 @@ void MmapWriteDowngrade(MmStruct& m) ABSL_UNLOCK_FUNCTION(m.mmap_lock) ABSL_SHAR
 // and none can run before this thread's up_read), which the compiler cannot know once
 // the capability is shared.
 void FlushGatherDowngraded(MmStruct& m) ABSL_SHARED_LOCKS_REQUIRED(m.mmap_lock) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  m.ReleaseRetiredVmasLocked();
-  m.FlushGatherIfFullLocked();
+  ReleaseRetiredVmasLocked(m);
+  FlushGatherIfFullLocked(m);
 }
 
 }  // namespace
 
-int MmStruct::UnmapRangeLocked(uint64_t start, uint64_t end, bool free_tables, uint64_t* nr_accounted) {
+int UnmapRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, bool free_tables, uint64_t* nr_accounted) {
   VmaMunmap vms;
-  if (int e = GatherMunmapVmasLocked(*this, start, end, nr_accounted, &vms)) return e;
-  if (!vms.vmas.empty()) ClearPtesLocked(*this, vms, free_tables, GatherLocked());
+  if (int e = GatherMunmapVmasLocked(mm, start, end, nr_accounted, &vms)) return e;
+  if (!vms.vmas.empty()) ClearPtesLocked(mm, vms, free_tables, GatherLocked(mm));
   return 0;
 }
 
@@ -620,10 +386,10 @@ int DoVmiMunmapUnlock(MmStruct& m, uint64_t start, uint64_t end) ABSL_UNLOCK_FUN
   VmaMunmap vms;
   const int err = GatherMunmapVmasLocked(m, start, end, nullptr, &vms);
   if (err || vms.vmas.empty()) {
-    m.MmapWriteUnlock();
+    MmapWriteUnlock(m);
     return err;
   }
-  MmuGather& g = m.GatherLocked();
+  MmuGather& g = GatherLocked(m);
   MmapWriteDowngrade(m);
   ClearPtesLocked(m, vms, /*free_tables=*/true, g);
   FlushGatherDowngraded(m);

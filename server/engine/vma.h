@@ -1,127 +1,155 @@
-// Vma: one virtual memory area, the engine's vm_area_struct (include/linux/mm_types.h).
-// Internal to the engine; callers see VmaInfo (address_space.h).
+// The VMA operations of mm/vma.c (mm/vma.h, Linux 6.18), defined in vma.cc: lookups
+// (find_vma & co.), link/unlink (also into a file's i_mmap), set range, split, merge
+// and unmap. Every change needs mmap_lock for write and write-locks each VMA it changes
+// (vma_start_write).
+//
+// Also declared here, defined in vma_init.cc: vm_area_alloc / vm_area_dup /
+// vm_area_free of the space's VMAs (mm/vma_init.c). They take the MmStruct, whose
+// VmaCache (vma_init.h) mm.h embeds, so vma_init.h cannot declare them itself.
 #pragma once
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
-#include <memory>
 
-#include "engine/types.h"
-#include "engine/file.h"
-#include "sync/rcu.h"
+#include "absl/base/thread_annotations.h"
+#include "mm.h"
 
 namespace vmspace {
 
-struct MmStruct;
-struct File;
-struct VmaLock;  // mm.h: the rwsem form's separately allocated per-VMA lock
+/// Test-only: called by VmaLinkNewLocked between the VMA-tree insert and the i_mmap
+/// insert of a new file VMA (arguments: the space, the VMA's start), on the mmap
+/// thread, which holds mmap_lock for write (and, with i_mmap_scope wide, the file's
+/// i_mmap_rwsem for write). Null in production.
+inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_mmap_region_test_hook{nullptr};
 
-/// Identity of an anon_vma (mm/rmap.c): the object that private anonymous pages of a
-/// VMA (and of VMAs split from it) belong to. Only its identity matters for merging
-/// (is_mergeable_anon_vma); there is no fork, so every anon_vma_chain is singular.
-struct AnonVma {
-  uint64_t id;
-  std::atomic<uint64_t> refs{1};  // VMAs pointing at it
-};
-inline AnonVma* GetAnonVma(AnonVma* a) {
-  if (a) a->refs.fetch_add(1, std::memory_order_relaxed);
-  return a;
-}
-inline void PutAnonVma(AnonVma* a) {
-  if (a && a->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete a;
+/// find_vma(): the first VMA with vm_end > addr, or null.
+inline Vma* FindVmaLocked(MmStruct& mm, uint64_t addr) ABSL_SHARED_LOCKS_REQUIRED(mm.mmap_lock) { return mm.idx->FindVma(addr); }
+
+/// find_vma_intersection(): the first VMA overlapping [start, end), or null.
+inline Vma* FindVmaIntersectionLocked(MmStruct& mm, uint64_t start, uint64_t end) ABSL_SHARED_LOCKS_REQUIRED(mm.mmap_lock) {
+  Vma* v = FindVmaLocked(mm, start);
+  return v && v->vm_start < end ? v : nullptr;
 }
 
-/// A VMA (struct vm_area_struct). Field protection (LOCKING.md): vm_start, vm_end,
-/// vm_pgoff, vm_flags, anon_vma (set to non-null), vm_file are written only with
-/// mmap_lock held for write AND the VMA write-locked (vma_start_write; checked by
-/// MmStruct::VmaAssertWriteLocked), except anon_vma, which a fault may set from null
-/// under mmap_lock read plus the space's anon_vma_lock. Readers hold mmap_lock (read
-/// or write) or the VMA's read lock. Lifetime by the profile (LOCKING.md "Profiles"):
-/// without per-VMA locks freed at once; kRwsem: its references dropped once detached,
-/// its memory reused after a grace period (lockless lookups may still hold a pointer;
-/// VmaCache::FreeRcu); kRefcnt: returned to the space's
-/// typesafe-by-RCU cache at once and reused by the next VMA, so a lockless reader
-/// re-checks what it locked (MmStruct::LockFoundVmaRcu). The compiler cannot check
-/// "mmap_lock or this VMA's read lock", so these fields carry no GUARDED_BY; the
-/// functions that change them require mmap_lock for write (checked) and assert the
-/// VMA write lock (at run time, in lockdep builds).
-struct Vma {
-  uint64_t vm_start = 0;  // bytes, page aligned
-  uint64_t vm_end = 0;    // bytes, exclusive
-  uint64_t vm_flags = 0;  // VM_* bits
-  union {
-    uint64_t vm_pgoff = 0;  // pages: for private anon, vm_start >> 12 at creation
-    /// While the VMA is free or waiting for its grace period (VmaCache): the next VMA
-    /// of its list. Linux overlays the slab's free pointer and vm_rcu on vm_start and
-    /// vm_end (vm_freeptr, 6.15; vm_rcu, 6.4); here it overlays vm_pgoff, which no
-    /// lockless reader reads of a detached VMA (LockFoundVmaRcu reads the range before
-    /// it checks `detached`). Every VmaCache::Alloc caller writes vm_pgoff.
-    Vma* free_next;
-  };
-  // Null until the first write fault (private anon). Holds a reference (GetAnonVma).
-  std::atomic<AnonVma*> anon_vma{nullptr};
-  /// The open file mapped (struct file; for shared anonymous memory an unnamed shmem
-  /// file), null for private anonymous memory. vm_pgoff is the file offset in pages.
-  /// A file VMA is in its File's i_mmap from before it can map a page until after its
-  /// PTEs are zapped; vm_start, vm_end and vm_pgoff of a linked VMA change only under
-  /// i_mmap_rwsem write as well (rmap walkers read them under i_mmap_rwsem read).
-  std::shared_ptr<OpenFile> vm_file;
-  MmStruct* vm_mm = nullptr;  // the space: set at creation (copied by a split), then immutable
+/// vma_next(): the VMA after v, or null.
+inline Vma* VmaNextLocked(MmStruct& mm, const Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mm.mmap_lock) { return mm.idx->NextFrom(v->vm_end); }
 
-  // ---- per-VMA lock; which fields are used depends on the profile's VmaLockForm ----
-  /// kRefcnt (6.15, include/linux/mmap_lock.h, mm/mmap_lock.c): 0: detached (not in the
-  /// index); 1: attached, unlocked; 1 + n: n readers. A writer adds kVmaLockOffset while
-  /// it waits for readers to drain (VMA_LOCK_OFFSET); the reader that leaves it alone
-  /// with them wakes it (vma_refcount_put). A VMA reused from the space's cache keeps it
-  /// at 0 until it is attached again (vm_area_init_from). Unused in the kRwsem form.
-  std::atomic<uint32_t> vm_refcnt{0};
-  /// kRwsem (6.4 - 6.14): vma->detached, set when the VMA leaves the index (under its
-  /// write lock); a reader that locked a stale VMA sees it and retries (VMA_LOCK_MISS).
-  std::atomic<bool> detached{true};
-  /// The space's mm_lock_seq when this VMA was last write-locked; the VMA is
-  /// write-locked while it equals the current mm_lock_seq. Written under mmap_lock
-  /// write (both forms).
-  std::atomic<uint64_t> vm_lock_seq{~0ull};
-  /// kRwsem: vma->vm_lock, the separately allocated `struct vma_lock` (an rw_semaphore),
-  /// allocated with the VMA and freed with it; null in the kRefcnt form.
-  VmaLock* vm_lock = nullptr;
-  // No rcu_head and no budget pointer: the kRwsem form frees VMAs after a grace period
-  // in batches (VmaCache::FreeRcu), each batch with one rcu_head and the budget it
-  // uncharges. 88 bytes: a 96-byte malloc chunk.
-  static constexpr uint32_t kVmaLockOffset = 0x40000000;
+/// vma_prev() at addr: the last VMA that starts below addr, or null.
+inline Vma* VmaPrevLocked(MmStruct& mm, uint64_t addr) ABSL_SHARED_LOCKS_REQUIRED(mm.mmap_lock) { return mm.idx->PrevOf(addr); }
 
-  Vma() = default;
-  /// vm_area_dup()'s copy (vm_area_init_from): the range, flags, pgoff, a new anon_vma
-  /// reference, vm_file and vm_mm; never the lock state (detached, unlocked).
-  explicit Vma(const Vma& o) { InitFrom(o); }
-  ~Vma();
-  Vma& operator=(const Vma&) = delete;
-  /// vm_area_init_from(): copies o's range, flags, pgoff, anon_vma (a new reference)
-  /// and backing object into this empty detached VMA (from VmaCache::Alloc: no
-  /// anon_vma, no file), leaving vm_refcnt, detached, vm_lock_seq and vm_lock alone.
-  void InitFrom(const Vma& o);
-  /// What remove_vma() releases before vm_area_free() (the backing object's reference,
-  /// fput; and the anon_vma reference, as unlink_anon_vmas), leaving an empty detached
-  /// VMA. The range, flags and lock state stay (a lockless reader may still read the
-  /// range and lock state of a VMA waiting for its grace period).
-  void ReleaseContents();
-  AnonVma* anon() const { return anon_vma.load(std::memory_order_acquire); }
-  /// Replaces the anon_vma (caller holds mmap_lock for write).
-  void set_anon(AnonVma* a) {
-    AnonVma* old = anon_vma.exchange(GetAnonVma(a), std::memory_order_acq_rel);
-    PutAnonVma(old);
-  }
+/// The first VMA that starts at or above addr, or null.
+inline Vma* VmaNextFromLocked(MmStruct& mm, uint64_t addr) ABSL_SHARED_LOCKS_REQUIRED(mm.mmap_lock) { return mm.idx->NextFrom(addr); }
 
-  uint64_t pages() const { return (vm_end - vm_start) >> kPageShift; }
-  /// vma_is_anonymous(): private anonymous (no vm_ops).
-  bool is_anonymous() const { return !vm_file; }
-  /// The mapped file (inode), or null.
-  File* file() const { return vm_file ? vm_file->file.get() : nullptr; }
-  /// vm_start_gap(): start minus the stack guard gap for VM_GROWSDOWN VMAs.
-  uint64_t start_gap() const {
-    if (!(vm_flags & VM_GROWSDOWN)) return vm_start;
-    return vm_start > kStackGuardGap ? vm_start - kStackGuardGap : 0;
-  }
-};
+/// vma_link(): adds a new (detached, unlocked, from VmaAllocLocked) v to the tree,
+/// write-locked.
+void VmaInsertLocked(MmStruct& mm, Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// Write-locks, unlinks and detaches v; it is released at the section's end
+/// (ReleaseRetiredVmasLocked).
+void VmaRemoveLocked(MmStruct& mm, Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// vma_set_range() + the tree update: v's range becomes [start, end) (vm_pgoff moves
+/// with vm_start). Write-locks v.
+void VmaSetRangeLocked(MmStruct& mm, Vma* v, uint64_t start, uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// __split_vma(): splits v at addr. With new_below the new VMA is the lower part
+/// [vm_start, addr) and v keeps [addr, vm_end); else the new VMA is the upper part.
+/// Returns the new VMA. No map_count check (callers check, as split_vma does).
+Vma* SplitVmaLocked(MmStruct& mm, Vma* v, uint64_t addr, bool new_below) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// vma_merge_new_range(): merges the new range [start, end) (free) with flags, pgoff
+/// and no anon_vma into prev and/or next if compatible. `next` is find_vma(start),
+/// which the caller has already looked up (__mmap_region's vma_find: the first VMA
+/// above the range, or null). Returns the VMA that now covers the range, or null if
+/// no merge was possible.
+Vma* VmaMergeNewRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
+                            const OpenFile* file, Vma* next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// The same, looking next up.
+inline Vma* VmaMergeNewRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
+                                   const OpenFile* file = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock) {
+  return VmaMergeNewRangeLocked(mm, start, end, flags, pgoff, file, FindVmaLocked(mm, start));
+}
+
+/// vma_modify_flags() -> vma_merge_existing_range() / split_vma(): gives [start, end)
+/// (inside `middle`) the flags `newflags` by merging with prev/next or splitting.
+/// Returns the VMA covering [start, end), or null with *err = ENOMEM (split at
+/// max_map_count; an earlier split of this call stays, as in Linux). Does not set
+/// the flags itself.
+Vma* VmaModifyFlagsLocked(MmStruct& mm, Vma* middle, uint64_t start, uint64_t end, uint64_t newflags, int* err)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// vms_gather_munmap_vmas() + vms_complete_munmap_vmas(): removes [start, end).
+/// Returns 0 or ENOMEM (middle split at map_count >= max). `nr_accounted` (if set)
+/// gets the VM_ACCOUNT pages removed. With free_tables, page tables no longer
+/// covered by any VMA are freed (munmap); MAP_FIXED replacement keeps them.
+int UnmapRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, bool free_tables, uint64_t* nr_accounted)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// do_vmi_munmap() with `unlock` (vma.cc): removes [start, end) under mmap_lock write,
+/// downgrades it to read for the page-table teardown (vms_complete_munmap_vmas), and
+/// releases it in every case. Returns 0 or ENOMEM (a middle split at max_map_count:
+/// nothing removed). Caller holds mmap_lock for write.
+int DoVmiMunmapUnlock(MmStruct& m, uint64_t start, uint64_t end) ABSL_UNLOCK_FUNCTION(m.mmap_lock);
+
+/// vma_link_file() / __vma_link_file(): adds file VMA v to its File's i_mmap (no-op
+/// for anonymous VMAs). Before v can install a PTE: v is new and write-locked.
+void VmaLinkFileLocked(MmStruct& mm, Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// __mmap_region's link of a new VMA v (vma_iter_store + vma_link_file): into the
+/// VMA tree and, for a file VMA, its File's i_mmap, with i_mmap_rwsem held for write
+/// across both (opts.i_mmap_scope wide) or only around the i_mmap insert (narrow).
+/// With the test hook set (g_mmap_region_test_hook), v is published not
+/// write-locked, so a fault can reach it at once (Linux 6.4-rc before "mm: lock newly
+/// mapped VMA which can be modified after it becomes visible"), and the hook runs
+/// between the two inserts.
+void VmaLinkNewLocked(MmStruct& mm, Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// unlink_file_vma(): removes v from its File's i_mmap, once its PTEs are zapped or
+/// covered by a VMA that took its place (a merge). Takes i_mmap_rwsem for write.
+void VmaUnlinkFileLocked(MmStruct& mm, Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// max_map_count's check (`map_count >= max_map_count`, or `>` with `over`) joined by
+/// the budget's HasRoom(kVmaChangeBytes): true if a change may add a VMA.
+bool MayAddVmaLocked(MmStruct& mm, bool over = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// For a call that failed with ENOMEM: if the budget refused a charge since it read
+/// `failcnt_before` (MemoryBudget::failcnt), waits for the frees already queued
+/// (FrameAllocator::Reclaim: VMAs and nodes freed after a grace period) and returns
+/// true, so the caller tries once more, as the kernel reclaims before it fails.
+/// Caller holds no engine lock.
+bool ReclaimAfterRefusal(MmStruct& mm, uint64_t failcnt_before) ABSL_LOCKS_EXCLUDED(mm.mmap_lock);
+
+/// Runs `op` (a syscall's mmap_lock part, taking and dropping the lock itself; returns
+/// 0 or an errno) and, if it failed with ENOMEM after a budget refusal, once more
+/// after ReclaimAfterRefusal. Used by mmap, munmap and mprotect (the calls that add VMAs).
+template <typename Op>
+int RetryAfterReclaim(MmStruct& mm, Op&& op) ABSL_LOCKS_EXCLUDED(mm.mmap_lock) {
+  const uint64_t refused = mm.frames.budget().failcnt();
+  int e = op();
+  if (e == ENOMEM && ReclaimAfterRefusal(mm, refused)) e = op();
+  return e;
+}
+
+// ---------------------------------------------------------------- vma_init.cc
+
+/// vm_area_alloc(): an empty detached VMA: kRefcnt reuses one from vma_cache if it has
+/// any; kRwsem allocates its vma_lock with it.
+Vma* VmaAllocLocked(MmStruct& mm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// vm_area_dup(): a detached copy of o (Vma::InitFrom) from VmaAllocLocked.
+Vma* VmaDupLocked(MmStruct& mm, const Vma& o) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// vm_area_free() of the VMAs detached this section (retired_vmas), once nothing of
+/// the section uses them (after munmap's page-table teardown): kNone deletes them
+/// (no lockless reader exists), kRwsem hands each to its own call_rcu (freed with its
+/// vma_lock after a grace period), kRefcnt empties each into vma_cache at once.
+/// (munmap calls it after mmap_write_downgrade, still the only user of both lists.)
+void ReleaseRetiredVmasLocked(MmStruct& mm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// Deletes a VMA that is still charged (live or retired at exit_mmap) with its
+/// vm_lock, uncharging it (kVmas); VMAs freed through vma_cache are uncharged there.
+void VmaFree(MmStruct& mm, Vma* v);
 
 }  // namespace vmspace

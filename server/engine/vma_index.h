@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "maple_tree.h"
-#include "vma.h"
+#include "mm_types.h"
 #include "engine/per_thread.h"
 
 namespace vmspace {

@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "mm.h"
+#include "vma_lock.h"
 #include "sync/lock_timing.h"
 
 namespace vmspace {
@@ -18,7 +19,7 @@ inline bool IsVmaWriterOnly(uint32_t refcnt) {
 }
 }  // namespace
 
-void MmStruct::WaitForVmaReadersLocked(Vma* v, uint32_t target) {
+void WaitForVmaReadersLocked(MmStruct& mm, Vma* v, uint32_t target) {
   if (v->vm_refcnt.load(std::memory_order_seq_cst) == target) {
     RecordLock(LockClass::kVmaLock, LockMode::kWrite, false, 0, 0);
     return;
@@ -27,7 +28,7 @@ void MmStruct::WaitForVmaReadersLocked(Vma* v, uint32_t target) {
   // then sleep until the reader that leaves us alone wakes us (rcuwait_wait_event on
   // mm->vma_writer_wait; vma_refcount_put wakes). Spinning longer would burn the CPU a
   // preempted reader needs while we hold mmap_lock for write.
-  static const uint64_t spin_ticks = NsToTicks(kVmaWriterSpinNs);
+  static const uint64_t spin_ticks = NsToTicks(MmStruct::kVmaWriterSpinNs);
   const uint64_t t0 = NowTicks();
   bool done = false;
   while (NowTicks() - t0 < spin_ticks) {
@@ -38,20 +39,20 @@ void MmStruct::WaitForVmaReadersLocked(Vma* v, uint32_t target) {
     __builtin_ia32_pause();
   }
   while (!done) {
-    const uint32_t w = vma_writer_wait.load(std::memory_order_seq_cst);
+    const uint32_t w = mm.vma_writer_wait.load(std::memory_order_seq_cst);
     if (v->vm_refcnt.load(std::memory_order_seq_cst) == target) break;
     RcuSleep sleep;
-    vma_writer_wait.wait(w, std::memory_order_seq_cst);
+    mm.vma_writer_wait.wait(w, std::memory_order_seq_cst);
   }
   RecordLock(LockClass::kVmaLock, LockMode::kWrite, true,
              LockStatsEnabled() ? NowTicks() - t0 + 1 : 0, 0);
 }
 
-void MmStruct::VmaStartWriteLocked(Vma* v) {
-  mmap_lock.AssertWriteHeld();
-  const uint64_t seq = mm_lock_seq.load(std::memory_order_relaxed);
+void VmaStartWriteLocked(MmStruct& mm, Vma* v) {
+  mm.mmap_lock.AssertWriteHeld();
+  const uint64_t seq = mm.mm_lock_seq.load(std::memory_order_relaxed);
   if (v->vm_lock_seq.load(std::memory_order_relaxed) == seq) return;  // already, this section
-  switch (vma_form) {
+  switch (mm.vma_form) {
     case VmaForm::kNone:  // no per-VMA locks: nothing to wait for (kept for the assertion)
       break;
     case VmaForm::kRwsem:
@@ -66,7 +67,7 @@ void MmStruct::VmaStartWriteLocked(Vma* v) {
       if (v->vm_refcnt.load(std::memory_order_seq_cst) == 0) break;  // detached: no reader can take it
       // __vma_enter_locked(): new readers now fail; wait for the current ones.
       v->vm_refcnt.fetch_add(Vma::kVmaLockOffset, std::memory_order_seq_cst);
-      WaitForVmaReadersLocked(v, Vma::kVmaLockOffset + 1);
+      WaitForVmaReadersLocked(mm, v, Vma::kVmaLockOffset + 1);
       // WRITE_ONCE: a reader whose vm_refcnt increment follows the release below sees it.
       v->vm_lock_seq.store(seq, std::memory_order_relaxed);
       // __vma_exit_locked()
@@ -76,24 +77,24 @@ void MmStruct::VmaStartWriteLocked(Vma* v) {
   v->vm_lock_seq.store(seq, std::memory_order_relaxed);  // no lockless readers
 }
 
-void MmStruct::VmaAssertWriteLocked(const Vma* v) const {
+void VmaAssertWriteLocked(const MmStruct& mm, const Vma* v) {
   VMSPACE_LOCK_ASSERT(v->vm_lock_seq.load(std::memory_order_relaxed) ==
-                          mm_lock_seq.load(std::memory_order_relaxed),
+                          mm.mm_lock_seq.load(std::memory_order_relaxed),
                       "vma_assert_write_locked: VMA changed without vma_start_write");
 }
 
-void MmStruct::VmaInitLocked(Vma* v) {
+void VmaInitLocked(MmStruct& mm, Vma* v) {
   // Plain stores (vma_lock_init): a lockless reader reaches v only through the index's
   // release store that publishes it, or (kRefcnt, a reused VMA) through vm_refcnt,
   // whose attaching release store comes after.
-  v->vm_lock_seq.store(mm_lock_seq.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  if (vma_form == VmaForm::kRefcnt) v->vm_refcnt.store(1, std::memory_order_release);  // vma_mark_attached
+  v->vm_lock_seq.store(mm.mm_lock_seq.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  if (mm.vma_form == VmaForm::kRefcnt) v->vm_refcnt.store(1, std::memory_order_release);  // vma_mark_attached
   else v->detached.store(false, std::memory_order_relaxed);
 }
 
-void MmStruct::VmaMarkDetachedLocked(Vma* v) {
-  VmaAssertWriteLocked(v);
-  if (vma_form != VmaForm::kRefcnt) {
+void VmaMarkDetachedLocked(MmStruct& mm, Vma* v) {
+  VmaAssertWriteLocked(mm, v);
+  if (mm.vma_form != VmaForm::kRefcnt) {
     // 6.4-6.14 vma_mark_detached(): the write lock keeps readers out; one that locks
     // this VMA after the section (reads the advanced mm_lock_seq, whose release store
     // follows this one) sees the flag. A plain store, as the kernel's.
@@ -106,20 +107,20 @@ void MmStruct::VmaMarkDetachedLocked(Vma* v) {
   do {
     if (c == 0) return;
   } while (!v->vm_refcnt.compare_exchange_weak(c, c + Vma::kVmaLockOffset, std::memory_order_seq_cst));
-  WaitForVmaReadersLocked(v, Vma::kVmaLockOffset);
+  WaitForVmaReadersLocked(mm, v, Vma::kVmaLockOffset);
   v->vm_refcnt.fetch_sub(Vma::kVmaLockOffset, std::memory_order_seq_cst);
 }
 
-bool MmStruct::VmaIsDetached(const Vma* v) const {
-  return vma_form == VmaForm::kRefcnt ? v->vm_refcnt.load(std::memory_order_seq_cst) == 0
+bool VmaIsDetached(const MmStruct& mm, const Vma* v) {
+  return mm.vma_form == VmaForm::kRefcnt ? v->vm_refcnt.load(std::memory_order_seq_cst) == 0
                                       : v->detached.load(std::memory_order_seq_cst);
 }
 
-MmStruct::VmaReadResult MmStruct::VmaStartRead(Vma* v) {
+VmaReadResult VmaStartRead(MmStruct& mm, Vma* v) {
   // Check before locking. A race might cause a false "locked" result.
-  if (v->vm_lock_seq.load(std::memory_order_seq_cst) == mm_lock_seq.load(std::memory_order_seq_cst))
+  if (v->vm_lock_seq.load(std::memory_order_seq_cst) == mm.mm_lock_seq.load(std::memory_order_seq_cst))
     return VmaReadResult::kLocked;
-  if (vma_form == VmaForm::kRwsem) {
+  if (mm.vma_form == VmaForm::kRwsem) {
     // 6.4-6.14: down_read_trylock on the separate vma_lock.
     if (!v->vm_lock->lock.TryLockReadUnaccounted()) return VmaReadResult::kLocked;
   } else {
@@ -130,28 +131,28 @@ MmStruct::VmaReadResult MmStruct::VmaStartRead(Vma* v) {
     } while (!v->vm_refcnt.compare_exchange_weak(c, c + 1, std::memory_order_seq_cst));
   }
   // Re-check: a writer may have locked it between the first check and our lock.
-  if (v->vm_lock_seq.load(std::memory_order_seq_cst) == mm_lock_seq.load(std::memory_order_seq_cst)) {
-    VmaEndRead(v);
+  if (v->vm_lock_seq.load(std::memory_order_seq_cst) == mm.mm_lock_seq.load(std::memory_order_seq_cst)) {
+    VmaEndRead(mm, v);
     return VmaReadResult::kLocked;
   }
   return VmaReadResult::kOk;
 }
 
-void MmStruct::VmaEndRead(Vma* v) {
-  if (vma_form == VmaForm::kRwsem) {
+void VmaEndRead(MmStruct& mm, Vma* v) {
+  if (mm.vma_form == VmaForm::kRwsem) {
     v->vm_lock->lock.UnlockReadUnaccounted();
     return;
   }
   // v may be reused once the count drops: touch only the mm after.
   const uint32_t now = v->vm_refcnt.fetch_sub(1, std::memory_order_seq_cst) - 1;
   if (IsVmaWriterOnly(now)) {
-    vma_writer_wait.fetch_add(1, std::memory_order_seq_cst);
-    vma_writer_wait.notify_all();
+    mm.vma_writer_wait.fetch_add(1, std::memory_order_seq_cst);
+    mm.vma_writer_wait.notify_all();
   }
 }
 
-MmStruct::VmaLockResult MmStruct::LockFoundVmaRcu(Vma* v, uint64_t addr) {
-  switch (VmaStartRead(v)) {
+VmaLockResult LockFoundVmaRcu(MmStruct& mm, Vma* v, uint64_t addr) {
+  switch (VmaStartRead(mm, v)) {
     case VmaReadResult::kDetached: return VmaLockResult::kMiss;
     case VmaReadResult::kLocked: return VmaLockResult::kLocked;
     case VmaReadResult::kOk: break;
@@ -160,12 +161,12 @@ MmStruct::VmaLockResult MmStruct::LockFoundVmaRcu(Vma* v, uint64_t addr) {
   // and the lock (kRefcnt: the VMA may even have been freed and reused for another
   // range; Linux also checks vma->vm_mm there, always this space's here).
   if (!(v->vm_start <= addr && addr < v->vm_end)) {
-    VmaEndRead(v);
+    VmaEndRead(mm, v);
     return VmaLockResult::kAbort;
   }
   // kRwsem: the area was replaced with another one since the lookup.
-  if (vma_form == VmaForm::kRwsem && v->detached.load(std::memory_order_seq_cst)) {
-    VmaEndRead(v);
+  if (mm.vma_form == VmaForm::kRwsem && v->detached.load(std::memory_order_seq_cst)) {
+    VmaEndRead(mm, v);
     return VmaLockResult::kMiss;
   }
   // 6.4-6.9: anonymous VMAs need an anon_vma already (find_mergeable_anon_vma reads
@@ -173,17 +174,17 @@ MmStruct::VmaLockResult MmStruct::LockFoundVmaRcu(Vma* v, uint64_t addr) {
   // file-backed VMAs"); with vma_lock=anon their fault answers VM_FAULT_RETRY.
   const bool eligible = !v->is_anonymous() || v->anon() != nullptr;
   if (!eligible) {
-    VmaEndRead(v);
+    VmaEndRead(mm, v);
     return VmaLockResult::kAbort;
   }
   return VmaLockResult::kOk;
 }
 
-Vma* MmStruct::LockVmaUnderRcu(uint64_t addr) {
+Vma* LockVmaUnderRcu(MmStruct& mm, uint64_t addr) {
   for (;;) {
     RcuReadGuard g;
-    Vma* v = VmaLookupRcu(addr);
-    const VmaLockResult r = v ? LockFoundVmaRcu(v, addr) : VmaLockResult::kAbort;
+    Vma* v = VmaLookupRcu(mm, addr);
+    const VmaLockResult r = v ? LockFoundVmaRcu(mm, v, addr) : VmaLockResult::kAbort;
     if (r == VmaLockResult::kOk) return v;
     if (r == VmaLockResult::kMiss) {
       CountEvent(Event::kVmaLockMiss);

@@ -28,6 +28,7 @@
 #include "engine/file.h"
 #include "filemap.h"
 #include "mm.h"
+#include "vma.h"
 #include "test_util.h"
 
 namespace vmspace {

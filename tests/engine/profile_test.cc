@@ -14,6 +14,9 @@
 #include "engine/profile.h"
 #include "engine/stats.h"
 #include "mm.h"
+#include "mmap_lock.h"
+#include "vma.h"
+#include "vma_lock.h"
 
 namespace vmspace {
 namespace {
@@ -106,8 +109,8 @@ struct Era : ::testing::Test {
   /// A private anonymous one-page VMA at `at` with an anon_vma (eligible for the VMA
   /// lock in every era), in a write section of its own.
   Vma* Map(uint64_t at) {
-    mm->MmapWriteLock();
-    Vma* v = mm->VmaAllocLocked();
+    MmapWriteLock(*mm);
+    Vma* v = VmaAllocLocked(*mm);
     v->vm_start = at;
     v->vm_end = at + P;
     v->vm_flags = RW;
@@ -115,12 +118,12 @@ struct Era : ::testing::Test {
     AnonVma* a = new AnonVma{at};
     v->set_anon(a);
     PutAnonVma(a);
-    mm->VmaInsertLocked(v);
-    mm->MmapWriteUnlock();
+    VmaInsertLocked(*mm, v);
+    MmapWriteUnlock(*mm);
     return v;
   }
   void Unmap(uint64_t at) {
-    mm->MmapWriteLock();
+    MmapWriteLock(*mm);
     ASSERT_EQ(DoVmiMunmapUnlock(*mm, at, at + P), 0);
   }
 };
@@ -129,9 +132,9 @@ TEST_F(Era, Linux61MapleTreeIsNotReadableUnderRcu) {
   Make("linux-6.1");
   Vma* v = Map(A);
   RcuReadGuard g;
-  EXPECT_EQ(mm->VmaLookupRcu(A), nullptr);  // no RCU mode: only mmap_lock holders may walk it
+  EXPECT_EQ(VmaLookupRcu(*mm, A), nullptr);  // no RCU mode: only mmap_lock holders may walk it
   mm->mmap_lock.LockRead();
-  EXPECT_EQ(mm->FindVmaLocked(A), v);
+  EXPECT_EQ(FindVmaLocked(*mm, A), v);
   mm->mmap_lock.UnlockRead();
 }
 
@@ -139,7 +142,7 @@ TEST_F(Era, Linux64FreesAVmaOnlyAfterAGracePeriodAndItsLockIsSeparate) {
   Make("linux-6.4");
   RcuReadGuard g;  // a lockless reader that found the VMA before the munmap
   Vma* v = Map(A);
-  ASSERT_EQ(mm->VmaLookupRcu(A), v);
+  ASSERT_EQ(VmaLookupRcu(*mm, A), v);
   ASSERT_NE(v->vm_lock, nullptr);
   const char* lock = reinterpret_cast<const char*>(v->vm_lock);
   const char* vma = reinterpret_cast<const char*>(v);
@@ -148,11 +151,11 @@ TEST_F(Era, Linux64FreesAVmaOnlyAfterAGracePeriodAndItsLockIsSeparate) {
   Vma* w = Map(B);
   EXPECT_NE(w, v);  // v waits for the grace period our reader holds up
   EXPECT_NE(w->vm_lock, v->vm_lock);
-  EXPECT_TRUE(mm->VmaIsDetached(v));
+  EXPECT_TRUE(VmaIsDetached(*mm, v));
   EXPECT_EQ(v->vm_start, A);  // still the old VMA, intact
   // The reader locks the stale VMA (its rwsem is free, the section is over), sees it
   // detached: VMA_LOCK_MISS, look up again.
-  EXPECT_EQ(mm->LockFoundVmaRcu(v, A), MmStruct::VmaLockResult::kMiss);
+  EXPECT_EQ(LockFoundVmaRcu(*mm, v, A), VmaLockResult::kMiss);
 }
 
 TEST_F(Era, Linux64ReusesAVmaAndItsLockFromTheSpaceCacheAfterItsGracePeriod) {
@@ -175,7 +178,7 @@ TEST_F(Era, Linux64ReusesAVmaAndItsLockFromTheSpaceCacheAfterItsGracePeriod) {
   EXPECT_EQ(w, v);  // kmem_cache_alloc after kmem_cache_free: the same object
   EXPECT_EQ(w->vm_lock, lock);
   EXPECT_EQ(w->vm_start, B);
-  EXPECT_FALSE(mm->VmaIsDetached(w));
+  EXPECT_FALSE(VmaIsDetached(*mm, w));
   EXPECT_EQ(mm->vma_cache.in_flight(), 0u);
   EXPECT_EQ(frames.budget().usage(MemKind::kVmas), one);
 }
@@ -286,7 +289,7 @@ TEST_F(Era, Linux615ReusesAFreedVmaAtOnceAndTheReaderRechecksIt) {
   Make("linux-6.15");
   RcuReadGuard g;
   Vma* v = Map(A);
-  ASSERT_EQ(mm->VmaLookupRcu(A), v);
+  ASSERT_EQ(VmaLookupRcu(*mm, A), v);
   EXPECT_EQ(v->vm_lock, nullptr);  // the lock is vm_refcnt, in the VMA
   Unmap(A);
   Vma* w = Map(B);
@@ -294,12 +297,12 @@ TEST_F(Era, Linux615ReusesAFreedVmaAtOnceAndTheReaderRechecksIt) {
   EXPECT_EQ(v->vm_start, B);
   // The reader that found it at A takes its reference (it is attached again), then the
   // range re-check fails: VMA_LOCK_ABORT.
-  EXPECT_EQ(mm->LockFoundVmaRcu(v, A), MmStruct::VmaLockResult::kAbort);
+  EXPECT_EQ(LockFoundVmaRcu(*mm, v, A), VmaLockResult::kAbort);
   EXPECT_EQ(v->vm_refcnt.load(), 1u);  // the reader's reference was dropped
   // Found at B it is the right VMA and stays locked.
-  EXPECT_EQ(mm->LockFoundVmaRcu(v, B), MmStruct::VmaLockResult::kOk);
+  EXPECT_EQ(LockFoundVmaRcu(*mm, v, B), VmaLockResult::kOk);
   EXPECT_EQ(v->vm_refcnt.load(), 2u);
-  mm->VmaEndRead(v);
+  VmaEndRead(*mm, v);
 }
 
 TEST_F(Era, Linux615ReaderOfAFreedVmaFailsUntilItIsReused) {
@@ -308,7 +311,7 @@ TEST_F(Era, Linux615ReaderOfAFreedVmaFailsUntilItIsReused) {
   Vma* v = Map(A);
   Unmap(A);
   EXPECT_EQ(v->vm_refcnt.load(), 0u);  // detached, in the cache
-  EXPECT_EQ(mm->LockFoundVmaRcu(v, A), MmStruct::VmaLockResult::kMiss);
+  EXPECT_EQ(LockFoundVmaRcu(*mm, v, A), VmaLockResult::kMiss);
 }
 
 /// A writer's vma_start_write waits for a reader in each form: on the VMA's own
@@ -320,22 +323,22 @@ TEST_P(EraWriterWaits, ForTheReaderOfItsForm) {
   Vma* v = Map(A);
   {
     RcuReadGuard g;
-    ASSERT_EQ(mm->LockFoundVmaRcu(v, A), MmStruct::VmaLockResult::kOk);
+    ASSERT_EQ(LockFoundVmaRcu(*mm, v, A), VmaLockResult::kOk);
   }
   std::atomic<bool> written{false};
   std::thread writer([&] {
     RcuThread();
-    mm->MmapWriteLock();
-    mm->VmaStartWriteLocked(v);
+    MmapWriteLock(*mm);
+    VmaStartWriteLocked(*mm, v);
     written.store(true);
-    mm->MmapWriteUnlock();
+    MmapWriteUnlock(*mm);
   });
   // Wait (a hang is the failure) until the writer is visibly waiting for our reader.
   const bool rwsem = mm->vma_form == VmaForm::kRwsem;
   while (rwsem ? v->vm_lock->lock.waiters() == 0 : !(v->vm_refcnt.load() & Vma::kVmaLockOffset))
     std::this_thread::yield();
   EXPECT_FALSE(written.load());
-  mm->VmaEndRead(v);
+  VmaEndRead(*mm, v);
   writer.join();
   EXPECT_TRUE(written.load());
 }

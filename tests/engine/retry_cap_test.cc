@@ -12,6 +12,7 @@
 #include "engine/address_space.h"
 #include "engine/frame_allocator.h"
 #include "mm.h"
+#include "memory.h"
 #include "test_util.h"
 
 namespace vmspace {

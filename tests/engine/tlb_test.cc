@@ -1,4 +1,4 @@
-// When a zap's frames may be freed (MmStruct::FreeZappedPagesIfUnused, TlbUsers):
+// When a zap's frames may be freed (FreeZappedPagesIfUnused, TlbUsers):
 //  * with no thread in the space's TLB-hit path, the frames a munmap or MADV_DONTNEED
 //    cleared are back in the allocator when the call returns (tlb_finish_mmu with no
 //    remote CPU to flush), not after a grace period;
@@ -18,6 +18,7 @@
 #include "engine/address_space.h"
 #include "engine/frame_allocator.h"
 #include "mm.h"
+#include "memory.h"
 #include "profiles.h"
 #include "test_util.h"
 

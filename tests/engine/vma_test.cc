@@ -8,6 +8,9 @@
 #include <string>
 
 #include "mm.h"
+#include "mmap_lock.h"
+#include "vma.h"
+#include "vma_lock.h"
 
 namespace vmspace {
 namespace {
@@ -24,37 +27,37 @@ struct VmaTest : ::testing::Test {
   void SetUp() override {
     opts.max_map_count = 100;
     mm = std::make_unique<MmStruct>(frames, opts);
-    mm->MmapWriteLock();
+    MmapWriteLock(*mm);
   }
-  void TearDown() override { mm->MmapWriteUnlock(); }
+  void TearDown() override { MmapWriteUnlock(*mm); }
   /// Ends the current write section (as mmap_write_unlock) and starts the next, so the
   /// next operation's write locks can be told apart from the setup's.
   void NewSection() {
-    mm->MmapWriteUnlock();
-    mm->MmapWriteLock();
+    MmapWriteUnlock(*mm);
+    MmapWriteLock(*mm);
   }
   /// A private anonymous VMA over columns [from, to) (vm_pgoff as mmap gives it).
   Vma* Add(int from, int to, uint64_t flags = RW) {
-    Vma* v = mm->VmaAllocLocked();
+    Vma* v = VmaAllocLocked(*mm);
     v->vm_start = W + from * P;
     v->vm_end = W + to * P;
     v->vm_flags = flags;
     v->vm_pgoff = v->vm_start >> kPageShift;
-    mm->VmaInsertLocked(v);
+    VmaInsertLocked(*mm, v);
     mm->total_vm.fetch_add(v->pages());
     return v;
   }
   /// "[0,3) [3,5)" in columns, every VMA of the window in order.
   std::string Ranges() {
     std::string s;
-    for (Vma* v = mm->FindVmaLocked(W); v; v = mm->VmaNextLocked(v)) {
+    for (Vma* v = FindVmaLocked(*mm, W); v; v = VmaNextLocked(*mm, v)) {
       if (!s.empty()) s += ' ';
       s += "[" + std::to_string((v->vm_start - W) / P) + "," + std::to_string((v->vm_end - W) / P) + ")";
     }
     return s;
   }
   bool WriteLocked(const Vma* v) { return v->vm_lock_seq.load() == mm->mm_lock_seq.load(); }
-  bool Detached(const Vma* v) { return mm->VmaIsDetached(v); }
+  bool Detached(const Vma* v) { return VmaIsDetached(*mm, v); }
   uint64_t PgoffOk(const Vma* v) { return v->vm_pgoff == v->vm_start >> kPageShift; }
 };
 
@@ -65,7 +68,7 @@ TEST_F(VmaTest, MergeNewRangeBothSides) {
   Vma* a = Add(0, 2);
   Vma* b = Add(3, 5);
   NewSection();
-  Vma* r = mm->VmaMergeNewRangeLocked(W + 2 * P, W + 3 * P, RW, (W + 2 * P) >> kPageShift);
+  Vma* r = VmaMergeNewRangeLocked(*mm, W + 2 * P, W + 3 * P, RW, (W + 2 * P) >> kPageShift);
   EXPECT_EQ(r, a);
   EXPECT_EQ(Ranges(), "[0,5)");
   EXPECT_TRUE(WriteLocked(a));
@@ -81,7 +84,7 @@ TEST_F(VmaTest, MergeNewRangeLeftOnlyWhenNextDiffers) {
   Vma* a = Add(0, 2);
   Vma* b = Add(3, 5, RO);
   NewSection();
-  EXPECT_EQ(mm->VmaMergeNewRangeLocked(W + 2 * P, W + 3 * P, RW, (W + 2 * P) >> kPageShift), a);
+  EXPECT_EQ(VmaMergeNewRangeLocked(*mm, W + 2 * P, W + 3 * P, RW, (W + 2 * P) >> kPageShift), a);
   EXPECT_EQ(Ranges(), "[0,3) [3,5)");
   EXPECT_TRUE(WriteLocked(a));
   EXPECT_FALSE(WriteLocked(b));
@@ -93,7 +96,7 @@ TEST_F(VmaTest, MergeNewRangeRightMovesStartAndPgoff) {
   //  BBB      B starts one page lower; vm_pgoff follows
   Vma* b = Add(2, 4);
   NewSection();
-  EXPECT_EQ(mm->VmaMergeNewRangeLocked(W + 1 * P, W + 2 * P, RW, (W + 1 * P) >> kPageShift), b);
+  EXPECT_EQ(VmaMergeNewRangeLocked(*mm, W + 1 * P, W + 2 * P, RW, (W + 1 * P) >> kPageShift), b);
   EXPECT_EQ(Ranges(), "[1,4)");
   EXPECT_TRUE(WriteLocked(b));
   EXPECT_TRUE(PgoffOk(b));
@@ -109,7 +112,7 @@ TEST_F(VmaTest, MergeNewRangeKeepsApartIncompatibleAnonVmas) {
   b->set_anon(new AnonVma{1002});
   PutAnonVma(b->anon());
   NewSection();
-  EXPECT_EQ(mm->VmaMergeNewRangeLocked(W + 2 * P, W + 3 * P, RW, (W + 2 * P) >> kPageShift), a);
+  EXPECT_EQ(VmaMergeNewRangeLocked(*mm, W + 2 * P, W + 3 * P, RW, (W + 2 * P) >> kPageShift), a);
   EXPECT_EQ(Ranges(), "[0,3) [3,5)");
   EXPECT_FALSE(WriteLocked(b));
 }
@@ -121,13 +124,13 @@ TEST_F(VmaTest, ModifyFlagsInTheMiddleSplitsInThree) {
   Vma* a = Add(0, 9);
   NewSection();
   int err = -1;
-  Vma* m = mm->VmaModifyFlagsLocked(a, W + 3 * P, W + 6 * P, RO, &err);
+  Vma* m = VmaModifyFlagsLocked(*mm, a, W + 3 * P, W + 6 * P, RO, &err);
   EXPECT_EQ(err, 0);
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(m->vm_start, W + 3 * P);
   EXPECT_EQ(m->vm_end, W + 6 * P);
   EXPECT_EQ(Ranges(), "[0,3) [3,6) [6,9)");
-  for (Vma* v = mm->FindVmaLocked(W); v; v = mm->VmaNextLocked(v)) {
+  for (Vma* v = FindVmaLocked(*mm, W); v; v = VmaNextLocked(*mm, v)) {
     EXPECT_TRUE(WriteLocked(v)) << v->vm_start;
     EXPECT_TRUE(PgoffOk(v)) << v->vm_start;
   }
@@ -142,7 +145,7 @@ TEST_F(VmaTest, ModifyFlagsMergesWithPrevAndShrinksMiddle) {
   Vma* b = Add(3, 6, RO);
   NewSection();
   int err = -1;
-  EXPECT_EQ(mm->VmaModifyFlagsLocked(b, W + 3 * P, W + 4 * P, RW, &err), a);
+  EXPECT_EQ(VmaModifyFlagsLocked(*mm, b, W + 3 * P, W + 4 * P, RW, &err), a);
   EXPECT_EQ(Ranges(), "[0,4) [4,6)");
   EXPECT_TRUE(WriteLocked(a));
   EXPECT_TRUE(WriteLocked(b));
@@ -158,7 +161,7 @@ TEST_F(VmaTest, ModifyFlagsMergesBothNeighbours) {
   Vma* c = Add(6, 9);
   NewSection();
   int err = -1;
-  EXPECT_EQ(mm->VmaModifyFlagsLocked(b, W + 3 * P, W + 6 * P, RW, &err), a);
+  EXPECT_EQ(VmaModifyFlagsLocked(*mm, b, W + 3 * P, W + 6 * P, RW, &err), a);
   EXPECT_EQ(Ranges(), "[0,9)");
   EXPECT_TRUE(WriteLocked(a));
   EXPECT_TRUE(Detached(b));
@@ -174,7 +177,7 @@ TEST_F(VmaTest, SplitRefusedAtMaxMapCount) {
   ASSERT_EQ(mm->map_count.load(), 100u);
   NewSection();
   int err = 0;
-  EXPECT_EQ(mm->VmaModifyFlagsLocked(a, W + 3 * P, W + 6 * P, RO, &err), nullptr);
+  EXPECT_EQ(VmaModifyFlagsLocked(*mm, a, W + 3 * P, W + 6 * P, RO, &err), nullptr);
   EXPECT_EQ(err, ENOMEM);
   EXPECT_EQ(a->vm_start, W);
   EXPECT_EQ(a->vm_end, W + 9 * P);
@@ -188,14 +191,14 @@ TEST_F(VmaTest, UnmapAcrossVmasSplitsTheEnds) {
   Vma* b = Add(5, 7, RO);
   Vma* c = Add(7, 10);
   NewSection();
-  EXPECT_EQ(mm->UnmapRangeLocked(W + 3 * P, W + 8 * P, true, nullptr), 0);
+  EXPECT_EQ(UnmapRangeLocked(*mm, W + 3 * P, W + 8 * P, true, nullptr), 0);
   EXPECT_EQ(Ranges(), "[0,3) [8,10)");
   // __split_vma keeps the original VMA on the side that is unmapped here: the pieces
   // that stay are new VMAs, born write-locked; the originals are all detached.
   EXPECT_TRUE(Detached(a));
   EXPECT_TRUE(Detached(b));
   EXPECT_TRUE(Detached(c));
-  for (Vma* v = mm->FindVmaLocked(W); v; v = mm->VmaNextLocked(v)) {
+  for (Vma* v = FindVmaLocked(*mm, W); v; v = VmaNextLocked(*mm, v)) {
     EXPECT_TRUE(WriteLocked(v));
     EXPECT_TRUE(PgoffOk(v));
   }

@@ -118,7 +118,7 @@ namespace {
 /// by one (liburcu's synchronize_rcu polled the online threads' counters 100 times,
 /// then slept on a futex that each of them had to wake). The hottest deferred frees,
 /// a space's gathers of retired index nodes, page tables and frames, do not come here
-/// at all while the space is busy (MmStruct::FreePolledGathersLocked).
+/// at all while the space is busy (FreePolledGathersLocked).
 ///
 /// While callbacks keep coming or wait, the worker ticks (a timed sleep no one has to
 /// end, as the kernel's grace-period kthread is driven by the tick), so CallRcu wakes

@@ -7,7 +7,7 @@
 // with no space left and after rcu_barrier every kind reads 0:
 //   frames       private (anonymous, COW) page frames         FrameAllocator::Alloc
 //   page_tables  page-table pages, 4 KiB each                  FrameAllocator::ChargeTable
-//   vmas         Vma objects and their separate per-VMA locks  MmStruct::VmaAllocLocked
+//   vmas         Vma objects and their separate per-VMA locks  VmaAllocLocked
 //   index_nodes  maple / rbtree nodes held by a space's index  NodeCache
 //   page_cache   page-cache frames of files and shmem          File::AddLockedFolio
 //   buffers      service request/response data of a call      rpc::VmSpaceService
