@@ -391,17 +391,20 @@ OpStatus ToSpaceOptions(const v1::SpaceSettings& s, const LockingProfile& defaul
 }
 
 // One call's place in PeerCalls (--max-calls-per-peer) for its lifetime; without
-// calls or ctx, an uncounted call.
+// calls or ctx, an uncounted call. Leaves exactly what it entered (a host of any
+// spelling, "" included).
 class PeerSlot {
  public:
   PeerSlot(PeerCalls* calls, grpc::ServerContext* ctx, uint64_t max) : calls_(calls) {
-    admitted_ = calls == nullptr || ctx == nullptr || calls->Enter(ctx->peer(), max, &host_);
+    const bool counted = calls != nullptr && ctx != nullptr;
+    entered_ = counted && calls->Enter(ctx->peer(), max, &host_);
+    admitted_ = !counted || entered_;
     if (!admitted_)
       refusal_ = ErrnoErrorDetail(EAGAIN, "call", "--max-calls-per-peer=" + std::to_string(max) +
                                                       " calls from " + host_ + " are in flight; try again later");
   }
   ~PeerSlot() {
-    if (admitted_ && !host_.empty()) calls_->Leave(host_);
+    if (entered_) calls_->Leave(host_);
   }
   PeerSlot(const PeerSlot&) = delete;
   PeerSlot& operator=(const PeerSlot&) = delete;
@@ -411,8 +414,27 @@ class PeerSlot {
  private:
   PeerCalls* const calls_;
   std::string host_;
+  bool entered_ = false;  // counted in calls_ under host_
   bool admitted_ = false;
   OpStatus refusal_;
+};
+
+// One Batch stream in the count of open streams (--max-streams) for its lifetime:
+// counted when constructed, uncounted when destroyed, whether admitted or not. Build
+// it only for a stream that is to be counted (after authentication).
+class StreamSlot {
+ public:
+  StreamSlot(std::atomic<uint64_t>& open, uint64_t max)
+      : open_(open), admitted_(open.fetch_add(1, std::memory_order_relaxed) < max) {}
+  ~StreamSlot() { open_.fetch_sub(1, std::memory_order_relaxed); }
+  StreamSlot(const StreamSlot&) = delete;
+  StreamSlot& operator=(const StreamSlot&) = delete;
+  /// Whether fewer than `max` streams were open before this one.
+  bool admitted() const { return admitted_; }
+
+ private:
+  std::atomic<uint64_t>& open_;
+  const bool admitted_;
 };
 
 // A one-entry cache of the last space looked up, for the ops of one batch message:
@@ -987,15 +1009,12 @@ grpc::Status VmSpaceService::Batch(
     scope.Finish(static_cast<int>(s.code));
     return ToGrpcStatus(s);
   };
-  // --max-streams: refused before it takes a thread for longer than this check.
-  struct StreamSlot {
-    std::atomic<uint64_t>& n;
-    ~StreamSlot() { n.fetch_sub(1, std::memory_order_relaxed); }
-  } slot{streams_};
   Caller caller{"", true};
   if (auth_ != nullptr)
     if (OpStatus a = auth_->Authenticate(*ctx, &caller); !a.ok()) return finish(a);
-  if (streams_.fetch_add(1, std::memory_order_relaxed) >= opts_.max_streams)
+  // --max-streams: refused before it takes a thread for longer than this check.
+  const StreamSlot slot(streams_, opts_.max_streams);
+  if (!slot.admitted())
     return finish(ErrnoErrorDetail(EAGAIN, "Batch",
                                    "--max-streams=" + std::to_string(opts_.max_streams) +
                                        " Batch streams are open; try again later"));
