@@ -6,10 +6,11 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
+#include <absl/base/thread_annotations.h>
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/server_context.h>
 
 #include "engine/per_thread.h"
@@ -30,8 +31,8 @@ class PeerCalls {
 
  private:
   struct alignas(kDestructiveInterferenceBytes) Shard {
-    std::mutex mu;
-    std::unordered_map<std::string, uint64_t> n;  // guarded by mu; no zero entries
+    absl::Mutex mu;
+    std::unordered_map<std::string, uint64_t> n ABSL_GUARDED_BY(mu);  // no zero entries
   };
   Shard& ShardOf(const std::string& host);
   std::array<Shard, 16> shards_;

@@ -5,13 +5,18 @@
 // codes documented in vmspace.proto (errors.h); faults ending in SIGSEGV/SIGBUS are OK
 // answers; FaultOutcome::kOom is RESOURCE_EXHAUSTED "ENOMEM: frame memory limit".
 // Every handler records its RPC metrics in per-thread counters (metrics/rpc_stats.h).
+//
+// The handlers, by concern: space_calls.cc (CreateSpace, DestroySpace, ListSpaces,
+// GetMaps), memory_calls.cc (Mmap ... WriteMemory, Madvise, Msync), file_calls.cc
+// (OpenFile ... FsyncFile), batch.cc (the Batch stream), server_calls.cc (Ping,
+// GetServerInfo, GetLockStats). Their common frame is handle.h (Handle, OnSpace);
+// proto_convert.h translates messages, call_limits.h counts calls and streams.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <string>
-
 #include <memory>
+#include <string>
 
 #include "metrics/rpc_stats.h"
 #include "rpc/auth.h"
