@@ -63,9 +63,6 @@ void FillFault(const FaultResult& f, v1::FaultInfo* out) {
   out->set_lock_path(ToProto(f.path));
 }
 
-// Validates CreateSpace settings and converts them to engine options; an empty or
-// "default" locking_profile takes `default_profile`. max_map_count defaults to (and
-// may not exceed) `max_map_count_limit`.
 OpStatus ToSpaceOptions(const v1::SpaceSettings& s, const LockingProfile& default_profile,
                         uint64_t max_map_count_limit, SpaceOptions* o) {
   o->max_map_count = std::min(o->max_map_count, max_map_count_limit);
