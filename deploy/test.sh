@@ -8,7 +8,8 @@
 #                  lock-order checker and the frame-state checker (VMSPACE_LOCKDEP)
 #   tsan           the engine and its tests under ThreadSanitizer
 #   thread-safety  the engine built with clang -Wthread-safety -Werror (lock rules
-#                  checked at compile time), and a file that breaks them must not build
+#                  checked at compile time), and a file that breaks them must not build;
+#                  then the rpc layer (vmspace_rpc) with clang -Werror=thread-safety
 # Prints one summary line per stage and exits non-zero if any stage failed.
 # Usage: bash deploy/test.sh            (as root on Debian 12; installs missing packages)
 #        STAGES="release tsan" bash deploy/test.sh
@@ -59,6 +60,17 @@ stage_thread-safety() {
   fi
   grep -q "requires holding mutex 'm.mmap_lock'" <<<"$out" || { echo "$out" >&2; return 1; }
   echo "thread-safety: the analysis rejects tests/engine/thread_safety_violation.cc as it should"
+  # The rpc layer (vmspace_rpc: service, registry, auth) with clang too: a full
+  # configuration (it needs gRPC and the generated protos), lock warnings as errors and
+  # other warnings of gRPC's and protobuf's headers left as warnings.
+  CC=clang CXX=clang++ cmake -S . -B build-tsa-rpc -DCMAKE_BUILD_TYPE=Debug \
+    -DCMAKE_CXX_FLAGS="-Werror=thread-safety -Werror=thread-safety-beta" "${LAUNCHER[@]}" >/dev/null &&
+    cmake --build build-tsa-rpc -j"$JOBS" --target vmspace_rpc || return 1
+  grep -q -- "-Wthread-safety .*rpc/space_registry.cc" build-tsa-rpc/compile_commands.json || {
+    echo "thread-safety: vmspace_rpc was not built with -Wthread-safety" >&2
+    return 1
+  }
+  echo "thread-safety: vmspace_rpc builds with -Wthread-safety -Werror=thread-safety"
 }
 
 declare -A result

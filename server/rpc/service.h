@@ -5,25 +5,25 @@
 // codes documented in vmspace.proto (errors.h); faults ending in SIGSEGV/SIGBUS are OK
 // answers; FaultOutcome::kOom is RESOURCE_EXHAUSTED "ENOMEM: frame memory limit".
 // Every handler records its RPC metrics in per-thread counters (metrics/rpc_stats.h).
+//
+// The handlers, by concern: space_calls.cc (CreateSpace, DestroySpace, ListSpaces,
+// GetMaps), memory_calls.cc (Mmap ... WriteMemory, Madvise, Msync), file_calls.cc
+// (OpenFile ... FsyncFile), batch.cc (the Batch stream), server_calls.cc (Ping,
+// GetServerInfo, GetLockStats). Their common frame is handle.h (Handle, OnSpace);
+// proto_convert.h translates messages, call_limits.h counts calls and streams.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <cstdint>
-#include <mutex>
-#include <string>
-#include <unordered_map>
-
 #include <memory>
-#include <vector>
-
-#include <grpcpp/support/server_interceptor.h>
+#include <string>
 
 #include "metrics/rpc_stats.h"
 #include "rpc/auth.h"
+#include "rpc/call_limits.h"
+#include "rpc/interceptors.h"
 #include "rpc/space_registry.h"
 #include "vmspace/v1/vmspace.grpc.pb.h"
-#include "engine/per_thread.h"
 
 namespace vmspace::rpc {
 
@@ -73,32 +73,6 @@ struct ServiceOptions {
 inline bool ValidFaultAroundBytes(uint64_t bytes) {
   return bytes >= 4096 && bytes <= (2u << 20) && (bytes & (bytes - 1)) == 0;
 }
-
-/// Calls in flight per client host: the host part of ServerContext::peer()
-/// ("ipv4:127.0.0.1:5000" -> "ipv4:127.0.0.1"), so many connections from one host
-/// share one count. Thread-safe (16 mutex-guarded shards).
-class PeerCalls {
- public:
-  /// Counts one more call from `peer`'s host into *host; false (nothing counted) if
-  /// `max` are already in flight.
-  bool Enter(const std::string& peer, uint64_t max, std::string* host);
-  /// Ends a call counted by Enter.
-  void Leave(const std::string& host);
-
- private:
-  struct alignas(kDestructiveInterferenceBytes) Shard {
-    std::mutex mu;
-    std::unordered_map<std::string, uint64_t> n;  // guarded by mu; no zero entries
-  };
-  Shard& ShardOf(const std::string& host);
-  std::array<Shard, 16> shards_;
-};
-
-/// The interceptors of every call (ServerBuilder::experimental().SetInterceptorCreators):
-/// a request that could not be parsed is answered INVALID_ARGUMENT "the request message
-/// of <method> could not be parsed ..." instead of gRPC's INTERNAL with an empty
-/// message (GenericDeserialize's InitializationErrorString(), empty for proto3).
-std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> ServiceInterceptors();
 
 class VmSpaceService final : public v1::VmSpace::Service {
  public:

@@ -1,7 +1,6 @@
 #include "rpc/space_registry.h"
 
 #include <algorithm>
-#include <mutex>
 #include <random>
 #include <set>
 #include <tuple>
@@ -36,7 +35,7 @@ uint64_t SpaceRegistry::Create(const SpaceOptions& opts, std::string tenant, std
     if (n >= max_spaces_) return 0;
   } while (!count_.compare_exchange_weak(n, n + 1, std::memory_order_relaxed));
   {
-    std::unique_lock lock(tenant_mu_);
+    absl::MutexLock lock(&tenant_mu_);
     uint64_t& mine = tenant_spaces_[tenant];
     if (tenant_max_spaces != 0 && mine >= tenant_max_spaces) {
       count_.fetch_sub(1, std::memory_order_relaxed);
@@ -49,14 +48,14 @@ uint64_t SpaceRegistry::Create(const SpaceOptions& opts, std::string tenant, std
   auto space = std::make_shared<Space>(id, std::move(tenant), std::move(label),
                                        std::move(locking_profile), frames_, opts);
   Shard& sh = ShardFor(id);
-  std::unique_lock lock(sh.mu);
+  absl::MutexLock lock(&sh.mu);
   sh.spaces.emplace(id, std::move(space));
   return id;
 }
 
 std::shared_ptr<Space> SpaceRegistry::Find(uint64_t id) const {
   const Shard& sh = ShardFor(id);
-  std::shared_lock lock(sh.mu);
+  absl::ReaderMutexLock lock(&sh.mu);
   auto it = sh.spaces.find(id);
   return it == sh.spaces.end() ? nullptr : it->second;
 }
@@ -65,7 +64,7 @@ bool SpaceRegistry::Destroy(uint64_t id) {
   std::shared_ptr<Space> victim;
   {
     Shard& sh = ShardFor(id);
-    std::unique_lock lock(sh.mu);
+    absl::MutexLock lock(&sh.mu);
     auto it = sh.spaces.find(id);
     if (it == sh.spaces.end()) return false;
     victim = std::move(it->second);
@@ -73,7 +72,7 @@ bool SpaceRegistry::Destroy(uint64_t id) {
   }
   count_.fetch_sub(1, std::memory_order_relaxed);
   {
-    std::unique_lock lock(tenant_mu_);
+    absl::MutexLock lock(&tenant_mu_);
     if (auto it = tenant_spaces_.find(victim->tenant); it != tenant_spaces_.end() && --it->second == 0)
       tenant_spaces_.erase(it);
   }
@@ -90,7 +89,7 @@ uint64_t SpaceRegistry::DestroyAll() {
 std::vector<std::shared_ptr<Space>> SpaceRegistry::List() const {
   std::vector<std::shared_ptr<Space>> out;
   for (const Shard& sh : shards_) {
-    std::shared_lock lock(sh.mu);
+    absl::ReaderMutexLock lock(&sh.mu);
     for (const auto& [id, sp] : sh.spaces) out.push_back(sp);
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
@@ -109,12 +108,12 @@ TenantUsage SpaceRegistry::Usage(const std::string& tenant) const {
 }
 
 void SpaceRegistry::SetFileOwner(uint64_t table_id, const std::string& tenant) {
-  std::unique_lock lock(file_mu_);
+  absl::MutexLock lock(&file_mu_);
   file_owner_[table_id] = tenant;
 }
 
 void SpaceRegistry::ForgetFile(uint64_t table_id) {
-  std::unique_lock lock(file_mu_);
+  absl::MutexLock lock(&file_mu_);
   file_owner_.erase(table_id);
 }
 
@@ -123,7 +122,7 @@ uint64_t SpaceRegistry::TableFileId(uint64_t public_id, const std::string& tenan
   const uint64_t n = public_id & kLocalIdMask;
   if (ShardOfSpace(public_id) != shard_ || n <= epoch_) return 0;
   const uint64_t table_id = n - epoch_;
-  std::shared_lock lock(file_mu_);
+  absl::ReaderMutexLock lock(&file_mu_);
   auto it = file_owner_.find(table_id);
   if (it == file_owner_.end() || (!any_tenant && it->second != tenant)) return 0;
   return table_id;

@@ -14,10 +14,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include <absl/base/thread_annotations.h>
+#include <absl/synchronization/mutex.h>
 
 #include "engine/address_space.h"
 #include "engine/file.h"
@@ -137,8 +139,8 @@ class SpaceRegistry {
 
  private:
   struct alignas(kDestructiveInterferenceBytes) Shard {
-    mutable std::shared_mutex mu;
-    std::unordered_map<uint64_t, std::shared_ptr<Space>> spaces;  // guarded by mu
+    mutable absl::Mutex mu;
+    std::unordered_map<uint64_t, std::shared_ptr<Space>> spaces ABSL_GUARDED_BY(mu);
   };
   Shard& ShardFor(uint64_t id) { return shards_[id % kShards]; }
   const Shard& ShardFor(uint64_t id) const { return shards_[id % kShards]; }
@@ -151,10 +153,11 @@ class SpaceRegistry {
   const uint32_t shard_;
   const uint64_t epoch_;
   std::atomic<uint64_t> next_id_;
-  mutable std::shared_mutex tenant_mu_;
-  std::unordered_map<std::string, uint64_t> tenant_spaces_;  // guarded by tenant_mu_
-  mutable std::shared_mutex file_mu_;
-  std::unordered_map<uint64_t, std::string> file_owner_;  // table id -> tenant; file_mu_
+  mutable absl::Mutex tenant_mu_;
+  std::unordered_map<std::string, uint64_t> tenant_spaces_ ABSL_GUARDED_BY(tenant_mu_);
+  mutable absl::Mutex file_mu_;
+  // table id -> tenant
+  std::unordered_map<uint64_t, std::string> file_owner_ ABSL_GUARDED_BY(file_mu_);
   std::atomic<uint64_t> count_{0};
   std::array<Shard, kShards> shards_;
 };

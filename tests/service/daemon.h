@@ -341,4 +341,37 @@ inline std::string FindOnPath(const std::string& name) {
   return "";
 }
 
+// Batch streams answered once each (so their handlers run, each holding a thread and
+// a place in the daemon's limits), open until CloseAll().
+class OpenStreams {
+ public:
+  /// Opens one more stream (with `token` as its bearer token, if not ""); true if it was
+  /// answered (kept open), else false with its final status in *refused.
+  bool Open(v1::VmSpace::Stub& stub, grpc::Status* refused, const std::string& token = "") {
+    ctxs_.push_back(Ctx());
+    if (!token.empty()) ctxs_.back()->AddMetadata("authorization", "Bearer " + token);
+    auto s = stub.Batch(ctxs_.back().get());
+    v1::BatchRequest msg;
+    v1::BatchResponse resp;
+    if (s->Write(msg) && s->Read(&resp)) {
+      streams_.push_back(std::move(s));
+      return true;
+    }
+    *refused = s->Finish();
+    return false;
+  }
+  size_t size() const { return streams_.size(); }
+  void CloseAll() {
+    for (auto& s : streams_) {
+      s->WritesDone();
+      EXPECT_TRUE(s->Finish().ok());
+    }
+    streams_.clear();
+  }
+
+ private:
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs_;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::BatchRequest, v1::BatchResponse>>> streams_;
+};
+
 }  // namespace vmspace::service_test

@@ -125,38 +125,6 @@ grpc::Status RawBatch(const std::string& addr, const std::vector<std::string>& m
   return st;
 }
 
-// Batch streams answered once each (so their handlers run, each holding a thread and
-// a place in the daemon's limits), open until CloseAll().
-class OpenStreams {
- public:
-  /// Opens one more stream; true if it was answered (kept open), else false with its
-  /// final status in *refused.
-  bool Open(v1::VmSpace::Stub& stub, grpc::Status* refused) {
-    ctxs_.push_back(Ctx());
-    auto s = stub.Batch(ctxs_.back().get());
-    v1::BatchRequest msg;
-    v1::BatchResponse resp;
-    if (s->Write(msg) && s->Read(&resp)) {
-      streams_.push_back(std::move(s));
-      return true;
-    }
-    *refused = s->Finish();
-    return false;
-  }
-  size_t size() const { return streams_.size(); }
-  void CloseAll() {
-    for (auto& s : streams_) {
-      s->WritesDone();
-      EXPECT_TRUE(s->Finish().ok());
-    }
-    streams_.clear();
-  }
-
- private:
-  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs_;
-  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::BatchRequest, v1::BatchResponse>>> streams_;
-};
-
 bool Pings(v1::VmSpace::Stub& stub) {
   v1::PingRequest req;
   v1::PingResponse resp;

@@ -354,6 +354,43 @@ TEST_F(TenantTest, MissingOrWrongTokenIsUnauthenticated) {
   EXPECT_TRUE(alice_.Ping().ok());
 }
 
+// A Batch stream refused UNAUTHENTICATED was never counted as open: it leaves the count
+// of open streams (--max-streams) as it found it, with or without streams open.
+TEST_F(TenantTest, UnauthenticatedBatchStreamsLeaveTheStreamLimitAlone) {
+  StartDaemon({"--max-streams=2"});
+  const Conn none = Connect(d_.grpc_addr(), "");
+  const Conn wrong = Connect(d_.grpc_addr(), "tok-alicE");
+  auto refuse_unauthenticated = [&](int n) {
+    for (int i = 0; i < n; i++) {
+      OpenStreams s;
+      grpc::Status st;
+      const Conn& c = i % 2 ? wrong : none;
+      EXPECT_FALSE(s.Open(*c.stub, &st, c.token));
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+    }
+  };
+  // With 2 open: refusing as many unauthenticated streams does not make room for more.
+  OpenStreams open;
+  grpc::Status refused;
+  ASSERT_TRUE(open.Open(*alice_.stub, &refused, alice_.token));
+  ASSERT_TRUE(open.Open(*bob_.stub, &refused, bob_.token));
+  refuse_unauthenticated(2);
+  EXPECT_FALSE(open.Open(*root_.stub, &refused, root_.token));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(refused.error_message(), "EAGAIN: Batch: --max-streams=2 Batch streams are open; try again later");
+  open.CloseAll();
+  // With none open: the next streams of any tenant are still admitted, exactly 2.
+  refuse_unauthenticated(3);
+  EXPECT_TRUE(open.Open(*alice_.stub, &refused, alice_.token)) << refused.error_message();
+  EXPECT_TRUE(open.Open(*bob_.stub, &refused, bob_.token)) << refused.error_message();
+  refused = grpc::Status::OK;
+  EXPECT_FALSE(open.Open(*root_.stub, &refused, root_.token));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  open.CloseAll();
+  v1::BatchResponse resp;
+  EXPECT_TRUE(bob_.Batch(EveryOp(bob_.Create()), &resp).ok());
+}
+
 TEST_F(TenantTest, QuotasPerTenant) {
   StartDaemon({"--tenant-max-spaces=2", "--tenant-max-memory-bytes=262144"});
   const uint64_t a1 = alice_.Create(), a2 = alice_.Create();

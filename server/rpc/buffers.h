@@ -1,0 +1,41 @@
+// Buffers: the request and response data a call holds, charged to the memory budget.
+#pragma once
+
+#include <cerrno>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "engine/frame_allocator.h"
+#include "rpc/errors.h"
+
+namespace vmspace::rpc {
+
+/// The buffers of one call or stream (request and response data the service holds),
+/// charged to the memory budget as kBuffers while the call runs.
+class Buffers {
+ public:
+  explicit Buffers(FrameAllocator& f) : frames_(f), charge_(&f.budget(), MemKind::kBuffers) {}
+  /// Makes the charge `bytes` (`force`: even beyond the budget, for bytes already
+  /// received that only free). If the budget refuses, waits for the frees already
+  /// queued (FrameAllocator::Reclaim) and tries once more; then RESOURCE_EXHAUSTED
+  /// (ENOMEM) naming `what`. Caller holds no engine lock.
+  OpStatus Resize(std::string_view what, uint64_t bytes, bool force = false) {
+    if (charge_.Resize(bytes, force)) return {};
+    frames_.Reclaim();
+    if (charge_.Resize(bytes)) return {};
+    const MemoryBudget& b = frames_.budget();
+    return ErrnoErrorDetail(ENOMEM, what,
+                            "buffers of " + std::to_string(bytes - charge_.bytes()) +
+                                " bytes exceed the memory budget (" + std::to_string(b.usage()) +
+                                " of --max-memory-bytes=" + std::to_string(b.limit_bytes()) +
+                                " in use); try again later");
+  }
+  uint64_t bytes() const { return charge_.bytes(); }
+
+ private:
+  FrameAllocator& frames_;
+  ScopedCharge charge_;
+};
+
+}  // namespace vmspace::rpc

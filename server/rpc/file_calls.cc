@@ -1,0 +1,170 @@
+// The file calls of VmSpaceService: OpenFile, CreateShmemFile, CloseFile,
+// TruncateFile, StatFile, ListFiles, ReadFile, WriteFile, FsyncFile.
+#include <absl/strings/str_split.h>
+
+#include <cerrno>
+#include <memory>
+#include <string>
+
+#include "rpc/buffers.h"
+#include "rpc/handle.h"
+#include "rpc/proto_convert.h"
+
+namespace vmspace::rpc {
+
+using metrics::RpcMethod;
+using metrics::RpcScope;
+
+namespace {
+
+// ---- files (the registry's FileTable; ids as clients see them, see TableFileId) ----
+
+// The error of open(2) of `path`, with the reason spelt out where the errno alone
+// would puzzle (no --data-dir, a path that leaves it).
+OpStatus OpenError(int err, const std::string& path, const std::string& data_dir) {
+  if (err == EACCES && data_dir.empty())
+    return ErrnoErrorDetail(err, "open",
+                            "vmspaced runs without --data-dir: host files are off "
+                            "(CreateShmemFile still works)");
+  if (err == EACCES)
+    return ErrnoErrorDetail(err, "open", "'" + path + "' leads out of --data-dir or is not accessible");
+  if (err == EINVAL) {
+    bool dotdot = false;
+    for (absl::string_view part : absl::StrSplit(path, '/')) dotdot = dotdot || part == "..";
+    if (path.empty() || path[0] == '/' || dotdot)
+      return ErrnoErrorDetail(err, "open",
+                              "'" + path + "': want a relative path under --data-dir without '..'");
+  }
+  return ErrnoError(err, "open");
+}
+
+OpStatus IoTooLarge(const char* what, uint64_t n, uint64_t max_io) {
+  return ErrnoErrorDetail(EINVAL, what,
+                          std::to_string(n) + " bytes exceed --max-io-bytes=" + std::to_string(max_io));
+}
+
+}  // namespace
+
+grpc::Status VmSpaceService::OpenFile(grpc::ServerContext* ctx, const v1::OpenFileRequest* req,
+                                      v1::OpenFileResponse* resp) {
+  return Handle(RpcMethod::kOpenFile, ctx, [&](const Caller& c) -> OpStatus {
+    OpenFlags f;
+    f.write = req->write();
+    f.create = req->create();
+    f.exclusive = req->exclusive();
+    f.truncate = req->truncate();
+    const SysResult r = registry_.files().Open(req->path(), f);
+    if (!r.ok()) return OpenError(r.error, req->path(), registry_.data_dir());
+    registry_.SetFileOwner(r.value, c.tenant);
+    resp->set_file_id(registry_.PublicFileId(r.value));
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::CreateShmemFile(grpc::ServerContext* ctx,
+                                             const v1::CreateShmemFileRequest* req,
+                                             v1::CreateShmemFileResponse* resp) {
+  return Handle(RpcMethod::kCreateShmemFile, ctx, [&](const Caller& c) -> OpStatus {
+    const SysResult r = registry_.files().CreateShmem(req->name(), req->size());
+    if (!r.ok()) return ErrnoError(r.error, "memfd_create");
+    registry_.SetFileOwner(r.value, c.tenant);
+    resp->set_file_id(registry_.PublicFileId(r.value));
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::CloseFile(grpc::ServerContext* ctx, const v1::CloseFileRequest* req,
+                                       v1::CloseFileResponse*) {
+  return Handle(RpcMethod::kCloseFile, ctx, [&](const Caller& c) -> OpStatus {
+    const uint64_t id = registry_.TableFileId(req->file_id(), c.tenant);
+    const int err = registry_.files().Close(id);
+    if (err != 0) return ErrnoError(err, "close");
+    registry_.ForgetFile(id);
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::TruncateFile(grpc::ServerContext* ctx,
+                                          const v1::TruncateFileRequest* req,
+                                          v1::TruncateFileResponse*) {
+  return Handle(RpcMethod::kTruncateFile, ctx, [&](const Caller& c) -> OpStatus {
+    const int err =
+        registry_.files().Truncate(registry_.TableFileId(req->file_id(), c.tenant), req->size());
+    return err == 0 ? OpStatus{} : ErrnoError(err, "ftruncate");
+  });
+}
+
+grpc::Status VmSpaceService::StatFile(grpc::ServerContext* ctx, const v1::StatFileRequest* req,
+                                      v1::StatFileResponse* resp) {
+  return Handle(RpcMethod::kStatFile, ctx, [&](const Caller& c) -> OpStatus {
+    const uint64_t id = registry_.TableFileId(req->file_id(), c.tenant);
+    FileStat st;
+    const SysResult r = registry_.files().Stat(id, &st);
+    if (!r.ok()) return ErrnoError(r.error, "fstat");
+    const std::shared_ptr<vmspace::OpenFile> f = registry_.files().Get(id);
+    FillFileInfo(st, req->file_id(), f && f->writable, resp->mutable_file());
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::ListFiles(grpc::ServerContext* ctx, const v1::ListFilesRequest*,
+                                       v1::ListFilesResponse* resp) {
+  return Handle(RpcMethod::kListFiles, ctx, [&](const Caller& c) -> OpStatus {
+    for (const FileStat& st : registry_.files().List()) {
+      const uint64_t public_id = registry_.PublicFileId(st.file_id);
+      if (registry_.TableFileId(public_id, c.tenant, c.admin) == 0) continue;  // not the caller's
+      const std::shared_ptr<vmspace::OpenFile> f = registry_.files().Get(st.file_id);
+      FillFileInfo(st, public_id, f && f->writable, resp->add_files());
+    }
+    if (resp->ByteSizeLong() > opts_.max_message_bytes) {
+      resp->Clear();
+      return ErrnoErrorDetail(ENOMEM, "ListFiles", "response exceeds --max-message-bytes");
+    }
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::ReadFile(grpc::ServerContext* ctx, const v1::ReadFileRequest* req,
+                                      v1::ReadFileResponse* resp) {
+  Buffers buf(registry_.frames());  // the data, while the call runs
+  return Handle(RpcMethod::kReadFile, ctx, [&](const Caller& c) -> OpStatus {
+    if (req->len() > opts_.max_io_bytes) return IoTooLarge("pread", req->len(), opts_.max_io_bytes);
+    if (OpStatus e = buf.Resize("ReadFile", req->len()); !e.ok()) return e;
+    std::string* data = resp->mutable_data();
+    data->resize(req->len());
+    const SysResult r = registry_.files().Read(registry_.TableFileId(req->file_id(), c.tenant),
+                                               req->offset(), data->data(), req->len());
+    if (!r.ok()) {
+      resp->clear_data();
+      return ErrnoError(r.error, "pread");
+    }
+    data->resize(r.value);
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::WriteFile(grpc::ServerContext* ctx, const v1::WriteFileRequest* req,
+                                       v1::WriteFileResponse* resp) {
+  Buffers buf(registry_.frames());  // the request's data
+  return Handle(RpcMethod::kWriteFile, ctx, [&](const Caller& c) -> OpStatus {
+    if (req->data().size() > opts_.max_io_bytes)
+      return IoTooLarge("pwrite", req->data().size(), opts_.max_io_bytes);
+    if (OpStatus e = buf.Resize("WriteFile", req->data().size()); !e.ok()) return e;
+    const SysResult r = registry_.files().Write(registry_.TableFileId(req->file_id(), c.tenant),
+                                                req->offset(), req->data().data(),
+                                                req->data().size());
+    if (!r.ok()) return ErrnoError(r.error, "pwrite");
+    resp->set_bytes_written(r.value);
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::FsyncFile(grpc::ServerContext* ctx, const v1::FsyncFileRequest* req,
+                                       v1::FsyncFileResponse*) {
+  return Handle(RpcMethod::kFsyncFile, ctx, [&](const Caller& c) -> OpStatus {
+    const int err = registry_.files().Fsync(registry_.TableFileId(req->file_id(), c.tenant));
+    return err == 0 ? OpStatus{} : ErrnoError(err, "fsync");
+  });
+}
+
+}  // namespace vmspace::rpc

@@ -1,0 +1,184 @@
+// The memory calls of VmSpaceService: Mmap, Munmap, Mprotect, Madvise, Msync, Fault,
+// Access, ReadMemory, WriteMemory, and the operations behind them (memory_ops.h).
+#include "rpc/memory_ops.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <string>
+
+#include "rpc/call_scope.h"
+#include "rpc/handle.h"
+#include "rpc/proto_convert.h"
+
+namespace vmspace::rpc {
+
+using metrics::RpcMethod;
+using metrics::RpcScope;
+
+// ---- operations on one space (shared by the unary handlers and Batch) ----
+OpStatus DoMmap(Space& sp, const v1::MmapRequest& r, v1::MmapResponse* out,
+               SpaceRegistry& reg) {
+  // As the kernel ignores fd with MAP_ANONYMOUS, file_id is ignored then; an unknown
+  // file id reaches the engine as a null file, which answers EBADF in the kernel's order.
+  const bool file = (r.flags() & MAP_ANONYMOUS) == 0 && r.file_id() != 0;
+  const SysResult res =
+      file ? sp.as.Mmap(r.addr(), r.len(), r.prot(), r.flags(), r.offset(),
+                        reg.files().Get(reg.TableFileId(r.file_id(), sp.tenant)))
+           : sp.as.Mmap(r.addr(), r.len(), r.prot(), r.flags(), r.offset());
+  if (!res.ok()) return ErrnoError(res.error, "mmap");
+  out->set_addr(res.value);
+  return {};
+}
+
+OpStatus DoMunmap(Space& sp, const v1::MunmapRequest& r, v1::MunmapResponse*) {
+  const SysResult res = sp.as.Munmap(r.addr(), r.len());
+  if (!res.ok()) return ErrnoError(res.error, "munmap");
+  return {};
+}
+
+OpStatus DoMprotect(Space& sp, const v1::MprotectRequest& r, v1::MprotectResponse*) {
+  const SysResult res = sp.as.Mprotect(r.addr(), r.len(), r.prot());
+  if (!res.ok()) return ErrnoError(res.error, "mprotect");
+  return {};
+}
+
+OpStatus DoMadvise(Space& sp, const v1::MadviseRequest& r, v1::MadviseResponse*) {
+  const SysResult res = sp.as.Madvise(r.addr(), r.len(), r.advice());
+  if (!res.ok()) return ErrnoError(res.error, "madvise");
+  return {};
+}
+
+OpStatus DoMsync(Space& sp, const v1::MsyncRequest& r, v1::MsyncResponse*) {
+  const SysResult res = sp.as.Msync(r.addr(), r.len(), r.flags());
+  if (!res.ok()) return ErrnoError(res.error, "msync");
+  return {};
+}
+
+OpStatus DoFault(Space& sp, const v1::FaultRequest& r, v1::FaultResponse* out) {
+  AccessType access;
+  if (!ToAccessType(r.access(), &access))
+    return ErrnoErrorDetail(EINVAL, "Fault", "unknown access type");
+  const FaultResult f = sp.as.Fault(r.addr(), access);
+  if (OpStatus e = StopError(f, "Fault"); !e.ok()) return e;
+  FillFault(f, out->mutable_fault());
+  return {};
+}
+
+OpStatus DoAccess(Space& sp, const v1::AccessRequest& r, v1::AccessResponse* out,
+                  uint64_t max_touches) {
+  AccessType access;
+  if (!ToAccessType(r.access(), &access))
+    return ErrnoErrorDetail(EINVAL, "Access", "unknown access type");
+  const uint64_t stride = r.stride() == 0 ? 1 : r.stride();
+  const uint64_t touches = r.len() == 0 ? 0 : (r.len() - 1) / stride + 1;
+  if (touches > max_touches)
+    return ErrnoErrorDetail(EINVAL, "Access",
+                            std::to_string(touches) + " touches (len / stride) exceed --max-access-touches=" +
+                                std::to_string(max_touches));
+  // The engine polls the call's stop check (CallScope) once per page table.
+  const AccessResult ar = sp.as.Access(r.addr(), r.len(), stride, access);
+  if (OpStatus e = StopError(ar.stop, "Access"); !e.ok()) return e;
+  out->set_faults(ar.faults);
+  out->set_major_faults(ar.major_faults);
+  out->set_accesses(ar.accesses);
+  if (ar.stop.failed()) FillFault(ar.stop, out->mutable_stop());
+  return {};
+}
+
+OpStatus DoRead(Space& sp, const v1::ReadMemoryRequest& r, v1::ReadMemoryResponse* out,
+                uint64_t max_io, Buffers& buf) {
+  if (r.len() > max_io)
+    return ErrnoErrorDetail(EINVAL, "ReadMemory",
+                            "len " + std::to_string(r.len()) + " exceeds --max-io-bytes=" +
+                                std::to_string(max_io));
+  if (OpStatus e = buf.Resize("ReadMemory", buf.bytes() + r.len()); !e.ok()) return e;
+  std::string* data = out->mutable_data();
+  data->resize(r.len());
+  const CopyResult cr = sp.as.ReadMemory(r.addr(), data->data(), r.len());
+  if (OpStatus e = StopError(cr.stop, "ReadMemory"); !e.ok()) {
+    out->clear_data();
+    return e;
+  }
+  data->resize(cr.bytes);
+  out->set_faults(cr.faults);
+  if (cr.stop.failed()) FillFault(cr.stop, out->mutable_stop());
+  return {};
+}
+
+OpStatus DoWrite(Space& sp, const v1::WriteMemoryRequest& r, v1::WriteMemoryResponse* out,
+                 uint64_t max_io) {
+  if (r.data().size() > max_io)
+    return ErrnoErrorDetail(EINVAL, "WriteMemory",
+                            "data of " + std::to_string(r.data().size()) +
+                                " bytes exceeds --max-io-bytes=" + std::to_string(max_io));
+  const CopyResult cr = sp.as.WriteMemory(r.addr(), r.data().data(), r.data().size());
+  if (OpStatus e = StopError(cr.stop, "WriteMemory"); !e.ok()) return e;
+  out->set_bytes_written(cr.bytes);
+  out->set_faults(cr.faults);
+  if (cr.stop.failed()) FillFault(cr.stop, out->mutable_stop());
+  return {};
+}
+
+grpc::Status VmSpaceService::Mmap(grpc::ServerContext* ctx, const v1::MmapRequest* req,
+                                  v1::MmapResponse* resp) {
+  return OnSpace(RpcMethod::kMmap, ctx, req->space_id(), true, true,
+                 [&](Space& sp) { return DoMmap(sp, *req, resp, registry_); });
+}
+
+grpc::Status VmSpaceService::Munmap(grpc::ServerContext* ctx, const v1::MunmapRequest* req,
+                                    v1::MunmapResponse* resp) {
+  return OnSpace(RpcMethod::kMunmap, ctx, req->space_id(), false, false,
+                 [&](Space& sp) { return DoMunmap(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::Mprotect(grpc::ServerContext* ctx, const v1::MprotectRequest* req,
+                                      v1::MprotectResponse* resp) {
+  return OnSpace(RpcMethod::kMprotect, ctx, req->space_id(), false, false,
+                 [&](Space& sp) { return DoMprotect(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::Fault(grpc::ServerContext* ctx, const v1::FaultRequest* req,
+                                   v1::FaultResponse* resp) {
+  return OnSpace(RpcMethod::kFault, ctx, req->space_id(), true, true,
+                 [&](Space& sp) { return DoFault(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::Access(grpc::ServerContext* ctx, const v1::AccessRequest* req,
+                                    v1::AccessResponse* resp) {
+  return OnSpace(RpcMethod::kAccess, ctx, req->space_id(), true, true, [&](Space& sp) {
+    return DoAccess(sp, *req, resp, opts_.max_access_touches);
+  });
+}
+
+grpc::Status VmSpaceService::ReadMemory(grpc::ServerContext* ctx, const v1::ReadMemoryRequest* req,
+                                        v1::ReadMemoryResponse* resp) {
+  Buffers buf(registry_.frames());  // the data, while the call runs
+  return OnSpace(RpcMethod::kReadMemory, ctx, req->space_id(), true, true, [&](Space& sp) {
+    return DoRead(sp, *req, resp, opts_.max_io_bytes, buf);
+  });
+}
+
+grpc::Status VmSpaceService::WriteMemory(grpc::ServerContext* ctx,
+                                         const v1::WriteMemoryRequest* req,
+                                         v1::WriteMemoryResponse* resp) {
+  Buffers buf(registry_.frames());  // the request's data
+  return OnSpace(RpcMethod::kWriteMemory, ctx, req->space_id(), true, true, [&](Space& sp) {
+    if (OpStatus e = buf.Resize("WriteMemory", req->data().size()); !e.ok()) return e;
+    return DoWrite(sp, *req, resp, opts_.max_io_bytes);
+  });
+}
+
+grpc::Status VmSpaceService::Madvise(grpc::ServerContext* ctx, const v1::MadviseRequest* req,
+                                     v1::MadviseResponse* resp) {
+  return OnSpace(RpcMethod::kMadvise, ctx, req->space_id(), false, true,
+                 [&](Space& sp) { return DoMadvise(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::Msync(grpc::ServerContext* ctx, const v1::MsyncRequest* req,
+                                   v1::MsyncResponse* resp) {
+  return OnSpace(RpcMethod::kMsync, ctx, req->space_id(), false, false,
+                 [&](Space& sp) { return DoMsync(sp, *req, resp); });
+}
+
+}  // namespace vmspace::rpc

@@ -1,0 +1,40 @@
+// The operations on one space behind both the unary memory calls and the ops of a
+// Batch stream (defined in rpc/memory_calls.cc). Each runs on the handler's thread,
+// under its CallScope where the call is stoppable, and answers the errno of the
+// syscall it mirrors.
+#pragma once
+
+#include <cstdint>
+
+#include "rpc/buffers.h"
+#include "rpc/errors.h"
+#include "rpc/space_registry.h"
+#include "vmspace/v1/vmspace.pb.h"
+
+namespace vmspace::rpc {
+
+/// mmap(2); a file mapping's file_id is looked up in `reg`'s FileTable for sp's tenant.
+OpStatus DoMmap(Space& sp, const v1::MmapRequest& r, v1::MmapResponse* out,
+                SpaceRegistry& reg);
+/// munmap(2).
+OpStatus DoMunmap(Space& sp, const v1::MunmapRequest& r, v1::MunmapResponse*);
+/// mprotect(2).
+OpStatus DoMprotect(Space& sp, const v1::MprotectRequest& r, v1::MprotectResponse*);
+/// madvise(2).
+OpStatus DoMadvise(Space& sp, const v1::MadviseRequest& r, v1::MadviseResponse*);
+/// msync(2).
+OpStatus DoMsync(Space& sp, const v1::MsyncRequest& r, v1::MsyncResponse*);
+/// One fault at r.addr (a signal is an OK answer, in out->fault()).
+OpStatus DoFault(Space& sp, const v1::FaultRequest& r, v1::FaultResponse* out);
+/// Touches [addr, addr + len) every `stride` bytes; more than `max_touches` is EINVAL.
+OpStatus DoAccess(Space& sp, const v1::AccessRequest& r, v1::AccessResponse* out,
+                  uint64_t max_touches);
+/// Copies out at most `max_io` bytes (more is EINVAL); `buf`: the call's (or the
+/// stream's) buffer charge, grown by the data read.
+OpStatus DoRead(Space& sp, const v1::ReadMemoryRequest& r, v1::ReadMemoryResponse* out,
+                uint64_t max_io, Buffers& buf);
+/// Copies in at most `max_io` bytes (more is EINVAL).
+OpStatus DoWrite(Space& sp, const v1::WriteMemoryRequest& r, v1::WriteMemoryResponse* out,
+                 uint64_t max_io);
+
+}  // namespace vmspace::rpc
