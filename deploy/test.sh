@@ -61,16 +61,51 @@ stage_thread-safety() {
   grep -q "requires holding mutex 'm.mmap_lock'" <<<"$out" || { echo "$out" >&2; return 1; }
   echo "thread-safety: the analysis rejects tests/engine/thread_safety_violation.cc as it should"
   # The rpc layer (vmspace_rpc: service, registry, auth) with clang too: a full
-  # configuration (it needs gRPC and the generated protos), lock warnings as errors and
-  # other warnings of gRPC's and protobuf's headers left as warnings.
-  CC=clang CXX=clang++ cmake -S . -B build-tsa-rpc -DCMAKE_BUILD_TYPE=Debug \
+  # configuration (it needs gRPC and the generated protos), then a syntax-only pass over
+  # its sources with their own compile commands (the analysis runs in the front end, so
+  # no code is generated), lock warnings as errors and other warnings of gRPC's and
+  # protobuf's headers left as warnings.
+  CC=clang CXX=clang++ cmake -S . -B build-tsa-rpc -DCMAKE_BUILD_TYPE=Debug -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
     -DCMAKE_CXX_FLAGS="-Werror=thread-safety -Werror=thread-safety-beta" "${LAUNCHER[@]}" >/dev/null &&
-    cmake --build build-tsa-rpc -j"$JOBS" --target vmspace_rpc || return 1
+    cmake --build build-tsa-rpc -j"$JOBS" --target vmspace_proto_headers >/dev/null || return 1
   grep -q -- "-Wthread-safety .*rpc/space_registry.cc" build-tsa-rpc/compile_commands.json || {
-    echo "thread-safety: vmspace_rpc was not built with -Wthread-safety" >&2
+    echo "thread-safety: vmspace_rpc is not compiled with -Wthread-safety" >&2
     return 1
   }
-  echo "thread-safety: vmspace_rpc builds with -Wthread-safety -Werror=thread-safety"
+  python3 - build-tsa-rpc/compile_commands.json "$JOBS" <<'PY' || return 1
+import json, re, shlex, subprocess, sys
+from concurrent.futures import ThreadPoolExecutor
+entries = [e for e in json.load(open(sys.argv[1])) if "/server/rpc/" in e["file"]]
+def check(e):
+    args = shlex.split(e["command"])
+    i = args.index("-o")
+    del args[i:i + 2]
+    args = [a for a in args if a != "-c"] + ["-fsyntax-only"]
+    r = subprocess.run(args, cwd=e["directory"], capture_output=True, text=True)
+    return e["file"], r.returncode, r.stderr
+failed = 0
+with ThreadPoolExecutor(int(sys.argv[2])) as pool:
+    for f, rc, err in pool.map(check, entries):
+        if rc:
+            failed += 1
+            sys.stderr.write(err)
+print(f"thread-safety: {len(entries)} files of server/rpc pass -Wthread-safety -Werror=thread-safety" if not failed
+      else f"thread-safety: {failed} files of server/rpc fail", file=sys.stderr if failed else sys.stdout)
+# The same flags must reject a file that breaks a lock rule.
+bad = dict(entries[0])
+root = bad["file"][:bad["file"].index("/server/rpc/")]
+bad["command"] = bad["command"].replace(bad["file"], root + "/tests/service/thread_safety_violation.cc")
+bad["file"] = root + "/tests/service/thread_safety_violation.cc"
+_, rc, err = check(bad)
+if rc == 0 or "requires holding mutex 'mu_'" not in err:
+    print("thread-safety: tests/service/thread_safety_violation.cc was not rejected; the rpc flags do not check locks",
+          file=sys.stderr)
+    sys.stderr.write(err)
+    failed += 1
+else:
+    print("thread-safety: the rpc flags reject tests/service/thread_safety_violation.cc as they should")
+sys.exit(1 if failed else 0)
+PY
 }
 
 declare -A result

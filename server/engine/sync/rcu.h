@@ -19,7 +19,7 @@
 // every slot is 0 or at least g, which a scan (one load per registered thread, no
 // lock) tells. Nobody ever sleeps waiting for a thread to go offline: the waiters poll
 // (the call_rcu worker at its ticks, a space's write sections for their gathers:
-// MmStruct::FreePolledGathersLocked, SynchronizeRcu in growing sleeps). So going
+// FreePolledGathersLocked (mmu_gather.cc), SynchronizeRcu in growing sleeps). So going
 // offline is one release store, and going online a store and one full barrier
 // (liburcu's QSBR took three barriers and a check of a futex flag per engine call,
 // and its synchronize_rcu read the online threads' counters 100 times in a spin, then
