@@ -87,29 +87,38 @@ FaultOutcome HandleMmFault(MmStruct& mm, VmFault& vmf) {
   // VM_FAULT_RETRY before anything is done (not counted as pgfault: mm_account_fault
   // skips incomplete faults). vma_lock=anon: the Linux 6.5 form, where
   // lock_vma_under_rcu takes file VMAs but do_fault answers RETRY ("mm: allow per-VMA
-  // locks on file-backed VMAs"); from 6.6 file faults run under the VMA lock, except a
+  // locks on file-backed VMAs"). vma_lock=around (6.6): do_cow_fault and
+  // do_shared_fault (and wp_page_shared's page_mkwrite) answer RETRY under the VMA
+  // lock, and do_read_fault does after a fault-around that did not map the page
+  // (DoFileFault). vma_lock=all (6.7+): file faults run under the VMA lock, except a
   // copy-on-write that needs an anon_vma first (vmf_anon_prepare).
+  const bool write = vmf.access == AccessType::kWrite;
   if (v->vm_file && vmf.vma_locked) {
+    const VmaLockMode mode = mm.opts.profile.vma_lock;
     Event why = Event::kCount;
-    if (mm.opts.profile.vma_lock != VmaLockMode::kAll) why = Event::kVmaLockRetryFile;
-    else if (vmf.access == AccessType::kWrite && !(v->vm_flags & VM_SHARED) && !v->anon())
-      why = Event::kVmaLockRetryAnonVma;
+    if (mode == VmaLockMode::kAnon || (mode == VmaLockMode::kAround && write)) why = Event::kVmaLockRetryFile;
+    else if (write && !(v->vm_flags & VM_SHARED) && !v->anon()) why = Event::kVmaLockRetryAnonVma;
     if (why != Event::kCount) {
       CountEvent(why);
       vmf.retry = true;
       return FaultOutcome::kNone;
     }
   }
-  CountEvent(Event::kPgfault);
   PageTable::PteTable* t = vmf.pte_table ? vmf.pte_table : mm.pt.Lookup(vmf.address, true);
   if (!t) {
+    CountEvent(Event::kPgfault);
     CountEvent(Event::kFaultOom);
     return FaultOutcome::kOom;
   }
   const int i = PageTable::PteIndex(vmf.address);
-  void* zero = FrameAllocator::ZeroPage();
-  const bool write = vmf.access == AccessType::kWrite;
   const uint64_t orig = t->Get(i);  // vmf->orig_pte; every change re-checks it (pte_same)
+  if (v->vm_file) {
+    const FaultOutcome o = DoFileFault(mm, vmf, t, i, orig);
+    if (!vmf.retry) CountEvent(Event::kPgfault);  // a late VM_FAULT_RETRY is not counted either
+    return o;
+  }
+  CountEvent(Event::kPgfault);
+  void* zero = FrameAllocator::ZeroPage();
 
   if (v->vm_file) return DoFileFault(mm, vmf, t, i, orig);
 
@@ -280,6 +289,13 @@ FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int
       CountEvent(kind);
       return FaultOutcome::kMinor;  // VM_FAULT_NOPAGE: the page was cached
     }
+  }
+  // vma_lock=around (Linux 6.6 do_read_fault): under the VMA lock, only fault-around;
+  // ->fault (a miss, or fault-around off) needs mmap_lock: VM_FAULT_RETRY.
+  if (vmf.vma_locked && mm.opts.profile.vma_lock == VmaLockMode::kAround) {
+    CountEvent(Event::kVmaLockRetryFile);
+    vmf.retry = true;
+    return FaultOutcome::kNone;
   }
   // filemap_fault(): a miss on a host file reads the read-around window in
   // (do_sync_mmap_readahead), drops the lock and answers VM_FAULT_RETRY; the retry

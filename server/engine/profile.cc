@@ -14,6 +14,7 @@ const char* VmaLockModeName(VmaLockMode m) {
   switch (m) {
     case VmaLockMode::kOff: return "off";
     case VmaLockMode::kAnon: return "anon";
+    case VmaLockMode::kAround: return "around";
     case VmaLockMode::kAll: return "all";
   }
   return "?";
@@ -44,7 +45,10 @@ bool Named(const std::string& name, LockingProfile* p) {
     q.maple_prealloc_worst = true;
     q.vma_lock = VmaLockMode::kAnon;
     q.vma_lock_form = VmaLockForm::kRwsem;
-  } else if (name == "linux-6.6" || name == "linux-6.7") {
+  } else if (name == "linux-6.6") {
+    q.vma_lock = VmaLockMode::kAround;
+    q.vma_lock_form = VmaLockForm::kRwsem;
+  } else if (name == "linux-6.7") {
     q.vma_lock_form = VmaLockForm::kRwsem;
   } else if (name != "linux-6.15") {
     return false;
@@ -83,9 +87,12 @@ const char* Story(const std::string& name) {
            "by its own call_rcu (vm_area_free_rcu_cb); still the worst-case node preallocation of 6.1";
   if (name == "linux-6.6")
     return "as linux-6.4, and VMAs of every type locked (\"mm: allow per-VMA locks on file-backed "
-           "VMAs\", the \"Avoid the mmap lock for fault-around\" series; 6.5: swap and userfaultfd "
-           "faults, not modelled); same vma_lock rw_semaphore and call_rcu per VMA; node preallocation "
-           "by store type (6.5: \"maple_tree: refine mas_preallocate() node calculations\")";
+           "VMAs\"), but of file faults only the reads that fault-around serves from the page cache "
+           "run under the VMA lock (the \"Avoid the mmap lock for fault-around\" series: \"mm: run "
+           "the fault-around code under the VMA lock\"); read misses, COW and shared write faults "
+           "answer VM_FAULT_RETRY and run under mmap_lock (6.5: swap and userfaultfd faults, not "
+           "modelled); same vma_lock rw_semaphore and call_rcu per VMA; node preallocation by store "
+           "type (6.5: \"maple_tree: refine mas_preallocate() node calculations\")";
   if (name == "linux-6.7")
     return "as linux-6.6, with read, shared and COW faults of file VMAs under the VMA lock (\"mm: "
            "handle read faults under the VMA lock\", \"mm: handle shared faults under the VMA lock\", "
@@ -122,12 +129,13 @@ bool LockingProfile::Parse(const std::string& spec, LockingProfile* out, std::st
       else if (k == "maple_prealloc" && (v == "worst" || v == "store")) p.maple_prealloc_worst = v == "worst";
       else if (k == "vma_lock" && v == "off") p.vma_lock = VmaLockMode::kOff;
       else if (k == "vma_lock" && v == "anon") p.vma_lock = VmaLockMode::kAnon;
+      else if (k == "vma_lock" && v == "around") p.vma_lock = VmaLockMode::kAround;
       else if (k == "vma_lock" && v == "all") p.vma_lock = VmaLockMode::kAll;
       else if (k == "vma_lock_form" && v == "rwsem") p.vma_lock_form = VmaLockForm::kRwsem;
       else if (k == "vma_lock_form" && v == "refcnt") p.vma_lock_form = VmaLockForm::kRefcnt;
       else {
         *err = "unknown switch " + Quoted(item) +
-               " (index=rbtree|maple, maple_rcu=on|off, maple_prealloc=worst|store, vma_lock=off|anon|all, "
+               " (index=rbtree|maple, maple_rcu=on|off, maple_prealloc=worst|store, vma_lock=off|anon|around|all, "
                "vma_lock_form=rwsem|refcnt)";
         return false;
       }

@@ -40,7 +40,7 @@ TEST(Profile, NamedProfilesAndTheirSwitches) {
       {"linux-6.0", "index=rbtree vma_lock=off"},
       {"linux-6.1", "index=maple maple_rcu=off maple_prealloc=worst vma_lock=off"},
       {"linux-6.4", "index=maple maple_prealloc=worst vma_lock=anon vma_lock_form=rwsem"},
-      {"linux-6.6", "index=maple vma_lock=all vma_lock_form=rwsem"},
+      {"linux-6.6", "index=maple vma_lock=around vma_lock_form=rwsem"},
       {"linux-6.7", "index=maple vma_lock=all vma_lock_form=rwsem"},
       {"linux-6.15", "index=maple vma_lock=all vma_lock_form=refcnt"},
   };
@@ -72,10 +72,12 @@ TEST(Profile, DescriptionsNameTheCommitsTheyFollow) {
 
 TEST(Profile, OverridesFindTheNamedProfileOrCustom) {
   EXPECT_EQ(Parsed("linux-6.7,vma_lock_form=refcnt").name, "linux-6.15");
-  EXPECT_EQ(Parsed("linux-6.15,vma_lock_form=rwsem").name, "linux-6.6");  // the first with them
+  EXPECT_EQ(Parsed("linux-6.15,vma_lock_form=rwsem").name, "linux-6.7");
+  EXPECT_EQ(Parsed("linux-6.7,vma_lock=around").name, "linux-6.6");  // 6.6 and 6.7 differ only there
   EXPECT_EQ(Parsed("linux-6.7,vma_lock=all").name, "linux-6.7");          // unchanged: kept
   EXPECT_EQ(Parsed("linux-6.4,vma_lock=all").name, "custom");  // 6.4 still preallocates the worst case
-  EXPECT_EQ(Parsed("linux-6.4,vma_lock=all,maple_prealloc=store").name, "linux-6.6");
+  EXPECT_EQ(Parsed("linux-6.4,vma_lock=all,maple_prealloc=store").name, "linux-6.7");
+  EXPECT_EQ(Parsed("linux-6.4,vma_lock=around,maple_prealloc=store").name, "linux-6.6");
   EXPECT_EQ(Parsed("linux-6.4,vma_lock=off,maple_rcu=off").name, "linux-6.1");
   EXPECT_EQ(Parsed("linux-6.6,vma_lock=anon,maple_prealloc=worst").name, "linux-6.4");
   EXPECT_EQ(Parsed("linux-6.4,maple_prealloc=store").name, "custom");

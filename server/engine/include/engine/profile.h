@@ -64,7 +64,7 @@ struct LockingProfile {
   /// Parses "linux-6.4", "linux-6.4,vma_lock=off", "index=rbtree,vma_lock=off" (a base
   /// name, then switch=value overrides; without a base name linux-6.15 is the base).
   /// Switches: index=rbtree|maple, maple_rcu=on|off, maple_prealloc=worst|store,
-  /// vma_lock=off|anon|all,
+  /// vma_lock=off|anon|around|all,
   /// vma_lock_form=rwsem|refcnt. Returns false with *err set on unknown names/values or
   /// an invalid combination.
   static bool Parse(const std::string& spec, LockingProfile* out, std::string* err);

@@ -42,7 +42,7 @@ enum class Event : uint16_t {
   kFaultFile,         // file page fault: read, or shared write (do_read_fault/do_shared_fault)
   kFaultFileCow,      // write to a private file page: copy into an anon frame (do_cow_fault/wp_page_copy)
   kFaultAroundPages,  // PTEs installed by fault-around (filemap_map_pages), the faulting one included
-  kVmaLockRetryFile,  // VMA-lock fault on a file VMA redone under mmap_lock (VM_FAULT_RETRY, vma_lock=anon)
+  kVmaLockRetryFile,  // VMA-lock fault on a file VMA redone under mmap_lock (VM_FAULT_RETRY, vma_lock=anon|around)
   kVmaLockRetryAnonVma,  // VMA-lock COW fault needing an anon_vma redone under mmap_lock (vmf_anon_prepare)
   kFaultRetryDirty,   // shared write fault that dirtied a page, dropped its lock, returned VM_FAULT_RETRY
   kFaultCompleted,    // the same fault ending VM_FAULT_COMPLETED (shared_fault_completion=completed)

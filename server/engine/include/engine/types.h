@@ -153,10 +153,14 @@ struct FaultResult {
 enum class VmaIndexKind : uint8_t { kRbtree, kMaple };
 const char* VmaIndexKindName(VmaIndexKind k);
 
-/// Which faults the per-VMA lock path handles (lock_vma_under_rcu): none (every fault
-/// takes mmap_lock, Linux < 6.4), anonymous VMAs that already have an anon_vma (6.4),
-/// or all VMA types including shared/file ones and fault-around (6.6).
-enum class VmaLockMode : uint8_t { kOff, kAnon, kAll };
+/// Which faults the per-VMA lock path handles (lock_vma_under_rcu; docs/profiles.md
+/// "Switches"): none (every fault takes mmap_lock, Linux < 6.4); anonymous faults, file
+/// faults answering VM_FAULT_RETRY (kAnon, 6.4/6.5); anonymous faults and the file read
+/// faults that fault-around serves from the page cache, every other file fault
+/// VM_FAULT_RETRY (kAround, 6.6: "mm: run the fault-around code under the VMA lock");
+/// or every fault, file read misses, COW and shared write faults included (kAll, 6.7:
+/// "mm: handle read/shared/COW faults under the VMA lock").
+enum class VmaLockMode : uint8_t { kOff, kAnon, kAround, kAll };
 const char* VmaLockModeName(VmaLockMode m);
 
 /// Name of an errno value ("EINVAL", glibc's strerrorname_np), "OK" for 0, or
