@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian 12 packages vmspace needs to build and test, if missing.
 # Run as root (or with sudo). Idempotent: does nothing when all are present.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The main job, from a fresh Debian 12 machine: install what is missing, build, start
 # vmspaced, run the seed-004 stress workload through gRPC (stream transport, batched),
 # print the summary, and leave the daemon running so /metrics can be scraped.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds vmspace and runs every test stage, even when an earlier one fails:
 #   release        the Release build and its whole ctest suite (engine, kernel oracle,
 #                  daemon/service, three-daemon sharding, client, Python client,

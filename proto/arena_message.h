@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One protobuf message at a time on an Arena that keeps its first block: for a stream
 // that builds or parses one message after another (Batch requests and responses), an
 // op's sub-messages are bump-allocated instead of a malloc and a free each, and Next()

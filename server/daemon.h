@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The running daemon: frame memory, the space registry, the service, the metrics
 // exposer and the gRPC server, from start-up to the drain on SIGTERM/SIGINT (main.cc
 // describes the daemon's behaviour; daemon_flags.h its configuration).

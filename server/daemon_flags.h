@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vmspaced's command line: the flags (spelt with dashes or underscores), --help, and
 // the daemon's configuration read and checked from them.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vmspaced: the vmspace daemon. Serves vmspace.v1.VmSpace (plus gRPC health and
 // reflection) on --listen and Prometheus metrics on --metrics-listen.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pieces the bench commands share (bench.h).
 #include "cli/bench.h"
 

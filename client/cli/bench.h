@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pieces the `vmspace bench` commands share: locking profiles and --compare, lock
 // figures in JSON and tables, progress lines, medians, and the seed-004 runs of
 // `bench stress` (plain, --compare, --scaling). Internal to the CLI (cli/).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `vmspace bench execl`: UnixBench execl in the engine, per i_mmap_scope, beside the
 // kernel's posix_spawn. Measured into an ExeclFigures, then rendered as JSON or text.
 #include "cli/commands.h"

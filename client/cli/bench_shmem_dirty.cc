@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `vmspace bench shmem-dirty`: write each page of a MAP_SHARED shmem mapping, per
 // shared_fault_completion mode, beside the kernel's memfd; measured into
 // ShmemDirtyFigures, then rendered as JSON or text.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `vmspace bench stress`: the seed-004 mmap/munmap stress on one transport, then the same
 // sequence on the kernel, measured into StressFigures and rendered as JSON or text;
 // --compare and --scaling are bench_stress_compare.cc and bench_stress_scaling.cc.

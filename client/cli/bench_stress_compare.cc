@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `vmspace bench stress --compare`: the seed-004 stress once per locking profile (and
 // --repeat), beside the kernel and the thread's own table; measured into
 // StressCompareFigures, then drawn (--plot) and rendered as JSON or text.

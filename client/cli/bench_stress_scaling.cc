@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `vmspace bench stress --scaling`: C clients against one, ours and the kernel's, per
 // repetition; measured into ScalingFigures, then rendered as JSON or text.
 #include "cli/bench.h"

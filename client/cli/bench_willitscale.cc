@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `vmspace bench page_fault1..4 | mmap1 | mmap2 | mixed`: the will-it-scale style timed
 // workloads, per locking profile, the file ones beside the kernel; measured into
 // WorkloadFigures, then drawn (--plot) and rendered as JSON or text.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `vmspace` command line: one subcommand per VmSpace RPC plus the benchmarks
 // (`bench stress`, `bench page_fault1`, ...), parsed with CLI11.
 // RunCli() is the whole program minus process start-up, so tests can run it in-process.

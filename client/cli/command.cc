@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DataArg: the bytes a write command is given (--data, --hex or a file).
 #include "cli/command.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a `vmspace` subcommand is given: its parsed options (Args), the context it runs
 // in (Ctx: options, output streams, client options) and its entry in the command table
 // (Command). Internal to the CLI (cli/).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The entry points of the `vmspace` subcommands, which the command table (cli.cc)
 // names. Each runs one command with its parsed options: it prints its result on
 // Ctx::out (text, or one JSON object with --json), diagnostics and progress on Ctx::err,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* vmspace-execl-true: the program `vmspace bench execl` spawns (vfork + exec) on
  * this machine's kernel, the native counterpart of the engine's exec loop (UnixBench's
  * execl measures exec of a small static binary). It exits 0 at once. Linked -static

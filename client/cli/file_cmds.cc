@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `vmspace file COMMAND`: open, create-shmem, close, truncate, fsync, stat, ls, read,
 // write on the daemon's files (its --data-dir, or memory-only shmem files).
 #include "cli/commands.h"

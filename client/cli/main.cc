@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vmspace: command-line client of vmspaced (see cli.h).
 #include <iostream>
 #include <string>

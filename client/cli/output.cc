@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Output helpers shared by the subcommands (output.h).
 #include "cli/output.h"
 

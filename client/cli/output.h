@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Output helpers shared by the `vmspace` subcommands: the error report of a failed call,
 // number and byte formatting, hex dumps and JSON values. Internal to the CLI (cli/).
 #pragma once

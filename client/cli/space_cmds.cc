@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The address-space commands: create, destroy, list, mmap, munmap, mprotect, msync,
 // fault, access, read, write, maps. Each is one VmSpace RPC, printed as text or JSON.
 #include "cli/commands.h"

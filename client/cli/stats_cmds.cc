@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The commands about the daemon itself: ping, stats (GetServerInfo), health
 // (grpc.health.v1) and lockstat (GetLockStats, like /proc/lock_stat).
 #include "cli/commands.h"

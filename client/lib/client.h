@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vmspace_client: a small typed C++ client over the generated vmspace.v1 stub.
 //
 // One Client may talk to several daemons (shards): ClientOptions::target "a,b,c" or

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The seed-003 workload (`vmspace bench execl`): UnixBench's execl in the engine. Each
 // client loops: create a space, map one shared "binary" the way ld.so / load_elf_binary
 // does (the whole span r-- MAP_PRIVATE, then MAP_FIXED r-x, r-- and rw- segments at

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lib/harness.h"
 
 // The engine headers come before <sys/wait.h>: glibc's <signal.h> defines `si_addr` as a

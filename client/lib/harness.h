@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one workload harness behind `vmspace bench stress` (seed-004, seed004.h) and the
 // will-it-scale workloads `vmspace bench page_fault1 | mmap1 | mixed` (willitscale.h).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon backends of the workload harness (harness.h): spaces made with CreateSpace
 // (settings.locking_profile) and destroyed afterwards, lock figures from GetLockStats
 // (daemon-wide deltas for the profile's name: other clients of the same profile count).

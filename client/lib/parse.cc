@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lib/parse.h"
 
 #include <absl/time/time.h>

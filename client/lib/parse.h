@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parsing and formatting of the values the vmspace CLI accepts: numbers (decimal or
 // 0x hex, with optional K/M/G suffixes), protections, mmap flags and access types.
 #pragma once

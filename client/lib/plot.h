@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SVG bar charts of benchmark results, drawn by gnuplot run as a subprocess
 // (`set terminal svg`). gnuplot is Debian's gnuplot-nox (deploy/install-deps.sh).
 #pragma once

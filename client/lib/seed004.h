@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The seed-004 mmap/munmap stress workload (the program of the linux-mm thread
 // "[REGRESSION]: mmap performance regression starting with k-6.1", November 2023,
 // https://lore.kernel.org/linux-mm/?q=s%3A%22mmap+performance+regression+starting+with+k-6.1%22)

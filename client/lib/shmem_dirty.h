@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The seed-002 workload (`vmspace bench shmem-dirty`): sequentially write one byte of
 // every page of a MAP_SHARED shmem mapping (MAP_SHARED|MAP_ANONYMOUS in the engine, a
 // memfd on the kernel), as the "simple program sequentially dirtying 400MB shmem file

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The seed-004 stress workload (seed004.h) against a running vmspaced over gRPC, on the
 // harness's daemon backends (harness_grpc.h).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Timed scalability workloads after will-it-scale (antonblanchard/will-it-scale), run on
 // vmspace address spaces for a fixed duration under one engine locking profile:
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Generates the Python modules of the vmspace API with Debian's protoc and
 # grpc_python_plugin (package protobuf-compiler-grpc). (Debian's python3-grpc-tools
 # bundles an older protoc that rejects proto3 `optional`, which vmspace.proto uses.)

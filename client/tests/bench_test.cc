@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of the timed workloads (`vmspace bench page_fault1 | mmap1 | mixed`), `bench
 // stress --compare`, --plot and `lockstat` usage: option parsing, --compare expansion,
 // and short in-process runs whose figures must be real (ops, faults, lock counts).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of the `vmspace` command line: option forms, help and usage errors, JSON shapes,
 // errors of an unreachable daemon, and `bench stress --transport inprocess`.
 #include <gtest/gtest.h>

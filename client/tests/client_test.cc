@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Unit tests of the client library: value parsing, errno decoding, the seed-004
 // generator, and the in-process stress runners.
 // The generated vmspace.pb.h comes before gtest.h: gtest pulls in <signal.h>, whose

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // End-to-end tests of the `vmspace` CLI against a real vmspaced started on port 0.
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the seed-004 stress must touch, replayed from its random sequence alone, for
 // tests to check a run's fault and write counts against.
 #pragma once

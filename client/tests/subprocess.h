@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test helper: run a program with arguments, capture stdout/stderr and the exit code.
 #pragma once
 

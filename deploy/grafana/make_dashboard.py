@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes deploy/grafana/dashboards/vmspace.json, the provisioned Grafana dashboard.
 
 The panels are listed here once, as (title, unit, queries); the JSON is generated so

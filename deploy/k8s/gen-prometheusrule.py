@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes deploy/k8s/prometheusrule.yaml: the rules of deploy/prometheus/rules/vmspace.yml
 as a Prometheus Operator PrometheusRule (its spec is a rule file's content).
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """End-to-end: a real vmspaced scraped by a real Prometheus (Debian's `prometheus`), both on
 loopback, with the repository's scrape config and rules (ctest deploy.prometheus_e2e).
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Validates the deployment files without a container engine or a cluster (ctest
 deploy.validate). Usage: validate_deploy.py BUILD_DIR
 

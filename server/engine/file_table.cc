@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon's open files: open/close, ftruncate, pread/pwrite through the page cache,
 // fsync, stat (fs/open.c do_sys_openat2, fs/file_table.c, fs/read_write.c,
 // mm/filemap.c filemap_read / generic_perform_write, fs/sync.c; Linux 6.18).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The page cache: folio locks, the i_pages tree, reading pages in, dirtying and
 // writeback (mm/filemap.c filemap_get_folio / filemap_read_folio /
 // filemap_write_and_wait_range, mm/page-writeback.c folio_mark_dirty, mm/shmem.c

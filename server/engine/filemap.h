@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // File: an inode with its page cache and reverse map (Linux's struct inode + struct
 // address_space, include/linux/fs.h), internal to the engine; engine/file.h is the
 // public face (FileTable, OpenFile).

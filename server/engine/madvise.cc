@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // madvise(2), MADV_DONTNEED (mm/madvise.c madvise_dontneed_single_vma -> zap_page_range_single;
 // Linux 6.18).
 #include <sys/mman.h>

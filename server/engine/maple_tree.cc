@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The maple tree (lib/maple_tree.c, Linux 6.18): see maple_tree.h. Function comments
 // name the kernel function each part follows.
 #include "maple_tree.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MapleTree: Linux's maple tree (lib/maple_tree.c, include/linux/maple_tree.h, Linux
 // 6.18) as the mm uses it: a B-tree of non-overlapping ranges [index, last] covering
 // the whole 64-bit space, NULL ranges (gaps) included, with the largest gap of each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The page-fault path, the zap of PTE ranges, and accesses of the space's memory
 // (mm/memory.c handle_mm_fault, do_anonymous_page, do_wp_page, do_shared_fault,
 // zap_pte_range; arch/x86/mm/fault.c do_user_addr_fault, access_error; Linux 6.18).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The page-fault path, the zap of PTE ranges, and accesses of the space's memory
 // (mm/memory.c, arch/x86/mm/fault.c; Linux 6.18), defined in memory.cc. The
 // fault-around (do_fault_around + filemap_map_pages) is in filemap.h / filemap.cc.

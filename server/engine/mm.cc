@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The address space's lifetime (kernel/fork.c mm_alloc, mm/mmap.c exit_mmap), the
 // idle space's flush of its deferred frees, and the first-reader mark of rcu_sole.
 // Write sections are in mmap_lock.cc, the gathers in mmu_gather.cc.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MmStruct: the state of one address space (Linux's struct mm_struct; gVisor's
 // pkg/sentry/mm/mm.go MemoryManager): its fields, each with what guards it, the
 // constants, construction and destruction. The lock order is in LOCKING.md.

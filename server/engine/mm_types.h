@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The types of an address space (include/linux/mm_types.h, mm_types_task.h): Vma, one
 // virtual memory area (vm_area_struct; internal to the engine, callers see VmaInfo in
 // address_space.h), AnonVma, VmaLock and VmaForm (the per-VMA lock), MmCounter (the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mmap(2), munmap(2), get_unmapped_area and stack expansion (mm/mmap.c, mm/vma.c
 // __mmap_region and do_vmi_munmap, arch/x86/kernel/sys_x86_64.c; Linux 6.18).
 #include <sys/mman.h>

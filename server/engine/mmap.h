@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mmap(2), munmap(2), get_unmapped_area and stack expansion (mm/mmap.c, Linux 6.18):
 // the placement and stack functions are defined in mmap.cc.
 #pragma once

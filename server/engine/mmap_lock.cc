@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mmap_lock write sections: mmap_write_lock / mmap_write_unlock and what the end of a
 // section publishes and retires (include/linux/mmap_lock.h; vma_end_write_all).
 #include "mm.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mmap_lock write sections (include/linux/mmap_lock.h mmap_write_lock /
 // mmap_write_unlock, with what the end of a section publishes and retires), defined in
 // mmap_lock.cc. Read sections take MmStruct::mmap_lock directly.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MmuGather: the RCU-deferred free of what a write section retired (mm/mmu_gather.c
 // tlb_remove_table_rcu, with MMU_GATHER_RCU_TABLE_FREE).
 #include "mmu_gather.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MmuGather: what a write section retires, freed after an RCU grace period
 // (include/asm-generic/tlb.h struct mmu_gather, mm/mmu_gather.c), and a space's
 // gathers: the current one, the polled list, and the sole reader's reuse; defined in

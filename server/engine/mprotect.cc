@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mprotect(2) (mm/mprotect.c do_mprotect_pkey, mprotect_fixup, change_protection;
 // Linux 6.18).
 #include <sys/mman.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // change_protection (mm/mprotect.c, Linux 6.18), defined in mprotect.cc with mprotect(2).
 #pragma once
 

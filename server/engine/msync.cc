@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // msync(2) (mm/msync.c, Linux 6.18) and fsync of an open file (fs/sync.c
 // vfs_fsync_range with file_check_and_advance_wb_err).
 #include <sys/mman.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Dirty accounting, the dirty limits, balance_dirty_pages and the writeback thread
 // (mm/page-writeback.c balance_dirty_pages_ratelimited, domain_dirty_limits;
 // fs/fs-writeback.c wb_writeback over the b_dirty inode list; Linux 6.18). See

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "page_table.h"
 
 #include "engine/stats.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PageTable: a 4-level x86-64 radix page table (PGD -> PUD -> PMD -> PTE, 512 entries
 // each; P4D folded as on this machine) mapping 4 KiB virtual pages to frames.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PercpuCounter's cell choice (lib/percpu_counter.c: here a cell per thread, not per CPU).
 #include "percpu_counter.h"
 

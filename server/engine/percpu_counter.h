@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PercpuCounter: a counter in per-thread cells (include/linux/percpu_counter.h).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // /proc/PID/maps and smaps data, and the space's counters (fs/proc/task_mmu.c
 // show_map_vma, show_smap_vma_flags; include/linux/mm.h get_mm_counter; Linux 6.18).
 #include <cstdio>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The data of /proc/PID/maps and smaps for one VMA (fs/proc/task_mmu.c; Linux 6.18),
 // defined in proc.cc with the maps text and the space's counters.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Locking profiles: named sets of design switches, one per modelled kernel era.
 #include <sstream>
 

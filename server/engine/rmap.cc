@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // anon_vma: the object private anonymous pages belong to (mm/rmap.c, Linux 6.18). Only
 // its identity matters here (merging); there is no fork, so every chain is singular.
 // Also page_mkclean_one for file pages (the file rmap walk itself is in filemap.cc).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // anon_vma preparation and page_mkclean_one (mm/rmap.c, include/linux/rmap.h; Linux
 // 6.18), defined in rmap.cc. The file rmap walk itself is in filemap.cc.
 #pragma once

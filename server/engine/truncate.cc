@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Truncation of a file's page cache and the unmapping of its pages from every space
 // (mm/truncate.c truncate_setsize / truncate_pagecache / truncate_inode_pages_range,
 // mm/memory.c unmap_mapping_range; Linux 6.18).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Invariant checker (mm/vma.c validate_mm, plus the accounting Linux checks at exit:
 // check_mm's "BUG: Bad rss-counter state").
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // VMA tree changes: link, unlink, set range, split, merge and unmap (mm/vma.c, Linux
 // 6.18). Every function here needs mmap_lock for write and write-locks each VMA it
 // changes (vma_start_write); the page tables are only touched by the unmap at the end,

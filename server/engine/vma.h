@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The VMA operations of mm/vma.c (mm/vma.h, Linux 6.18), defined in vma.cc: lookups
 // (find_vma & co.), link/unlink (also into a file's i_mmap), set range, split, merge
 // and unmap. Every change needs mmap_lock for write and write-locks each VMA it changes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // VmaIndex: the ordered set of an address space's VMAs, behind one interface with two
 // implementations chosen per space:
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The VMAs of a space: vm_area_alloc, vm_area_dup, vm_area_free and the per-space VMA
 // cache (mm/vma_init.c, Linux 6.15+: vm_area_cachep, vm_area_init_from).
 #include "mmu_gather.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // VmaCache: the VMAs of one space, allocated, duplicated and freed (mm/vma_init.c
 // vm_area_alloc / vm_area_dup / vm_area_free and vm_area_cachep, Linux 6.15+), defined
 // in vma_init.cc. vm_area_alloc and the rest take the MmStruct, which embeds the cache,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-VMA locks in the form of the space's profile (include/linux/mmap_lock.h,
 // mm/mmap_lock.c, lock_vma_under_rcu in mm/memory.c): kRwsem, the 6.4-6.14 separately
 // allocated vma_lock rw_semaphore with a detached flag; kRefcnt, the 6.15 vm_refcnt in

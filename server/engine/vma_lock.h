@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-VMA locks in the form of the space's profile (include/linux/mmap_lock.h,
 // mm/mmap_lock.c, lock_vma_under_rcu in mm/memory.c), defined in vma_lock.cc. The form
 // per MmStruct::vma_form: LOCKING.md "Profiles".

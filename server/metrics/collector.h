@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon's Prometheus collector: every value is read at scrape time from the
 // engine's per-thread statistics (vmspace::ReadStats), the per-thread RPC counters
 // (ReadRpcStats), the frame allocator and the space registry. Nothing on the request

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-RPC counters and latency histograms of the vmspace gRPC service, in the
 // go-grpc-prometheus style (grpc_server_started_total, grpc_server_handled_total,
 // grpc_server_msg_{received,sent}_total, grpc_server_handling_seconds).

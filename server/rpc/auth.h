@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Authentication of vmspace calls: bearer tokens from a token file, and mutual TLS.
 //
 // Token file (vmspaced --token-file): one token per line, "TOKEN TENANT [admin]",

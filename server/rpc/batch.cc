@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Batch stream of VmSpaceService: many ops per message (or packed words), each
 // run as its unary call would, with results that later ops may name (Op.addr_of).
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Buffers: the request and response data a call holds, charged to the memory budget.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The service's counted limits: calls in flight per client host (--max-calls-per-peer)
 // and open Batch streams (--max-streams), each held by a slot object that gives back
 // exactly what it took.

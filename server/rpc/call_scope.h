@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CallScope: a handler's stop check (the call's deadline and cancellation, which the
 // engine polls inside long walks: engine/cancel.h), and StopError, the status of a walk
 // it stopped.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Errors of the vmspace service: errno -> gRPC status mapping as documented at the top
 // of proto/vmspace/v1/vmspace.proto.
 //

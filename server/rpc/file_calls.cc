@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The file calls of VmSpaceService: OpenFile, CreateShmemFile, CloseFile,
 // TruncateFile, StatFile, ListFiles, ReadFile, WriteFile, FsyncFile.
 #include <absl/strings/str_split.h>

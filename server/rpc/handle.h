@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // VmSpaceService::Handle and OnSpace, the frame of every handler (authentication,
 // metrics, the per-peer limit, the tenant quota, the space lookup, the stop check);
 // included by the rpc/*_calls.cc files and rpc/batch.cc.

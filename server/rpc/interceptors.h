@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The interceptors of every call, and the status of a request that did not parse.
 #pragma once
 

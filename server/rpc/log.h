@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Minimal leveled logging to stderr for the daemon ("vmspaced: <level>: <message>").
 // One fprintf per line (stdio locks the stream, so lines from threads do not mix).
 // Not for per-request hot paths except at debug level.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The memory calls of VmSpaceService: Mmap, Munmap, Mprotect, Madvise, Msync, Fault,
 // Access, ReadMemory, WriteMemory, and the operations behind them (memory_ops.h).
 #include "rpc/memory_ops.h"

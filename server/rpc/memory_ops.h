@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The operations on one space behind both the unary memory calls and the ops of a
 // Batch stream (defined in rpc/memory_calls.cc). Each runs on the handler's thread,
 // under its CallScope where the call is stoppable, and answers the errno of the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Translation between vmspace.proto messages and the engine's types.
 #pragma once
 

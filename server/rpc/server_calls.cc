@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The calls about the daemon itself: GetLockStats, Ping, GetServerInfo.
 #include <string>
 

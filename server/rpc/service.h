@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // VmSpaceService: the gRPC service vmspace.v1.VmSpace on top of the engine.
 //
 // Each handler looks the space up in the SpaceRegistry, calls the engine directly on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The space calls of VmSpaceService: CreateSpace, DestroySpace, ListSpaces, GetMaps.
 #include <absl/strings/str_split.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SpaceRegistry: the daemon's table of live address spaces, keyed by space id.
 //
 // Lookups are the request path: the table is split into kShards parts by id, each with

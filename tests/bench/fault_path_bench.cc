@@ -1,5 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cost of the instrumented fault path: anonymous write faults with lock statistics
-// timing on vs off (--lock-stats), and under each locking profile. Budget (issue 4):
+// timing on vs off (--lock-stats), and under each locking profile. Budget:
 // instrumentation on costs <= 5% more than compiled in but switched off. Read the
 // ratio off one run: BM_FaultPath/stats:1 vs /stats:0 for the same profile.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A fixed amount of fault-path work for instruction counting: 8 passes of anonymous
 // write faults over 16 MiB (32768 faults), each pass followed by MADV_DONTNEED.
 // Usage: valgrind --tool=callgrind fault_path_count STATS(0|1) PROFILE

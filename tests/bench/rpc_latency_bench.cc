@@ -1,8 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
 // RPC latency benchmarks against a running daemon (or, for vma_writers, the engine
 // linked into this process).
 //
 // --scenario table (the default): unary latency of Fault and Mmap beside the empty RPC
-// (Ping) on the same daemon in the same run, at 1 and 16 concurrent clients (issue 3's
+// (Ping) on the same daemon in the same run, at 1 and 16 concurrent clients (the
 // target: within 1.3x of Ping).
 //   rpc_latency_bench --target HOST:PORT [--seconds S] [--clients 1,16]
 // Each client has its own channel and its own space. Per RPC kind and client count it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RwSem (mmap_lock as Linux's rw_semaphore) against the implementation it replaced:
 // glibc's writer-preferring pthread_rwlock with the same lock-stat instrumentation
 // (a copy kept only here, for this comparison).

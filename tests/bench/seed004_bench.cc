@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // seed-004 replay (the stress program of "[REGRESSION]: mmap performance regression
 // starting with k-6.1", linux-mm, November 2023): the engine against the real kernel, same binary,
 // same deterministic sequence (client/lib/seed004.h), plus engine memory costs.

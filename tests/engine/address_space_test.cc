@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Engine tests with answers taken from the kernel on this machine (Linux 6.18,
 // reference experiments exp02/exp03/exp05; the oracle suite in tests/oracle compares
 // against the live kernel).

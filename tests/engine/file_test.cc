@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Files in the engine: the FileTable (open rules, pread/pwrite through the page cache,
 // fsync), file mappings (private COW, shared writes, EOF and SIGBUS, major faults,
 // merges with offset continuity, maps lines), truncate through i_mmap, writeback and

@@ -1,4 +1,5 @@
-// Host memory given back (issue 9 part 5a): free frames beyond the frame cache
+// SPDX-License-Identifier: Apache-2.0
+// Host memory given back: free frames beyond the frame cache
 // watermark (FrameAllocator::SetCacheBytes) are returned to the host with
 // madvise(MADV_DONTNEED). Checked against what the kernel reports: mincore() on the
 // freed frames (a frame given back is not resident) and VmRSS of /proc/self/status.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Seed 003: the i_mmap_rwsem scope of mmap's VMA link (i_mmap_scope = wide | narrow)
 // and the race that made the 2023 "narrow" proposal unsafe.
 //

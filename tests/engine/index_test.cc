@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The VMA indexes against independent models:
 //  * MapleTree against a std::map of ranges (gaps included), in RCU and no-RCU mode,
 //    with the tree's invariants (mt_validate: pivots, limits, gaps, parents, NULL

@@ -1,4 +1,5 @@
-// The engine's bounds on client-chosen work and memory (issue 9): walks that cannot
+// SPDX-License-Identifier: Apache-2.0
+// The engine's bounds on client-chosen work and memory: walks that cannot
 // wrap, stop checks at page-table granularity (CancelScope), page tables charged to
 // the frame limit, and frees already queued reclaimed before an allocation fails.
 #include <gtest/gtest.h>

@@ -1,4 +1,5 @@
-// The memory budget (issue 9 part 2): one limit over frames, page tables, VMAs, index
+// SPDX-License-Identifier: Apache-2.0
+// The memory budget: one limit over frames, page tables, VMAs, index
 // nodes, page cache and buffers, each kind charged where it is allocated and
 // uncharged where it is freed, so that after every space is destroyed and rcu_barrier
 // every kind reads exactly 0, also after a concurrent stress.

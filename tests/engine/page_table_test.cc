@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Unit tests of the page table and frame allocator.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Locking profiles: parsing and descriptions of the named profiles, and per era the
 // structures the profile gives a space (docs/profiles.md "The six eras", LOCKING.md
 // "Profiles"): the 6.1 maple tree without RCU mode, the 6.4-6.14 separately allocated

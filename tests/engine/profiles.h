@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The locking profiles every engine semantic and stress test runs under, and a gtest
 // name generator for them ("linux-6.6,vma_lock=off" -> "linux_6_6_vma_lock_off").
 #pragma once

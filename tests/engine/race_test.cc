@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Races the kernel answers deterministically, checked for every interleaving the
 // machine produces:
 //  * a write that reports success is never lost: thread A repeats {mmap(P, 4 KiB,

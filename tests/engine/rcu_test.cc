@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The engine's call_rcu worker (sync/rcu.cc), checked by behaviour:
 //  * a callback waits for a reader that was inside its read section when it was
 //    queued, and runs once the reader leaves;

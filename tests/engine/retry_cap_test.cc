@@ -1,4 +1,5 @@
-// The fault retry cap (issue 9): an access whose page is zapped after every fault is
+// SPDX-License-Identifier: Apache-2.0
+// The fault retry cap: an access whose page is zapped after every fault is
 // re-executed kMaxFaultRetries (65536) times, then ends kInterrupted without a signal
 // (the service answers ABORTED; proto/vmspace/v1/vmspace.proto, StopError). The zap
 // runs in g_fault_retry_test_hook, where a racing MADV_DONTNEED could land.

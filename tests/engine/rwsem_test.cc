@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RwSem (mmap_lock): Linux's rw_semaphore algorithm, checked by behaviour.
 //  * mutual exclusion and reader sharing under stress: a plain counter changed only
 //    under the write lock (a broken exclusion is a lost update, and a data race for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared write faults and dirty throttling (seed 002): pgfault per page with
 // shared_fault_completion = retry (2, as Linux before 5.19) and completed (1, as this
 // machine's kernel: a memfd write loop's getrusage min_flt and vmstat pgfault count 1

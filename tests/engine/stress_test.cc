@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Concurrency stress: faulting threads race a thread that keeps changing the same
 // space (mmap, munmap, mprotect, MAP_FIXED replacement). Run under ThreadSanitizer and
 // AddressSanitizer by the test script; here it checks that nothing crashes, that data

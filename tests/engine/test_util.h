@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the engine tests.
 //  * Frame accounting: after a space is destroyed and every deferred free has run (RCU
 //    barrier), the allocator must hold no frame for it. A leak shows as a positive

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Must NOT compile under clang -Wthread-safety -Werror (deploy/test.sh, stage
 // thread-safety, checks that it is rejected): it reads the VMA tree without mmap_lock.
 #include "mm.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // When a zap's frames may be freed (FreeZappedPagesIfUnused, TlbUsers):
 //  * with no thread in the space's TLB-hit path, the frames a munmap or MADV_DONTNEED
 //    cleared are back in the allocator when the call returns (tlb_finish_mmu with no

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // VMA merge/split/unmap tests in the style of Linux's tools/testing/vma: each test draws
 // the ranges (one column per page from the window's base; letters are VMAs, '*' is the
 // range being mapped or changed), then checks the VMAs that result and which ones the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs every scripted case in tests/oracle/cases/ against the live kernel child and
 // the engine; each case file is one test (OracleCases/Case.Run/<file name>).
 #include "oracle_session.h"

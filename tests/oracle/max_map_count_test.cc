@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vm.max_map_count boundary behaviour (reference section 1.4): the kernel child is
 // filled up to exactly vm.max_map_count (65530 by default) VMAs, the engine gets the same
 // mappings, and each row of the table is replayed and compared (return value,

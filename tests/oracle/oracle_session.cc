@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Implementation of the kernel-oracle session: child process management, the op
 // language, and the canonical text of each side's answers.
 #include "oracle_session.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel-oracle differential testing: one kernel child process and one engine
 // AddressSpace that replay the same operations, and the comparison of their answers.
 //

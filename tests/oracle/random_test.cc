@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Seeded random differential test: thousands of mmap/munmap/mprotect/fault/fill ops
 // on a test region plus non-fixed (top-down) placements, each followed by a
 // comparison of the whole address space (maps, VmFlags, map_count) between the

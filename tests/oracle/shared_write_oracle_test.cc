@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Seed 002 against the kernel: writing each page of a MAP_SHARED memfd mapping once
 // takes one fault per page on this kernel (it has VM_FAULT_COMPLETED, Linux 5.19+:
 // getrusage min_flt counts 1 per page), which is what the engine counts (vmstat pgfault

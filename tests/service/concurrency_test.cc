@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Many concurrent clients, each on its own connection: 16 on 16 separate spaces and 16
 // on one shared space. Checks that data written is read back, that the VMA list stays
 // consistent (sorted, no overlaps, map_count = number of VMAs, mapped bytes = the live

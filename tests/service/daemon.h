@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test helpers for the service tests: run the real vmspaced binary on port 0, talk to it
 // with the generated stub, scrape /metrics over plain HTTP, parse the text format.
 #pragma once

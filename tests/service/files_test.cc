@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Files over gRPC against the real daemon: every file RPC and its errors (EBADF, EACCES,
 // EINVAL for paths that leave --data-dir), MAP_SHARED file mappings seen by two spaces
 // and by ReadFile, truncate -> SIGBUS, msync (unary and in a Batch), major faults, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Daemon lifecycle: port conflicts are start-up errors, health reports SERVING, and
 // SIGTERM/SIGINT drain and exit 0 even with clients connected and a stream open.
 #include "daemon.h"  // first (see there)

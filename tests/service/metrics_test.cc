@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // /metrics of a live daemon: valid exposition format (promtool check metrics), the
 // documented families present, and counts that match the work done between scrapes.
 #include "daemon.h"  // first (see there)

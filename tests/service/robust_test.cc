@@ -1,4 +1,5 @@
-// No request can hang or bloat the daemon (issue 9): a catalogue of bad requests, each
+// SPDX-License-Identifier: Apache-2.0
+// No request can hang or bloat the daemon: a catalogue of bad requests, each
 // with its documented status and a Ping answered after it; a walk that outlives its
 // deadline; SIGTERM during such a walk; freed memory reusable at once; idle spaces'
 // batched frees uncharged.

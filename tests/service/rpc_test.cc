@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every RPC of vmspace.v1.VmSpace against the real daemon: success paths, errno ->
 // status mapping (errno name first in the message, a google.rpc.Status with a packed
 // SyscallError in the details), NOT_FOUND for unknown spaces, daemon limits, faults as OK

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sharding across daemons: three real vmspaced on loopback (--shard 0, 1, 2) and the
 // client library / CLI given all three targets. Spaces spread by the placement policy,
 // every call reaches the daemon that holds its space, a stopped daemon fails only its

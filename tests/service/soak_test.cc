@@ -1,4 +1,5 @@
-// Soak (issue 9): 64 clients, each on its own connection and its own spaces, run random
+// SPDX-License-Identifier: Apache-2.0
+// Soak: 64 clients, each on its own connection and its own spaces, run random
 // ops (mmap, munmap, mprotect, madvise, write, read, access, fault, a few requests the
 // kernel refuses, and Batch messages of several) against a real vmspaced. Each client
 // keeps a shadow model of its space (per page: mapped or not, prot, contents), predicts

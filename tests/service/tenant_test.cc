@@ -1,4 +1,5 @@
-// Tenants (issue 9 part 4): bearer tokens from --token-file, ownership of spaces and
+// SPDX-License-Identifier: Apache-2.0
+// Tenants: bearer tokens from --token-file, ownership of spaces and
 // files, per-tenant quotas, SIGHUP reload, the listen policy, ids across restarts, and
 // the same over TLS and mutual TLS with certificates made here with openssl.
 #include "lib/client.h"  // first: vmspace.pb.h before <signal.h> (see daemon.h)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Must NOT compile with the rpc layer's flags: deploy/test.sh's thread-safety stage
 // compiles it with the compile command of a server/rpc file and expects clang to reject
 // the unguarded write below, which proves that those flags make a broken lock rule an

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Creates a space, maps 16 KiB, faults its first page for write, prints the maps.
 
     python3 client/python/examples/maps.py [HOST:PORT]     (after pip install ./client/python)

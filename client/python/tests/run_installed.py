@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Installs the client as a user would, then runs the example and the tests with it
 (ctest client.python):
 

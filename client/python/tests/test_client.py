@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Tests of vmspace_client against real vmspaced daemons on 127.0.0.1 (ctest client.python
 runs them with the package pip-installed into a venv: tests/run_installed.py). From the
 source tree:

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The generated modules checked in under vmspace_client/_proto are what generate.sh makes
 of proto/vmspace/v1/vmspace.proto now (ctest client.python.stubs). When the proto
 changes, run `bash client/python/generate.sh` and commit its output."""

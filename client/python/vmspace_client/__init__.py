@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vmspace_client: a Python client of vmspaced (vmspace.v1.VmSpace over gRPC), every RPC.
 
     from vmspace_client import Client, VmspaceError, PROT_READ, PROT_WRITE

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The generated modules of vmspace.proto: pb (vmspace.v1), pb_grpc (its stubs), status_pb2."""
 import os
 import sys

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Batch ops: many operations on one space per message over one bidirectional stream
 (Client.batch). Each BatchRequest is answered by one BatchResponse with one OpResult per
 op, in order; a failing op does not stop the batch (its result carries the error)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Client: calls to one vmspaced, or to several (shards) routed by id as the C++ client
 (client/lib/client.cc) routes them."""
 import itertools

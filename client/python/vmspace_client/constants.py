@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """<sys/mman.h> constants as the API takes them."""
 # <sys/mman.h> values (x86-64 Linux), as the API takes them.
 PROT_NONE, PROT_READ, PROT_WRITE, PROT_EXEC = 0, 1, 2, 4

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """VmspaceError: a failed call, decoded from the google.rpc.Status details."""
 from ._pb import pb, status_pb2
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fault: the outcome of one simulated access."""
 from ._pb import pb
 

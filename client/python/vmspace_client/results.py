@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Typed results of the calls that answer more than one number: Access, GetLockStats,
 GetServerInfo. Plain dataclasses built from the response messages."""
 from dataclasses import dataclass, field

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which daemon serves which id, as the C++ client (client/lib/client.cc) routes calls
 over several daemons (shards)."""
 import socket

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The engine's own background threads (the call_rcu worker, the writeback flusher)
 // are started from whichever engine thread first needs them. As kernel threads are
 // forked by kthreadd and not by the task that asked for them (kernel/kthread.c

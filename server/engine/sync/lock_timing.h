@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared timing helpers of the instrumented locks (internal to sync/).
 //
 // Every acquisition is counted when it is taken (with its wait time if it had to wait,

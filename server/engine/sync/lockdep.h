@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Debug lock-order checker (a small lockdep) and the engine's lock ranks.
 //
 // The order itself is written in server/engine/LOCKING.md; the ranks below are its

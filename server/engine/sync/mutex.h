@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Mutex: a sleeping lock (std::mutex) with a lockdep rank and the clang thread-safety
 // capability. Given a LockClass it is counted in the lock stats like the other
 // instrumented locks (acquisitions, contentions, wait and sampled hold times: the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The engine's RCU: quiescent-state-based (QSBR) read-side sections, polled grace
 // periods, and the engine's own call_rcu worker (rcu.cc) that runs deferred frees
 // after them. It follows liburcu's QSBR flavour (urcu-qsbr: a per-thread counter

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Linux's rw_semaphore (kernel/locking/rwsem.c, 6.18) in user space; see rwsem.h for
 // what is the kernel's and what differs. Function comments name the kernel function
 // each one mirrors.

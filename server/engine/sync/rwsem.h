@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RwSem: the reader-writer semaphore behind mmap_lock, Linux's rw_semaphore
 // (include/linux/rwsem.h, kernel/locking/rwsem.c as of 6.18), with lock_stat-like
 // instrumentation and the clang thread-safety capability the compiler checks

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SpinLock: test-and-test-and-set spinlock with lock_stat instrumentation, for the
 // page-table locks (mm->page_table_lock and split PTE locks, spinlock_t in Linux).
 // Spins with pause and yields the CPU after a while (user space cannot disable

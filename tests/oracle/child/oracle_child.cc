@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vmspace_oracle_child: the "kernel side" of the oracle differential tests.
 //
 // The test driver starts this program with ASLR disabled (personality

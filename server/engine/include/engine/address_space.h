@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AddressSpace: one virtual address space, the engine's analogue of Linux's mm_struct.
 //
 // It owns the VMA tree, the page tables, and mmap_lock. Its public calls are the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CancelScope: lets a caller stop the engine's long calls early, the engine's
 // fatal_signal_pending() (Linux checks it in the page-fault retry path, in
 // __get_user_pages and in the populate loops).

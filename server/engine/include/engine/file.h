@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Files: an inode with a page cache (Linux's struct inode + struct address_space), the
 // open-file handles that mmap takes (struct file), and the daemon's table of them.
 //

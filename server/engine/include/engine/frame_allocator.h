@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FrameAllocator: real 4 KiB page frames for all address spaces of a process, with a
 // daemon-wide limit (Linux's page allocator and a memory cgroup limit in one).
 //

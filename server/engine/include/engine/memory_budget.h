@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MemoryBudget: one limit over everything a client can make the daemon allocate, by
 // kind, as a memory cgroup charges user pages, page tables and slab objects
 // (mm/memcontrol.c: try_charge_memcg, memcg_stock_pcp; include/linux/page_counter.h).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PerThread<Block>: one Block per thread, written only by its thread, summed by readers.
 //
 // The pattern behind the engine's statistics and the daemon's RPC counters (Linux's

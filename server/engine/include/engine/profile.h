@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LockingProfile: a named set of design switches that models one kernel era's locking
 // and VMA lifetime (which VMA index, which faults take the per-VMA lock, which form that
 // lock and the VMA's freeing have). The profiles are described in docs/profiles.md

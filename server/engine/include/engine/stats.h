@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Event counters and lock statistics, kept per thread and summed at read time.
 //
 // Hot paths (faults, lock acquisitions) only touch the calling thread's own block with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Basic constants and small result types of the vmspace engine.
 //
 // The engine mirrors Linux's memory manager (x86-64, 4 KiB pages, 4-level paging).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Dirty page-cache limits and the background writeback thread, daemon-wide (Linux's
 // global_wb_domain, vm.dirty_bytes / vm.dirty_background_bytes, the flusher thread;
 // mm/page-writeback.c, fs/fs-writeback.c).
