@@ -15,10 +15,8 @@
 namespace vmspace {
 
 SysResult AddressSpace::Madvise(uint64_t start, uint64_t len_in, int advice) {
-  RcuEntry rcu;
-  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
-  StatsSlotScope slot_scope(m.stats_slot);
+  SpaceEntry entry(m);
   // do_madvise (mm/madvise.c)
   auto done = [](int e) {
     CountOp(OpType::kMadvise, e);

@@ -565,16 +565,12 @@ FaultResult FaultInPage(MmStruct& mm, uint64_t addr, AccessType acc) {
 // ====================================================================== public API
 
 FaultResult AddressSpace::Fault(uint64_t addr, AccessType access) {
-  RcuEntry rcu;
-  mm_->NoteRcuReader();
-  StatsSlotScope slot_scope(mm_->stats_slot);
+  SpaceEntry entry(*mm_);
   return FaultInPage(*mm_, addr, access);
 }
 
 AccessResult AddressSpace::Access(uint64_t addr, uint64_t len, uint64_t stride, AccessType access) {
-  RcuEntry rcu;
-  mm_->NoteRcuReader();
-  StatsSlotScope slot_scope(mm_->stats_slot);
+  SpaceEntry entry(*mm_);
   AccessResult res;
   if (stride == 0) stride = 1;
   uint64_t i = 0;
@@ -645,18 +641,14 @@ CopyResult CopyPages(MmStruct& m, uint64_t addr, uint64_t len, AccessType acc, C
 }  // namespace
 
 CopyResult AddressSpace::ReadMemory(uint64_t addr, void* dst, uint64_t len) {
-  RcuEntry rcu;
-  mm_->NoteRcuReader();
-  StatsSlotScope slot_scope(mm_->stats_slot);
+  SpaceEntry entry(*mm_);
   auto* out = static_cast<uint8_t*>(dst);
   return CopyPages(*mm_, addr, len, AccessType::kRead,
                    [&](uint8_t* p, uint64_t at, uint64_t n) { memcpy(out + at, p, n); });
 }
 
 CopyResult AddressSpace::WriteMemory(uint64_t addr, const void* src, uint64_t len) {
-  RcuEntry rcu;
-  mm_->NoteRcuReader();
-  StatsSlotScope slot_scope(mm_->stats_slot);
+  SpaceEntry entry(*mm_);
   auto* in = static_cast<const uint8_t*>(src);
   return CopyPages(*mm_, addr, len, AccessType::kWrite,
                    [&](uint8_t* p, uint64_t at, uint64_t n) { memcpy(p, in + at, n); });

@@ -42,6 +42,7 @@
 #include "engine/cancel.h"
 #include "engine/frame_allocator.h"
 #include "engine/per_thread.h"
+#include "engine/stats.h"
 #include "page_table.h"
 #include "sync/mutex.h"
 #include "sync/rcu.h"
@@ -220,6 +221,22 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// vma_cache (Reclaim flushes them: VMAs and index nodes are charged to the memory
   /// budget too).
   std::atomic<bool> deferred_any{false};
+};
+
+/// The entry of every AddressSpace call into a space (as a system call enters the
+/// kernel on behalf of a process): the thread goes online for RCU (RcuEntry), marks
+/// itself one of the space's readers (MmStruct::NoteRcuReader, before it reads anything
+/// of the space), and counts its statistics in the slot of the space's profile
+/// (StatsSlotScope). All three end, in reverse order, with the scope. No lock.
+class SpaceEntry {
+ public:
+  explicit SpaceEntry(MmStruct& m) : slot_((m.NoteRcuReader(), m.stats_slot)) {}
+  SpaceEntry(const SpaceEntry&) = delete;
+  SpaceEntry& operator=(const SpaceEntry&) = delete;
+
+ private:
+  RcuEntry rcu_;  // first: online before the mark and for the whole call
+  StatsSlotScope slot_;
 };
 
 }  // namespace vmspace

@@ -319,10 +319,8 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
 
 SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, uint64_t offset,
                              std::shared_ptr<OpenFile> file) {
-  RcuEntry rcu;
-  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
-  StatsSlotScope slot_scope(m.stats_slot);
+  SpaceEntry entry(m);
   auto fail = [](int e) {
     CountOp(OpType::kMmap, e);
     return SysResult::Err(e);
@@ -377,10 +375,8 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
 }
 
 SysResult AddressSpace::Munmap(uint64_t addr, uint64_t len) {
-  RcuEntry rcu;
-  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
-  StatsSlotScope slot_scope(m.stats_slot);
+  SpaceEntry entry(m);
   // do_vmi_munmap (mm/vma.c)
   if ((addr & (kPageSize - 1)) || addr > kTaskSize || len > kTaskSize - addr) {
     CountOp(OpType::kMunmap, EINVAL);

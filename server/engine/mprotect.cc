@@ -103,10 +103,8 @@ int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grow
 }  // namespace
 
 SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
-  RcuEntry rcu;
-  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
-  StatsSlotScope slot_scope(m.stats_slot);
+  SpaceEntry entry(m);
   auto done = [](int e) {
     CountOp(OpType::kMprotect, e);
     return e ? SysResult::Err(e) : SysResult::Ok();

@@ -35,10 +35,8 @@ int VfsFsyncRange(OpenFile& h, uint64_t first, uint64_t last) {
 }
 
 SysResult AddressSpace::Msync(uint64_t start, uint64_t len, int flags) {
-  RcuEntry rcu;
-  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
-  StatsSlotScope slot_scope(m.stats_slot);
+  SpaceEntry entry(m);
   auto done = [](int e) { return e ? SysResult::Err(e) : SysResult::Ok(); };
   if (flags & ~(MS_ASYNC | MS_INVALIDATE | MS_SYNC)) return done(EINVAL);
   if (start & (kPageSize - 1)) return done(EINVAL);

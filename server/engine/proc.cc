@@ -41,10 +41,8 @@ VmaInfo VmaInfoLocked(MmStruct& mm, const Vma* v) {
 }
 
 std::vector<VmaInfo> AddressSpace::Maps(uint64_t start, uint64_t end) {
-  RcuEntry rcu;
-  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
-  StatsSlotScope slot_scope(m.stats_slot);
+  SpaceEntry entry(m);
   std::vector<VmaInfo> out;
   ReadGuard l(m.mmap_lock);
   for (Vma* v = FindVmaLocked(m, start); v && v->vm_start < end; v = VmaNextLocked(m, v))
@@ -53,10 +51,8 @@ std::vector<VmaInfo> AddressSpace::Maps(uint64_t start, uint64_t end) {
 }
 
 uint64_t AddressSpace::CountVmas(uint64_t start, uint64_t end, uint64_t max) {
-  RcuEntry rcu;
-  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
-  StatsSlotScope slot_scope(m.stats_slot);
+  SpaceEntry entry(m);
   ReadGuard l(m.mmap_lock);
   uint64_t n = 0;
   for (Vma* v = FindVmaLocked(m, start); v && v->vm_start < end && n < max; v = VmaNextLocked(m, v)) n++;

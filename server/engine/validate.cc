@@ -15,10 +15,8 @@
 namespace vmspace {
 
 std::string AddressSpace::Validate() {
-  RcuEntry rcu;
-  mm_->NoteRcuReader();
   MmStruct& m = *mm_;
-  StatsSlotScope slot_scope(m.stats_slot);
+  SpaceEntry entry(m);
   MmapWriteLock(m);
   // Write-lock every VMA (as mm_take_all_locks would): no fault runs while we count.
   for (Vma* v = FindVmaLocked(m, 0); v; v = VmaNextLocked(m, v)) VmaStartWriteLocked(m, v);
