@@ -14,6 +14,7 @@
 #include "cli/command.h"
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "vmspace_version.h"
 
 namespace vmspace::cli {
 
@@ -269,13 +270,14 @@ struct CommandLine {
     // Inherited by every subcommand added below.
     app.formatter(help);
     app.set_help_flag("-h,--help", "show this help");
+    app.set_version_flag("--version", std::string("vmspace ") + VMSPACE_VERSION, "print the version of this build and exit");
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     app.allow_extras();
     app.require_subcommand(1);
     app.footer(kFooter);
     help->synopsis[&app] =
         "[--target HOST:PORT] [--timeout SECONDS] [--token TOKEN] [--tls-ca PEM [--tls-cert PEM --tls-key PEM]] "
-        "[--json] COMMAND [options]";
+        "[--json] COMMAND [options] | --version";
     AddGlobal(&app);
     std::map<std::string, CLI::App*> groups;  // "bench"
     for (const Command& c : Commands()) {
@@ -354,6 +356,9 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
     out << app.help();
+    return kExitOk;
+  } catch (const CLI::CallForVersion& v) {
+    out << v.what() << "\n";
     return kExitOk;
   } catch (const CLI::ParseError& e) {
     CLI::App* a = selected();

@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "seed004_replay.h"
 #include "subprocess.h"
+#include "vmspace_version.h"
 
 namespace vmspace::cli {
 namespace {
@@ -73,6 +74,17 @@ TEST(Cli, HelpAndUsage) {
   r = Cli({"frobnicate"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos);
+}
+
+// --version prints the build's version (git describe, else the project version), exit 0.
+TEST(Cli, Version) {
+  CliRun r = Cli({"--version"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, std::string("vmspace ") + VMSPACE_VERSION + "\n");
+  EXPECT_GT(std::string(VMSPACE_VERSION).size(), 0u);
+  EXPECT_EQ(r.err, "");
+  r = Cli({"--help"});
+  EXPECT_NE(r.out.find("--version"), std::string::npos) << r.out;
 }
 
 TEST(Cli, UsageErrorsExit2) {
@@ -189,6 +201,9 @@ TEST(Cli, BenchStressHumanTable) {
 TEST(CliBinary, ExitCodesAndJson) {
   auto r = testing::RunProgram(VMSPACE_CLI_PATH, {"--help"});
   EXPECT_EQ(r.exit_code, 0);
+  r = testing::RunProgram(VMSPACE_CLI_PATH, {"--version"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, std::string("vmspace ") + VMSPACE_VERSION + "\n");
   r = testing::RunProgram(VMSPACE_CLI_PATH, {"mmap"});
   EXPECT_EQ(r.exit_code, 2);
   r = testing::RunProgram(VMSPACE_CLI_PATH, {"ping", "--target", kDeadTarget, "--timeout", "2"});
