@@ -344,10 +344,17 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     for (; a != nullptr && a->get_parent() != nullptr; a = a->get_parent()) n = a->get_name() + (n.empty() ? "" : " " + n);
     return n;
   };
-  // (app.help() is the help of the command CLI11 selected, named "vmspace bench stress".)
+  // A usage error: the error, the command's one-line usage and where its full help is
+  // (`vmspace COMMAND --help`), on stderr; exit 2.
   auto usage_error = [&](const CLI::App* a, const std::string& what) {
     std::string n = name_of(a);
-    err << "vmspace" << (n.empty() ? "" : " " + n) << ": " << what << "\n\n" << app.help();
+    const std::string prog = "vmspace" + (n.empty() ? "" : " " + n);
+    auto syn = cl.help->synopsis.find(a != nullptr ? a : &app);
+    err << prog << ": " << what << "\n"
+        << "Usage: " << prog << (syn == cl.help->synopsis.end() || syn->second.empty() ? "" : " " + syn->second)
+        << "\n"
+        << "Run '" << prog << " --help' for "
+        << (n.empty() ? "the commands and options" : a->get_subcommands({}).empty() ? "its options" : "the list") << ".\n";
     return kExitUsage;
   };
   try {
@@ -368,9 +375,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
       std::vector<std::string> extra = app.remaining(true);
       auto word = std::find_if(extra.begin(), extra.end(), [](const std::string& x) { return x.rfind('-', 0) != 0; });
       if (word != extra.end()) {
-        err << "vmspace: unknown command '" << name_of(a) << (a ? " " : "") << *word << "'\n\n"
-            << app.help();
-        return kExitUsage;
+        return usage_error(a, "unknown command '" + name_of(a) + (a ? " " : "") + *word + "'");
       }
       if (args.empty()) {
         err << app.help();

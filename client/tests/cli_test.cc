@@ -2,6 +2,7 @@
 // errors of an unreachable daemon, and `bench stress --transport inprocess`.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -102,6 +103,30 @@ TEST(Cli, UsageErrorsExit2) {
   CliRun r = Cli({"munmap", "1", "--addr", "0x1000", "--len", "4096", "--frobs", "2"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_NE(r.err.find("unknown option --frobs"), std::string::npos);
+}
+
+// A usage error prints the error, the command's one-line usage and where its help is:
+// three lines on stderr, not the whole help; `COMMAND --help` still prints all of it.
+TEST(Cli, UsageErrorIsTheErrorAndTheUsageLine) {
+  CliRun r = Cli({"mmap", "1"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "vmspace mmap: --len is required\n"
+            "Usage: vmspace mmap SPACE --len LEN [options]\n"
+            "Run 'vmspace mmap --help' for its options.\n");
+  r = Cli({"bench", "stress", "--clients", "0"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 3) << r.err;
+  EXPECT_NE(r.err.find("\nUsage: vmspace bench stress [options]\n"), std::string::npos) << r.err;
+  r = Cli({"frobnicate"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 3) << r.err;
+  EXPECT_EQ(r.err.find("Global options"), std::string::npos) << r.err;
+  r = Cli({"mmap", "--help"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_NE(r.out.find("--len LEN"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Global options"), std::string::npos) << r.out;
 }
 
 TEST(Cli, UnreachableDaemonFailsWithStatusName) {
