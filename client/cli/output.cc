@@ -8,7 +8,15 @@
 
 namespace vmspace::cli {
 
+std::string CannotReach(const std::string& target) {
+  std::string address = target;
+  for (const char* scheme : {"ipv4:", "ipv6:", "dns:///", "dns:"}) address = StripPrefix(address, scheme);
+  return "cannot reach the daemon at " + address + " (is vmspaced running? start it with: vmspaced --listen " +
+         address + ")";
+}
+
 int Fail(Ctx& c, const client::Error& e) {
+  const bool unreachable = e.code == grpc::StatusCode::UNAVAILABLE && !e.target.empty();
   if (c.json) {
     Json j;
     j["error"] = {{"code", client::StatusCodeName(e.code)},
@@ -16,9 +24,12 @@ int Fail(Ctx& c, const client::Error& e) {
                   {"errno_name", e.errno_name},
                   {"name", e.Name()},
                   {"message", e.message}};
+    if (!e.target.empty()) j["error"]["target"] = e.target;
     c.out << j.dump() << "\n";
   }
-  c.err << "vmspace " << c.command << ": " << e.ToString() << "\n";
+  if (unreachable) c.err << "vmspace " << c.command << ": " << CannotReach(e.target) << "\n  ";
+  else c.err << "vmspace " << c.command << ": ";
+  c.err << e.ToString() << "\n";
   return kExitFailed;
 }
 

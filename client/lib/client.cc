@@ -330,6 +330,7 @@ void Client::Prepare(grpc::ClientContext* ctx) const {
 }
 
 Error Client::Tagged(const Backend& b, Error e) const {
+  e.target = b.target;
   if (sharded_) e.message = b.target + ": " + e.message;
   return e;
 }

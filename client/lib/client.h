@@ -41,6 +41,7 @@ struct Error {
   int err = 0;             // Linux errno number, 0 if the failure is not an errno
   std::string errno_name;  // "EINVAL", or "" if none
   std::string message;     // the status message as sent
+  std::string target;      // the gRPC target of the daemon that failed ("" if none did)
 
   /// The errno name if there is one, else the gRPC code name ("NOT_FOUND").
   std::string Name() const;
@@ -250,7 +251,8 @@ class Client {
   Result<v1::GetServerInfoResponse> Info(Backend& b);
   /// Asks the daemons of unknown shard for theirs (with mu_ held).
   void DiscoverLocked();
-  /// `e` with the backend's target in front of its message (several daemons only).
+  /// `e` with the backend's target in Error::target and (several daemons only) in front
+  /// of its message.
   Error Tagged(const Backend& b, Error e) const;
   /// `call(stub, ctx, &items)` on every daemon, the items gathered and ordered by
   /// `id(item)`; the first failure is the result.

@@ -132,7 +132,13 @@ TEST(Cli, UsageErrorIsTheErrorAndTheUsageLine) {
 TEST(Cli, UnreachableDaemonFailsWithStatusName) {
   CliRun r = Cli({"--target", kDeadTarget, "--timeout", "2", "list"});
   EXPECT_EQ(r.code, kExitFailed);
-  EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
+  // In words first, how to start the daemon, then gRPC's own text on a second line.
+  EXPECT_EQ(r.err.rfind("vmspace list: cannot reach the daemon at 127.0.0.1:1 (is vmspaced running? start it "
+                        "with: vmspaced --listen 127.0.0.1:1)\n  UNAVAILABLE: ",
+                        0),
+            0u)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 2) << r.err;
   // Global options after the command work too, and --json gives an error object.
   r = Cli({"mmap", "1", "--len", "4096", "--json", "--target", kDeadTarget, "--timeout", "2"});
   EXPECT_EQ(r.code, kExitFailed);
@@ -140,6 +146,12 @@ TEST(Cli, UnreachableDaemonFailsWithStatusName) {
   EXPECT_EQ(j["error"]["code"], "UNAVAILABLE");
   EXPECT_EQ(j["error"]["errno"], 0);
   EXPECT_EQ(j["error"]["name"], "UNAVAILABLE");
+  EXPECT_EQ(j["error"]["target"], kDeadTarget);
+  // Not every failure is an unreachable daemon: a bad target list is said as it is.
+  r = Cli({"--target", "a,,b", "list"});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_EQ(r.err.find("cannot reach"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
 }
 
 void ExpectOps(const json& ops, uint64_t mmap, uint64_t munmap, uint64_t access) {
