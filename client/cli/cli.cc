@@ -22,13 +22,15 @@ namespace {
 
 const std::vector<OptionSpec>& GlobalOptions() {
   static const std::vector<OptionSpec> opts = {
-      {"target", "HOST:PORT", "vmspaced address (default 127.0.0.1:50051); several daemons (shards): A,B,C or "
-                              "shards:NAME:PORT (every address of NAME); calls go to the daemon of their space id"},
+      {"target", "HOST:PORT", "vmspaced address (default $VMSPACE_TARGET, else 127.0.0.1:50051); several daemons "
+                              "(shards): A,B,C or shards:NAME:PORT (every address of NAME); calls go to the daemon "
+                              "of their space id"},
       {"timeout", "SECONDS", "deadline of each call (default 10)"},
       {"token", "TOKEN", "bearer token of vmspaced --token-file (default $VMSPACE_TOKEN)"},
-      {"tls-ca", "PEM", "connect with TLS: the CA file that signed the daemon's certificate"},
-      {"tls-cert", "PEM", "client certificate for mutual TLS (its subject CN is the tenant; with --tls-key)"},
-      {"tls-key", "PEM", "private key of --tls-cert"},
+      {"tls-ca", "PEM", "connect with TLS: the CA file that signed the daemon's certificate (default $VMSPACE_TLS_CA)"},
+      {"tls-cert", "PEM", "client certificate for mutual TLS (its subject CN is the tenant; with --tls-key; default "
+                          "$VMSPACE_TLS_CERT)"},
+      {"tls-key", "PEM", "private key of --tls-cert (default $VMSPACE_TLS_KEY)"},
       {"json", "", "print one JSON object instead of text"},
   };
   return opts;
@@ -230,6 +232,8 @@ const std::vector<Command>& Commands() {
 constexpr const char* kFooter =
     "Numbers take 0x hex and K/M/G suffixes; global options may come anywhere on the line.\n"
     "`vmspace COMMAND --help` lists a command's options.\n"
+    "Environment (when the option is not given; empty = unset): VMSPACE_TARGET (--target), VMSPACE_TOKEN (--token),\n"
+    "VMSPACE_TLS_CA, VMSPACE_TLS_CERT, VMSPACE_TLS_KEY (--tls-ca, --tls-cert, --tls-key).\n"
     "Exit status: 0 ok, 1 the call failed (the errno name is printed), 2 usage error.";
 
 /// CLI11's help layout with two changes: a command's usage line is its synopsis
@@ -396,7 +400,13 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   }
   Ctx ctx(cmd.name, Args(a, &cl.flags), out, err);
   ctx.json = ctx.args.Flag("json");
-  ctx.client.target = ctx.args.Get("target", "127.0.0.1:50051");
+  // An option not given takes its environment variable, if set and not empty.
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr ? v : "");
+  };
+  const std::string env_target = env("VMSPACE_TARGET");
+  ctx.client.target = ctx.args.Get("target", env_target.empty() ? "127.0.0.1:50051" : env_target);
   if (ctx.args.Has("timeout")) {
     std::string t = ctx.args.Get("timeout");
     char* end = nullptr;
@@ -405,14 +415,23 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
       return usage_error(a, "--timeout: want seconds > 0, got '" + t + "'");
     ctx.client.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(s * 1000)));
   }
-  const char* env_token = std::getenv("VMSPACE_TOKEN");
-  ctx.client.token = ctx.args.Get("token", env_token ? env_token : "");
-  for (auto [flag, pem] : {std::pair{"tls-ca", &ctx.client.tls_ca_pem},
-                           std::pair{"tls-cert", &ctx.client.tls_cert_pem},
-                           std::pair{"tls-key", &ctx.client.tls_key_pem}}) {
-    if (!ctx.args.Has(flag)) continue;
-    std::ifstream in(ctx.args.Get(flag));
-    if (!in) return usage_error(a, std::string("--") + flag + ": cannot read " + ctx.args.Get(flag));
+  ctx.client.token = ctx.args.Get("token", env("VMSPACE_TOKEN"));
+  struct TlsFile {
+    const char* flag;
+    const char* env;
+    std::string* pem;
+  };
+  for (const TlsFile& f : {TlsFile{"tls-ca", "VMSPACE_TLS_CA", &ctx.client.tls_ca_pem},
+                           TlsFile{"tls-cert", "VMSPACE_TLS_CERT", &ctx.client.tls_cert_pem},
+                           TlsFile{"tls-key", "VMSPACE_TLS_KEY", &ctx.client.tls_key_pem}}) {
+    const std::string path = ctx.args.Get(f.flag, env(f.env));
+    if (path.empty()) continue;
+    std::string* pem = f.pem;
+    std::ifstream in(path);
+    if (!in) {
+      return usage_error(a, (ctx.args.Has(f.flag) ? std::string("--") + f.flag : std::string("$") + f.env) +
+                                ": cannot read " + path);
+    }
     std::stringstream text;
     text << in.rdbuf();
     *pem = text.str();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -152,6 +153,45 @@ TEST(Cli, UnreachableDaemonFailsWithStatusName) {
   EXPECT_EQ(r.code, kExitFailed);
   EXPECT_EQ(r.err.find("cannot reach"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
+}
+
+// An environment variable for the length of a scope (unset at its end).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+// VMSPACE_TARGET and VMSPACE_TLS_* stand for --target and --tls-* when those are not given.
+TEST(Cli, EnvironmentDefaults) {
+  {
+    ScopedEnv target("VMSPACE_TARGET", "127.0.0.1:1");
+    CliRun r = Cli({"ping", "--timeout", "2"});
+    EXPECT_EQ(r.code, kExitFailed);
+    EXPECT_NE(r.err.find("cannot reach the daemon at 127.0.0.1:1 "), std::string::npos) << r.err;
+    r = Cli({"ping", "--timeout", "2", "--target", "127.0.0.1:2"});  // the option wins
+    EXPECT_NE(r.err.find("cannot reach the daemon at 127.0.0.1:2 "), std::string::npos) << r.err;
+  }
+  {
+    ScopedEnv ca("VMSPACE_TLS_CA", "/nonexistent/ca.pem");
+    CliRun r = Cli({"ping"});
+    EXPECT_EQ(r.code, kExitUsage);
+    EXPECT_EQ(r.err.rfind("vmspace ping: $VMSPACE_TLS_CA: cannot read /nonexistent/ca.pem\n", 0), 0u) << r.err;
+    r = Cli({"ping", "--tls-ca", "/nonexistent/other.pem"});
+    EXPECT_EQ(r.err.rfind("vmspace ping: --tls-ca: cannot read /nonexistent/other.pem\n", 0), 0u) << r.err;
+  }
+  {
+    ScopedEnv cert("VMSPACE_TLS_CERT", "/proc/self/status");  // readable; no key beside it
+    CliRun r = Cli({"ping"});
+    EXPECT_EQ(r.code, kExitUsage);
+    EXPECT_NE(r.err.find("--tls-cert and --tls-key go together"), std::string::npos) << r.err;
+  }
+  CliRun r = Cli({"--help"});
+  for (const char* var : {"VMSPACE_TARGET", "VMSPACE_TOKEN", "VMSPACE_TLS_CA", "VMSPACE_TLS_CERT", "VMSPACE_TLS_KEY"})
+    EXPECT_NE(r.out.find(var), std::string::npos) << var;
 }
 
 void ExpectOps(const json& ops, uint64_t mmap, uint64_t munmap, uint64_t access) {
