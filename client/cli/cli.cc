@@ -234,7 +234,9 @@ constexpr const char* kFooter =
     "`vmspace COMMAND --help` lists a command's options.\n"
     "Environment (when the option is not given; empty = unset): VMSPACE_TARGET (--target), VMSPACE_TOKEN (--token),\n"
     "VMSPACE_TLS_CA, VMSPACE_TLS_CERT, VMSPACE_TLS_KEY (--tls-ca, --tls-cert, --tls-key).\n"
-    "Exit status: 0 ok, 1 the call failed (the errno name is printed), 2 usage error.";
+    "Exit status: 0 ok, 1 the call failed (the errno name is printed), 2 usage error, 3 partial: of several\n"
+    "daemons (--target A,B) some answered and some could not be reached (list, ping, health, lockstat, stats\n"
+    "answer for the others and name those on stderr; --json: \"unreachable\"); none answered: 1.";
 
 /// CLI11's help layout with two changes: a command's usage line is its synopsis
 /// ("vmspace mmap SPACE --len LEN [options]"), and a command group such as `bench` is

@@ -8,6 +8,19 @@
 
 namespace vmspace::cli {
 
+int Unreached(Ctx& c, const std::vector<client::Error>& unreachable, Json* j, int code) {
+  if (unreachable.empty()) return code;
+  Json list = Json::array();
+  for (const client::Error& e : unreachable) {
+    const std::string message = StripPrefix(e.message, e.target + ": ");  // the target is said once
+    c.err << "vmspace " << c.command << ": no answer from " << e.target << ": " << client::StatusCodeName(e.code)
+          << ": " << message << "\n";
+    list.push_back({{"target", e.target}, {"code", client::StatusCodeName(e.code)}, {"message", message}});
+  }
+  if (j != nullptr) (*j)["unreachable"] = list;
+  return kExitPartial;
+}
+
 std::string CannotReach(const std::string& target) {
   std::string address = target;
   for (const char* scheme : {"ipv4:", "ipv6:", "dns:///", "dns:"}) address = StripPrefix(address, scheme);
