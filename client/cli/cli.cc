@@ -180,7 +180,8 @@ const std::vector<Command>& Commands() {
         {"locking-profile", "P", "engine locking profile of the spaces: linux-6.0|6.1|6.4|6.6|6.7|6.15[,switch=v] (default: the engine's/daemon's)"},
         {"profile", "P", "same as --locking-profile (the base of --compare SWITCH=..)"},
         {"compare", "LIST", "run once per profile: linux-6.0,linux-6.6 | vma_lock=off,anon,all | SPEC;SPEC (table; native once)"},
-        {"plot", "FILE", "with --compare: bar chart (rounds/s, contentions) drawn by gnuplot: FILE.svg SVG, FILE.png PNG"},
+        {"plot", "FILE", "with --compare: bar chart (rounds/s, contentions); with --scaling: the ratio per repetition and "
+                         "the median, ours, the kernel's and the map control; drawn by gnuplot: FILE.svg SVG, FILE.png PNG"},
         {"skip-native", "", "do not run the native comparison"},
         {"repeat", "N", "with --compare: N repetitions of every profile, then the kernel; x native = the median of the per-repetition ratios; with --scaling: N repetitions (default 1)"},
         {"scaling", "", "with --clients C: each repetition runs 1 client, then C, then the kernel's 1 and C processes; prints C-client aggregate / 1-client per repetition and the medians, beside two controls in 1 and C threads that share nothing (alu: integer-unit-bound registers; map: a std::map each) and ours over the map's"},

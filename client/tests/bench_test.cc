@@ -365,6 +365,15 @@ TEST(BenchPlot, FormatByExtension) {
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_TRUE(Contains(r.err, "--plot: 'x.pdf': the extension names the format: .svg (SVG) or .png (PNG)")) << r.err;
   if (bench::FindGnuplot().empty()) GTEST_SKIP() << "gnuplot not installed (apt-get install -y gnuplot-nox)";
+  // bench stress --scaling draws the ratio per repetition (ours, the kernel's, the map control).
+  std::string svg = TempPath("scaling.svg");
+  json s = CliJson({"bench", "stress", "--rounds", "300", "--scaling", "--clients", "2", "--repeat", "2", "--plot", svg});
+  EXPECT_EQ(s["plot"], svg);
+  std::string text = ReadAll(svg);
+  EXPECT_TRUE(Contains(text, "<svg")) << text.substr(0, 200);
+  for (const char* label : {"rep 1", "rep 2", "median", "kernel: 2 / 1 processes", "control: a std::map per thread"})
+    EXPECT_TRUE(Contains(text, label)) << label;
+  unlink(svg.c_str());
   std::string png = TempPath("pf1.png");
   json j = CliJson({"bench", "page_fault1", "--duration", "150ms", "--compare", "linux-6.0,linux-6.6", "--plot", png});
   EXPECT_EQ(j["plot"], png);
