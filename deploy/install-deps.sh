@@ -13,7 +13,7 @@ PKGS=(
   nlohmann-json3-dev   # JSON output of the CLI
   libcli11-dev         # the CLI's option parsing, help and subcommands (header-only)
   golang-github-gogo-googleapis-dev  # google/rpc/status.proto (standard gRPC error details)
-  gnuplot-nox          # SVG charts of `vmspace bench ... --plot` (run as a subprocess)
+  gnuplot-nox          # SVG and PNG charts of `vmspace bench ... --plot` (run as a subprocess)
   prometheus           # promtool (metrics and rules tests) and the server of the Prometheus end-to-end test
   curl
   openssl              # tests/service/tenant_test and the Python client's test make their CA and TLS certificates at test time

@@ -74,7 +74,9 @@ std::vector<std::string> ProfilesToRun(const Ctx& c, const std::string& base) {
 
 std::string CheckPlot(const Ctx& c) {
   if (!c.args.Has("plot")) return "";
-  if (c.args.Get("plot").empty()) throw UsageError{"--plot needs a file name (FILE.svg)"};
+  if (c.args.Get("plot").empty()) throw UsageError{"--plot needs a file name (FILE.svg or FILE.png)"};
+  if (bench::PlotFormat(c.args.Get("plot")).empty())
+    throw UsageError{"--plot: '" + c.args.Get("plot") + "': the extension names the format: .svg (SVG) or .png (PNG)"};
   if (bench::FindGnuplot().empty()) return bench::GnuplotMissingMessage();
   return "";
 }

@@ -219,7 +219,8 @@ int CmdBenchStress(Ctx& c) {
   const uint64_t repeat = c.U64("repeat", 1);
   if (repeat < 1 || repeat > 100) throw UsageError{"--repeat must be 1..100"};
   s.repeat = static_cast<int>(repeat);
-  if (c.args.Has("plot") && !c.args.Has("compare")) throw UsageError{"--plot needs --compare (a chart of the profiles)"};
+  if (c.args.Has("plot") && !c.args.Has("compare") && !c.args.Flag("scaling"))
+    throw UsageError{"--plot needs --compare (a chart of the profiles) or --scaling (a chart of the repetitions)"};
   if (c.args.Flag("scaling")) {
     if (c.args.Has("compare")) throw UsageError{"--scaling and --compare do not go together (scale one profile)"};
     if (cfg.clients < 2) throw UsageError{"--scaling needs --clients C with C >= 2 (1 client against C)"};

@@ -166,7 +166,7 @@ std::string PlotStressCompare(const StressSetup& s, const StressCompareFigures& 
   }
   spec.panels = {rps, cont};
   if (f.native && f.native->ok()) spec.panels.push_back(rat);
-  return bench::WriteSvgBarChart(spec, path);
+  return bench::WriteBarChart(spec, path);
 }
 
 /// `chart`: the chart written (null: none).

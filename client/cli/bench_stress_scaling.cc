@@ -8,6 +8,7 @@
 
 #include "engine/profile.h"
 #include "lib/harness.h"
+#include "lib/plot.h"
 
 namespace vmspace::cli {
 
@@ -191,7 +192,35 @@ ScalingFigures MeasureScaling(const StressSetup& s, std::ostream& err) {
   return f;
 }
 
-Json ScalingJson(const StressSetup& s, const ScalingFigures& f) {
+/// Draws the ratio of each repetition (C-client aggregate rounds/s / 1-client rounds/s)
+/// and their median: ours, the kernel's (with the native runs) and the std::map control,
+/// one panel each, into `path`. Returns "" or the error.
+std::string PlotScaling(const StressSetup& s, const ScalingFigures& f, const std::string& path) {
+  const std::string n = std::to_string(s.cfg.clients);
+  bench::PlotSpec spec;
+  spec.title = "vmspace bench stress --scaling (seed-004): " + n + " clients / 1 client, " +
+               std::to_string(s.cfg.rounds) + " rounds each, " + s.transport + ", " + f.profile;
+  bench::PlotPanel ours{"ours: " + n + "-client / 1-client rounds/s", {}};
+  bench::PlotPanel kernel{"kernel: " + n + " / 1 " + (s.cfg.shared_space ? "threads" : "processes"), {}};
+  bench::PlotPanel map{"control: a std::map per thread, " + n + " / 1", {}};
+  for (size_t i = 0; i < f.reps.size(); ++i) {
+    spec.labels.push_back("rep " + std::to_string(i + 1));
+    ours.values.push_back(f.reps[i].ours.x);
+    kernel.values.push_back(f.reps[i].kernel.x);
+    map.values.push_back(f.reps[i].map_x);
+  }
+  spec.labels.push_back("median");
+  ours.values.push_back(f.ours.median);
+  kernel.values.push_back(f.kernel.median);
+  map.values.push_back(f.map.median);
+  spec.panels = {ours};
+  if (s.native) spec.panels.push_back(kernel);
+  spec.panels.push_back(map);
+  return bench::WriteBarChart(spec, path);
+}
+
+/// `chart`: the chart written (null: none); `error`: the run's or the chart's.
+Json ScalingJson(const StressSetup& s, const ScalingFigures& f, const Json& chart, const std::string& error) {
   const stress::StressConfig& base_cfg = s.cfg;
   auto rps = [](const std::optional<StressRow>& r) { return r && r->ok() ? Json(r->rounds_per_sec()) : Json(nullptr); };
   auto rps_list = [](const std::vector<StressRow>& v) {
@@ -259,10 +288,11 @@ Json ScalingJson(const StressSetup& s, const ScalingFigures& f) {
               {"matched_ratio_median", OptJson(f.matched.median)},
               {"native_matched_ratio_median", OptJson(f.kernel_matched.median)},
               {"per_client_ratio_median", OptJson(f.per_client.median)},
-              {"error", f.error.empty() ? Json(nullptr) : Json(f.error)}};
+              {"plot", chart},
+              {"error", error.empty() ? Json(nullptr) : Json(error)}};
 }
 
-std::string ScalingText(const StressSetup& s, const ScalingFigures& f) {
+std::string ScalingText(const StressSetup& s, const ScalingFigures& f, const Json& chart) {
   const stress::StressConfig& base_cfg = s.cfg;
   const int n = base_cfg.clients;
   const bool native_on = s.native;
@@ -350,16 +380,21 @@ std::string ScalingText(const StressSetup& s, const ScalingFigures& f) {
     << " the vCPUs share a physical core's SMT siblings, near " << n << " on separate cores); map, a std::map"
     << " per thread (erase and insert of 1024 keys): what this host gives user-space data-structure code\n"
     << "ours/map = our ratio / the map's of the same repetition (1 = our spaces scale as code that shares nothing)\n";
+  if (!chart.is_null()) o << "chart: " << chart.get<std::string>() << "\n";
   return o.str();
 }
 
 }  // namespace
 
 int BenchStressScaling(Ctx& c, const StressSetup& s) {
+  if (std::string e = CheckPlot(c); !e.empty()) return BenchExit(c, e);
   const ScalingFigures f = MeasureScaling(s, c.err);
-  if (c.json) c.out << ScalingJson(s, f).dump() << "\n";
-  else if (!f.ours.v.empty()) c.out << ScalingText(s, f);  // (a run that never completed a repetition prints only its error)
-  return BenchExit(c, f.error);
+  std::string error = f.error;
+  Json chart = nullptr;
+  if (!f.reps.empty()) chart = PlotIfAsked(c, error, [&](const std::string& path) { return PlotScaling(s, f, path); });
+  if (c.json) c.out << ScalingJson(s, f, chart, error).dump() << "\n";
+  else if (!f.ours.v.empty()) c.out << ScalingText(s, f, chart);  // (a run that never completed a repetition prints only its error)
+  return BenchExit(c, error);
 }
 
 }  // namespace vmspace::cli

@@ -169,7 +169,7 @@ std::string PlotWorkload(const WorkloadSetup& s, const WorkloadFigures& f, const
   }
   spec.panels = {ops, cont};
   if (mixed) spec.panels.push_back(churn);
-  return bench::WriteSvgBarChart(spec, path);
+  return bench::WriteBarChart(spec, path);
 }
 
 /// `chart`: the chart written (null: none).

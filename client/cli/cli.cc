@@ -15,6 +15,7 @@
 #include "cli/command.h"
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "vmspace_version.h"
 
 namespace vmspace::cli {
 
@@ -22,13 +23,15 @@ namespace {
 
 const std::vector<OptionSpec>& GlobalOptions() {
   static const std::vector<OptionSpec> opts = {
-      {"target", "HOST:PORT", "vmspaced address (default 127.0.0.1:50051); several daemons (shards): A,B,C or "
-                              "shards:NAME:PORT (every address of NAME); calls go to the daemon of their space id"},
+      {"target", "HOST:PORT", "vmspaced address (default $VMSPACE_TARGET, else 127.0.0.1:50051); several daemons "
+                              "(shards): A,B,C or shards:NAME:PORT (every address of NAME); calls go to the daemon "
+                              "of their space id"},
       {"timeout", "SECONDS", "deadline of each call (default 10)"},
       {"token", "TOKEN", "bearer token of vmspaced --token-file (default $VMSPACE_TOKEN)"},
-      {"tls-ca", "PEM", "connect with TLS: the CA file that signed the daemon's certificate"},
-      {"tls-cert", "PEM", "client certificate for mutual TLS (its subject CN is the tenant; with --tls-key)"},
-      {"tls-key", "PEM", "private key of --tls-cert"},
+      {"tls-ca", "PEM", "connect with TLS: the CA file that signed the daemon's certificate (default $VMSPACE_TLS_CA)"},
+      {"tls-cert", "PEM", "client certificate for mutual TLS (its subject CN is the tenant; with --tls-key; default "
+                          "$VMSPACE_TLS_CERT)"},
+      {"tls-key", "PEM", "private key of --tls-cert (default $VMSPACE_TLS_KEY)"},
       {"json", "", "print one JSON object instead of text"},
   };
   return opts;
@@ -44,7 +47,7 @@ std::vector<OptionSpec> BenchOptions() {
       {"locking-profile", "P", "same as --profile"},
       {"compare", "LIST", "run each profile in turn: linux-6.0,linux-6.6 | vma_lock=off,anon,all | SPEC;SPEC"},
       {"transport", "T", "inprocess (engine threads in this process, default), unary or stream (vmspaced)"},
-      {"plot", "FILE.svg", "write an SVG bar chart per profile with gnuplot (ops/s, contentions per 1000 faults)"},
+      {"plot", "FILE", "write a bar chart per profile with gnuplot (ops/s, contentions per 1000 faults): FILE.svg SVG, FILE.png PNG"},
       {"pin", "", "pin client c to CPU c mod ncpus, as will-it-scale (default: on for inprocess; --pin=false)"},
       {"quiet", "", "no progress lines on stderr"},
   };
@@ -178,7 +181,8 @@ const std::vector<Command>& Commands() {
         {"locking-profile", "P", "engine locking profile of the spaces: linux-6.0|6.1|6.4|6.6|6.7|6.15[,switch=v] (default: the engine's/daemon's)"},
         {"profile", "P", "same as --locking-profile (the base of --compare SWITCH=..)"},
         {"compare", "LIST", "run once per profile: linux-6.0,linux-6.6 | vma_lock=off,anon,all | SPEC;SPEC (table; native once)"},
-        {"plot", "FILE.svg", "with --compare: SVG bar chart (rounds/s, contentions) drawn by gnuplot"},
+        {"plot", "FILE", "with --compare: bar chart (rounds/s, contentions); with --scaling: the ratio per repetition and "
+                         "the median, ours, the kernel's and the map control; drawn by gnuplot: FILE.svg SVG, FILE.png PNG"},
         {"skip-native", "", "do not run the native comparison"},
         {"repeat", "N", "with --compare: N repetitions of every profile, then the kernel; x native = the median of the per-repetition ratios; with --scaling: N repetitions (default 1)"},
         {"scaling", "", "with --clients C: each repetition runs 1 client, then C, then the kernel's 1 and C processes; prints C-client aggregate / 1-client per repetition and the medians, beside two controls in 1 and C threads that share nothing (alu: integer-unit-bound registers; map: a std::map each) and ours over the map's"},
@@ -230,7 +234,11 @@ const std::vector<Command>& Commands() {
 constexpr const char* kFooter =
     "Numbers take 0x hex and K/M/G suffixes; global options may come anywhere on the line.\n"
     "`vmspace COMMAND --help` lists a command's options.\n"
-    "Exit status: 0 ok, 1 the call failed (the errno name is printed), 2 usage error.";
+    "Environment (when the option is not given; empty = unset): VMSPACE_TARGET (--target), VMSPACE_TOKEN (--token),\n"
+    "VMSPACE_TLS_CA, VMSPACE_TLS_CERT, VMSPACE_TLS_KEY (--tls-ca, --tls-cert, --tls-key).\n"
+    "Exit status: 0 ok, 1 the call failed (the errno name is printed), 2 usage error, 3 partial: of several\n"
+    "daemons (--target A,B) some answered and some could not be reached (list, ping, health, lockstat, stats\n"
+    "answer for the others and name those on stderr; --json: \"unreachable\"); none answered: 1.";
 
 /// CLI11's help layout with two changes: a command's usage line is its synopsis
 /// ("vmspace mmap SPACE --len LEN [options]"), and a command group such as `bench` is
@@ -270,13 +278,14 @@ struct CommandLine {
     // Inherited by every subcommand added below.
     app.formatter(help);
     app.set_help_flag("-h,--help", "show this help");
+    app.set_version_flag("--version", std::string("vmspace ") + VMSPACE_VERSION, "print the version of this build and exit");
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     app.allow_extras();
     app.require_subcommand(1);
     app.footer(kFooter);
     help->synopsis[&app] =
         "[--target HOST:PORT] [--timeout SECONDS] [--token TOKEN] [--tls-ca PEM [--tls-cert PEM --tls-key PEM]] "
-        "[--json] COMMAND [options]";
+        "[--json] COMMAND [options] | --version";
     AddGlobal(&app);
     std::map<std::string, CLI::App*> groups;  // "bench"
     for (const Command& c : Commands()) {
@@ -343,10 +352,17 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     for (; a != nullptr && a->get_parent() != nullptr; a = a->get_parent()) n = a->get_name() + (n.empty() ? "" : " " + n);
     return n;
   };
-  // (app.help() is the help of the command CLI11 selected, named "vmspace bench stress".)
+  // A usage error: the error, the command's one-line usage and where its full help is
+  // (`vmspace COMMAND --help`), on stderr; exit 2.
   auto usage_error = [&](const CLI::App* a, const std::string& what) {
     std::string n = name_of(a);
-    err << "vmspace" << (n.empty() ? "" : " " + n) << ": " << what << "\n\n" << app.help();
+    const std::string prog = "vmspace" + (n.empty() ? "" : " " + n);
+    auto syn = cl.help->synopsis.find(a != nullptr ? a : &app);
+    err << prog << ": " << what << "\n"
+        << "Usage: " << prog << (syn == cl.help->synopsis.end() || syn->second.empty() ? "" : " " + syn->second)
+        << "\n"
+        << "Run '" << prog << " --help' for "
+        << (n.empty() ? "the commands and options" : a->get_subcommands({}).empty() ? "its options" : "the list") << ".\n";
     return kExitUsage;
   };
   try {
@@ -356,6 +372,9 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   } catch (const CLI::CallForHelp&) {
     out << app.help();
     return kExitOk;
+  } catch (const CLI::CallForVersion& v) {
+    out << v.what() << "\n";
+    return kExitOk;
   } catch (const CLI::ParseError& e) {
     CLI::App* a = selected();
     if (a == nullptr || cl.commands.count(a) == 0) {
@@ -364,9 +383,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
       std::vector<std::string> extra = app.remaining(true);
       auto word = std::find_if(extra.begin(), extra.end(), [](const std::string& x) { return x.rfind('-', 0) != 0; });
       if (word != extra.end()) {
-        err << "vmspace: unknown command '" << name_of(a) << (a ? " " : "") << *word << "'\n\n"
-            << app.help();
-        return kExitUsage;
+        return usage_error(a, "unknown command '" + name_of(a) + (a ? " " : "") + *word + "'");
       }
       if (args.empty()) {
         err << app.help();
@@ -387,7 +404,13 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   }
   Ctx ctx(cmd.name, Args(a, &cl.flags), out, err);
   ctx.json = ctx.args.Flag("json");
-  ctx.client.target = ctx.args.Get("target", "127.0.0.1:50051");
+  // An option not given takes its environment variable, if set and not empty.
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr ? v : "");
+  };
+  const std::string env_target = env("VMSPACE_TARGET");
+  ctx.client.target = ctx.args.Get("target", env_target.empty() ? "127.0.0.1:50051" : env_target);
   if (ctx.args.Has("timeout")) {
     std::string t = ctx.args.Get("timeout");
     char* end = nullptr;
@@ -396,14 +419,23 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
       return usage_error(a, "--timeout: want seconds > 0, got '" + t + "'");
     ctx.client.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(s * 1000)));
   }
-  const char* env_token = std::getenv("VMSPACE_TOKEN");
-  ctx.client.token = ctx.args.Get("token", env_token ? env_token : "");
-  for (auto [flag, pem] : {std::pair{"tls-ca", &ctx.client.tls_ca_pem},
-                           std::pair{"tls-cert", &ctx.client.tls_cert_pem},
-                           std::pair{"tls-key", &ctx.client.tls_key_pem}}) {
-    if (!ctx.args.Has(flag)) continue;
-    std::ifstream in(ctx.args.Get(flag));
-    if (!in) return usage_error(a, std::string("--") + flag + ": cannot read " + ctx.args.Get(flag));
+  ctx.client.token = ctx.args.Get("token", env("VMSPACE_TOKEN"));
+  struct TlsFile {
+    const char* flag;
+    const char* env;
+    std::string* pem;
+  };
+  for (const TlsFile& f : {TlsFile{"tls-ca", "VMSPACE_TLS_CA", &ctx.client.tls_ca_pem},
+                           TlsFile{"tls-cert", "VMSPACE_TLS_CERT", &ctx.client.tls_cert_pem},
+                           TlsFile{"tls-key", "VMSPACE_TLS_KEY", &ctx.client.tls_key_pem}}) {
+    const std::string path = ctx.args.Get(f.flag, env(f.env));
+    if (path.empty()) continue;
+    std::string* pem = f.pem;
+    std::ifstream in(path);
+    if (!in) {
+      return usage_error(a, (ctx.args.Has(f.flag) ? std::string("--") + f.flag : std::string("$") + f.env) +
+                                ": cannot read " + path);
+    }
     std::stringstream text;
     text << in.rdbuf();
     *pem = text.str();

@@ -14,6 +14,7 @@ namespace vmspace::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;  // the call failed (errno / gRPC status) or a run failed
 inline constexpr int kExitUsage = 2;   // bad command line
+inline constexpr int kExitPartial = 3;  // several daemons: some answered, some could not be reached
 
 /// Runs the command line `args` (without the program name); writes results and help to
 /// `out` and diagnostics/progress to `err`; returns the process exit code. Options take

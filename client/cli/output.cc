@@ -9,7 +9,28 @@
 
 namespace vmspace::cli {
 
+int Unreached(Ctx& c, const std::vector<client::Error>& unreachable, Json* j, int code) {
+  if (unreachable.empty()) return code;
+  Json list = Json::array();
+  for (const client::Error& e : unreachable) {
+    const std::string message = StripPrefix(e.message, e.target + ": ");  // the target is said once
+    c.err << "vmspace " << c.command << ": no answer from " << e.target << ": " << client::StatusCodeName(e.code)
+          << ": " << message << "\n";
+    list.push_back({{"target", e.target}, {"code", client::StatusCodeName(e.code)}, {"message", message}});
+  }
+  if (j != nullptr) (*j)["unreachable"] = list;
+  return kExitPartial;
+}
+
+std::string CannotReach(const std::string& target) {
+  std::string address = target;
+  for (const char* scheme : {"ipv4:", "ipv6:", "dns:///", "dns:"}) address = StripPrefix(address, scheme);
+  return "cannot reach the daemon at " + address + " (is vmspaced running? start it with: vmspaced --listen " +
+         address + ")";
+}
+
 int Fail(Ctx& c, const client::Error& e) {
+  const bool unreachable = e.code == grpc::StatusCode::UNAVAILABLE && !e.target.empty();
   if (c.json) {
     Json j;
     j["error"] = {{"code", client::StatusCodeName(e.code)},
@@ -17,9 +38,12 @@ int Fail(Ctx& c, const client::Error& e) {
                   {"errno_name", e.errno_name},
                   {"name", e.Name()},
                   {"message", e.message}};
+    if (!e.target.empty()) j["error"]["target"] = e.target;
     c.out << j.dump() << "\n";
   }
-  c.err << "vmspace " << c.command << ": " << e.ToString() << "\n";
+  if (unreachable) c.err << "vmspace " << c.command << ": " << CannotReach(e.target) << "\n  ";
+  else c.err << "vmspace " << c.command << ": ";
+  c.err << e.ToString() << "\n";
   return kExitFailed;
 }
 

@@ -16,8 +16,20 @@ namespace vmspace::cli {
 using Json = nlohmann::ordered_json;
 
 /// Prints a failed call: JSON error object on `out` with --json, and always one line on
-/// `err` naming the errno. Returns the exit code.
+/// `err` naming the errno. A daemon that cannot be reached (UNAVAILABLE from a named
+/// target) is said so in words, how to start it, and gRPC's text on a second line.
+/// Returns the exit code.
 int Fail(Ctx& c, const client::Error& e);
+
+/// The daemons a call on every daemon left out (client::Client's `unreachable`): one
+/// line each on `err` ("vmspace list: no answer from TARGET: ERROR") and, with --json,
+/// `(*j)["unreachable"]` = [{"target", "code", "message"}] (only when some were left out).
+/// Returns kExitPartial if some were, else `code`.
+int Unreached(Ctx& c, const std::vector<client::Error>& unreachable, Json* j, int code = kExitOk);
+
+/// "cannot reach the daemon at HOST:PORT (is vmspaced running? start it with: vmspaced
+/// --listen HOST:PORT)" for gRPC target `target` ("ipv4:"/"ipv6:"/"dns:" prefixes left out).
+std::string CannotReach(const std::string& target);
 
 /// `s` without a leading `prefix` (unchanged if it does not start with it).
 std::string StripPrefix(const std::string& s, const std::string& prefix);

@@ -75,7 +75,8 @@ int CmdDestroy(Ctx& c) {
 
 int CmdList(Ctx& c) {
   Client cl(c.client);
-  auto r = cl.ListSpaces();
+  std::vector<client::Error> unreachable;
+  auto r = cl.ListSpaces(&unreachable);
   if (!r.ok()) return Fail(c, r.error());
   if (c.json) {
     Json arr = Json::array();
@@ -90,8 +91,10 @@ int CmdList(Ctx& c) {
                      {"locking_profile", s.locking_profile()}};
       arr.push_back(std::move(sj));
     }
-    c.out << Json{{"spaces", arr}}.dump() << "\n";
-    return kExitOk;
+    Json j{{"spaces", arr}};
+    const int code = Unreached(c, unreachable, &j);
+    c.out << j.dump() << "\n";
+    return code;
   }
   char line[256];
   snprintf(line, sizeof line, "%16s %5s %10s %12s %12s %10s  %-12s %s\n", "ID", "SHARD", "MAPS", "VM", "RSS",
@@ -105,7 +108,7 @@ int CmdList(Ctx& c) {
              s.locking_profile().empty() ? "-" : s.locking_profile().c_str(), s.label().c_str());
     c.out << line;
   }
-  return kExitOk;
+  return Unreached(c, unreachable, nullptr);
 }
 
 int CmdMmap(Ctx& c) {

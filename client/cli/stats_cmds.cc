@@ -3,6 +3,7 @@
 // (grpc.health.v1) and lockstat (GetLockStats, like /proc/lock_stat).
 #include "cli/commands.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iomanip>
@@ -46,23 +47,35 @@ StatsSnapshot LockStatsSnapshot(const v1::GetLockStatsResponse& r) {
 int CmdPing(Ctx& c) {
   Client cl(c.client);
   auto t0 = std::chrono::steady_clock::now();
-  auto r = cl.Ping();
+  std::vector<client::Error> unreachable;
+  auto r = cl.Ping(&unreachable);
   double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   if (!r.ok()) return Fail(c, r.error());
-  if (c.json) c.out << Json{{"ok", true}, {"latency_us", us}}.dump() << "\n";
+  Json j{{"ok", true}, {"latency_us", us}};
+  const int code = Unreached(c, unreachable, &j);
+  if (c.json) c.out << j.dump() << "\n";
   else c.out << "ok (" << std::fixed << std::setprecision(0) << us << " us)\n";
-  return kExitOk;
+  return code;
 }
 
 int CmdStats(Ctx& c) {
   Client cl(c.client);
-  auto r = cl.GetServerInfo();
+  std::vector<client::Error> unreachable;
+  auto r = cl.GetServerInfo(&unreachable);
   if (!r.ok()) return Fail(c, r.error());
+  // The targets that answered, in order (GetServerInfo's order).
+  std::vector<std::string> answered;
+  for (const std::string& t : cl.targets()) {
+    if (std::none_of(unreachable.begin(), unreachable.end(), [&](const client::Error& e) { return e.target == t; }))
+      answered.push_back(t);
+  }
   Json all = Json::array();
-  for (const v1::GetServerInfoResponse& i : r.value()) {
+  for (size_t n = 0; n < r.value().size(); ++n) {
+    const v1::GetServerInfoResponse& i = r.value()[n];
     Json mem = Json::object();
     for (const v1::MemoryUsage& u : i.memory()) mem[u.kind()] = u.bytes();
-    all.push_back(Json{{"shard", i.shard()}, {"version", i.version()}, {"spaces", i.spaces()},
+    all.push_back(Json{{"target", n < answered.size() ? answered[n] : ""},
+                       {"shard", i.shard()}, {"version", i.version()}, {"spaces", i.spaces()},
                        {"max_spaces", i.max_spaces()}, {"memory_bytes", mem},
                        {"memory_limit_bytes", i.memory_limit_bytes()}});
     if (c.json) continue;
@@ -78,19 +91,29 @@ int CmdStats(Ctx& c) {
           << " bytes of " << (i.memory_limit_bytes() ? std::to_string(i.memory_limit_bytes()) : "unlimited")
           << " (--max-memory-bytes)\n";
   }
+  // --json: an array, one object per daemon; a daemon left out is {"target", "unreachable": true, "error"}.
+  Json left;
+  const int code = Unreached(c, unreachable, &left);
+  if (left.contains("unreachable")) {
+    for (const Json& u : left["unreachable"])
+      all.push_back(Json{{"target", u["target"]}, {"unreachable", true}, {"error", u["code"].get<std::string>() + ": " + u["message"].get<std::string>()}});
+  }
   if (c.json) c.out << all.dump() << "\n";
-  return kExitOk;
+  return code;
 }
 
 int CmdHealth(Ctx& c) {
   const std::string service = c.args.Get("service", "vmspace.v1.VmSpace");
   Client cl(c.client);
-  auto r = cl.CheckHealth(service);
+  std::vector<client::Error> unreachable;
+  auto r = cl.CheckHealth(service, &unreachable);
   if (!r.ok()) return Fail(c, r.error());
   const bool serving = r.value() == "SERVING";
-  if (c.json) c.out << Json{{"service", service}, {"status", r.value()}, {"serving", serving}}.dump() << "\n";
+  Json j{{"service", service}, {"status", r.value()}, {"serving", serving}};
+  const int code = Unreached(c, unreachable, &j, serving ? kExitOk : kExitFailed);
+  if (c.json) c.out << j.dump() << "\n";
   else c.out << r.value() << "\n";
-  return serving ? kExitOk : kExitFailed;
+  return serving ? code : kExitFailed;
 }
 
 int CmdLockstat(Ctx& c) {
@@ -102,7 +125,8 @@ int CmdLockstat(Ctx& c) {
     if (!e.empty()) throw UsageError{"--profile: " + e};
   }
   Client cl(c.client);
-  auto r = cl.GetLockStats(name);
+  std::vector<client::Error> unreachable;
+  auto r = cl.GetLockStats(name, &unreachable);
   if (!r.ok()) return Fail(c, r.error());
   const v1::GetLockStatsResponse& s = r.value();
   std::map<std::string, uint64_t> events(s.events().begin(), s.events().end());
@@ -118,14 +142,14 @@ int CmdLockstat(Ctx& c) {
                        {"hold_seconds_total", l.hold_seconds_total()},
                        {"hold_seconds_max", l.hold_seconds_max()}});
     }
-    c.out << Json{{"profile", name.empty() ? "all" : name},
-                  {"lock_stats_enabled", s.lock_stats_enabled()},
-                  {"locks", locks},
-                  {"events", events},
-                  {"text", s.text()}}
-                 .dump()
-          << "\n";
-    return kExitOk;
+    Json j{{"profile", name.empty() ? "all" : name},
+           {"lock_stats_enabled", s.lock_stats_enabled()},
+           {"locks", locks},
+           {"events", events},
+           {"text", s.text()}};
+    const int code = Unreached(c, unreachable, &j);
+    c.out << j.dump() << "\n";
+    return code;
   }
   std::ostringstream o;
   o << FormatLockStat(LockStatsSnapshot(s)) << "profile " << (name.empty() ? "all" : name)
@@ -139,7 +163,7 @@ int CmdLockstat(Ctx& c) {
     }
   }
   c.out << o.str();
-  return kExitOk;
+  return Unreached(c, unreachable, nullptr);
 }
 
 }  // namespace vmspace::cli

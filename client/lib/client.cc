@@ -331,6 +331,7 @@ void Client::Prepare(grpc::ClientContext* ctx) const {
 }
 
 Error Client::Tagged(const Backend& b, Error e) const {
+  e.target = b.target;
   if (sharded_) e.message = b.target + ": " + e.message;
   return e;
 }
@@ -354,6 +355,32 @@ void Client::DiscoverLocked() {
     v1::GetServerInfoResponse resp;
     if (b->stub->GetServerInfo(&ctx, v1::GetServerInfoRequest{}, &resp).ok()) b->shard = resp.shard();
   }
+}
+
+std::optional<Error> Client::CheckShards() {
+  if (!sharded_) return std::nullopt;
+  std::lock_guard lk(mu_);
+  DiscoverLocked();
+  std::map<int64_t, const Backend*> by_shard;
+  for (const auto& b : backends_) {
+    if (b->shard < 0) continue;
+    auto [it, fresh] = by_shard.emplace(b->shard, b.get());
+    if (fresh) continue;
+    Error e;
+    e.code = grpc::StatusCode::FAILED_PRECONDITION;
+    e.message = it->second->target + " and " + b->target + " both serve shard " + std::to_string(b->shard) +
+                ": give every daemon its own --shard";
+    return e;
+  }
+  return std::nullopt;
+}
+
+bool Client::LeaveOut(const Backend& b, const grpc::Status& st, std::vector<Error>* unreachable) const {
+  if (unreachable == nullptr) return false;
+  if (st.error_code() != grpc::StatusCode::UNAVAILABLE && st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED)
+    return false;
+  unreachable->push_back(Tagged(b, DecodeStatus(st)));
+  return true;
 }
 
 Result<Client::Backend*> Client::Route(uint64_t space_id) {
@@ -451,20 +478,25 @@ Result<Unit> Client::DestroySpace(uint64_t space_id) {
 }
 
 template <typename Item, typename Call, typename Id>
-Result<std::vector<Item>> Client::GatherAll(Call call, Id id) {
+Result<std::vector<Item>> Client::GatherAll(Call call, Id id, std::vector<Error>* unreachable) {
   if (setup_error_) return *setup_error_;
+  if (std::optional<Error> e = CheckShards()) return *e;
   std::vector<Item> out;
+  size_t answered = 0;
   for (auto& b : backends_) {
     grpc::ClientContext ctx;
     Prepare(&ctx);
     grpc::Status st = call(*b->stub, &ctx, &out);
+    if (!st.ok() && LeaveOut(*b, st, unreachable)) continue;
     if (!st.ok()) return Tagged(*b, DecodeStatus(st));
+    ++answered;
   }
+  if (answered == 0 && unreachable != nullptr && !unreachable->empty()) return unreachable->front();
   std::sort(out.begin(), out.end(), [&](const Item& x, const Item& y) { return id(x) < id(y); });
   return out;
 }
 
-Result<std::vector<v1::SpaceInfo>> Client::ListSpaces() {
+Result<std::vector<v1::SpaceInfo>> Client::ListSpaces(std::vector<Error>* unreachable) {
   return GatherAll<v1::SpaceInfo>(
       [](v1::VmSpace::Stub& stub, grpc::ClientContext* ctx, std::vector<v1::SpaceInfo>* out) {
         v1::ListSpacesResponse resp;
@@ -472,7 +504,7 @@ Result<std::vector<v1::SpaceInfo>> Client::ListSpaces() {
         out->insert(out->end(), resp.spaces().begin(), resp.spaces().end());
         return st;
       },
-      [](const v1::SpaceInfo& s) { return s.space_id(); });
+      [](const v1::SpaceInfo& s) { return s.space_id(); }, unreachable);
 }
 
 Result<uint64_t> Client::Mmap(uint64_t space_id, uint64_t addr, uint64_t len, int prot, int flags,
@@ -576,8 +608,11 @@ Result<Unit> Client::Madvise(uint64_t space_id, uint64_t addr, uint64_t len, int
   return Unit{};
 }
 
-Result<v1::GetLockStatsResponse> Client::GetLockStats(const std::string& locking_profile) {
+Result<v1::GetLockStatsResponse> Client::GetLockStats(const std::string& locking_profile,
+                                                      std::vector<Error>* unreachable) {
   if (setup_error_) return *setup_error_;
+  if (std::optional<Error> e = CheckShards()) return *e;
+  size_t answered = 0;
   v1::GetLockStatsRequest req;
   req.set_locking_profile(locking_profile);
   v1::GetLockStatsResponse sum;
@@ -588,8 +623,10 @@ Result<v1::GetLockStatsResponse> Client::GetLockStats(const std::string& locking
     Prepare(&ctx);
     v1::GetLockStatsResponse r;
     grpc::Status st = b->stub->GetLockStats(&ctx, req, &r);
+    if (!st.ok() && LeaveOut(*b, st, unreachable)) continue;
     if (!st.ok()) return Tagged(*b, DecodeStatus(st));
     if (!sharded_) return r;
+    ++answered;
     for (const v1::LockStat& l : r.locks()) {
       v1::LockStat*& c = cells[{l.lock(), l.mode()}];
       if (c == nullptr) {
@@ -608,24 +645,33 @@ Result<v1::GetLockStatsResponse> Client::GetLockStats(const std::string& locking
     sum.set_text(sum.text() + "== " + b->target + "\n" + r.text());
     sum.set_lock_stats_enabled(sum.lock_stats_enabled() && r.lock_stats_enabled());
   }
+  if (answered == 0 && unreachable != nullptr && !unreachable->empty()) return unreachable->front();
   return sum;
 }
 
-Result<Unit> Client::Ping() {
+Result<Unit> Client::Ping(std::vector<Error>* unreachable) {
   if (setup_error_) return *setup_error_;
+  if (std::optional<Error> e = CheckShards()) return *e;
+  size_t answered = 0;
   for (auto& b : backends_) {
     grpc::ClientContext ctx;
     Prepare(&ctx);
     v1::PingResponse resp;
     grpc::Status st = b->stub->Ping(&ctx, v1::PingRequest{}, &resp);
+    if (!st.ok() && LeaveOut(*b, st, unreachable)) continue;
     if (!st.ok()) return Tagged(*b, DecodeStatus(st));
+    ++answered;
   }
+  if (answered == 0 && unreachable != nullptr && !unreachable->empty()) return unreachable->front();
   return Unit{};
 }
 
-Result<std::string> Client::CheckHealth(const std::string& service) {
+Result<std::string> Client::CheckHealth(const std::string& service, std::vector<Error>* unreachable) {
   namespace health = ::grpc::health::v1;
   if (setup_error_) return *setup_error_;
+  if (std::optional<Error> e = CheckShards()) return *e;
+  size_t answered = 0;
+  std::string status = "SERVING";
   health::HealthCheckRequest req;
   req.set_service(service);
   for (auto& b : backends_) {
@@ -634,21 +680,31 @@ Result<std::string> Client::CheckHealth(const std::string& service) {
     grpc::ClientContext ctx;
     Prepare(&ctx);
     grpc::Status st = health_stub->Check(&ctx, req, &resp);
+    if (!st.ok() && LeaveOut(*b, st, unreachable)) continue;
     if (!st.ok()) return Tagged(*b, DecodeStatus(st));
-    if (resp.status() != health::HealthCheckResponse::SERVING)
-      return health::HealthCheckResponse::ServingStatus_Name(resp.status());
+    ++answered;
+    if (resp.status() != health::HealthCheckResponse::SERVING && status == "SERVING")
+      status = health::HealthCheckResponse::ServingStatus_Name(resp.status());
   }
-  return std::string("SERVING");
+  if (answered == 0 && unreachable != nullptr && !unreachable->empty()) return unreachable->front();
+  return status;
 }
 
-Result<std::vector<v1::GetServerInfoResponse>> Client::GetServerInfo() {
+Result<std::vector<v1::GetServerInfoResponse>> Client::GetServerInfo(std::vector<Error>* unreachable) {
   if (setup_error_) return *setup_error_;
+  if (std::optional<Error> e = CheckShards()) return *e;
   std::vector<v1::GetServerInfoResponse> out;
   for (auto& b : backends_) {
     Result<v1::GetServerInfoResponse> r = Info(*b);
+    if (!r.ok() && unreachable != nullptr &&
+        (r.error().code == grpc::StatusCode::UNAVAILABLE || r.error().code == grpc::StatusCode::DEADLINE_EXCEEDED)) {
+      unreachable->push_back(r.error());
+      continue;
+    }
     if (!r.ok()) return r.error();
     out.push_back(r.value());
   }
+  if (out.empty() && unreachable != nullptr && !unreachable->empty()) return unreachable->front();
   return out;
 }
 

@@ -42,6 +42,7 @@ struct Error {
   int err = 0;             // Linux errno number, 0 if the failure is not an errno
   std::string errno_name;  // "EINVAL", or "" if none
   std::string message;     // the status message as sent
+  std::string target;      // the gRPC target of the daemon that failed ("" if none did)
 
   /// The errno name if there is one, else the gRPC code name ("NOT_FOUND").
   std::string Name() const;
@@ -176,7 +177,13 @@ class Client {
   Result<uint64_t> CreateSpace(const v1::SpaceSettings& settings = {}, const std::string& label = "",
                                const std::string& placement_key = "");
   Result<Unit> DestroySpace(uint64_t space_id);
-  Result<std::vector<v1::SpaceInfo>> ListSpaces();
+  /// Every space of every daemon, ordered by id. The calls on every daemon (ListSpaces,
+  /// GetLockStats, Ping, CheckHealth, GetServerInfo), with several daemons, first check
+  /// that no two answer for one shard (FAILED_PRECONDITION naming both). A daemon that
+  /// fails fails the call, unless `unreachable` is given: then a daemon that cannot be
+  /// reached (UNAVAILABLE, DEADLINE_EXCEEDED) is left out and its Error appended there,
+  /// and the call fails (with the first such Error) only if no daemon answered.
+  Result<std::vector<v1::SpaceInfo>> ListSpaces(std::vector<Error>* unreachable = nullptr);
   /// mmap(2); returns the mapped address. `file_id` (0 = none) with MAP_ANONYMOUS clear
   /// maps that open file at `offset` (the file must be on the space's daemon: EBADF).
   Result<uint64_t> Mmap(uint64_t space_id, uint64_t addr, uint64_t len, int prot, int flags,
@@ -213,22 +220,23 @@ class Client {
                                               const std::string& data);
   /// VMAs overlapping [start, end) (end 0 = no limit) and their maps text.
   Result<v1::GetMapsResponse> GetMaps(uint64_t space_id, uint64_t start = 0, uint64_t end = 0);
-  /// Every space of every daemon, ordered by id (a daemon that fails fails the call).
   /// madvise(2); the daemon accepts only MADV_DONTNEED (4).
   Result<Unit> Madvise(uint64_t space_id, uint64_t addr, uint64_t len, int advice);
   /// lock_stat figures of one locking profile's spaces ("linux-6.0".."linux-6.15",
   /// "custom"), or of all profiles summed (""). Several daemons: summed over them (max
   /// fields: the largest), `text` one table per daemon.
-  Result<v1::GetLockStatsResponse> GetLockStats(const std::string& locking_profile = "");
+  Result<v1::GetLockStatsResponse> GetLockStats(const std::string& locking_profile = "",
+                                                std::vector<Error>* unreachable = nullptr);
   /// Ping of every daemon.
-  Result<Unit> Ping();
+  Result<Unit> Ping(std::vector<Error>* unreachable = nullptr);
   /// grpc.health.v1.Health/Check of `service` ("" = the server as a whole): the serving
   /// status's name, "SERVING" or "NOT_SERVING" (a draining daemon); with several
   /// daemons the first that is not SERVING. An unknown service is an Error with code
   /// NOT_FOUND; an unreachable daemon UNAVAILABLE (its target named in the message).
-  Result<std::string> CheckHealth(const std::string& service = "vmspace.v1.VmSpace");
+  Result<std::string> CheckHealth(const std::string& service = "vmspace.v1.VmSpace",
+                                  std::vector<Error>* unreachable = nullptr);
   /// GetServerInfo of every daemon, in target order.
-  Result<std::vector<v1::GetServerInfoResponse>> GetServerInfo();
+  Result<std::vector<v1::GetServerInfoResponse>> GetServerInfo(std::vector<Error>* unreachable = nullptr);
   /// Opens a Batch stream with the stream deadline: on the one daemon, or (several) on
   /// the daemon of the first op's space at the first Write.
   std::unique_ptr<BatchStream> OpenBatch();
@@ -247,16 +255,24 @@ class Client {
   void Prepare(grpc::ClientContext* ctx) const;
   /// The daemon holding `space_id` (any daemon when there is one), or an Error.
   Result<Backend*> Route(uint64_t space_id);
+  /// Several daemons: an Error (FAILED_PRECONDITION) naming two targets that answer for
+  /// the same shard, after asking the daemons of unknown shard for theirs; else nullopt.
+  std::optional<Error> CheckShards();
+  /// Whether a failed call on every daemon leaves the daemon out (into `unreachable`,
+  /// tagged) rather than failing: `unreachable` given and `st` UNAVAILABLE or
+  /// DEADLINE_EXCEEDED.
+  bool LeaveOut(const Backend& b, const grpc::Status& st, std::vector<Error>* unreachable) const;
   /// GetServerInfo of backend `b`; learns its shard.
   Result<v1::GetServerInfoResponse> Info(Backend& b);
   /// Asks the daemons of unknown shard for theirs (with mu_ held).
   void DiscoverLocked();
-  /// `e` with the backend's target in front of its message (several daemons only).
+  /// `e` with the backend's target in Error::target and (several daemons only) in front
+  /// of its message.
   Error Tagged(const Backend& b, Error e) const;
   /// `call(stub, ctx, &items)` on every daemon, the items gathered and ordered by
-  /// `id(item)`; the first failure is the result.
+  /// `id(item)`; the first failure is the result (see LeaveOut for `unreachable`).
   template <typename Item, typename Call, typename Id>
-  Result<std::vector<Item>> GatherAll(Call call, Id id);
+  Result<std::vector<Item>> GatherAll(Call call, Id id, std::vector<Error>* unreachable = nullptr);
 
   ClientOptions opts_;
   std::optional<Error> setup_error_;  // a bad target: every call returns it

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -75,7 +76,17 @@ std::string GnuplotMissingMessage() {
          "`apt-get install -y gnuplot-nox` (deploy/install-deps.sh does)";
 }
 
-std::string WriteSvgBarChart(const PlotSpec& spec, const std::string& svg_path) {
+std::string PlotFormat(const std::string& path) {
+  const size_t dot = path.rfind('.');
+  if (dot == std::string::npos || path.find('/', dot) != std::string::npos) return "";
+  std::string ext = path.substr(dot + 1);
+  for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return ext == "svg" || ext == "png" ? ext : "";
+}
+
+std::string WriteBarChart(const PlotSpec& spec, const std::string& path) {
+  const std::string format = PlotFormat(path);
+  if (format.empty()) return "cannot tell the chart format of " + path + ": want FILE.svg or FILE.png";
   std::string gnuplot = FindGnuplot();
   if (gnuplot.empty()) return GnuplotMissingMessage();
   if (spec.labels.empty() || spec.panels.empty()) return "nothing to plot";
@@ -127,8 +138,11 @@ std::string WriteSvgBarChart(const PlotSpec& spec, const std::string& svg_path) 
   std::ostringstream g;
   int width = std::max<int>(480, static_cast<int>(spec.panels.size()) *
                                       std::max<int>(360, 90 * static_cast<int>(spec.labels.size())));
-  g << "set terminal svg size " << width << ",480 dynamic noenhanced font \"sans,11\" background \"white\"\n"
-    << "set output " << Quote(svg_path) << "\n"
+  if (format == "svg")
+    g << "set terminal svg size " << width << ",480 dynamic noenhanced font \"sans,11\" background \"white\"\n";
+  else
+    g << "set terminal pngcairo size " << width << ",480 noenhanced font \"sans,11\" background \"white\"\n";
+  g << "set output " << Quote(path) << "\n"
     << "set datafile separator \"\\t\"\n"
     << "set datafile missing \"?\"\n"
     << "set style data histograms\n"
@@ -155,7 +169,7 @@ std::string WriteSvgBarChart(const PlotSpec& spec, const std::string& svg_path) 
     s << g.str();
     if (!s) return "cannot write " + script;
   }
-  unlink(svg_path.c_str());
+  unlink(path.c_str());
   pid_t pid = fork();
   if (pid < 0) return std::string("fork: ") + strerror(errno);
   if (pid == 0) {
@@ -176,10 +190,9 @@ std::string WriteSvgBarChart(const PlotSpec& spec, const std::string& svg_path) 
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
     return "gnuplot (" + gnuplot + ") failed with status " + std::to_string(st) + (out.empty() ? "" : ": " + out);
   }
-  std::string svg = ReadFile(svg_path);
-  if (svg.find("<svg") == std::string::npos) {
-    return "gnuplot wrote no SVG to " + svg_path + (out.empty() ? "" : ": " + out);
-  }
+  const std::string chart = ReadFile(path);
+  const bool written = format == "svg" ? chart.find("<svg") != std::string::npos : chart.rfind("\x89PNG", 0) == 0;
+  if (!written) return std::string("gnuplot wrote no ") + (format == "svg" ? "SVG" : "PNG") + " to " + path + (out.empty() ? "" : ": " + out);
   return "";
 }
 

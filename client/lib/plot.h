@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// SVG bar charts of benchmark results, drawn by gnuplot run as a subprocess
-// (`set terminal svg`). gnuplot is Debian's gnuplot-nox (deploy/install-deps.sh).
+// Bar charts of benchmark results, SVG or PNG by the file's extension, drawn by gnuplot
+// run as a subprocess (`set terminal svg` / `pngcairo`). gnuplot is Debian's gnuplot-nox
+// (deploy/install-deps.sh), whose cairo terminals include pngcairo.
 #pragma once
 
 #include <optional>
@@ -29,8 +30,13 @@ std::string FindGnuplot();
 /// The message for a missing gnuplot (what to install).
 std::string GnuplotMissingMessage();
 
-/// Writes `spec` as an SVG file at `svg_path` by running gnuplot. Returns "" or an error
-/// (gnuplot missing, its exit status and stderr, or no SVG written).
-std::string WriteSvgBarChart(const PlotSpec& spec, const std::string& svg_path);
+/// The chart format of a file name by its extension (case-insensitive): "svg" for .svg,
+/// "png" for .png, "" for anything else.
+std::string PlotFormat(const std::string& path);
+
+/// Writes `spec` at `path` by running gnuplot, as SVG or PNG by PlotFormat(path). Returns
+/// "" or an error (another extension, gnuplot missing, its exit status and stderr, or no
+/// chart written).
+std::string WriteBarChart(const PlotSpec& spec, const std::string& path);
 
 }  // namespace vmspace::bench

@@ -107,6 +107,8 @@ TEST(BenchCli, UsageErrors) {
       {"bench", "page_fault1", "--profile", "linux-6.0", "--compare", "linux-6.0,linux-6.6"},
       {"bench", "page_fault1", "--profile", "linux-6.0", "--locking-profile", "linux-6.6"},
       {"bench", "page_fault1", "--plot"},
+      {"bench", "page_fault1", "--compare", "linux-6.0,linux-6.6", "--plot", "x.pdf"},  // .svg or .png only
+      {"bench", "page_fault1", "--compare", "linux-6.0,linux-6.6", "--plot", "chart"},
       {"bench", "mixed", "--clients", "1"},
       {"bench", "mixed", "--mode", "processes"},
       {"bench", "mmap1", "--bogus"},
@@ -351,6 +353,35 @@ TEST(BenchPlot, WritesSvg) {
   j = CliJson({"bench", "stress", "--rounds", "300", "--skip-native", "--compare", "linux-6.0,linux-6.6", "--plot", svg});
   EXPECT_TRUE(Contains(ReadAll(svg), "<svg"));
   unlink(svg.c_str());
+}
+
+// --plot FILE.png writes a PNG (gnuplot's pngcairo terminal); the extension names the
+// format, and any other is a usage error before the run.
+TEST(BenchPlot, FormatByExtension) {
+  EXPECT_EQ(bench::PlotFormat("a/b.svg"), "svg");
+  EXPECT_EQ(bench::PlotFormat("B.PNG"), "png");
+  EXPECT_EQ(bench::PlotFormat("x.pdf"), "");
+  EXPECT_EQ(bench::PlotFormat("dir.png/chart"), "");
+  CliRun r = Cli({"bench", "page_fault1", "--compare", "linux-6.0,linux-6.6", "--plot", "x.pdf"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_TRUE(Contains(r.err, "--plot: 'x.pdf': the extension names the format: .svg (SVG) or .png (PNG)")) << r.err;
+  if (bench::FindGnuplot().empty()) GTEST_SKIP() << "gnuplot not installed (apt-get install -y gnuplot-nox)";
+  // bench stress --scaling draws the ratio per repetition (ours, the kernel's, the map control).
+  std::string svg = TempPath("scaling.svg");
+  json s = CliJson({"bench", "stress", "--rounds", "300", "--scaling", "--clients", "2", "--repeat", "2", "--plot", svg});
+  EXPECT_EQ(s["plot"], svg);
+  std::string text = ReadAll(svg);
+  EXPECT_TRUE(Contains(text, "<svg")) << text.substr(0, 200);
+  for (const char* label : {"rep 1", "rep 2", "median", "kernel: 2 / 1 processes", "control: a std::map per thread"})
+    EXPECT_TRUE(Contains(text, label)) << label;
+  unlink(svg.c_str());
+  std::string png = TempPath("pf1.png");
+  json j = CliJson({"bench", "page_fault1", "--duration", "150ms", "--compare", "linux-6.0,linux-6.6", "--plot", png});
+  EXPECT_EQ(j["plot"], png);
+  std::string bytes = ReadAll(png);
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  EXPECT_FALSE(Contains(bytes, "<svg"));
+  unlink(png.c_str());
 }
 
 TEST(BenchPlot, MissingGnuplotFailsFirst) {

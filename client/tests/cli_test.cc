@@ -3,12 +3,15 @@
 // errors of an unreachable daemon, and `bench stress --transport inprocess`.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/cli.h"
 #include "seed004_replay.h"
 #include "subprocess.h"
+#include "vmspace_version.h"
 
 namespace vmspace::cli {
 namespace {
@@ -76,6 +79,17 @@ TEST(Cli, HelpAndUsage) {
   EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos);
 }
 
+// --version prints the build's version (git describe, else the project version), exit 0.
+TEST(Cli, Version) {
+  CliRun r = Cli({"--version"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, std::string("vmspace ") + VMSPACE_VERSION + "\n");
+  EXPECT_GT(std::string(VMSPACE_VERSION).size(), 0u);
+  EXPECT_EQ(r.err, "");
+  r = Cli({"--help"});
+  EXPECT_NE(r.out.find("--version"), std::string::npos) << r.out;
+}
+
 TEST(Cli, UsageErrorsExit2) {
   EXPECT_EQ(Cli({"mmap", "1"}).code, kExitUsage);                               // --len missing
   EXPECT_EQ(Cli({"mmap", "--len", "4096"}).code, kExitUsage);                   // no space
@@ -93,10 +107,40 @@ TEST(Cli, UsageErrorsExit2) {
   EXPECT_NE(r.err.find("unknown option --frobs"), std::string::npos);
 }
 
+// A usage error prints the error, the command's one-line usage and where its help is:
+// three lines on stderr, not the whole help; `COMMAND --help` still prints all of it.
+TEST(Cli, UsageErrorIsTheErrorAndTheUsageLine) {
+  CliRun r = Cli({"mmap", "1"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "vmspace mmap: --len is required\n"
+            "Usage: vmspace mmap SPACE --len LEN [options]\n"
+            "Run 'vmspace mmap --help' for its options.\n");
+  r = Cli({"bench", "stress", "--clients", "0"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 3) << r.err;
+  EXPECT_NE(r.err.find("\nUsage: vmspace bench stress [options]\n"), std::string::npos) << r.err;
+  r = Cli({"frobnicate"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 3) << r.err;
+  EXPECT_EQ(r.err.find("Global options"), std::string::npos) << r.err;
+  r = Cli({"mmap", "--help"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_NE(r.out.find("--len LEN"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Global options"), std::string::npos) << r.out;
+}
+
 TEST(Cli, UnreachableDaemonFailsWithStatusName) {
   CliRun r = Cli({"--target", kDeadTarget, "--timeout", "2", "list"});
   EXPECT_EQ(r.code, kExitFailed);
-  EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
+  // In words first, how to start the daemon, then gRPC's own text on a second line.
+  EXPECT_EQ(r.err.rfind("vmspace list: cannot reach the daemon at 127.0.0.1:1 (is vmspaced running? start it "
+                        "with: vmspaced --listen 127.0.0.1:1)\n  UNAVAILABLE: ",
+                        0),
+            0u)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 2) << r.err;
   // Global options after the command work too, and --json gives an error object.
   r = Cli({"mmap", "1", "--len", "4096", "--json", "--target", kDeadTarget, "--timeout", "2"});
   EXPECT_EQ(r.code, kExitFailed);
@@ -104,6 +148,51 @@ TEST(Cli, UnreachableDaemonFailsWithStatusName) {
   EXPECT_EQ(j["error"]["code"], "UNAVAILABLE");
   EXPECT_EQ(j["error"]["errno"], 0);
   EXPECT_EQ(j["error"]["name"], "UNAVAILABLE");
+  EXPECT_EQ(j["error"]["target"], kDeadTarget);
+  // Not every failure is an unreachable daemon: a bad target list is said as it is.
+  r = Cli({"--target", "a,,b", "list"});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_EQ(r.err.find("cannot reach"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
+}
+
+// An environment variable for the length of a scope (unset at its end).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+// VMSPACE_TARGET and VMSPACE_TLS_* stand for --target and --tls-* when those are not given.
+TEST(Cli, EnvironmentDefaults) {
+  {
+    ScopedEnv target("VMSPACE_TARGET", "127.0.0.1:1");
+    CliRun r = Cli({"ping", "--timeout", "2"});
+    EXPECT_EQ(r.code, kExitFailed);
+    EXPECT_NE(r.err.find("cannot reach the daemon at 127.0.0.1:1 "), std::string::npos) << r.err;
+    r = Cli({"ping", "--timeout", "2", "--target", "127.0.0.1:2"});  // the option wins
+    EXPECT_NE(r.err.find("cannot reach the daemon at 127.0.0.1:2 "), std::string::npos) << r.err;
+  }
+  {
+    ScopedEnv ca("VMSPACE_TLS_CA", "/nonexistent/ca.pem");
+    CliRun r = Cli({"ping"});
+    EXPECT_EQ(r.code, kExitUsage);
+    EXPECT_EQ(r.err.rfind("vmspace ping: $VMSPACE_TLS_CA: cannot read /nonexistent/ca.pem\n", 0), 0u) << r.err;
+    r = Cli({"ping", "--tls-ca", "/nonexistent/other.pem"});
+    EXPECT_EQ(r.err.rfind("vmspace ping: --tls-ca: cannot read /nonexistent/other.pem\n", 0), 0u) << r.err;
+  }
+  {
+    ScopedEnv cert("VMSPACE_TLS_CERT", "/proc/self/status");  // readable; no key beside it
+    CliRun r = Cli({"ping"});
+    EXPECT_EQ(r.code, kExitUsage);
+    EXPECT_NE(r.err.find("--tls-cert and --tls-key go together"), std::string::npos) << r.err;
+  }
+  CliRun r = Cli({"--help"});
+  for (const char* var : {"VMSPACE_TARGET", "VMSPACE_TOKEN", "VMSPACE_TLS_CA", "VMSPACE_TLS_CERT", "VMSPACE_TLS_KEY"})
+    EXPECT_NE(r.out.find(var), std::string::npos) << var;
 }
 
 void ExpectOps(const json& ops, uint64_t mmap, uint64_t munmap, uint64_t access) {
@@ -190,6 +279,9 @@ TEST(Cli, BenchStressHumanTable) {
 TEST(CliBinary, ExitCodesAndJson) {
   auto r = testing::RunProgram(VMSPACE_CLI_PATH, {"--help"});
   EXPECT_EQ(r.exit_code, 0);
+  r = testing::RunProgram(VMSPACE_CLI_PATH, {"--version"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, std::string("vmspace ") + VMSPACE_VERSION + "\n");
   r = testing::RunProgram(VMSPACE_CLI_PATH, {"mmap"});
   EXPECT_EQ(r.exit_code, 2);
   r = testing::RunProgram(VMSPACE_CLI_PATH, {"ping", "--target", kDeadTarget, "--timeout", "2"});

@@ -175,6 +175,53 @@ TEST_F(DaemonTest, HealthIsServing) {
   EXPECT_NE(down.err.find("UNAVAILABLE"), std::string::npos) << down.err;
 }
 
+// Several daemons (--target A,B): the commands that ask every daemon answer for the
+// reachable ones and name the others (exit 3, --json "unreachable"); none reachable:
+// exit 1; two daemons of one shard: an error naming both.
+TEST(SeveralDaemons, PartialAnswersAndOneShardTwice) {
+  Daemon d0, d1, d1_again;
+  ASSERT_TRUE(d0.Start({"--shard=0"})) << d0.log();
+  ASSERT_TRUE(d1.Start({"--shard=1"})) << d1.log();
+  ASSERT_TRUE(d1_again.Start({"--shard=1"})) << d1_again.log();
+  const std::string both = d0.target() + "," + d1.target();
+  for (const char* cmd : {"list", "ping", "health", "lockstat", "stats"}) {
+    ProcResult r = RunProgram(VMSPACE_CLI_PATH, {cmd, "--target", both});
+    EXPECT_EQ(r.exit_code, 0) << cmd << ": " << r.err;
+  }
+  ProcResult dup = RunProgram(VMSPACE_CLI_PATH, {"list", "--target", both + "," + d1_again.target()});
+  EXPECT_EQ(dup.exit_code, 1);
+  EXPECT_NE(dup.err.find(d1.target() + " and " + d1_again.target() + " both serve shard 1"), std::string::npos)
+      << dup.err;
+  d1.Stop();
+  for (const char* cmd : {"list", "ping", "health", "lockstat", "stats"}) {
+    ProcResult r = RunProgram(VMSPACE_CLI_PATH, {cmd, "--target", both, "--timeout", "5"});
+    EXPECT_EQ(r.exit_code, 3) << cmd << ": " << r.err;
+    EXPECT_NE(r.err.find("vmspace " + std::string(cmd) + ": no answer from " + d1.target() + ": UNAVAILABLE: "),
+              std::string::npos)
+        << cmd << ": " << r.err;
+    EXPECT_EQ(r.err.find("no answer from " + d0.target()), std::string::npos) << r.err;
+  }
+  ProcResult r = RunProgram(VMSPACE_CLI_PATH, {"list", "--json", "--target", both, "--timeout", "5"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_TRUE(j["spaces"].is_array());
+  ASSERT_EQ(j["unreachable"].size(), 1u) << r.out;
+  EXPECT_EQ(j["unreachable"][0]["target"], d1.target());
+  EXPECT_EQ(j["unreachable"][0]["code"], "UNAVAILABLE");
+  r = RunProgram(VMSPACE_CLI_PATH, {"stats", "--json", "--target", both, "--timeout", "5"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  j = json::parse(r.out);
+  ASSERT_EQ(j.size(), 2u) << r.out;
+  EXPECT_EQ(j[0]["target"], d0.target());
+  EXPECT_EQ(j[0]["shard"], 0);
+  EXPECT_EQ(j[1]["target"], d1.target());
+  EXPECT_EQ(j[1]["unreachable"], true);
+  d0.Stop();
+  r = RunProgram(VMSPACE_CLI_PATH, {"ping", "--target", both, "--timeout", "5"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("cannot reach the daemon at "), std::string::npos) << r.err;
+}
+
 TEST_F(DaemonTest, CreateMmapMapsReadWriteDestroy) {
   uint64_t id = NewSpace();
   std::string sid = std::to_string(id);
