@@ -20,6 +20,7 @@
 #include "engine/writeback.h"
 #include "rpc/log.h"
 #include "rpc/space_registry.h"
+#include "vmspace_version.h"
 
 #include <unistd.h>
 
@@ -187,6 +188,10 @@ bool HandleHelp(int argc, char** argv) {
   bool help = false;
   for (int i = 1; i < argc; i++) {
     const std::string a = argv[i];
+    if (a == "--version" || a == "-V") {  // the build's version, not Abseil's build-mode line
+      printf("vmspaced %s\n", VMSPACE_VERSION);
+      return true;
+    }
     if (a == "--help" || a == "-h" || a == "--helpfull") help = true;
   }
   if (!help) return false;

@@ -36,8 +36,10 @@ struct DaemonConfig {
 };
 
 /// --help / -h: the usage message and the daemon's flags (spelt with dashes), with
-/// their defaults, on stdout; true if it was asked for. (Abseil's own --help lists only
-/// flags of a file named like the program, none here, and exits 1.)
+/// their defaults, on stdout; --version / -V: "vmspaced VERSION" (git describe of the
+/// source at configure time, else the project version). True if either was asked for.
+/// (Abseil's own --help lists only flags of a file named like the program, none here,
+/// and exits 1; its --version prints the build mode.)
 bool HandleHelp(int argc, char** argv);
 
 /// Parses the command line into the flags, the documented dashed spelling

@@ -69,6 +69,21 @@ TEST(LifecycleTest, MetricsPortInUseIsStartupError) {
   close(fd);
 }
 
+// --version prints the build's version (Abseil's own printed the build mode) and exits 0.
+TEST(LifecycleTest, VersionIsTheBuildsVersion) {
+  const char* env = getenv("VMSPACED");
+  const std::string bin = env && *env ? env : VMSPACED_PATH;
+  FILE* p = popen((bin + " --version").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[256] = {};
+  const size_t n = fread(buf, 1, sizeof buf - 1, p);
+  EXPECT_EQ(pclose(p), 0);
+  const std::string out(buf, n);
+  EXPECT_EQ(out.rfind("vmspaced ", 0), 0u) << out;
+  EXPECT_EQ(out.find("NDEBUG"), std::string::npos) << out;
+  EXPECT_GT(out.size(), std::string("vmspaced \n").size()) << out;
+}
+
 TEST(LifecycleTest, BadFlagIsStartupError) {
   Daemon d;
   EXPECT_FALSE(d.Start({"--lock-stats=maybe"}));
