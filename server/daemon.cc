@@ -17,6 +17,7 @@
 #include "engine/writeback.h"
 #include "metrics/rpc_stats.h"
 #include "rpc/log.h"
+#include "vmspace_version.h"
 
 // Last: glibc's <signal.h> defines si_addr as a macro, which breaks the generated
 // FaultInfo::si_addr() accessor if it comes first.
@@ -26,9 +27,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#ifndef VMSPACE_VERSION
-#define VMSPACE_VERSION "unknown"
-#endif
 
 namespace vmspace::daemon {
 

@@ -24,9 +24,6 @@
 
 #include <unistd.h>
 
-#ifndef VMSPACE_VERSION
-#define VMSPACE_VERSION "unknown"
-#endif
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "gRPC listen address host:port (port 0 picks a free port)");

@@ -2,6 +2,7 @@
 // /metrics of a live daemon: valid exposition format (promtool check metrics), the
 // documented families present, and counts that match the work done between scrapes.
 #include "daemon.h"  // first (see there)
+#include "vmspace_version.h"
 
 #include <sys/mman.h>
 
@@ -113,7 +114,7 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
   EXPECT_EQ(Get(anon, SeriesKey("vmspace_fault_retries_total", {{"profile", "linux-6.15"}, {"reason", "file"}})), 0);
   EXPECT_EQ(Get(anon, SeriesKey("vmspace_page_cache_bytes")), 0);
   const Samples s = ParseMetrics(body);
-  EXPECT_EQ(Get(s, SeriesKey("vmspace_build_info", {{"version", "0.1.0"}})), 1);
+  EXPECT_EQ(Get(s, SeriesKey("vmspace_build_info", {{"version", VMSPACE_VERSION}})), 1);  // the build's
   // Every lock class is exported; spinlocks and mutexes only in mode write (nothing
   // exported that can never move).
   for (const char* lock : {"mmap_lock", "vma_lock", "i_mmap_rwsem", "ptl", "page_table_lock", "i_pages_lock",
