@@ -247,6 +247,7 @@ SysResult FileTable::Write(uint64_t id, uint64_t offset, const void* src, uint64
   SysResult r;
   {
     MutexLock l(f.i_rwsem);  // generic_perform_write under inode_lock
+    if (len) f.ZeroPostEofLocked(f.i_size.load(std::memory_order_relaxed), offset);
     r = ForEachFolio(f, offset, len, /*read=*/false,
                      [&](Folio* folio, uint64_t pos, uint64_t in_page, uint64_t done, uint64_t n) -> uint64_t {
                        memcpy(static_cast<uint8_t*>(folio->frame) + in_page, in + done, n);

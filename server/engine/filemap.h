@@ -238,6 +238,14 @@ struct File : std::enable_shared_from_this<File> {
   /// first: a size it refuses changes nothing). Caller holds i_rwsem. Returns 0, EFBIG
   /// (the host filesystem's limit or RLIMIT_FSIZE) or EIO (host ftruncate failed).
   int SetSizeLocked(uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i_rwsem);
+  /// Before i_size grows from `old_size` towards `pos` (a truncate up: pos = ~0; a write
+  /// beyond EOF: the write's start), a host file's cached EOF page reads as zeros from
+  /// old_size to min(pos, the page's end): bytes a shared mapping stored beyond EOF do
+  /// not become file data. As ext4 on Linux 6.18 does (truncate up zeroes the whole
+  /// tail, an extending write the gap before it; pagecache_isize_extended and the
+  /// filesystem's post-EOF block zeroing), measured on this machine's kernel. Shmem
+  /// keeps those bytes (shmem_setattr zeroes nothing). Caller holds i_rwsem.
+  void ZeroPostEofLocked(uint64_t old_size, uint64_t pos) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i_rwsem);
   /// unmap_mapping_range(..., even_cows = 1): zaps the PTEs of pages [first, last] in
   /// every VMA of i_mmap, private COW copies included (freed after a grace period).
   /// Takes i_mmap_rwsem for read and each PTE lock.

@@ -282,8 +282,11 @@ FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int
   }
 
   // do_fault(): no PTE yet.
-  if (pgoff >= file->size_pages()) return sigbus();  // filemap_fault: beyond EOF
   const bool cow = write && !shared;
+  // do_cow_fault: vmf_anon_prepare() comes before __do_fault(), so a write fault that
+  // then finds the page beyond EOF (SIGBUS) has prepared the VMA's anon_vma anyway.
+  if (cow) cow_prepare();
+  if (pgoff >= file->size_pages()) return sigbus();  // filemap_fault: beyond EOF
   if (!write && mm.opts.fault_around_bytes > kPageSize) {  // do_read_fault -> do_fault_around
     DoFaultAround(mm, vmf, t);
     if (t->Get(i) & kPtePresent) {
@@ -320,8 +323,7 @@ FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int
     }
   }
   void* copy = nullptr;
-  if (cow) {  // do_cow_fault: the copy first
-    cow_prepare();
+  if (cow) {  // do_cow_fault: the copy first (folio_prealloc)
     copy = mm.frames.Alloc();
     if (!copy) return oom();
   }

@@ -50,8 +50,10 @@ int File::SetSizeLocked(uint64_t size) {
   if (size >= old) {
     // Growing: the host file first, so a size the host filesystem refuses changes
     // nothing (inode_newsize_ok comes before truncate_setsize).
-    if (size != old)
+    if (size != old) {
       if (int e = HostTruncate(fd, size)) return e;
+      ZeroPostEofLocked(old, ~0ull);
+    }
     i_size.store(size, std::memory_order_release);  // i_size_write: faults see it from now
     return 0;
   }
@@ -103,6 +105,23 @@ int File::SetSizeLocked(uint64_t size) {
   }
   UnmapMappingRange(holebegin, ~0ull >> kPageShift);
   return HostTruncate(fd, size);
+}
+
+void File::ZeroPostEofLocked(uint64_t old_size, uint64_t pos) {
+  if (shmem() || !(old_size & (kPageSize - 1)) || pos <= old_size) return;
+  Folio* f;
+  {
+    RcuReadGuard g;
+    f = pages.Load(old_size >> kPageShift);
+    if (f) f->Lock();
+  }
+  if (!f) return;  // not cached: the host file's tail beyond EOF reads as zeros already
+  const uint64_t page_end = (old_size | (kPageSize - 1)) + 1;
+  auto* p = static_cast<uint8_t*>(f->frame);
+  // Atomic stores: mapped readers may be looking at the page.
+  for (uint64_t o = old_size; o < std::min(pos, page_end); o++)
+    __atomic_store_n(p + (o & (kPageSize - 1)), 0, __ATOMIC_RELAXED);
+  f->Unlock();
 }
 
 }  // namespace vmspace
