@@ -24,6 +24,7 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -31,6 +32,12 @@
 namespace vmspace::daemon {
 
 namespace {
+
+/// The soft RLIMIT_NOFILE in force (ReadConfig raised it to the hard limit).
+unsigned long long NofileLimit() {
+  struct rlimit rl;
+  return getrlimit(RLIMIT_NOFILE, &rl) == 0 ? static_cast<unsigned long long>(rl.rlim_cur) : 0;
+}
 
 using vmspace::rpc::LogLevel;
 using vmspace::rpc::Logf;
@@ -87,6 +94,7 @@ Daemon::Daemon(const DaemonConfig& cfg)
       registry_(frames_, cfg.max_spaces, cfg.shard, cfg.data_dir),
       service_(registry_, cfg.options, cfg.auth.get()) {
   frames_.SetCacheBytes(cfg.frame_cache_bytes);
+  registry_.files().SetMaxHandles(cfg.max_open_files);
 }
 
 bool Daemon::StartMetrics(std::string* err) {
@@ -134,6 +142,8 @@ bool Daemon::Start(std::string* err) {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(cfg_.max_calls_per_connection));
+  if (cfg_.max_connection_idle_ms > 0)
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, static_cast<int>(cfg_.max_connection_idle_ms));
   builder.experimental().SetInterceptorCreators(vmspace::rpc::ServiceInterceptors());
   grpc::ResourceQuota quota("vmspaced");
   quota.SetMaxThreads(static_cast<int>(cfg_.max_threads));
@@ -167,14 +177,19 @@ bool Daemon::Start(std::string* err) {
        static_cast<unsigned long long>(options.max_batch),
        static_cast<unsigned long long>(options.max_message_bytes), cfg_.lock_stats.c_str(),
        options.default_profile.Describe().c_str(), cfg_.data_dir.empty() ? "(none)" : cfg_.data_dir.c_str());
-  Logf(LogLevel::kInfo, "auth: %s, tls=%s, tenant-max-spaces=%llu tenant-max-memory-bytes=%llu",
+  Logf(LogLevel::kInfo, "max-open-files=%llu (RLIMIT_NOFILE %llu) max-connection-idle-ms=%lld",
+       static_cast<unsigned long long>(cfg_.max_open_files), static_cast<unsigned long long>(NofileLimit()),
+       static_cast<long long>(cfg_.max_connection_idle_ms));
+  Logf(LogLevel::kInfo, "auth: %s, tls=%s, tenant-max-spaces=%llu tenant-max-memory-bytes=%llu "
+       "tenant-max-open-files=%llu",
        auth.token_file().empty() ? (tls_client_ca.empty() ? "none (open)" : "mTLS client CN")
                                  : absl::StrCat(cfg_.n_tokens, " tokens from ", auth.token_file(),
                                                 tls_client_ca.empty() ? "" : " or mTLS client CN")
                                        .c_str(),
        cfg_.tls_cert.empty() ? "off" : (tls_client_ca.empty() ? "on" : "mutual"),
        static_cast<unsigned long long>(options.tenant_max_spaces),
-       static_cast<unsigned long long>(options.tenant_max_memory_bytes));
+       static_cast<unsigned long long>(options.tenant_max_memory_bytes),
+       static_cast<unsigned long long>(options.tenant_max_open_files));
   return true;
 }
 

@@ -22,6 +22,7 @@
 #include "rpc/space_registry.h"
 #include "vmspace_version.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 
@@ -83,6 +84,16 @@ ABSL_FLAG(std::string, token_file, "",
           "call then needs \"authorization: Bearer TOKEN\" (health and reflection stay open). "
           "Re-read on SIGHUP");
 ABSL_FLAG(uint64_t, tenant_max_spaces, 0, "Most spaces one tenant may own (0 = no limit)");
+ABSL_FLAG(uint64_t, tenant_max_open_files, 0,
+          "Most files (OpenFile/CreateShmemFile ids) one tenant may have open; one more is "
+          "EMFILE (0 = no limit)");
+ABSL_FLAG(uint64_t, max_open_files, 0,
+          "Most files open in the daemon at once; one more is ENFILE (0 = the descriptor "
+          "limit, raised to its hard limit at start-up, less 1024 kept for connections, at "
+          "most 65536)");
+ABSL_FLAG(int64_t, max_connection_idle_ms, 600000,
+          "Close a client connection that has had no call for this long (the client "
+          "reconnects on its next call; 0 = never)");
 ABSL_FLAG(uint64_t, tenant_max_memory_bytes, 0,
           "Most resident and page-table bytes one tenant's spaces may use (0 = no limit)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain: serve TLS (with --tls-key)");
@@ -106,6 +117,24 @@ ABSL_FLAG(std::string, shard, "0",
           "StatefulSet pod's ordinal (vmspaced-2 -> 2)");
 
 namespace vmspace::daemon {
+
+namespace {
+
+/// Raises the soft RLIMIT_NOFILE to the hard one (as systemd services and Go programs
+/// do: the soft 1024 exists for select(2), which gRPC does not use); returns the soft
+/// limit now in force.
+uint64_t RaiseNofileLimit() {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1024;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+  }
+  return rl.rlim_cur == RLIM_INFINITY ? (1u << 20) : rl.rlim_cur;
+}
+
+}  // namespace
 
 namespace {
 
@@ -278,6 +307,23 @@ bool ReadConfig(DaemonConfig* cfg, std::string* err) {
   if (cfg->grace_ms < 0) return fail("--shutdown-grace-ms must be >= 0");
   options.tenant_max_spaces = absl::GetFlag(FLAGS_tenant_max_spaces);
   options.tenant_max_memory_bytes = absl::GetFlag(FLAGS_tenant_max_memory_bytes);
+  options.tenant_max_open_files = absl::GetFlag(FLAGS_tenant_max_open_files);
+  cfg->max_connection_idle_ms = absl::GetFlag(FLAGS_max_connection_idle_ms);
+  if (cfg->max_connection_idle_ms < 0 || cfg->max_connection_idle_ms > INT32_MAX)
+    return fail("--max-connection-idle-ms must be in [0, 2^31)");
+  {
+    // Every open host inode holds a descriptor, and so does every connection: raise the
+    // soft RLIMIT_NOFILE to the hard one and keep kConnectionFds of it for connections.
+    constexpr uint64_t kConnectionFds = 1024;
+    const uint64_t nofile = RaiseNofileLimit();
+    const uint64_t most = nofile > kConnectionFds + 64 ? nofile - kConnectionFds : nofile / 2;
+    cfg->max_open_files = absl::GetFlag(FLAGS_max_open_files);
+    if (cfg->max_open_files == 0) cfg->max_open_files = std::min<uint64_t>(most, 65536);
+    else if (cfg->max_open_files > most)
+      return fail("--max-open-files must be at most " + std::to_string(most) +
+                  " (RLIMIT_NOFILE " + std::to_string(nofile) + " less " +
+                  std::to_string(nofile - most) + " descriptors kept for connections)");
+  }
 
   // Credentials: TLS (gRPC's SslServerCredentials), optionally mutual.
   cfg->tls_cert = absl::GetFlag(FLAGS_tls_cert);

@@ -33,6 +33,8 @@ struct DaemonConfig {
   std::string metrics_listen;
   uint64_t max_frame_bytes = 0, max_memory_bytes = 0, frame_cache_bytes = 0;
   bool reflection = true;
+  uint64_t max_open_files = 0;         // --max-open-files, resolved (never 0)
+  int64_t max_connection_idle_ms = 0;  // --max-connection-idle-ms (0 = never)
 };
 
 /// --help / -h: the usage message and the daemon's flags (spelt with dashes), with

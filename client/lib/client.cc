@@ -761,11 +761,23 @@ Result<v1::FileInfo> Client::StatFile(uint64_t file_id) {
 
 Result<std::vector<v1::FileInfo>> Client::ListFiles() {
   return GatherAll<v1::FileInfo>(
-      [](v1::VmSpace::Stub& stub, grpc::ClientContext* ctx, std::vector<v1::FileInfo>* out) {
-        v1::ListFilesResponse resp;
-        grpc::Status st = stub.ListFiles(ctx, v1::ListFilesRequest{}, &resp);
-        out->insert(out->end(), resp.files().begin(), resp.files().end());
-        return st;
+      [this](v1::VmSpace::Stub& stub, grpc::ClientContext* ctx, std::vector<v1::FileInfo>* out) {
+        // Every page: the first in `ctx`, each further one in a context of its own (a
+        // ClientContext serves one call).
+        v1::ListFilesRequest req;
+        for (grpc::ClientContext* c = ctx;;) {
+          v1::ListFilesResponse resp;
+          grpc::ClientContext next;
+          if (req.page_token() != 0) {
+            Prepare(&next);
+            c = &next;
+          }
+          grpc::Status st = stub.ListFiles(c, req, &resp);
+          if (!st.ok()) return st;
+          out->insert(out->end(), resp.files().begin(), resp.files().end());
+          if (resp.next_page_token() == 0) return st;
+          req.set_page_token(resp.next_page_token());
+        }
       },
       [](const v1::FileInfo& f) { return f.file_id(); });
 }

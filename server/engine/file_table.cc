@@ -16,6 +16,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -41,14 +42,21 @@ struct FileTable::State {
   std::map<std::pair<dev_t, ino_t>, std::weak_ptr<File>> inodes;
   /// memfds created here (Totals counts them while they live).
   std::vector<std::weak_ptr<File>> memfds;
+  size_t memfds_live = 16;  // memfds' size after its last sweep (at least 16)
   uint64_t next_id = 1;
   std::atomic<uint64_t> ra_pages{(128 << 10) >> kPageShift};  // VM_READAHEAD_PAGES
+  /// SetMaxHandles (0 = no limit).
+  std::atomic<uint64_t> max_handles{0};
 
-  uint64_t Install(std::shared_ptr<OpenFile> h) {
+  /// fd_install(): the handle's id, or an error (ENFILE: max_handles handles are open).
+  SysResult Install(std::shared_ptr<OpenFile> h) {
     std::lock_guard<std::mutex> l(mu);
+    const uint64_t max = max_handles.load(std::memory_order_relaxed);
+    if (max != 0 && handles.size() >= max) return SysResult::Err(ENFILE);
     const uint64_t id = next_id++;
+    h->file->open_handles.fetch_add(1, std::memory_order_relaxed);
     handles.emplace(id, std::move(h));
-    return id;
+    return SysResult::Ok(id);
   }
 };
 
@@ -99,12 +107,22 @@ FileTable::~FileTable() {
 
 FrameAllocator& FileTable::frames() const { return s_->frames; }
 
+void FileTable::SetMaxHandles(uint64_t n) { s_->max_handles.store(n, std::memory_order_relaxed); }
+
+uint64_t FileTable::HandleCount() const {
+  std::lock_guard<std::mutex> l(s_->mu);
+  return s_->handles.size();
+}
+
 void FileTable::SetReadAheadBytes(uint64_t bytes) { s_->ra_pages.store(bytes >> kPageShift); }
 
 SysResult FileTable::Open(const std::string& path, const OpenFlags& flags) {
   if (int e = CheckPath(path)) return SysResult::Err(e);
   if (flags.truncate && !flags.write) return SysResult::Err(EINVAL);
   if (s_->dir_fd < 0) return SysResult::Err(EACCES);
+  // alloc_empty_file() comes before the lookup (Install checks again, under the lock).
+  if (const uint64_t max = s_->max_handles.load(std::memory_order_relaxed); max != 0 && HandleCount() >= max)
+    return SysResult::Err(ENFILE);
   uint64_t o = (flags.create ? O_CREAT : 0) | (flags.exclusive && flags.create ? O_EXCL : 0);
   // The host file is opened read-write when it can be, whatever this handle asks: the
   // File is shared by later opens and must be able to write back their pages.
@@ -152,19 +170,25 @@ SysResult FileTable::Open(const std::string& path, const OpenFlags& flags) {
   h->readable = true;
   h->writable = flags.write;
   h->wb_err_seen.store(file->wb_err.load(std::memory_order_acquire), std::memory_order_relaxed);
-  return SysResult::Ok(s_->Install(std::move(h)));
+  return s_->Install(std::move(h));
 }
 
 SysResult FileTable::CreateShmem(const std::string& name, uint64_t size_bytes) {
   if (name.size() > 249 || name.find('\0') != std::string::npos) return SysResult::Err(EINVAL);  // MFD_NAME_MAX_LEN
   if (size_bytes > kMaxFileSize) return SysResult::Err(EFBIG);
   std::shared_ptr<OpenFile> h = NewShmemFile(s_->frames, "/memfd:" + name + " (deleted)", size_bytes);
-  {
-    std::lock_guard<std::mutex> l(s_->mu);
+  std::shared_ptr<File> file = h->file;
+  const SysResult r = s_->Install(std::move(h));
+  if (!r.ok()) return r;
+  std::lock_guard<std::mutex> l(s_->mu);
+  // Expired entries are dropped once the list has doubled since the last sweep: a
+  // create costs O(1) amortised, not a scan of every memfd ever made.
+  if (s_->memfds.size() >= 2 * s_->memfds_live) {
     std::erase_if(s_->memfds, [](const std::weak_ptr<File>& w) { return w.expired(); });
-    s_->memfds.push_back(h->file);
+    s_->memfds_live = std::max<size_t>(s_->memfds.size(), 16);
   }
-  return SysResult::Ok(s_->Install(std::move(h)));
+  s_->memfds.push_back(std::move(file));
+  return r;
 }
 
 int FileTable::Close(uint64_t id) {
@@ -174,6 +198,7 @@ int FileTable::Close(uint64_t id) {
   if (it == s_->handles.end()) return EBADF;
   h = std::move(it->second);
   s_->handles.erase(it);
+  h->file->open_handles.fetch_sub(1, std::memory_order_relaxed);
   return 0;
 }
 
@@ -296,21 +321,26 @@ SysResult FileTable::Stat(uint64_t id, FileStat* out) const {
     ReadGuard l(const_cast<File&>(f).i_mmap_rwsem);
     st.mapped_vmas = f.i_mmap.size();
   }
-  {
-    std::lock_guard<std::mutex> l(s_->mu);
-    for (const auto& [hid, other] : s_->handles) st.open_handles += other->file == h->file;
-  }
+  st.open_handles = f.open_handles.load(std::memory_order_relaxed);
   *out = st;
   return SysResult::Ok();
 }
 
-std::vector<FileStat> FileTable::List() const {
+std::vector<FileStat> FileTable::List(uint64_t after, size_t max, uint64_t* more) const {
   std::vector<uint64_t> ids;
+  if (more) *more = 0;
   {
     std::lock_guard<std::mutex> l(s_->mu);
-    for (const auto& [id, h] : s_->handles) ids.push_back(id);
+    for (auto it = s_->handles.upper_bound(after); it != s_->handles.end(); ++it) {
+      if (ids.size() == max) {
+        if (more) *more = ids.back();
+        break;
+      }
+      ids.push_back(it->first);
+    }
   }
   std::vector<FileStat> out;
+  out.reserve(ids.size());
   for (uint64_t id : ids) {
     FileStat st;
     if (Stat(id, &st).ok()) out.push_back(st);

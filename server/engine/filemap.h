@@ -161,6 +161,9 @@ struct File : std::enable_shared_from_this<File> {
   Mutex i_pages_lock{LockRank::kIPages, LockClass::kIPagesLock};
   PageCacheTree pages;
   std::atomic<uint64_t> nrpages{0};  // folios in the cache
+  /// Open handles (FileTable ids) of this File: changed under the FileTable's lock,
+  /// read anywhere (StatFile's open_handles without scanning the table).
+  std::atomic<uint64_t> open_handles{0};
   std::atomic<uint64_t> nrdirty{0};  // of them dirty (host files; shmem pages are not counted)
   std::atomic<uint64_t> nrwriteback{0};  // of them under writeback (PG_writeback; i_pages_lock)
   std::atomic<bool> on_dirty_list{false};  // on the writeback domain's b_dirty list

@@ -18,6 +18,8 @@ grpc::StatusCode ErrnoToStatusCode(int err) {
     case EINVAL:
     case EBADF: return grpc::StatusCode::INVALID_ARGUMENT;
     case ENOMEM:
+    case EMFILE:
+    case ENFILE:
     case EAGAIN: return grpc::StatusCode::RESOURCE_EXHAUSTED;
     case EEXIST: return grpc::StatusCode::ALREADY_EXISTS;
     case EPERM:

@@ -39,6 +39,11 @@ OpStatus OpenError(int err, const std::string& path, const std::string& data_dir
   return ErrnoError(err, "open");
 }
 
+// EMFILE: the caller's tenant holds --tenant-max-open-files files (RLIMIT_NOFILE).
+OpStatus TenantFilesFull(const char* call) {
+  return ErrnoErrorDetail(EMFILE, call, "the tenant has --tenant-max-open-files files open");
+}
+
 OpStatus IoTooLarge(const char* what, uint64_t n, uint64_t max_io) {
   return ErrnoErrorDetail(EINVAL, what,
                           std::to_string(n) + " bytes exceed --max-io-bytes=" + std::to_string(max_io));
@@ -54,8 +59,12 @@ grpc::Status VmSpaceService::OpenFile(grpc::ServerContext* ctx, const v1::OpenFi
     f.create = req->create();
     f.exclusive = req->exclusive();
     f.truncate = req->truncate();
+    if (!registry_.ReserveFile(c.tenant, opts_.tenant_max_open_files)) return TenantFilesFull("open");
     const SysResult r = registry_.files().Open(req->path(), f);
-    if (!r.ok()) return OpenError(r.error, req->path(), registry_.data_dir());
+    if (!r.ok()) {
+      registry_.UnreserveFile(c.tenant);
+      return OpenError(r.error, req->path(), registry_.data_dir());
+    }
     registry_.SetFileOwner(r.value, c.tenant);
     resp->set_file_id(registry_.PublicFileId(r.value));
     return {};
@@ -66,8 +75,13 @@ grpc::Status VmSpaceService::CreateShmemFile(grpc::ServerContext* ctx,
                                              const v1::CreateShmemFileRequest* req,
                                              v1::CreateShmemFileResponse* resp) {
   return Handle(RpcMethod::kCreateShmemFile, ctx, [&](const Caller& c) -> OpStatus {
+    if (!registry_.ReserveFile(c.tenant, opts_.tenant_max_open_files))
+      return TenantFilesFull("memfd_create");
     const SysResult r = registry_.files().CreateShmem(req->name(), req->size());
-    if (!r.ok()) return ErrnoError(r.error, "memfd_create");
+    if (!r.ok()) {
+      registry_.UnreserveFile(c.tenant);
+      return ErrnoError(r.error, "memfd_create");
+    }
     registry_.SetFileOwner(r.value, c.tenant);
     resp->set_file_id(registry_.PublicFileId(r.value));
     return {};
@@ -108,10 +122,13 @@ grpc::Status VmSpaceService::StatFile(grpc::ServerContext* ctx, const v1::StatFi
   });
 }
 
-grpc::Status VmSpaceService::ListFiles(grpc::ServerContext* ctx, const v1::ListFilesRequest*,
+grpc::Status VmSpaceService::ListFiles(grpc::ServerContext* ctx, const v1::ListFilesRequest* req,
                                        v1::ListFilesResponse* resp) {
   return Handle(RpcMethod::kListFiles, ctx, [&](const Caller& c) -> OpStatus {
-    for (const FileStat& st : registry_.files().List()) {
+    const size_t page = req->page_size() == 0 ? kListFilesPageDefault
+                                              : std::min<size_t>(req->page_size(), kListFilesPageMax);
+    uint64_t next = 0;
+    for (const FileStat& st : registry_.files().List(req->page_token(), page, &next)) {
       const uint64_t public_id = registry_.PublicFileId(st.file_id);
       if (registry_.TableFileId(public_id, c.tenant, c.admin) == 0) continue;  // not the caller's
       const std::shared_ptr<vmspace::OpenFile> f = registry_.files().Get(st.file_id);
@@ -121,6 +138,7 @@ grpc::Status VmSpaceService::ListFiles(grpc::ServerContext* ctx, const v1::ListF
       resp->Clear();
       return ErrnoErrorDetail(ENOMEM, "ListFiles", "response exceeds --max-message-bytes");
     }
+    resp->set_next_page_token(next);
     return {};
   });
 }

@@ -3,7 +3,9 @@
 
 #include <google/protobuf/stubs/logging.h>
 
+#include <chrono>
 #include <cstdarg>
+#include <ctime>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -54,6 +56,22 @@ bool ParseLogLevel(std::string_view s, LogLevel* out) {
   return true;
 }
 
+namespace {
+/// The wall-clock time of a log line: RFC 3339 in UTC with milliseconds
+/// ("2026-12-05T18:40:12.123Z").
+std::string Timestamp() {
+  const auto now = std::chrono::system_clock::now();
+  const time_t secs = std::chrono::system_clock::to_time_t(now);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  char buf[40];
+  snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
+  return buf;
+}
+}  // namespace
+
 void SetLogLevel(LogLevel l) { g_level.store(static_cast<int>(l), std::memory_order_relaxed); }
 
 bool LogEnabled(LogLevel l) {
@@ -76,11 +94,13 @@ void LogLine(LogLevel l, std::string_view key, std::string_view msg) {
     suppressed = it->second.suppressed;
     it->second.suppressed = 0;
   }
+  const std::string ts = Timestamp();
   if (suppressed)
-    fprintf(stderr, "vmspaced: %s: %.*s (%llu similar lines suppressed)\n", LevelName(l),
+    fprintf(stderr, "%s vmspaced: %s: %.*s (%llu similar lines suppressed)\n", ts.c_str(), LevelName(l),
             static_cast<int>(msg.size()), msg.data(), static_cast<unsigned long long>(suppressed));
   else
-    fprintf(stderr, "vmspaced: %s: %.*s\n", LevelName(l), static_cast<int>(msg.size()), msg.data());
+    fprintf(stderr, "%s vmspaced: %s: %.*s\n", ts.c_str(), LevelName(l), static_cast<int>(msg.size()),
+            msg.data());
 }
 
 void Logf(LogLevel l, const char* fmt, ...) {

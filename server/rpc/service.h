@@ -66,9 +66,17 @@ struct ServiceOptions {
   /// Batch the stream ends so). A call that starts
   /// below may end above it by what that call alone faults in.
   uint64_t tenant_max_memory_bytes = 0;
+  /// Most files (OpenFile and CreateShmemFile ids not yet closed) one tenant may have
+  /// open (--tenant-max-open-files; 0 = no limit); one more is EMFILE, as open(2) at
+  /// RLIMIT_NOFILE. The daemon-wide limit is the FileTable's (--max-open-files: ENFILE).
+  uint64_t tenant_max_open_files = 0;
   /// Version reported by GetServerInfo.
   std::string version = "unknown";
 };
+
+/// ListFiles' page: handles looked at when page_size is 0, and the most one call looks at.
+inline constexpr size_t kListFilesPageDefault = 1000;
+inline constexpr size_t kListFilesPageMax = 10000;
 
 /// Whether `bytes` is a valid fault-around window: a power of two in [4096, 2 MiB].
 inline bool ValidFaultAroundBytes(uint64_t bytes) {

@@ -113,9 +113,33 @@ void SpaceRegistry::SetFileOwner(uint64_t table_id, const std::string& tenant) {
   file_owner_[table_id] = tenant;
 }
 
+bool SpaceRegistry::ReserveFile(const std::string& tenant, uint64_t tenant_max) {
+  absl::MutexLock lock(&file_mu_);
+  uint64_t& n = tenant_files_[tenant];
+  if (tenant_max != 0 && n >= tenant_max) return false;
+  n++;
+  return true;
+}
+
+void SpaceRegistry::UnreserveFile(const std::string& tenant) {
+  absl::MutexLock lock(&file_mu_);
+  auto it = tenant_files_.find(tenant);
+  if (it != tenant_files_.end() && --it->second == 0) tenant_files_.erase(it);
+}
+
 void SpaceRegistry::ForgetFile(uint64_t table_id) {
   absl::MutexLock lock(&file_mu_);
-  file_owner_.erase(table_id);
+  auto owner = file_owner_.find(table_id);
+  if (owner == file_owner_.end()) return;
+  auto it = tenant_files_.find(owner->second);
+  if (it != tenant_files_.end() && --it->second == 0) tenant_files_.erase(it);
+  file_owner_.erase(owner);
+}
+
+uint64_t SpaceRegistry::TenantFiles(const std::string& tenant) const {
+  absl::ReaderMutexLock lock(&file_mu_);
+  auto it = tenant_files_.find(tenant);
+  return it == tenant_files_.end() ? 0 : it->second;
 }
 
 uint64_t SpaceRegistry::TableFileId(uint64_t public_id, const std::string& tenant,

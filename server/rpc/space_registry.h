@@ -124,10 +124,19 @@ class SpaceRegistry {
   uint64_t PublicFileId(uint64_t table_id) const {
     return (static_cast<uint64_t>(shard_) << kShardShift) | (epoch_ + table_id);
   }
-  /// Records that `tenant` opened FileTable id `table_id` (OpenFile, CreateShmemFile).
+  /// Takes one of `tenant`'s open-file slots before an OpenFile or CreateShmemFile:
+  /// false if it holds `tenant_max` already (0 = no limit; RLIMIT_NOFILE's EMFILE).
+  /// Every true is matched by SetFileOwner (the file opened) or UnreserveFile (it was
+  /// not). Takes file_mu_.
+  bool ReserveFile(const std::string& tenant, uint64_t tenant_max);
+  void UnreserveFile(const std::string& tenant);
+  /// Records that `tenant` opened FileTable id `table_id` (OpenFile, CreateShmemFile)
+  /// with the slot ReserveFile took.
   void SetFileOwner(uint64_t table_id, const std::string& tenant);
-  /// Forgets the owner of a closed file.
+  /// Forgets the owner of a closed file and gives its tenant's slot back.
   void ForgetFile(uint64_t table_id);
+  /// Files `tenant` has open.
+  uint64_t TenantFiles(const std::string& tenant) const;
   /// The FileTable id of a client's file id; 0 (no such file: EBADF, as an unknown id)
   /// if it names another shard or boot, or a file another tenant opened (unless
   /// `any_tenant`). Takes file_mu_ for read.
@@ -159,6 +168,8 @@ class SpaceRegistry {
   mutable absl::Mutex file_mu_;
   // table id -> tenant
   std::unordered_map<uint64_t, std::string> file_owner_ ABSL_GUARDED_BY(file_mu_);
+  // tenant -> open files (and slots reserved for opens under way)
+  std::unordered_map<std::string, uint64_t> tenant_files_ ABSL_GUARDED_BY(file_mu_);
   std::atomic<uint64_t> count_{0};
   std::array<Shard, kShards> shards_;
 };

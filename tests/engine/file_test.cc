@@ -116,6 +116,46 @@ TEST_F(FileTableTest, PathRules) {
   EXPECT_EQ(files_->Close(a), EBADF);
 }
 
+TEST_F(FileTableTest, ListPagesByIdAndTheHandleLimitIsEnfile) {
+  dir_.MakeFile("f", P);
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 5; i++) ids.push_back(OpenOk("f", {}));
+  ids.push_back(files_->CreateShmem("m", P).value);
+  FileStat st;
+  ASSERT_TRUE(files_->Stat(ids[0], &st).ok());
+  EXPECT_EQ(st.open_handles, 5u);  // the five handles of one inode; the memfd has its own
+  ASSERT_TRUE(files_->Stat(ids[5], &st).ok());
+  EXPECT_EQ(st.open_handles, 1u);
+  // Pages of two: ids in order, `more` the last id of a page that is not the last.
+  uint64_t more = 0;
+  std::vector<uint64_t> seen;
+  uint64_t after = 0;
+  int pages = 0;
+  do {
+    std::vector<FileStat> page = files_->List(after, 2, &more);
+    EXPECT_LE(page.size(), 2u);
+    for (const FileStat& s : page) seen.push_back(s.file_id);
+    after = more;
+    pages++;
+  } while (more != 0);
+  EXPECT_EQ(seen, ids);
+  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(files_->List(ids[1], 3).size(), 3u);
+  EXPECT_EQ(files_->Close(ids[1]), 0);
+  ASSERT_TRUE(files_->Stat(ids[0], &st).ok());
+  EXPECT_EQ(st.open_handles, 4u);
+  // The daemon-wide limit (fs.file-max): ENFILE for both kinds, until one is closed.
+  EXPECT_EQ(files_->HandleCount(), 5u);
+  files_->SetMaxHandles(5);
+  EXPECT_EQ(files_->Open("f", {}).error, ENFILE);
+  EXPECT_EQ(files_->CreateShmem("n", P).error, ENFILE);
+  EXPECT_EQ(files_->Close(ids[2]), 0);
+  EXPECT_TRUE(files_->Open("f", {}).ok());
+  EXPECT_EQ(files_->HandleCount(), 5u);
+  files_->SetMaxHandles(0);
+  EXPECT_TRUE(files_->CreateShmem("n", P).ok());
+}
+
 TEST_F(FileTableTest, ReadWriteThroughThePageCacheAndFsync) {
   const uint64_t id = OpenOk("f", {.write = true, .create = true});
   const std::string msg = "hello, page cache";

@@ -3,6 +3,7 @@
 // SIGTERM/SIGINT drain and exit 0 even with clients connected and a stream open.
 #include "daemon.h"  // first (see there)
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -88,6 +89,36 @@ TEST(LifecycleTest, BadFlagIsStartupError) {
   Daemon d;
   EXPECT_FALSE(d.Start({"--lock-stats=maybe"}));
   EXPECT_GT(d.WaitExit(10000), 0);
+}
+
+// Files may use the descriptor limit (raised to the hard one) less 1024 kept for
+// connections; more is a start-up error naming the figures. Log lines carry an RFC 3339
+// UTC timestamp and a level.
+TEST(LifecycleTest, MaxOpenFilesStaysBelowTheDescriptorLimit) {
+  struct rlimit rl;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  const unsigned long long nofile = rl.rlim_max == RLIM_INFINITY ? (1ull << 20) : rl.rlim_max;
+  if (nofile <= 2048) GTEST_SKIP() << "hard RLIMIT_NOFILE " << nofile << " leaves no room";
+  Daemon bad;
+  EXPECT_FALSE(bad.Start({"--max-open-files=" + std::to_string(nofile - 1023)}));
+  EXPECT_EQ(bad.WaitExit(10000), 1);
+  EXPECT_NE(bad.stderr_text().find("--max-open-files must be at most " + std::to_string(nofile - 1024) +
+                                   " (RLIMIT_NOFILE " + std::to_string(nofile) + " less 1024"),
+            std::string::npos)
+      << bad.stderr_text();
+  Daemon good;
+  ASSERT_TRUE(good.Start({"--max-open-files=" + std::to_string(nofile - 1024)})) << good.stderr_text();
+  EXPECT_EQ(good.Stop(), 0);
+  const std::string log = good.stderr_text();
+  EXPECT_NE(log.find("max-open-files=" + std::to_string(nofile - 1024) + " (RLIMIT_NOFILE " +
+                     std::to_string(nofile) + ")"),
+            std::string::npos)
+      << log;
+  const size_t info = log.find(" vmspaced: info: version ");
+  ASSERT_NE(info, std::string::npos) << log;
+  ASSERT_GE(info, 24u);
+  const std::string ts = log.substr(info - 24, 24);  // 2026-12-05T18:40:12.123Z
+  EXPECT_TRUE(ts[4] == '-' && ts[10] == 'T' && ts[19] == '.' && ts[23] == 'Z') << ts;
 }
 
 // More call threads than the engine serves at once (its RCU reader slots) is refused

@@ -439,6 +439,52 @@ TEST_F(TenantTest, QuotasPerTenant) {
   EXPECT_NE(alice_.Create(), 0u);
 }
 
+TEST_F(TenantTest, OpenFilesPerTenantAreEmfileAndTheDaemonsAreEnfile) {
+  StartDaemon({"--tenant-max-open-files=2", "--max-open-files=3"});
+  auto memfd = [](Conn& t, grpc::Status* st) -> uint64_t {
+    v1::CreateShmemFileRequest q;
+    q.set_size(4096);
+    v1::CreateShmemFileResponse r;
+    *st = t.stub->CreateShmemFile(t.ctx().get(), q, &r);
+    return st->ok() ? r.file_id() : 0;
+  };
+  grpc::Status st;
+  const uint64_t a1 = memfd(alice_, &st), a2 = memfd(alice_, &st);
+  ASSERT_NE(a1, 0u);
+  ASSERT_NE(a2, 0u);
+  EXPECT_EQ(memfd(alice_, &st), 0u);
+  EXPECT_TRUE(HasErrno(st, grpc::StatusCode::RESOURCE_EXHAUSTED, "EMFILE", EMFILE));
+  EXPECT_EQ(st.error_message(), "EMFILE: memfd_create: the tenant has --tenant-max-open-files files open");
+  // bob has his own two, but the daemon holds only three.
+  ASSERT_NE(memfd(bob_, &st), 0u);
+  EXPECT_EQ(memfd(bob_, &st), 0u);
+  EXPECT_TRUE(HasErrno(st, grpc::StatusCode::RESOURCE_EXHAUSTED, "ENFILE", ENFILE));
+  // A refused open gave its tenant slot back; closing gives a file slot back.
+  v1::CloseFileRequest cq;
+  cq.set_file_id(a1);
+  v1::CloseFileResponse cr;
+  ASSERT_TRUE(alice_.stub->CloseFile(alice_.ctx().get(), cq, &cr).ok());
+  EXPECT_NE(memfd(bob_, &st), 0u) << st.error_message();
+  EXPECT_EQ(memfd(alice_, &st), 0u);  // the daemon is full again
+  EXPECT_TRUE(HasErrno(st, grpc::StatusCode::RESOURCE_EXHAUSTED, "ENFILE", ENFILE));
+  // Each tenant lists its own, a page at a time: a page of one handle looks at one
+  // handle of the table, so some of alice's pages are empty but carry a token.
+  v1::ListFilesRequest lq;
+  lq.set_page_size(1);
+  std::vector<uint64_t> mine;
+  int pages = 0;
+  for (;;) {
+    v1::ListFilesResponse lr;
+    ASSERT_TRUE(alice_.stub->ListFiles(alice_.ctx().get(), lq, &lr).ok());
+    for (const auto& f : lr.files()) mine.push_back(f.file_id());
+    pages++;
+    if (lr.next_page_token() == 0) break;
+    lq.set_page_token(lr.next_page_token());
+  }
+  EXPECT_EQ(mine, std::vector<uint64_t>{a2});
+  EXPECT_EQ(pages, 3);  // three handles open: the last page says there are no more
+}
+
 TEST_F(TenantTest, SighupReloadsTheTokenFile) {
   StartDaemon();
   const Conn carol = Connect(d_.grpc_addr(), "tok-carol");

@@ -207,8 +207,16 @@ class Client:
 
     def list_files(self):
         """FileInfo of every open file of every daemon, by id."""
-        return sorted((f for _, r in self._gather("ListFiles", pb.ListFilesRequest()) for f in r.files),
-                      key=lambda f: f.file_id)
+        files = []
+        for b in self._backends:
+            token = 0
+            while True:  # every page (ListFiles answers up to 1000 handles a call)
+                r = self._call_on(b, "ListFiles", pb.ListFilesRequest(page_token=token))
+                files.extend(r.files)
+                token = r.next_page_token
+                if not token:
+                    break
+        return sorted(files, key=lambda f: f.file_id)
 
     def read_file(self, file_id, offset, length):
         """pread(2): bytes (fewer at end of file)."""

@@ -93,13 +93,14 @@ class FileTable {
   /// data directory, or a symlink that leads out of it; ENOENT: missing without
   /// create; EEXIST: create+exclusive and it exists; EISDIR: a directory;
   /// ENAMETOOLONG; EINVAL: truncate without write; ENODEV: not a regular file (it
-  /// could not be mapped); EACCES: write asked and the host file is read-only. Paths
+  /// could not be mapped); EACCES: write asked and the host file is read-only; ENFILE:
+  /// SetMaxHandles handles are open. Paths
   /// resolve with openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS): symlinks that stay
   /// inside the data directory work. Every open of one host inode shares one File.
   SysResult Open(const std::string& path, const OpenFlags& flags);
   /// memfd_create(2) + ftruncate: an unnamed shmem file of `size_bytes`, opened
   /// read-write. `name` appears in maps as "/memfd:NAME (deleted)". EINVAL: name
-  /// longer than 249 bytes; EFBIG: size beyond 2^44 bytes.
+  /// longer than 249 bytes; EFBIG: size beyond 2^44 bytes; ENFILE: as Open.
   SysResult CreateShmem(const std::string& name, uint64_t size_bytes);
   /// close(2). EBADF: unknown id. Mappings made from the handle stay valid.
   int Close(uint64_t id);
@@ -128,8 +129,16 @@ class FileTable {
   SysResult CheckRmap(uint64_t id);
   /// The file's figures. EBADF in `error` if unknown.
   SysResult Stat(uint64_t id, FileStat* out) const;
-  /// Every open handle's Stat, by id.
-  std::vector<FileStat> List() const;
+  /// The Stat of the open handles with ids above `after`, by id, at most `max` of them
+  /// (a handle closed meanwhile is left out). `*more` (if given): the last id returned
+  /// when more handles follow (the next call's `after`), else 0. Takes the table lock
+  /// once, for a walk of at most `max` entries.
+  std::vector<FileStat> List(uint64_t after = 0, size_t max = SIZE_MAX, uint64_t* more = nullptr) const;
+  /// The most handles that may be open at once (fs.file-max): Open and CreateShmem
+  /// answer ENFILE beyond it. 0 = no limit (the default).
+  void SetMaxHandles(uint64_t n);
+  /// Handles open now.
+  uint64_t HandleCount() const;
   /// The page cache of every File the table opened or created that is still alive
   /// (open, or closed but still mapped), each counted once. Takes the table lock only
   /// (the counts are atomics: cheap enough for every metrics scrape).
