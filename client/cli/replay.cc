@@ -62,6 +62,9 @@ int CmdReplay(Ctx& c) {
   opt.check = check;
   opt.paced = speed == "asrecorded";
   opt.context = static_cast<size_t>(c.U64("context", 5));
+  const std::string files = c.args.Get("files", "memfd");
+  if (files != "memfd" && files != "host") throw UsageError{"--files: memfd or host, not '" + files + "'"};
+  opt.host_files = files == "host";
 
   Json runs = Json::array();
   int code = kExitOk;

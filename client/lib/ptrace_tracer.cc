@@ -454,6 +454,13 @@ void Recorder::OnExit(Task& t, const __ptrace_syscall_info& si) {
     if (t.nr == SYS_pwrite64 && !e.file) return;
   }
   if (e.file && size >= 0) e.info["size"] = size;
+  if (t.nr == SYS_mmap && e.file) {
+    // The fd's access mode: a MAP_SHARED mapping of a read-only fd loses VM_MAYWRITE.
+    std::istringstream fdinfo(ReadText("/proc/" + std::to_string(t.tid) + "/fdinfo/" + std::to_string(static_cast<int32_t>(t.args[4]))));
+    for (std::string line; std::getline(fdinfo, line);) {
+      if (line.rfind("flags:", 0) == 0) e.info["fd_flags"] = std::stoll(line.substr(6), nullptr, 8);
+    }
+  }
   Emit(e);
   if (layout && e.ret == 0) Snapshot(t, Event::Kind::kLayout, "exec", 0);
 }

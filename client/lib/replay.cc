@@ -2,7 +2,9 @@
 // The replay of a recorded trace into vmspaced spaces (replay.h).
 #include "lib/replay.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -64,6 +66,7 @@ struct Outcome {
   bool ok = true;
   uint64_t value = 0;  // mmap's address
   Error error;
+  std::string differs;  // why the result's range may differ from the kernel's (a taint of it)
 };
 
 /// A range that an unsupported call changed on the kernel but not in the replay.
@@ -114,6 +117,7 @@ class Replayer {
   ReplayResult r_;
   std::mutex mu_;  // r_ from the call threads
   std::map<uint64_t, uint64_t> files_;  // trace File::id -> daemon file id
+  std::map<uint64_t, uint64_t> files_ro_;  // trace File::id -> a read-only daemon id (host files)
   std::map<std::string, uint64_t> file_of_daemon_;  // "dev:inode" of a daemon file -> trace File::id
   std::map<uint64_t, std::unique_ptr<Space>> spaces_;  // by mm
   // --check: calls run in trace order; turn_ is the index in call_order_ that may run.
@@ -131,9 +135,24 @@ bool Replayer::SetUpFiles() {
     if (auto d = name.find(" (deleted)"); d != std::string::npos) name.resize(d);
     if (name.empty()) name = "file" + std::to_string(id);
     name = name.substr(0, 200);
-    auto fid = setup_.CreateShmemFile(name, f.size);
+    client::Result<uint64_t> fid = uint64_t{0};
+    v1::OpenFileRequest req;
+    if (o_.host_files) {
+      req.set_path("vmspace-replay-" + std::to_string(getpid()) + "-" + std::to_string(id) + "-" + name);
+      req.set_write(true);
+      req.set_create(true);
+      req.set_truncate(true);
+      fid = setup_.OpenFile(req);
+      if (fid.ok()) {
+        auto tr = setup_.TruncateFile(fid.value(), f.size);
+        if (!tr.ok()) fid = tr.error();
+      }
+    } else {
+      fid = setup_.CreateShmemFile(name, f.size);
+    }
     if (!fid.ok()) {
-      r_.error = "CreateShmemFile(" + name + "): " + fid.error().ToString();
+      r_.error = std::string(o_.host_files ? "OpenFile(" + req.path() + ")" : "CreateShmemFile(" + name + ")") + ": " +
+                 fid.error().ToString();
       return false;
     }
     files_[id] = fid.value();
@@ -151,6 +170,13 @@ bool Replayer::SetUpFiles() {
         }
         off += n;
       }
+    }
+    if (o_.host_files) {
+      req.set_write(false);
+      req.set_create(false);
+      req.set_truncate(false);
+      auto ro = setup_.OpenFile(req);
+      if (ro.ok()) files_ro_[id] = ro.value();
     }
     auto st = setup_.StatFile(fid.value());
     if (st.ok()) file_of_daemon_[st.value().dev() + ":" + std::to_string(st.value().inode())] = id;
@@ -238,7 +264,12 @@ Outcome Replayer::Issue(Client& c, Space& s, const Event& e) {
   const uint64_t addr = static_cast<uint64_t>(Arg(e, "addr")), len = static_cast<uint64_t>(Arg(e, "len"));
   if (sys == "mmap") {
     const int flags = static_cast<int>(Arg(e, "flags"));
-    const uint64_t file = (flags & MAP_ANONYMOUS) ? 0 : DaemonFile(e);
+    uint64_t file = (flags & MAP_ANONYMOUS) ? 0 : DaemonFile(e);
+    auto mode = e.info.find("fd_flags");
+    if (file != 0 && mode != e.info.end() && (mode->second & O_ACCMODE) == O_RDONLY) {
+      if (auto ro = files_ro_.find(*e.file); ro != files_ro_.end()) file = ro->second;
+      else if ((flags & MAP_TYPE) != MAP_PRIVATE) o.differs = "a MAP_SHARED mapping of a read-only fd (the replay's memfd is writable; try --files host)";
+    }
     auto r = c.Mmap(s.id, addr, len, static_cast<int>(Arg(e, "prot")), flags,
                     static_cast<uint64_t>(Arg(e, "off")), file);
     if (r.ok()) o.value = r.value();
@@ -479,6 +510,10 @@ void Replayer::RunThread(int tid, const std::vector<const Event*>& events) {
         t.lo = a, t.hi = a + len;
       }
       if (t.hi > t.lo) s.taints.push_back(t);
+    }
+    if (!out.differs.empty() && out.ok) {
+      std::lock_guard<std::mutex> l(s.mu);
+      s.taints.push_back({out.value, out.value + static_cast<uint64_t>(Arg(*e, "len")), out.differs + " at #" + std::to_string(e->seq)});
     }
     if (o_.check && out.kind == Outcome::Kind::kIssued) Check(s, *e, out, c);
     {

@@ -24,6 +24,10 @@ struct ReplayOptions {
   bool check = false;
   bool paced = false;           // issue each call at its recorded time (else at once)
   size_t context = 5;           // calls shown before a difference
+  /// The replay's files: false: memfds (CreateShmemFile; no --data-dir needed, but
+  /// always writable); true: host files "vmspace-replay-<pid>-<id>-<name>" under the
+  /// daemon's --data-dir (opened a second time read-only for read-only fds; left there).
+  bool host_files = false;
 };
 
 /// One way the replay differs from the kernel.

@@ -745,7 +745,9 @@ TEST_F(DaemonTest, RecordAndReplayCheck) {
     GTEST_SKIP() << "ptrace is not allowed here: " << rec.err;
   }
   ASSERT_EQ(rec.exit_code, 0) << rec.err;
-  json r = json::parse(rec.out);
+  // The program's own output comes first, the record's JSON last.
+  ASSERT_NE(rec.out.find("anon=0x"), std::string::npos) << rec.out;
+  json r = json::parse(rec.out.substr(rec.out.rfind("\n{") + 1));
   EXPECT_EQ(r["exit_status"], 0);
   EXPECT_GE(r["by_syscall"]["mmap"].get<uint64_t>(), 6u);
   ProcResult rep = Cli({"replay", trace, "--check"});

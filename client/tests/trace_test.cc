@@ -204,17 +204,19 @@ TEST(TraceRecord, RecordsTheTargetsCallsWithTheKernelsResults) {
   ASSERT_GE(open->ret, 0);
   ASSERT_TRUE(open->file);
   EXPECT_EQ(t->files.at(*open->file).path, mapped);
-  const Event* trunc = Find(*t, "ftruncate", [&](const Event& e) { return e.args.at("fd") == open->ret; });
+  const Event* trunc = Find(*t, "ftruncate", [&](const Event& e) { return e.file == open->file; });
   ASSERT_NE(trunc, nullptr);
   EXPECT_EQ(trunc->file, open->file);
   EXPECT_EQ(trunc->info.at("size"), 8 * 4096);
-  const Event* fmap = Find(*t, "mmap", [&](const Event& e) { return e.args.at("fd") == open->ret; });
+  const Event* fmap = Find(*t, "mmap", [&](const Event& e) { return e.file == open->file; });
   ASSERT_NE(fmap, nullptr);
   EXPECT_EQ(fmap->file, open->file);
   EXPECT_EQ(fmap->args.at("flags"), 1);  // MAP_SHARED
   EXPECT_GT(fmap->ret, 0);
   EXPECT_NE(Find(*t, "msync", [&](const Event& e) { return e.args.at("addr") == fmap->ret && e.ret == 0; }), nullptr);
-  EXPECT_NE(Find(*t, "close", [&](const Event& e) { return e.args.at("fd") == open->ret && e.ret == 0; }), nullptr);
+  EXPECT_EQ(fmap->info.at("fd_flags") & 3, 2);  // O_RDWR
+  EXPECT_NE(Find(*t, "close", [&](const Event& e) { return e.args.at("fd") == open->ret && e.seq > fmap->seq && e.ret == 0; }),
+            nullptr);
 
   // The worker thread: four 3-page mmaps and munmaps, by a tid of the same process.
   int worker_maps = 0, worker_unmaps = 0;
