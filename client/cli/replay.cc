@@ -71,7 +71,7 @@ int CmdReplay(Ctx& c) {
   std::ostringstream table;
   if (profiles.size() > 1) {
     table << std::left << std::setw(14) << "profile" << std::right << std::setw(10) << "time(s)" << std::setw(12) << "calls/s"
-          << std::setw(9) << "faults" << std::setw(14) << "mmap_lock/call" << std::setw(13) << "vma_lock/call" << "\n";
+          << std::setw(9) << "faults" << std::setw(16) << "mmap_lock/call" << std::setw(15) << "vma_lock/call" << "\n";
   }
   for (const std::string& p : profiles) {
     opt.locking_profile = p;
@@ -109,7 +109,7 @@ int CmdReplay(Ctx& c) {
     if (c.json) continue;
     if (profiles.size() > 1) {
       char line[160];
-      snprintf(line, sizeof line, "%-14s%10.3f%12.0f%9llu%14.4f%13.4f\n", (p.empty() ? "default" : p).c_str(), r.call_seconds,
+      snprintf(line, sizeof line, "%-14s%10.3f%12.0f%9llu%16.4f%15.4f\n", (p.empty() ? "default" : p).c_str(), r.call_seconds,
                rate, static_cast<unsigned long long>(r.faults), mmap_c, vma_c);
       table << line;
       continue;

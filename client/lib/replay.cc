@@ -214,6 +214,7 @@ bool Replayer::SetUpSpace(Space& s) {
   ++r_.spaces;
   if (s.layout == nullptr) return true;
   s.brk_lo = s.brk_hi = s.layout->snap.start_brk;
+  const Vma* prev = nullptr;
   for (const Vma& v : s.layout->snap.vmas) {
     if (v.name == "[vsyscall]") continue;  // above TASK_SIZE
     int prot = ProtOf(v.perms), flags = MAP_FIXED;
@@ -229,12 +230,31 @@ bool Replayer::SetUpSpace(Space& s) {
       flags |= (v.perms[3] == 's' ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS;
       if (v.name == "[stack]") flags |= MAP_GROWSDOWN;
     }
-    auto m = setup_.Mmap(s.id, v.start, v.end - v.start, prot, flags, file ? v.offset : 0, file);
+    // The kernel's history that made this VMA what it is, replayed in short: a private
+    // VMA with VM_ACCOUNT but no write was writable once (mapped writable, then
+    // mprotected); a VMA that the kernel keeps apart from a like neighbour has an
+    // anon_vma of its own (mapped unlike its neighbour, written, then made alike).
+    const bool priv = v.perms.size() > 3 && v.perms[3] == 'p' && !SpecialName(v.name);
+    const bool anon_pages = std::any_of(v.resident.begin(), v.resident.end(), [](const ResidentRun& r) { return r.anon; });
+    const bool was_writable = priv && !(prot & PROT_WRITE) && (" " + v.vmflags + " ").find(" ac ") != std::string::npos;
+    const bool kept_apart = priv && prev != nullptr && prev->end == v.start && prev->perms == v.perms &&
+                            prev->file == v.file && (!v.file || prev->offset + (prev->end - prev->start) == v.offset) &&
+                            anon_pages && (prot & PROT_WRITE) &&
+                            std::any_of(prev->resident.begin(), prev->resident.end(), [](const ResidentRun& r) { return r.anon; });
+    int map_prot = prot | (was_writable ? PROT_WRITE : 0);
+    if (kept_apart) map_prot ^= PROT_EXEC;
+    auto m = setup_.Mmap(s.id, v.start, v.end - v.start, map_prot, flags, file ? v.offset : 0, file);
     if (!m.ok()) {
       AddDifference({s.layout->seq, "the layout's VMA " + Hex(v.start) + "-" + Hex(v.end) + " " + v.perms + " " + v.name +
                                         " could not be recreated: " + m.error().Name(),
                      "", "the layout replica"});
+    } else if (map_prot != prot) {
+      for (const ResidentRun& run : v.resident) {
+        if (run.anon) (void)setup_.Access(s.id, v.start + run.first * kPage, run.count * kPage, kPage, v1::ACCESS_WRITE);
+      }
+      (void)setup_.Mprotect(s.id, v.start, v.end - v.start, prot);
     }
+    if (!SpecialName(v.name)) prev = &v;
   }
   FaultIn(setup_, s, s.layout->snap.vmas);
   if (o_.check) CompareMaps(setup_, s, *s.layout, "the layout replica");
