@@ -224,6 +224,22 @@ const std::vector<Command>& Commands() {
                              "static program the kernel loop spawns and execs (default: vmspace-execl-true "
                              "next to this executable)"}}),
        CmdBenchExecl},
+      {"record", "[--out TRACE] [--capture-files [--capture-limit BYTES]] -- CMD ARGS...",
+       "run CMD under ptrace (ASLR off, threads and children followed) and write its memory calls as a trace",
+       {{"out", "TRACE", "the trace file (default vmspace.trace; JSON lines, docs/replay.md)"},
+        {"capture-files", "", "copy the files the program maps or opens into TRACE.files/N"},
+        {"capture-limit", "BYTES", "with --capture-files: the first BYTES of each file (default 16M)"}},
+       CmdRecord},
+      {"replay", "TRACE [--check] [--compare P1,P2,...] [--speed asrecorded|max]",
+       "issue a recorded trace's calls in new spaces through gRPC, one client thread per recorded thread",
+       {{"trace", "TRACE", "the trace file of vmspace record (or first argument)"},
+        {"check", "", "compare every result and each space's final maps with the kernel's; exit 1 on a difference"},
+        {"compare", "LIST", "replay once per locking profile (linux-6.0,linux-6.15): wall time, calls/s, faults, lock contention"},
+        {"speed", "S", "max (default): each thread issues its next call at once; asrecorded: at the recorded times"},
+        {"profile", "P", "locking profile of the spaces (default: the daemon's)"},
+        {"context", "N", "with --check: calls shown before a difference (default 5)"},
+        {"files", "KIND", "memfd (default): the trace's files as memory-only files; host: files vmspace-replay-* under vmspaced's --data-dir (kept)"}},
+       CmdReplay},
       {"lockstat", "[--profile P]", "the daemon's lock statistics, like /proc/lock_stat (GetLockStats)",
        {{"profile", "P", "one locking profile's spaces (linux-6.0..linux-6.15, custom); default all"}},
        CmdLockstat},
@@ -335,7 +351,15 @@ struct CommandLine {
 
 }  // namespace
 
-int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int RunCli(const std::vector<std::string>& all_args, std::ostream& out, std::ostream& err) {
+  // `record -- CMD ARGS...`: the words after the first "--" are the program to run, not
+  // the command's arguments.
+  std::vector<std::string> args = all_args, rest;
+  if (auto dd = std::find(all_args.begin(), all_args.end(), "--");
+      dd != all_args.end() && std::find(all_args.begin(), dd, "record") != dd) {
+    args.assign(all_args.begin(), dd);
+    rest.assign(dd + 1, all_args.end());
+  }
   CommandLine cl;
   CLI::App& app = cl.app;
   // The command that was given: the deepest subcommand CLI11 selected (or null).
@@ -404,6 +428,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   }
   Ctx ctx(cmd.name, Args(a, &cl.flags), out, err);
   ctx.json = ctx.args.Flag("json");
+  ctx.rest = rest;
   // An option not given takes its environment variable, if set and not empty.
   auto env = [](const char* name) {
     const char* v = std::getenv(name);

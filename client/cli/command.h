@@ -79,6 +79,8 @@ struct Ctx {
   std::ostream& err;
   bool json = false;
   ClientOptions client;
+  /// The words after `--` of a command that runs a program (`record -- CMD ARGS...`).
+  std::vector<std::string> rest;
 
   uint64_t U64(const std::string& name, std::optional<uint64_t> def = std::nullopt) const {
     if (!args.Has(name)) {

@@ -47,4 +47,8 @@ int CmdBenchWorkload(Ctx& c);    // bench page_fault1..4 | mmap1 | mmap2 | mixed
 int CmdBenchShmemDirty(Ctx& c);  // bench shmem-dirty (bench_shmem_dirty.cc): seed 002
 int CmdBenchExecl(Ctx& c);       // bench execl (bench_execl.cc): seed 003
 
+// A program's memory calls on the kernel, and their replay into spaces (docs/replay.md).
+int CmdRecord(Ctx& c);  // record (record.cc): run CMD under ptrace, write its trace
+int CmdReplay(Ctx& c);  // replay (replay.cc): issue a trace's calls through gRPC, --check them
+
 }  // namespace vmspace::cli

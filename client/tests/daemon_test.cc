@@ -731,5 +731,37 @@ TEST_F(DaemonTest, BenchStressCompare) {
   }
 }
 
+// Records the trace target (client/tests/trace_target.c) on this kernel and replays
+// it with --check: every result of the calls the daemon serves and the final maps
+// agree with the kernel's, or differ only where an unsupported call explains it.
+TEST_F(DaemonTest, RecordAndReplayCheck) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("vmspace-replay-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string trace = (dir / "target.trace").string();
+  ProcResult rec = RunProgram(VMSPACE_CLI_PATH, {"record", "--json", "--out", trace, "--", VMSPACE_TRACE_TARGET,
+                                                 (dir / "mapped").string()});
+  if (rec.exit_code != 0 && rec.err.find("PTRACE_TRACEME") != std::string::npos) {
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << "ptrace is not allowed here: " << rec.err;
+  }
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  // The program's own output comes first, the record's JSON last.
+  ASSERT_NE(rec.out.find("anon=0x"), std::string::npos) << rec.out;
+  json r = json::parse(rec.out.substr(rec.out.rfind("\n{") + 1));
+  EXPECT_EQ(r["exit_status"], 0);
+  EXPECT_GE(r["by_syscall"]["mmap"].get<uint64_t>(), 6u);
+  ProcResult rep = Cli({"replay", trace, "--check"});
+  EXPECT_EQ(rep.exit_code, 0) << rep.out << rep.err;
+  EXPECT_NE(rep.out.find(" calls issued"), std::string::npos) << rep.out;
+  EXPECT_NE(rep.out.find("check: "), std::string::npos) << rep.out;
+  json j = json::parse(Cli({"replay", trace, "--check", "--json"}).out);
+  EXPECT_EQ(j["unexplained"], 0) << j.dump(1);
+  EXPECT_GE(j["issued"].get<uint64_t>(), 20u);
+  EXPECT_EQ(j["threads"], 2);
+  // Every difference that remains names the unsupported call or the layout replica.
+  for (const json& d : j["differences"]) EXPECT_FALSE(d["cause"].get<std::string>().empty()) << d.dump();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace vmspace::testing

@@ -1,0 +1,658 @@
+// SPDX-License-Identifier: Apache-2.0
+// The replay of a recorded trace into vmspaced spaces (replay.h).
+#include "lib/replay.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace vmspace::trace {
+
+namespace {
+
+using client::Client;
+using client::Error;
+
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kMmapBase = 0x7ffff7fff000;  // TASK_SIZE - 128 MiB: ASLR off, stack rlimit below 127 MiB
+constexpr uint64_t kMaxIo = 1 << 20;             // vmspaced's default --max-io-bytes
+
+std::string Hex(uint64_t v) {
+  char b[32];
+  snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+int64_t Arg(const Event& e, const char* k) {
+  auto it = e.args.find(k);
+  return it == e.args.end() ? 0 : it->second;
+}
+
+const char* AdviceName(int64_t a) {
+  static const std::map<int64_t, const char*> names = {
+      {0, "NORMAL"},        {1, "RANDOM"},       {2, "SEQUENTIAL"},     {3, "WILLNEED"},  {4, "DONTNEED"},
+      {8, "FREE"},          {9, "REMOVE"},       {10, "DONTFORK"},      {11, "DOFORK"},   {12, "MERGEABLE"},
+      {13, "UNMERGEABLE"},  {14, "HUGEPAGE"},    {15, "NOHUGEPAGE"},    {16, "DONTDUMP"}, {17, "DODUMP"},
+      {18, "WIPEONFORK"},   {19, "KEEPONFORK"},  {20, "COLD"},          {21, "PAGEOUT"},  {22, "POPULATE_READ"},
+      {23, "POPULATE_WRITE"}, {24, "DONTNEED_LOCKED"}, {25, "COLLAPSE"}, {100, "HWPOISON"}};
+  auto it = names.find(a);
+  return it == names.end() ? "?" : it->second;
+}
+
+int ProtOf(const std::string& perms) {
+  return (perms.size() > 0 && perms[0] == 'r' ? PROT_READ : 0) | (perms.size() > 1 && perms[1] == 'w' ? PROT_WRITE : 0) |
+         (perms.size() > 2 && perms[2] == 'x' ? PROT_EXEC : 0);
+}
+
+bool SpecialName(const std::string& n) { return n == "[vdso]" || n == "[vvar]" || n == "[vvar_vclock]"; }
+
+/// What the daemon did with one recorded call.
+struct Outcome {
+  enum class Kind { kIssued, kRecordedOnly, kUnsupported } kind = Kind::kIssued;
+  std::string name;  // kUnsupported: what is missing ("brk", "madvise(HUGEPAGE)", "fork")
+  bool ok = true;
+  uint64_t value = 0;  // mmap's address
+  Error error;
+  std::string differs;  // why the result's range may differ from the kernel's (a taint of it)
+};
+
+/// A range that an unsupported call changed on the kernel but not in the replay.
+struct Taint {
+  uint64_t lo = 0, hi = 0;
+  std::string why;
+};
+
+struct Space {
+  uint64_t mm = 0;
+  uint64_t id = 0;
+  const Event* layout = nullptr;
+  const Event* exit = nullptr;
+  std::mutex mu;
+  std::vector<Taint> taints;
+  uint64_t brk_lo = 0, brk_hi = 0;
+  std::vector<std::string> history;  // the calls issued, described, with the replay's result
+};
+
+/// The shared state of one replay.
+class Replayer {
+ public:
+  Replayer(const Trace& t, const ReplayOptions& o) : t_(t), o_(o), setup_(o.client) {}
+  ReplayResult Run();
+
+ private:
+  bool SetUpFiles();
+  bool SetUpSpace(Space& s);
+  void FaultIn(Client& c, Space& s, const std::vector<Vma>& vmas);
+  void RunThread(int tid, const std::vector<const Event*>& events);
+  Outcome Issue(Client& c, Space& s, const Event& e);
+  void Check(Space& s, const Event& e, const Outcome& out, Client& c);
+  void CompareMaps(Client& c, Space& s, const Event& snap, const std::string& cause_all);
+  std::string CauseOf(Space& s, uint64_t lo, uint64_t hi);
+  void AddDifference(Difference d) {
+    std::lock_guard<std::mutex> l(mu_);
+    r_.differences.push_back(std::move(d));
+  }
+  uint64_t DaemonFile(const Event& e) const {
+    if (!e.file) return 0;
+    auto it = files_.find(*e.file);
+    return it == files_.end() ? 0 : it->second;
+  }
+
+  const Trace& t_;
+  const ReplayOptions& o_;
+  Client setup_;
+  ReplayResult r_;
+  std::mutex mu_;  // r_ from the call threads
+  std::map<uint64_t, uint64_t> files_;  // trace File::id -> daemon file id
+  std::map<uint64_t, uint64_t> files_ro_;  // trace File::id -> a read-only daemon id (host files)
+  std::map<std::string, uint64_t> file_of_daemon_;  // "dev:inode" of a daemon file -> trace File::id
+  std::map<uint64_t, std::unique_ptr<Space>> spaces_;  // by mm
+  // --check: calls run in trace order; turn_ is the index in call_order_ that may run.
+  std::vector<uint64_t> call_order_;
+  std::mutex turn_mu_;
+  std::condition_variable turn_cv_;
+  size_t turn_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+bool Replayer::SetUpFiles() {
+  for (const auto& [id, f] : t_.files) {
+    std::string name = std::filesystem::path(f.path).filename().string();
+    if (name.rfind("memfd:", 0) == 0) name = name.substr(6);
+    if (auto d = name.find(" (deleted)"); d != std::string::npos) name.resize(d);
+    if (name.empty()) name = "file" + std::to_string(id);
+    name = name.substr(0, 200);
+    client::Result<uint64_t> fid = uint64_t{0};
+    v1::OpenFileRequest req;
+    if (o_.host_files) {
+      req.set_path("vmspace-replay-" + std::to_string(getpid()) + "-" + std::to_string(id) + "-" + name);
+      req.set_write(true);
+      req.set_create(true);
+      req.set_truncate(true);
+      fid = setup_.OpenFile(req);
+      if (fid.ok()) {
+        auto tr = setup_.TruncateFile(fid.value(), f.size);
+        if (!tr.ok()) fid = tr.error();
+      }
+    } else {
+      fid = setup_.CreateShmemFile(name, f.size);
+    }
+    if (!fid.ok()) {
+      r_.error = std::string(o_.host_files ? "OpenFile(" + req.path() + ")" : "CreateShmemFile(" + name + ")") + ": " +
+                 fid.error().ToString();
+      return false;
+    }
+    files_[id] = fid.value();
+    if (!f.captured.empty()) {
+      std::ifstream in(std::filesystem::path(o_.trace_dir) / f.captured, std::ios::binary);
+      std::string buf(kMaxIo, '\0');
+      for (uint64_t off = 0; in;) {
+        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+        const auto n = static_cast<size_t>(in.gcount());
+        if (n == 0) break;
+        auto w = setup_.WriteFile(fid.value(), off, buf.substr(0, n));
+        if (!w.ok()) {
+          r_.error = "WriteFile(" + name + "): " + w.error().ToString();
+          return false;
+        }
+        off += n;
+      }
+    }
+    if (o_.host_files) {
+      req.set_write(false);
+      req.set_create(false);
+      req.set_truncate(false);
+      auto ro = setup_.OpenFile(req);
+      if (ro.ok()) files_ro_[id] = ro.value();
+    }
+    auto st = setup_.StatFile(fid.value());
+    if (st.ok()) file_of_daemon_[st.value().dev() + ":" + std::to_string(st.value().inode())] = id;
+  }
+  return true;
+}
+
+void Replayer::FaultIn(Client& c, Space& s, const std::vector<Vma>& vmas) {
+  for (const Vma& v : vmas) {
+    if (v.perms.empty() || v.perms[0] != 'r' || SpecialName(v.name)) continue;
+    for (const ResidentRun& run : v.resident) {
+      const bool write = run.anon && v.perms[1] == 'w';
+      auto a = c.Access(s.id, v.start + run.first * kPage, run.count * kPage, kPage,
+                        write ? v1::ACCESS_WRITE : v1::ACCESS_READ);
+      if (a.ok()) {
+        std::lock_guard<std::mutex> l(mu_);
+        r_.faults += a.value().faults();
+      }
+    }
+  }
+}
+
+bool Replayer::SetUpSpace(Space& s) {
+  v1::SpaceSettings set;
+  set.set_mmap_base(kMmapBase);
+  set.set_mmap_min_addr(t_.header.mmap_min_addr);
+  set.set_max_map_count(t_.header.max_map_count);
+  set.set_locking_profile(o_.locking_profile);
+  auto id = setup_.CreateSpace(set, "replay mm " + std::to_string(s.mm));
+  if (!id.ok()) {
+    r_.error = "CreateSpace: " + id.error().ToString();
+    return false;
+  }
+  s.id = id.value();
+  ++r_.spaces;
+  if (s.layout == nullptr) return true;
+  s.brk_lo = s.brk_hi = s.layout->snap.start_brk;
+  const Vma* prev = nullptr;
+  for (const Vma& v : s.layout->snap.vmas) {
+    if (v.name == "[vsyscall]") continue;  // above TASK_SIZE
+    int prot = ProtOf(v.perms), flags = MAP_FIXED;
+    uint64_t file = 0;
+    if (SpecialName(v.name)) {
+      // vdso/vvar: a placeholder that never merges (shared anonymous, PROT_NONE).
+      prot = PROT_NONE;
+      flags |= MAP_SHARED | MAP_ANONYMOUS;
+    } else if (v.file) {
+      file = files_.at(*v.file);
+      flags |= v.perms[3] == 's' ? MAP_SHARED : MAP_PRIVATE;
+    } else {
+      flags |= (v.perms[3] == 's' ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS;
+      if (v.name == "[stack]") flags |= MAP_GROWSDOWN;
+    }
+    // The kernel's history that made this VMA what it is, replayed in short: a private
+    // VMA with VM_ACCOUNT but no write was writable once (mapped writable, then
+    // mprotected); a VMA that the kernel keeps apart from a like neighbour has an
+    // anon_vma of its own (mapped unlike its neighbour, written, then made alike).
+    const bool priv = v.perms.size() > 3 && v.perms[3] == 'p' && !SpecialName(v.name);
+    const bool anon_pages = std::any_of(v.resident.begin(), v.resident.end(), [](const ResidentRun& r) { return r.anon; });
+    const bool was_writable = priv && !(prot & PROT_WRITE) && (" " + v.vmflags + " ").find(" ac ") != std::string::npos;
+    const bool kept_apart = priv && prev != nullptr && prev->end == v.start && prev->perms == v.perms &&
+                            prev->file == v.file && (!v.file || prev->offset + (prev->end - prev->start) == v.offset) &&
+                            anon_pages && (prot & PROT_WRITE) &&
+                            std::any_of(prev->resident.begin(), prev->resident.end(), [](const ResidentRun& r) { return r.anon; });
+    int map_prot = prot | (was_writable ? PROT_WRITE : 0);
+    if (kept_apart) map_prot ^= PROT_EXEC;
+    auto m = setup_.Mmap(s.id, v.start, v.end - v.start, map_prot, flags, file ? v.offset : 0, file);
+    if (!m.ok()) {
+      AddDifference({s.layout->seq, "the layout's VMA " + Hex(v.start) + "-" + Hex(v.end) + " " + v.perms + " " + v.name +
+                                        " could not be recreated: " + m.error().Name(),
+                     "", "the layout replica"});
+    } else if (map_prot != prot) {
+      for (const ResidentRun& run : v.resident) {
+        if (run.anon) (void)setup_.Access(s.id, v.start + run.first * kPage, run.count * kPage, kPage, v1::ACCESS_WRITE);
+      }
+      (void)setup_.Mprotect(s.id, v.start, v.end - v.start, prot);
+    }
+    if (!SpecialName(v.name)) prev = &v;
+  }
+  FaultIn(setup_, s, s.layout->snap.vmas);
+  if (o_.check) CompareMaps(setup_, s, *s.layout, "the layout replica");
+  return true;
+}
+
+// The one place that says which recorded calls the daemon serves, and how: adding a
+// call the daemon learns (brk, mremap, mlock, mincore, mseal, seals, CloneSpace for
+// fork) is one case here.
+Outcome Replayer::Issue(Client& c, Space& s, const Event& e) {
+  Outcome o;
+  auto done = [&](auto r) {
+    o.ok = r.ok();
+    if (!r.ok()) o.error = r.error();
+    return o;
+  };
+  auto unsupported = [&](std::string name) {
+    o.kind = Outcome::Kind::kUnsupported;
+    o.name = std::move(name);
+    return o;
+  };
+  auto recorded_only = [&] {
+    o.kind = Outcome::Kind::kRecordedOnly;
+    return o;
+  };
+  const std::string& sys = e.sys;
+  const uint64_t addr = static_cast<uint64_t>(Arg(e, "addr")), len = static_cast<uint64_t>(Arg(e, "len"));
+  if (sys == "mmap") {
+    const int flags = static_cast<int>(Arg(e, "flags"));
+    uint64_t file = (flags & MAP_ANONYMOUS) ? 0 : DaemonFile(e);
+    auto mode = e.info.find("fd_flags");
+    if (file != 0 && mode != e.info.end() && (mode->second & O_ACCMODE) == O_RDONLY) {
+      if (auto ro = files_ro_.find(*e.file); ro != files_ro_.end()) file = ro->second;
+      else if ((flags & MAP_TYPE) != MAP_PRIVATE) o.differs = "a MAP_SHARED mapping of a read-only fd (the replay's memfd is writable; try --files host)";
+    }
+    auto r = c.Mmap(s.id, addr, len, static_cast<int>(Arg(e, "prot")), flags,
+                    static_cast<uint64_t>(Arg(e, "off")), file);
+    if (r.ok()) o.value = r.value();
+    return done(r);
+  }
+  if (sys == "munmap") return done(c.Munmap(s.id, addr, len));
+  if (sys == "mprotect") {
+    // The pages the program had written in the range before the call: they give its
+    // VMAs their anon_vma, which decides merges and VM_ACCOUNT.
+    for (const ResidentRun& run : e.touched) {
+      (void)c.Access(s.id, (addr & ~(kPage - 1)) + run.first * kPage, run.count * kPage, kPage, v1::ACCESS_WRITE);
+    }
+    return done(c.Mprotect(s.id, addr, len, static_cast<int>(Arg(e, "prot"))));
+  }
+  if (sys == "msync") return done(c.Msync(s.id, addr, len, static_cast<int>(Arg(e, "flags"))));
+  if (sys == "madvise") {
+    const int64_t advice = Arg(e, "advice");
+    if (advice == MADV_DONTNEED) return done(c.Madvise(s.id, addr, len, static_cast<int>(advice)));
+    return unsupported(std::string("madvise(") + AdviceName(advice) + ")");
+  }
+  if (sys == "ftruncate" && DaemonFile(e)) return done(c.TruncateFile(DaemonFile(e), static_cast<uint64_t>(Arg(e, "len"))));
+  if (sys == "fallocate" && DaemonFile(e)) {
+    if (Arg(e, "mode") != 0) return unsupported("fallocate(mode " + std::to_string(Arg(e, "mode")) + ")");
+    if (e.ret != 0) return recorded_only();
+    auto st = c.StatFile(DaemonFile(e));
+    const uint64_t want = static_cast<uint64_t>(Arg(e, "off") + Arg(e, "len"));
+    if (st.ok() && st.value().size() >= want) return o;
+    return done(c.TruncateFile(DaemonFile(e), want));
+  }
+  if (sys == "pwrite64" && DaemonFile(e)) {
+    if (e.ret <= 0) return recorded_only();  // nothing written; the kernel's errno is an fd's, not a mapping's
+    // The bytes are not recorded: zeros of the written length.
+    auto r = c.WriteFile(DaemonFile(e), static_cast<uint64_t>(Arg(e, "off")),
+                         std::string(std::min<uint64_t>(static_cast<uint64_t>(e.ret), kMaxIo), '\0'));
+    if (r.ok()) o.value = r.value();
+    return done(r);
+  }
+  if (sys == "clone" || sys == "clone3" || sys == "fork") {
+    const bool shares_vm = sys != "fork" && (Arg(e, "flags") & 0x100 /* CLONE_VM */);
+    if (shares_vm || e.ret < 0) return recorded_only();
+    // CloneSpace: the child's space is recreated from its layout record meanwhile.
+    return unsupported("fork");
+  }
+  if (sys == "fcntl") return unsupported("seals");
+  if (sys == "brk" || sys == "mremap" || sys == "mlock" || sys == "mlock2" || sys == "munlock" || sys == "mlockall" ||
+      sys == "munlockall" || sys == "mincore" || sys == "mseal")
+    return unsupported(sys);
+  // open, openat, close, dup*, memfd_create (its file was made at setup), vfork, execve,
+  // exit_group and fd calls on what is not a regular file: nothing to send.
+  return recorded_only();
+}
+
+std::string Replayer::CauseOf(Space& s, uint64_t lo, uint64_t hi) {
+  std::lock_guard<std::mutex> l(s.mu);
+  for (const Taint& t : s.taints) {
+    if (t.lo < hi && lo < t.hi) return t.why;
+  }
+  return "";
+}
+
+void Replayer::Check(Space& s, const Event& e, const Outcome& out, Client& c) {
+  const bool kernel_ok = e.err.empty();
+  std::string what;
+  if (kernel_ok && !out.ok) {
+    what = e.sys + " failed " + out.error.Name() + ", the kernel returned " + (e.sys == "mmap" ? Hex(e.ret) : std::to_string(e.ret));
+  } else if (!kernel_ok && out.ok) {
+    what = e.sys + " succeeded" + (e.sys == "mmap" ? " (" + Hex(out.value) + ")" : "") + ", the kernel failed " + e.err;
+  } else if (!kernel_ok && out.error.Name() != e.err) {
+    what = e.sys + " failed " + out.error.Name() + ", the kernel " + e.err;
+  } else if (kernel_ok && e.sys == "mmap" && out.value != static_cast<uint64_t>(e.ret)) {
+    what = "mmap returned " + Hex(out.value) + ", the kernel " + Hex(e.ret);
+  }
+  if (what.empty()) return;
+  Difference d;
+  d.seq = e.seq;
+  d.what = DescribeCall(e) + ": " + what;
+  uint64_t lo = static_cast<uint64_t>(Arg(e, e.sys == "mremap" ? "old_addr" : "addr"));
+  uint64_t len = static_cast<uint64_t>(Arg(e, "len"));
+  if (e.sys == "mmap" && kernel_ok) lo = static_cast<uint64_t>(e.ret);
+  d.cause = CauseOf(s, lo, lo + std::max<uint64_t>(len, 1));
+  if (d.cause.empty() && e.sys == "mmap" && out.ok) d.cause = CauseOf(s, out.value, out.value + std::max<uint64_t>(len, 1));
+  if (d.cause.empty() && e.sys == "mmap" && !(Arg(e, "flags") & MAP_FIXED)) {
+    std::lock_guard<std::mutex> l(s.mu);
+    if (!s.taints.empty()) d.cause = "may follow from " + s.taints.front().why;
+  }
+  std::ostringstream ctx;
+  {
+    std::lock_guard<std::mutex> l(s.mu);
+    const size_t from = s.history.size() > o_.context ? s.history.size() - o_.context : 0;
+    for (size_t i = from; i < s.history.size(); ++i) ctx << "  " << s.history[i] << "\n";
+  }
+  const uint64_t around = lo > (64 << 10) ? lo - (64 << 10) : 0;
+  auto maps = c.GetMaps(s.id, around, lo + len + (64 << 10));
+  if (maps.ok()) {
+    ctx << "  the replay's VMAs around " << Hex(lo) << ":\n";
+    std::istringstream m(maps.value().maps_text());
+    for (std::string line; std::getline(m, line);) ctx << "    " << line << "\n";
+  }
+  d.context = ctx.str();
+  AddDifference(std::move(d));
+}
+
+/// A VMA as compared: the maps columns that must agree.
+struct Cmp {
+  uint64_t start = 0, end = 0;
+  std::string perms, name, flags;
+  uint64_t offset = 0;
+  bool special = false;  // vdso/vvar: only the range
+  std::string Line() const {
+    char b[96];
+    snprintf(b, sizeof b, "%llx-%llx %s %08llx ", static_cast<unsigned long long>(start),
+             static_cast<unsigned long long>(end), perms.c_str(), static_cast<unsigned long long>(offset));
+    return b + name + " [" + flags + "]";
+  }
+};
+
+std::string NormalFlags(const std::string& f) {
+  std::istringstream in(f);
+  std::set<std::string> s;
+  for (std::string w; in >> w;) {
+    if (w != "sd") s.insert(w);  // soft-dirty: not modelled (as the oracle)
+  }
+  std::string out;
+  for (const std::string& w : s) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+void Replayer::CompareMaps(Client& c, Space& s, const Event& snap, const std::string& cause_all) {
+  auto maps = c.GetMaps(s.id);
+  if (!maps.ok()) {
+    AddDifference({snap.seq, "GetMaps failed: " + maps.error().ToString(), "", cause_all});
+    return;
+  }
+  std::vector<Cmp> k, r;
+  for (const Vma& v : snap.snap.vmas) {
+    if (v.name == "[vsyscall]") continue;
+    Cmp x{v.start, v.end, v.perms, v.name, NormalFlags(v.vmflags), v.offset, SpecialName(v.name)};
+    if (x.name == "[stack]" || x.name == "[heap]") x.name = "";
+    k.push_back(x);
+  }
+  for (const v1::Vma& v : maps.value().vmas()) {
+    Cmp x{v.start(), v.end(), v.perms(), v.name(), NormalFlags(v.smaps_vmflags()), v.offset(), false};
+    if (v.inode() != 0) {
+      auto f = file_of_daemon_.find(v.dev() + ":" + std::to_string(v.inode()));
+      if (f != file_of_daemon_.end()) x.name = t_.files.at(f->second).path;
+    }
+    if (x.name == "[stack]" || x.name == "[heap]") x.name = "";
+    r.push_back(x);
+  }
+  size_t i = 0, j = 0;
+  bool first = true;
+  auto around = [&](const std::vector<Cmp>& v, size_t at) {
+    std::string s;
+    for (size_t q = at > 3 ? at - 3 : 0; q < std::min(v.size(), at + 4); ++q) s += "    " + v[q].Line() + "\n";
+    return s;
+  };
+  while (i < k.size() || j < r.size()) {
+    std::string what;
+    uint64_t lo = 0, hi = 0;
+    if (j >= r.size() || (i < k.size() && k[i].start < r[j].start)) {
+      what = "the kernel's VMA " + k[i].Line() + " is not in the replay";
+      lo = k[i].start, hi = k[i].end;
+      ++i;
+    } else if (i >= k.size() || r[j].start < k[i].start) {
+      what = "the replay's VMA " + r[j].Line() + " is not the kernel's";
+      lo = r[j].start, hi = r[j].end;
+      ++j;
+    } else {
+      const Cmp& a = k[i];
+      const Cmp& b = r[j];
+      const bool same = a.end == b.end &&
+                        (a.special || (a.perms == b.perms && a.offset == b.offset && a.name == b.name && a.flags == b.flags));
+      if (!same) {
+        what = "VMA at " + Hex(a.start) + ": the kernel's " + a.Line() + ", the replay's " + b.Line();
+        lo = a.start, hi = std::max(a.end, b.end);
+      }
+      ++i, ++j;
+    }
+    if (what.empty()) continue;
+    Difference d;
+    d.seq = snap.seq;
+    d.what = (snap.kind == Event::Kind::kLayout ? "layout of mm " : "final maps of mm ") + std::to_string(s.mm) + ": " + what;
+    d.cause = cause_all == "the layout replica" ? cause_all : CauseOf(s, lo, hi);
+    if (first) {
+      d.context = "  the kernel's VMAs:\n" + around(k, i > 0 ? i - 1 : 0) + "  the replay's VMAs:\n" + around(r, j > 0 ? j - 1 : 0);
+      first = false;
+    }
+    AddDifference(std::move(d));
+  }
+}
+
+void Replayer::RunThread(int tid, const std::vector<const Event*>& events) {
+  client::ClientOptions co = o_.client;
+  co.own_connection = true;
+  Client c(co);
+  (void)tid;
+  const uint64_t t_first = t_.events.empty() ? 0 : t_.events.front().t_ns;
+  for (const Event* e : events) {
+    size_t pos = 0;
+    if (o_.check) {
+      pos = static_cast<size_t>(std::lower_bound(call_order_.begin(), call_order_.end(), e->seq) - call_order_.begin());
+      std::unique_lock<std::mutex> l(turn_mu_);
+      turn_cv_.wait(l, [&] { return turn_ == pos; });
+    }
+    if (o_.paced) std::this_thread::sleep_until(start_ + std::chrono::nanoseconds(e->t_ns - std::min(e->t_ns, t_first)));
+    Space& s = *spaces_.at(e->mm);
+    Outcome out = Issue(c, s, *e);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (out.kind == Outcome::Kind::kIssued) {
+        ++r_.issued;
+        ++r_.by_sys[e->sys];
+      } else if (out.kind == Outcome::Kind::kUnsupported) {
+        ++r_.unsupported[out.name];
+      } else {
+        ++r_.recorded_only;
+      }
+    }
+    if (out.kind == Outcome::Kind::kUnsupported) {
+      // What the kernel changed that the replay did not.
+      Taint t;
+      t.why = "unsupported " + out.name + " at #" + std::to_string(e->seq);
+      const uint64_t a = static_cast<uint64_t>(Arg(*e, "addr")), len = static_cast<uint64_t>(Arg(*e, "len"));
+      std::lock_guard<std::mutex> l(s.mu);
+      if (e->sys == "brk") {
+        if (e->ret > 0) {
+          s.brk_hi = std::max(s.brk_hi, static_cast<uint64_t>(e->ret));
+          if (s.brk_lo == 0) s.brk_lo = static_cast<uint64_t>(e->ret);
+        }
+        t.lo = s.brk_lo, t.hi = s.brk_hi;  // the heap, once it has grown
+      } else if (e->sys == "mremap") {
+        const uint64_t oa = static_cast<uint64_t>(Arg(*e, "old_addr"));
+        s.taints.push_back({oa, oa + static_cast<uint64_t>(Arg(*e, "old_len")), t.why});
+        if (e->ret > 0) t.lo = static_cast<uint64_t>(e->ret), t.hi = t.lo + static_cast<uint64_t>(Arg(*e, "new_len"));
+      } else if (e->sys == "mlockall" || e->sys == "munlockall") {
+        t.lo = 0, t.hi = ~uint64_t{0};
+      } else if (e->sys != "mincore" && e->sys != "fcntl" && out.name != "fork") {
+        t.lo = a, t.hi = a + len;
+      }
+      if (t.hi > t.lo) s.taints.push_back(t);
+    }
+    if (!out.differs.empty() && out.ok) {
+      std::lock_guard<std::mutex> l(s.mu);
+      s.taints.push_back({out.value, out.value + static_cast<uint64_t>(Arg(*e, "len")), out.differs + " at #" + std::to_string(e->seq)});
+    }
+    if (o_.check && out.kind == Outcome::Kind::kIssued) Check(s, *e, out, c);
+    {
+      std::lock_guard<std::mutex> l(s.mu);
+      std::string res = out.kind == Outcome::Kind::kUnsupported ? "not replayed (unsupported)"
+                        : out.kind == Outcome::Kind::kRecordedOnly ? "recorded only"
+                        : out.ok ? (e->sys == "mmap" ? Hex(out.value) : "0")
+                                 : out.error.Name();
+      s.history.push_back(DescribeCall(*e) + "; replay: " + res);
+    }
+    if (o_.check) {
+      std::lock_guard<std::mutex> l(turn_mu_);
+      ++turn_;
+      turn_cv_.notify_all();
+    }
+  }
+}
+
+std::string ProfileForStats(const std::string& p) {
+  if (p.empty() || p == "default") return "";
+  return p.find(',') != std::string::npos || p.find('=') != std::string::npos ? "custom" : p;
+}
+
+ReplayResult Replayer::Run() {
+  // The address spaces: each has a layout record (exec, fork) and maybe an exit one.
+  for (const Event& e : t_.events) {
+    if (e.mm == 0) continue;
+    auto& s = spaces_[e.mm];
+    if (!s) {
+      s = std::make_unique<Space>();
+      s->mm = e.mm;
+    }
+    if (e.kind == Event::Kind::kLayout && s->layout == nullptr) s->layout = &e;
+    if (e.kind == Event::Kind::kExit) s->exit = &e;
+  }
+  if (!SetUpFiles()) return r_;
+  for (auto& [mm, s] : spaces_) {
+    if (!SetUpSpace(*s)) return r_;
+  }
+  std::map<int, std::vector<const Event*>> by_tid;
+  for (const Event& e : t_.events) {
+    if (e.kind != Event::Kind::kCall || e.mm == 0) continue;
+    by_tid[e.tid].push_back(&e);
+    call_order_.push_back(e.seq);
+  }
+  r_.threads = by_tid.size();
+  const std::string stats_profile = ProfileForStats(o_.locking_profile);
+  auto before = setup_.GetLockStats(stats_profile);
+  start_ = std::chrono::steady_clock::now();
+  {
+    std::vector<std::thread> threads;
+    for (const auto& [tid, events] : by_tid) threads.emplace_back([this, tid = tid, &events = events] { RunThread(tid, events); });
+    for (std::thread& th : threads) th.join();
+  }
+  r_.call_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  auto after = setup_.GetLockStats(stats_profile);
+  if (before.ok() && after.ok()) {
+    std::map<std::string, std::pair<uint64_t, uint64_t>> b;
+    for (const v1::LockStat& l : before.value().locks()) b[l.lock() + "-" + (l.mode() == "read" ? "R" : "W")] = {l.contentions(), l.acquisitions()};
+    for (const v1::LockStat& l : after.value().locks()) {
+      const std::string key = l.lock() + "-" + (l.mode() == "read" ? "R" : "W");
+      r_.contentions[key] = l.contentions() - b[key].first;
+      r_.acquisitions[key] = l.acquisitions() - b[key].second;
+    }
+  }
+  for (auto& [mm, s] : spaces_) {
+    if (s->exit == nullptr) continue;
+    FaultIn(setup_, *s, s->exit->snap.vmas);
+    if (o_.check) CompareMaps(setup_, *s, *s->exit, "");
+  }
+  for (auto& [mm, s] : spaces_) (void)setup_.DestroySpace(s->id);
+  for (auto& [id, fid] : files_) (void)setup_.CloseFile(fid);
+  std::stable_sort(r_.differences.begin(), r_.differences.end(),
+                   [](const Difference& a, const Difference& b) { return a.seq < b.seq; });
+  return r_;
+}
+
+}  // namespace
+
+size_t ReplayResult::Unexplained() const {
+  return static_cast<size_t>(std::count_if(differences.begin(), differences.end(),
+                                           [](const Difference& d) { return d.cause.empty(); }));
+}
+
+ReplayResult Replay(const Trace& t, const ReplayOptions& opt) {
+  Replayer r(t, opt);
+  return r.Run();
+}
+
+std::string UnsupportedSummary(const ReplayResult& r) {
+  uint64_t n = 0;
+  std::vector<std::pair<uint64_t, std::string>> v;
+  for (const auto& [name, c] : r.unsupported) {
+    n += c;
+    v.push_back({c, name});
+  }
+  if (n == 0) return "";
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  std::string s = "unsupported: " + std::to_string(n) + " calls (";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i].second + " " + std::to_string(v[i].first);
+  return s + ")";
+}
+
+std::string DescribeCall(const Event& e) {
+  std::string s = "#" + std::to_string(e.seq) + " tid " + std::to_string(e.tid) + " " + e.sys + "(";
+  bool first = true;
+  for (const auto& [k, v] : e.sargs) {
+    s += (first ? "" : ", ") + k + "=\"" + v + "\"";
+    first = false;
+  }
+  for (const auto& [k, v] : e.args) {
+    const bool hex = k == "addr" || k == "len" || k == "off" || k == "old_addr" || k == "old_len" || k == "new_len" ||
+                     k == "new_addr" || k == "flags";
+    s += (first ? "" : ", ") + k + "=" + (hex ? Hex(static_cast<uint64_t>(v)) : std::to_string(v));
+    first = false;
+  }
+  s += ")";
+  if (e.has_ret) s += " = " + (e.err.empty() ? (e.sys == "mmap" ? Hex(static_cast<uint64_t>(e.ret)) : std::to_string(e.ret)) : e.err);
+  return s;
+}
+
+}  // namespace vmspace::trace
