@@ -117,7 +117,7 @@ bool Daemon::StartMetrics(std::string* err) {
                                              t.page_cache_pages * vmspace::kPageSize,
                                              t.page_cache_dirty_pages * vmspace::kPageSize};
       },
-      VMSPACE_VERSION);
+      vmspace::metrics::BuildInfo{VMSPACE_VERSION, VMSPACE_COMMIT, cfg_.shard});
   exposer_->RegisterCollectable(collector_, "/metrics");
   const std::vector<int> ports = exposer_->GetListeningPorts();
   if (!ports.empty()) metrics_port_ = ports[0];

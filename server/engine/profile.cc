@@ -9,7 +9,8 @@ namespace vmspace {
 
 const char* const LockingProfile::kNames[kNamedCount] = {"linux-6.0", "linux-6.1", "linux-6.4",
                                                          "linux-6.6", "linux-6.7", "linux-6.15"};
-static_assert(kStatSlots == LockingProfile::kNamedCount + 1, "one statistics slot per named profile, plus custom");
+static_assert(kStatSlots == LockingProfile::kNamedCount + 2,
+              "one statistics slot per named profile, plus custom and none");
 
 const char* VmaLockModeName(VmaLockMode m) {
   switch (m) {

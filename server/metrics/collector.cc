@@ -12,6 +12,7 @@
 #include "engine/stats.h"
 #include "engine/types.h"
 #include "engine/writeback.h"
+#include "metrics/process_metrics.h"
 #include "metrics/rpc_stats.h"
 
 namespace vmspace::metrics {
@@ -97,23 +98,44 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
                      "Time locks were held (recorded only with --lock-stats=on).",
                      MetricType::Histogram);
   // Per locking profile (one statistics slot each), so profiles can be compared side
-  // by side on one daemon. The named profiles are always exported (from 0); "custom"
-  // once a space with overridden switches has done anything.
-  std::vector<std::pair<std::string, StatsSnapshot>> slots;
+  // by side on one daemon: a profile's series appear once it has taken a lock (a space
+  // of it exists and did something), and only the lock classes it can take (no per-VMA
+  // lock in linux-6.0 and 6.1). "none" is work outside any space.
+  struct ProfileSlot {
+    std::string name;
+    StatsSnapshot stats;
+    bool vma_lock;  // the profile has per-VMA locks
+    bool space;     // a space's profile (fault and VMA-lock series); not "none"
+  };
+  std::vector<ProfileSlot> slots;
   for (int slot = 0; slot < kStatSlots; slot++) {
     StatsSnapshot ps = ReadStats(slot);
-    bool active = slot < LockingProfile::kNamedCount || ps.event(Event::kPgfault) > 0;
-    for (size_t t = 0; t < ps.ops.size() && !active; t++)
-      for (uint64_t n : ps.ops[t]) active = active || n > 0;
+    bool active = ps.event(Event::kPgfault) > 0;
+    for (size_t c = 0; c < static_cast<size_t>(LockClass::kCount) && !active; c++)
+      for (size_t m = 0; m < static_cast<size_t>(LockMode::kCount); m++)
+        active = active || ps.lock(static_cast<LockClass>(c), static_cast<LockMode>(m)).acquisitions > 0;
     if (!active) continue;
-    slots.emplace_back(slot < LockingProfile::kNamedCount ? LockingProfile::kNames[slot] : "custom", std::move(ps));
+    if (slot < LockingProfile::kNamedCount) {
+      LockingProfile p;
+      std::string err;
+      LockingProfile::Parse(LockingProfile::kNames[slot], &p, &err);
+      slots.push_back({LockingProfile::kNames[slot], std::move(ps), p.vma_lock != VmaLockMode::kOff, true});
+    } else {
+      slots.push_back({slot == kStatSlotNone ? "none" : "custom", std::move(ps), slot != kStatSlotNone,
+                       slot != kStatSlotNone});
+    }
   }
-  for (const auto& [profile, ps] : slots) {
+  for (const auto& [profile, ps, has_vma_lock, space] : slots) {
     for (size_t c = 0; c < static_cast<size_t>(LockClass::kCount); c++) {
       for (size_t m = 0; m < static_cast<size_t>(LockMode::kCount); m++) {
         const auto cls = static_cast<LockClass>(c);
         const auto mode = static_cast<LockMode>(m);
         if (mode == LockMode::kRead && !LockClassShared(cls)) continue;  // never taken for read
+        if (cls == LockClass::kVmaLock && !has_vma_lock) continue;       // the profile has none
+        // Outside a space only the file and writeback locks are taken.
+        if (!space && (cls == LockClass::kMmapLock || cls == LockClass::kVmaLock || cls == LockClass::kPtl ||
+                       cls == LockClass::kPageTableLock))
+          continue;
         const LockStatCell& cell = ps.lock(cls, mode);
         std::vector<ClientMetric::Label> labels = {
             {"lock", LockClassName(cls)}, {"mode", LockModeName(mode)}, {"profile", profile}};
@@ -136,10 +158,11 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
                        "Simulated accesses by handler path (type) and outcome "
                        "(minor, handled = minor or major, sigsegv, sigbus, oom).",
                        MetricType::Counter);
-  for (const auto& [profile, ps] : slots)
-    for (const auto& fe : kFaultEvents)
-      AddValue(faults, {{"type", EventName(fe.event)}, {"outcome", fe.outcome}, {"profile", profile}},
-               static_cast<double>(ps.event(fe.event)));
+  for (const auto& [profile, ps, has_vma_lock, space] : slots)
+    if (space)
+      for (const auto& fe : kFaultEvents)
+        AddValue(faults, {{"type", EventName(fe.event)}, {"outcome", fe.outcome}, {"profile", profile}},
+                 static_cast<double>(ps.event(fe.event)));
   out.push_back(std::move(faults));
   auto single = [&](const char* name, const char* help, Event e) {
     auto f = Family(name, help, MetricType::Counter);
@@ -161,12 +184,15 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
                         "a page dropped its lock to throttle and returned VM_FAULT_RETRY "
                         "(shared_fault_completion=retry), handled again under mmap_lock.",
                         MetricType::Counter);
-  for (const auto& [profile, ps] : slots) {
+  for (const auto& [profile, ps, has_vma_lock, space] : slots) {
+    if (!space) continue;
     AddValue(around, {{"profile", profile}}, static_cast<double>(ps.event(Event::kFaultAroundPages)));
-    AddValue(retries, {{"reason", "file"}, {"profile", profile}},
-             static_cast<double>(ps.event(Event::kVmaLockRetryFile)));
-    AddValue(retries, {{"reason", "anon_vma"}, {"profile", profile}},
-             static_cast<double>(ps.event(Event::kVmaLockRetryAnonVma)));
+    if (has_vma_lock) {
+      AddValue(retries, {{"reason", "file"}, {"profile", profile}},
+               static_cast<double>(ps.event(Event::kVmaLockRetryFile)));
+      AddValue(retries, {{"reason", "anon_vma"}, {"profile", profile}},
+               static_cast<double>(ps.event(Event::kVmaLockRetryAnonVma)));
+    }
     AddValue(retries, {{"reason", "dirty"}, {"profile", profile}},
              static_cast<double>(ps.event(Event::kFaultRetryDirty)));
   }
@@ -179,9 +205,10 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
   const std::pair<Event, const char*> kVmaLock[] = {{Event::kVmaLockSuccess, "success"},
                                                     {Event::kVmaLockAbort, "abort"},
                                                     {Event::kVmaLockMiss, "miss"}};
-  for (const auto& [profile, ps] : slots)
-    for (const auto& [e, result] : kVmaLock)
-      AddValue(vmalock, {{"result", result}, {"profile", profile}}, static_cast<double>(ps.event(e)));
+  for (const auto& [profile, ps, has_vma_lock, space] : slots)
+    if (has_vma_lock)
+      for (const auto& [e, result] : kVmaLock)
+        AddValue(vmalock, {{"result", result}, {"profile", profile}}, static_cast<double>(ps.event(e)));
   out.push_back(std::move(vmalock));
   single("vmspace_frames_allocated_total", "Page frames allocated.",
          Event::kFramesAllocated);
@@ -208,9 +235,11 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
                     "Engine syscalls by operation and result errno (OK on success, "
                     "\"other\" for untracked errnos).",
                     MetricType::Counter);
+  // OK for every op; an errno once it has happened.
   for (size_t t = 0; t < static_cast<size_t>(OpType::kCount); t++)
     for (size_t i = 0; i < kTrackedErrnos.size(); i++)
-      AddValue(ops, {{"op", OpTypeName(static_cast<OpType>(t))},
+      if (i == 0 || s.ops[t][i] != 0)
+        AddValue(ops, {{"op", OpTypeName(static_cast<OpType>(t))},
                      {"errno", ErrnoLabel(kTrackedErrnos[i])}},
                static_cast<double>(s.ops[t][i]));
   out.push_back(std::move(ops));
@@ -238,9 +267,11 @@ void CollectRpc(const RpcSnapshot& s, std::vector<MetricFamily>& out) {
     AddValue(started, labels, static_cast<double>(c.started));
     AddValue(received, labels, static_cast<double>(c.msg_received));
     AddValue(sent, labels, static_cast<double>(c.msg_sent));
-    AddHistogram(latency, labels, kRpcLatencyBuckets, c.latency_hist,
-                 static_cast<double>(c.latency_ns_total) * 1e-9);
+    if (c.started != 0)  // the latency histogram of a method once it has been called
+      AddHistogram(latency, labels, kRpcLatencyBuckets, c.latency_hist,
+                   static_cast<double>(c.latency_ns_total) * 1e-9);
     for (int code = 0; code < kGrpcCodeCount; code++) {
+      if (code != 0 && c.handled[code] == 0) continue;  // OK always; another code once it happened
       auto l = labels;
       l.push_back({"grpc_code", GrpcCodeName(code)});
       AddValue(handled, std::move(l), static_cast<double>(c.handled[code]));
@@ -255,9 +286,8 @@ void CollectRpc(const RpcSnapshot& s, std::vector<MetricFamily>& out) {
 
 }  // namespace
 
-Collector::Collector(const FrameAllocator* frames, std::function<SpaceGauges()> gather_spaces,
-                     std::string version)
-    : frames_(frames), gather_spaces_(std::move(gather_spaces)), version_(std::move(version)) {}
+Collector::Collector(const FrameAllocator* frames, std::function<SpaceGauges()> gather_spaces, BuildInfo build)
+    : frames_(frames), gather_spaces_(std::move(gather_spaces)), build_(std::move(build)) {}
 
 std::vector<MetricFamily> Collector::Collect() const {
   std::vector<MetricFamily> out;
@@ -265,8 +295,13 @@ std::vector<MetricFamily> Collector::Collect() const {
 
   auto info = Family("vmspace_build_info", "Build information; the value is always 1.",
                      MetricType::Gauge);
-  AddValue(info, {{"version", version_}}, 1);
+  AddValue(info, {{"commit", build_.commit}, {"version", build_.version}}, 1);
   out.push_back(std::move(info));
+  auto shard = Family("vmspace_shard", "This daemon's shard (--shard): the high bits of its space and file ids.",
+                      MetricType::Gauge);
+  AddValue(shard, {}, build_.shard);
+  out.push_back(std::move(shard));
+  CollectProcess(out);
 
   SpaceGauges g;
   if (gather_spaces_) g = gather_spaces_();

@@ -29,23 +29,33 @@ struct SpaceGauges {
   uint64_t page_cache_dirty_bytes = 0;  // of them not yet written back * 4096
 };
 
+/// What vmspace_build_info and vmspace_shard say about this daemon.
+struct BuildInfo {
+  std::string version = "unknown";  // git describe of the build
+  std::string commit = "unknown";   // the commit hash
+  uint32_t shard = 0;               // --shard
+};
+
 /// A prometheus-cpp Collectable exporting the families listed in collector.cc
-/// (vmspace_* engine and space metrics, grpc_server_* RPC metrics, vmspace_build_info).
+/// (vmspace_* engine and space metrics, grpc_server_* RPC metrics, vmspace_build_info,
+/// vmspace_shard, process_*). A locking profile's series appear once a space of it has
+/// taken a lock, only for the lock classes the profile has; work outside any space is
+/// profile="none"; an errno or gRPC code other than OK once it has happened; a method's
+/// latency histogram once it has been called.
 /// Collect() is thread-safe and may run concurrently with requests; it takes only the
 /// stats registration mutexes and whatever `gather_spaces` takes.
 class Collector : public prometheus::Collectable {
  public:
   /// `frames` may be null (frame gauges then read 0) and must outlive the collector.
-  /// `gather_spaces` may be empty. `version` is the vmspace_build_info version label.
-  Collector(const FrameAllocator* frames, std::function<SpaceGauges()> gather_spaces,
-            std::string version);
+  /// `gather_spaces` may be empty.
+  Collector(const FrameAllocator* frames, std::function<SpaceGauges()> gather_spaces, BuildInfo build);
 
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
   const FrameAllocator* frames_;
   std::function<SpaceGauges()> gather_spaces_;
-  std::string version_;
+  BuildInfo build_;
 };
 
 }  // namespace vmspace::metrics

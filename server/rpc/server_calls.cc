@@ -17,7 +17,9 @@ grpc::Status VmSpaceService::GetLockStats(grpc::ServerContext* ctx,
     OpStatus s;
     int slot = -1;
     const std::string& name = req->locking_profile();
-    if (name == "custom") {
+    if (name == "none") {
+      slot = kStatSlotNone;
+    } else if (name == "custom") {
       LockingProfile custom;
       custom.name = "custom";
       slot = custom.stats_slot();

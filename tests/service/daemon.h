@@ -327,6 +327,12 @@ inline double Get(const Samples& s, const std::string& key) {
   return it == s.end() ? -1 : it->second;
 }
 
+/// Value of a counter series, 0 if absent (the exporter adds a series once it can move).
+inline double Count(const Samples& s, const std::string& key) {
+  auto it = s.find(key);
+  return it == s.end() ? 0 : it->second;
+}
+
 /// Path of an executable named `name` found on PATH, or "".
 inline std::string FindOnPath(const std::string& name) {
   const char* path = getenv("PATH");

@@ -114,7 +114,8 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
   EXPECT_EQ(Get(anon, SeriesKey("vmspace_fault_retries_total", {{"profile", "linux-6.15"}, {"reason", "file"}})), 0);
   EXPECT_EQ(Get(anon, SeriesKey("vmspace_page_cache_bytes")), 0);
   const Samples s = ParseMetrics(body);
-  EXPECT_EQ(Get(s, SeriesKey("vmspace_build_info", {{"version", VMSPACE_VERSION}})), 1);  // the build's
+  EXPECT_EQ(Get(s, SeriesKey("vmspace_build_info", {{"commit", VMSPACE_COMMIT}, {"version", VMSPACE_VERSION}})),
+            1);  // the build's
   // Every lock class is exported; spinlocks and mutexes only in mode write (nothing
   // exported that can never move).
   for (const char* lock : {"mmap_lock", "vma_lock", "i_mmap_rwsem", "ptl", "page_table_lock", "i_pages_lock",
@@ -242,7 +243,7 @@ TEST_F(MetricsTest, CountsMatchTheWorkDone) {
   }
 
   const Samples after = ParseMetrics(Scrape());
-  auto delta = [&](const std::string& k) { return Get(after, k) - Get(before, k); };
+  auto delta = [&](const std::string& k) { return Count(after, k) - Count(before, k); };
   // Engine ops (unary + batch).
   EXPECT_EQ(delta(mmap_ok), kMmaps + 2);
   EXPECT_EQ(delta(mmap_einval), kBad);
@@ -308,11 +309,73 @@ TEST_F(MetricsTest, DirtyRetriesByReason) {
     const std::string dirty =
         SeriesKey("vmspace_fault_retries_total", {{"profile", "linux-6.15"}, {"reason", "dirty"}});
     const bool retry = std::string(mode) == "retry";
-    EXPECT_EQ(Get(after, dirty) - Get(before, dirty), kPages) << mode;  // both runs' sum: the retry run's
+    EXPECT_EQ(Count(after, dirty) - Count(before, dirty), kPages) << mode;  // both runs' sum: the retry run's
     EXPECT_EQ(Get(after, "vmspace_pgfault_total") - Get(before, "vmspace_pgfault_total"),
               retry ? 2 * kPages : 3 * kPages)
         << mode;
   }
+}
+
+// A fresh daemon exports a few hundred samples, none of a locking profile no space has
+// used; a profile's series appear with its first space, without the lock classes it
+// cannot take; file work outside any space is profile="none"; process_*, the shard and
+// the build's commit are exported.
+TEST_F(MetricsTest, OnlySeriesThatCanMoveAreExported) {
+  const std::string fresh = Scrape();
+  const Samples s0 = ParseMetrics(fresh);
+  EXPECT_LT(s0.size(), 1000u) << fresh;
+  for (const auto& [key, v] : s0) {  // no space yet: only work outside any space ("none")
+    EXPECT_EQ(key.find("profile=\"linux-"), std::string::npos) << key;
+    EXPECT_EQ(key.find("profile=\"custom"), std::string::npos) << key;
+  }
+  EXPECT_EQ(Get(s0, SeriesKey("vmspace_build_info", {{"commit", VMSPACE_COMMIT}, {"version", VMSPACE_VERSION}})), 1);
+  EXPECT_EQ(Get(s0, "vmspace_shard"), 0);
+  EXPECT_GT(Get(s0, "process_open_fds"), 3);
+  EXPECT_GT(Get(s0, "process_max_fds"), Get(s0, "process_open_fds"));
+  EXPECT_GT(Get(s0, "process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GT(Get(s0, "process_start_time_seconds"), 1.7e9);
+  // No errno but OK, and no gRPC code but OK, before anything failed; no latency
+  // histogram of a method never called.
+  EXPECT_EQ(Get(s0, SeriesKey("vmspace_ops_total", {{"errno", "EINVAL"}, {"op", "mmap"}})), -1);
+  EXPECT_EQ(Get(s0, SeriesKey("vmspace_ops_total", {{"errno", "OK"}, {"op", "mmap"}})), 0);
+  EXPECT_EQ(Get(s0, Rpc("grpc_server_handled_total", "Mmap", "unary", "NotFound")), -1);
+  EXPECT_EQ(Get(s0, Rpc("grpc_server_handled_total", "Mmap", "unary", "OK")), 0);
+  EXPECT_EQ(Get(s0, Rpc("grpc_server_handling_seconds_count", "Mmap", "unary")), -1);
+
+  // File work (a memfd written through the page cache) is profile "none": page-cache
+  // locks only.
+  v1::CreateShmemFileRequest cq;
+  cq.set_size(kPage);
+  v1::CreateShmemFileResponse cr;
+  ASSERT_TRUE(stub_->CreateShmemFile(Ctx().get(), cq, &cr).ok());
+  v1::WriteFileRequest wq;
+  wq.set_file_id(cr.file_id());
+  wq.set_data("x");
+  v1::WriteFileResponse wr;
+  ASSERT_TRUE(stub_->WriteFile(Ctx().get(), wq, &wr).ok());
+  // A linux-6.0 space (no per-VMA lock) faulting, and a bad mmap.
+  v1::SpaceSettings settings;
+  settings.set_locking_profile("linux-6.0");
+  ASSERT_EQ(WriteEachPage(settings, MAP_PRIVATE | MAP_ANONYMOUS, 4), 4u);
+  v1::MmapRequest bad;
+  bad.set_len(kPage);
+  v1::MmapResponse br;
+  EXPECT_FALSE(stub_->Mmap(Ctx().get(), bad, &br).ok());
+  const Samples s1 = ParseMetrics(Scrape());
+  auto lock = [&](const char* l, const char* mode, const char* profile) {
+    return Get(s1, SeriesKey("vmspace_lock_acquisitions_total", {{"lock", l}, {"mode", mode}, {"profile", profile}}));
+  };
+  EXPECT_GE(lock("i_pages_lock", "write", "none"), 1);
+  EXPECT_EQ(lock("mmap_lock", "read", "none"), -1);
+  EXPECT_GE(lock("mmap_lock", "read", "linux-6.0"), 4);
+  EXPECT_EQ(lock("vma_lock", "read", "linux-6.0"), -1);  // linux-6.0 has no per-VMA lock
+  EXPECT_EQ(Get(s1, SeriesKey("vmspace_vma_lock_total", {{"profile", "linux-6.0"}, {"result", "success"}})), -1);
+  EXPECT_EQ(lock("mmap_lock", "read", "linux-6.6"), -1);  // no space of it
+  EXPECT_EQ(Get(s1, SeriesKey("vmspace_faults_total",
+                              {{"outcome", "minor"}, {"profile", "linux-6.0"}, {"type", "anon_write"}})),
+            4);
+  EXPECT_GE(Get(s1, Rpc("grpc_server_handling_seconds_count", "Mmap", "unary")), 2);
+  EXPECT_EQ(Get(s1, Rpc("grpc_server_handled_total", "Mmap", "unary", "NotFound")), 1);  // space 0
 }
 
 TEST_F(MetricsTest, LockMetricsArePerProfile) {

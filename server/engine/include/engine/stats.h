@@ -120,8 +120,11 @@ struct StatsSnapshot {
 /// Statistics are kept per locking-profile slot (LockingProfile::stats_slot()), so one
 /// daemon can compare profiles side by side. Slot of the calling thread: set by every
 /// AddressSpace entry point for the space's profile. One per named profile
-/// (LockingProfile::kNamedCount, checked in profile.cc) plus "custom".
-inline constexpr int kStatSlots = 7;
+/// (LockingProfile::kNamedCount, checked in profile.cc), "custom", and "none": work
+/// outside any space (file calls, the writeback thread), the slot of a thread that is
+/// in no StatsSlotScope.
+inline constexpr int kStatSlots = 8;
+inline constexpr int kStatSlotNone = kStatSlots - 1;
 
 namespace stats_internal {
 struct LockCell {  // times in TSC ticks (converted to ns by ReadStats)
@@ -141,7 +144,7 @@ struct Slot {
 struct alignas(kDestructiveInterferenceBytes) ThreadBlock {
   std::array<Slot, kStatSlots> slots;
 };
-inline thread_local constinit int tls_slot = 0;
+inline thread_local constinit int tls_slot = kStatSlotNone;
 /// The calling thread's counters for its current profile slot.
 inline Slot& Block() { return PerThread<ThreadBlock>::Get().slots[tls_slot]; }
 // Single-writer increment: only the owning thread writes its block.
