@@ -200,6 +200,7 @@ int VisitVma(Walk& w, Vma** vp, uint64_t s, uint64_t e) ABSL_SHARED_LOCKS_REQUIR
       if (v->vm_flags & (VM_SPECIAL | VM_HUGETLB | VM_LOCKED)) return EINVAL;
       m.mmap_lock.AssertHeld();
       VmaStartWriteLocked(m, v);  // no fault runs in v meanwhile
+      v->vm_flags |= VM_MAYBE_GUARD;  // the whole VMA, no split (vma_flag_set_atomic)
       return GuardInstall(w, v, s, e);
     case MADV_GUARD_REMOVE:  // is_valid_guard_vma(allow_locked = true)
       if (v->vm_flags & (VM_SPECIAL | VM_HUGETLB)) return EINVAL;
@@ -245,7 +246,7 @@ int VisitVma(Walk& w, Vma** vp, uint64_t s, uint64_t e) ABSL_SHARED_LOCKS_REQUIR
   // unavailable": a split refused at max_map_count.
   if (!r) return err == ENOMEM ? EAGAIN : err;
   VmaStartWriteLocked(m, r);
-  r->vm_flags = nf;  // vm_flags_reset
+  r->vm_flags = nf | (r->vm_flags & VM_MAYBE_GUARD);  // vm_flags_reset; sticky flags stay
   *vp = r;
   return 0;
 }

@@ -80,6 +80,9 @@ enum VmFlag : uint64_t {
   VM_MAYSHARE = 0x80,
   VM_GROWSDOWN = 0x100,
   VM_PFNMAP = 0x400,
+  /// Guard markers may be in the VMA (set by MADV_GUARD_INSTALL on the whole VMA, never
+  /// cleared; sticky: ignored when VMAs merge, kept by the merged one). smaps "gu".
+  VM_MAYBE_GUARD = 0x800,
   VM_LOCKED = 0x2000,
   VM_IO = 0x4000,
   VM_SEQ_READ = 0x8000,    // MADV_SEQUENTIAL
