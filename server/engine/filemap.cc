@@ -425,7 +425,7 @@ uint64_t DoFaultAround(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t) {
     if (!f->removed.load(std::memory_order_acquire) && index < file->size_pages()) {
       const int i = static_cast<int>(from + k);
       SpinGuard l(t->ptl);
-      if (!(t->Get(i) & kPtePresent)) {
+      if (t->Get(i) == 0) {  // pte_none: not a guard marker either
         t->Set(i, MakePte(f->frame, bits));
         mapped++;
       }

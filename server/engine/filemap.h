@@ -253,6 +253,19 @@ struct File : std::enable_shared_from_this<File> {
   /// every VMA of i_mmap, private COW copies included (freed after a grace period).
   /// Takes i_mmap_rwsem for read and each PTE lock.
   void UnmapMappingRange(uint64_t first, uint64_t last);
+  /// fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE) of pages [first, last]
+  /// (shmem_fallocate; a host filesystem's punch hole through truncate_pagecache_range):
+  /// unmaps the page-cache pages there from every VMA of i_mmap (private COW copies
+  /// stay: even_cows = 0), removes them from the page cache (dirty data is dropped),
+  /// and punches the host file. i_size does not change. Returns 0 or the host
+  /// fallocate's errno (EOPNOTSUPP where the filesystem cannot punch). Takes i_rwsem;
+  /// no engine lock may be held (mm/madvise.c madvise_remove drops mmap_lock).
+  int PunchHole(uint64_t first, uint64_t last);
+  /// mapping_evict_folio() (mm/truncate.c) for the folio at `index`: removes it from
+  /// the page cache if it is clean, not under writeback and mapped by no PTE of any
+  /// VMA in i_mmap. Returns true if it did. Takes the folio lock, i_mmap_rwsem (read),
+  /// the i_pages lock; no engine lock may be held.
+  bool EvictCleanFolio(uint64_t index);
   /// Pages of i_size (the first index beyond EOF).
   uint64_t size_pages() const {
     return (i_size.load(std::memory_order_acquire) + kPageSize - 1) >> kPageShift;

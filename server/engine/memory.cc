@@ -17,6 +17,7 @@
 #include "engine/per_thread.h"
 #include "engine/stats.h"
 #include "filemap.h"
+#include "madvise.h"
 #include "mm.h"
 #include "memory.h"
 #include "mmap.h"
@@ -75,6 +76,14 @@ void ZapPteRange(MmStruct& mm, Vma* v, uint64_t start, uint64_t end, std::vector
   });
 }
 
+void ZapGuardMarkers(MmStruct& mm, uint64_t start, uint64_t end) {
+  mm.pt.ForEachTable(start, end, [&](PageTable::PteTable& t, int i0, int i1, uint64_t) {
+    SpinGuard l(t.ptl);
+    for (int i = i0; i < i1; i++)
+      if (IsGuardMarker(t.Get(i))) t.Clear(i);
+  });
+}
+
 bool FreeZappedPagesIfUnused(MmStruct& mm, std::vector<void*>& pages) {
   if (pages.empty() || !mm.tlb_users.Idle()) return false;
   mm.frames.FreeBatch(pages, ThreadShard());
@@ -113,6 +122,10 @@ FaultOutcome HandleMmFault(MmStruct& mm, VmFault& vmf) {
   }
   const int i = PageTable::PteIndex(vmf.address);
   const uint64_t orig = t->Get(i);  // vmf->orig_pte; every change re-checks it (pte_same)
+  if (IsGuardMarker(orig)) {  // handle_pte_marker(): a guard region (MADV_GUARD_INSTALL)
+    CountEvent(Event::kPgfault);
+    return FaultOutcome::kSigsegv;
+  }
   if (v->vm_file) {
     const FaultOutcome o = DoFileFault(mm, vmf, t, i, orig);
     if (!vmf.retry) CountEvent(Event::kPgfault);  // a late VM_FAULT_RETRY is not counted either
@@ -398,6 +411,10 @@ FaultResult FaultInVma(MmStruct& mm, Vma* v, uint64_t addr, AccessType acc, bool
   // fault_dirty_shared_page(): the PTE is installed; the caller drops its lock and
   // throttles (a second attempt, FAULT_FLAG_TRIED, keeps its lock and does not).
   if (vmf.dirtied && fpin) *fpin = v->vm_file;
+  if (o == FaultOutcome::kSigsegv) {  // VM_FAULT_SIGSEGV (a guard marker): bad_area_nosemaphore
+    r.vm_fault = VM_FAULT_SIGSEGV;
+    return segv(kSegvMaperr);
+  }
   if (o == FaultOutcome::kSigbus) {
     r.vm_fault = VM_FAULT_SIGBUS;
     r.outcome = o;
@@ -532,7 +549,13 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
             // clears it either sees us here or is seen (FreeZappedPagesIfUnused).
             const int cell = m.tlb_users.Enter();
             const uint64_t pte = t->GetSync(i);
-            const bool hit = PteAllows(pte, acc);
+            bool hit = PteAllows(pte, acc);
+            // A store to a page given MADV_FREE makes it dirty again (the CPU sets the
+            // PTE's dirty bit atomically): it is kept by ShrinkLazyFree from now on.
+            if (hit && acc == AccessType::kWrite && (pte & kPteLazyFree)) {
+              uint64_t expect = pte;
+              hit = t->pte[i].compare_exchange_strong(expect, pte & ~kPteLazyFree, std::memory_order_seq_cst);
+            }
             if (hit) touch(static_cast<uint8_t*>(PteFrame(pte)));
             m.tlb_users.Exit(cell);
             if (hit) return res;
@@ -547,6 +570,7 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
     FaultResult r = DoUserAddrFault(m, addr, acc);
     if (r.outcome == FaultOutcome::kOom && !reclaimed) {
       reclaimed = true;
+      ShrinkLazyFree(m);  // memory pressure: MADV_FREE pages not written since go first
       m.frames.Reclaim();
       continue;
     }

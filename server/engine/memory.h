@@ -53,15 +53,21 @@ inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_fault_retry_test_hook
 /// i_mmap_rwsem with v linked, which keeps v's fields and page tables in place.
 void ZapPteRange(MmStruct& mm, Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages);
 
+/// Clears the guard markers (kPteGuardMarker) of [start, end) (zap_nonpresent_ptes
+/// with ZAP_FLAG_DROP_MARKER, mm/memory.c). Caller holds mmap_lock.
+void ZapGuardMarkers(MmStruct& mm, uint64_t start, uint64_t end);
+
 /// unmap_page_range() for [start, end) of v: each PTE is read and cleared in one step
 /// under its table's PTE lock (ptep_get_and_clear), so a racing fault or zap can
 /// never make a frame be freed twice or not at all. Private anonymous frames go to
 /// `pages` (the caller frees them, after a grace period unless no reader can exist);
-/// RSS counters follow. Caller holds mmap_lock (read: munmap after its downgrade,
-/// MADV_DONTNEED; write: MAP_FIXED replacement, exit).
+/// RSS counters follow. Guard markers go too (unmap_vmas' ZAP_FLAG_DROP_MARKER; a
+/// madvise zap calls ZapPteRange, which keeps them). Caller holds mmap_lock (read:
+/// munmap after its downgrade; write: MAP_FIXED replacement, exit).
 inline void ZapRangeLocked(MmStruct& mm, Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages)
     ABSL_SHARED_LOCKS_REQUIRED(mm.mmap_lock) {
   ZapPteRange(mm, v, start, end, pages);
+  ZapGuardMarkers(mm, start, end);
 }
 
 /// tlb_finish_mmu()'s free of the pages a zap gathered: if no thread is in the

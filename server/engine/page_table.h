@@ -33,7 +33,18 @@ enum PteBits : uint64_t {
   /// Software bit (x86 leaves bits 9-11 to the OS): the frame is a page-cache page of
   /// the VMA's file, not a private anonymous frame the PTE owns (!PageAnon).
   kPteFile = 1ull << 9,
+  /// Software bit: a private anonymous page given MADV_FREE and not written since (the
+  /// clean state of Linux's lazyfree folio, whose PTE dirty bit madvise_free cleared).
+  /// A store clears it (the CPU setting the dirty bit: AccessPage); reclaim
+  /// (ShrinkLazyFree) drops a page that still has it.
+  kPteLazyFree = 1ull << 10,
 };
+/// A non-present PTE value marking a guard page (MADV_GUARD_INSTALL; Linux's
+/// PTE_MARKER_GUARD swap-entry marker): any access faults with SIGSEGV (SEGV_MAPERR, as
+/// VM_FAULT_SIGSEGV -> bad_area_nosemaphore), zaps by MADV_DONTNEED, truncate and
+/// mprotect leave it, munmap and exit remove it. Not a frame: no RSS, no rmap.
+inline constexpr uint64_t kPteGuardMarker = 1ull << 11;
+inline bool IsGuardMarker(uint64_t pte) { return pte == kPteGuardMarker; }
 inline uint64_t PageAlign(uint64_t x) { return (x + kPageSize - 1) & kPageMask; }
 
 inline void* PteFrame(uint64_t pte) { return reinterpret_cast<void*>(pte & ~0xfffull); }

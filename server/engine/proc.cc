@@ -108,7 +108,7 @@ std::string AddressSpace::VmFlagsString(uint64_t flags) {
   // fs/proc/task_mmu.c show_smap_vma_flags: one mnemonic per set bit, in bit order.
   static const char* const kNames[64] = {
       "rd", "wr", "ex", "sh", "mr", "mw", "me", "ms",  // 0-7
-      "gd", "um", "pf", "",   "uw", "lo", "io", "sr",  // 8-15
+      "gd", "um", "pf", "gu", "uw", "lo", "io", "sr",  // 8-15
       "rr", "dc", "de", "lf", "ac", "nr", "ht", "sf",  // 16-23
       "ar", "wf", "dd", "sd", "mm", "hg", "nh", "mg",  // 24-31
   };

@@ -2,6 +2,7 @@
 // Truncation of a file's page cache and the unmapping of its pages from every space
 // (mm/truncate.c truncate_setsize / truncate_pagecache / truncate_inode_pages_range,
 // mm/memory.c unmap_mapping_range; Linux 6.18).
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +46,40 @@ int HostTruncate(int fd, uint64_t size) {
 }
 }  // namespace
 
+namespace {
+/// truncate_inode_pages_range() (mm/truncate.c): removes the page-cache pages of
+/// [first, end) (pages), dropping their dirty state; each folio under its lock, freed
+/// after a grace period.
+void TruncateInodePagesRange(File& file, uint64_t first, uint64_t end) {
+  std::vector<uint64_t> indexes;
+  {
+    RcuReadGuard g;
+    uint64_t index = first;
+    while (index < end && file.pages.Find(&index, end)) indexes.push_back(index++);
+  }
+  for (uint64_t index : indexes) {
+    Folio* f;
+    {
+      RcuReadGuard g;
+      f = file.pages.Load(index);
+      if (f) f->Lock();
+    }
+    if (!f) continue;
+    const bool ours = !f->removed.load(std::memory_order_relaxed);
+    if (ours) {  // filemap_remove_folio
+      MutexLock l(file.i_pages_lock);
+      file.pages.Store(index, nullptr);
+      f->removed.store(true, std::memory_order_release);
+      file.nrpages.fetch_sub(1, std::memory_order_relaxed);
+      file.ClearDirty(f);
+      file.EndWritebackLocked(f);  // a writeback between its passes (no folio lock) skips it now
+    }
+    f->Unlock();
+    if (ours) FreeFolioDeferred(f);
+  }
+}
+}  // namespace
+
 int File::SetSizeLocked(uint64_t size) {
   const uint64_t old = i_size.load(std::memory_order_relaxed);
   if (size >= old) {
@@ -62,32 +97,7 @@ int File::SetSizeLocked(uint64_t size) {
   // folio lock across the first pass installed its PTE before we removed the folio).
   const uint64_t holebegin = (size + kPageSize - 1) >> kPageShift;
   UnmapMappingRange(holebegin, ~0ull >> kPageShift);
-  std::vector<uint64_t> indexes;
-  {
-    RcuReadGuard g;
-    uint64_t index = holebegin;
-    while (pages.Find(&index, ~0ull)) indexes.push_back(index++);
-  }
-  for (uint64_t index : indexes) {
-    Folio* f;
-    {
-      RcuReadGuard g;
-      f = pages.Load(index);
-      if (f) f->Lock();
-    }
-    if (!f) continue;
-    const bool ours = !f->removed.load(std::memory_order_relaxed);
-    if (ours) {  // filemap_remove_folio
-      MutexLock l(i_pages_lock);
-      pages.Store(index, nullptr);
-      f->removed.store(true, std::memory_order_release);
-      nrpages.fetch_sub(1, std::memory_order_relaxed);
-      ClearDirty(f);
-      EndWritebackLocked(f);  // a writeback between its passes (no folio lock) skips it now
-    }
-    f->Unlock();
-    if (ours) FreeFolioDeferred(f);
-  }
+  TruncateInodePagesRange(*this, holebegin, ~0ull);
   // truncate_inode_partial_folio(): the rest of the last page reads as zeros (atomic
   // stores: mapped readers may be looking at it).
   if (size & (kPageSize - 1)) {
@@ -122,6 +132,82 @@ void File::ZeroPostEofLocked(uint64_t old_size, uint64_t pos) {
   for (uint64_t o = old_size; o < std::min(pos, page_end); o++)
     __atomic_store_n(p + (o & (kPageSize - 1)), 0, __ATOMIC_RELAXED);
   f->Unlock();
+}
+
+namespace {
+/// unmap_mapping_range(..., even_cows = 0) of pages [first, last]: only PTEs mapping
+/// page-cache pages (kPteFile) are cleared, in every VMA of i_mmap.
+void UnmapMappingPages(File& file, uint64_t first, uint64_t last) {
+  ReadGuard l(file.i_mmap_rwsem);
+  for (const auto& [pgoff, v] : file.i_mmap) {
+    if (pgoff > last) break;
+    const uint64_t vlast = pgoff + v->pages() - 1;
+    if (vlast < first) continue;
+    const uint64_t s = v->vm_start + ((std::max(first, pgoff) - pgoff) << kPageShift);
+    const uint64_t e = v->vm_start + ((std::min(last, vlast) - pgoff + 1) << kPageShift);
+    MmStruct& m = *v->vm_mm;
+    int64_t n = 0;
+    m.pt.ForEachTable(s, e, [&](PageTable::PteTable& t, int i0, int i1, uint64_t) {
+      SpinGuard g(t.ptl);
+      for (int i = i0; i < i1; i++)
+        if ((t.Get(i) & kPtePresent) && (t.Get(i) & kPteFile)) {
+          t.Clear(i);
+          n++;
+        }
+    });
+    if (n) {
+      StatsSlotScope slot(m.stats_slot);
+      m.AddRss(file.shmem() ? MM_SHMEMPAGES : MM_FILEPAGES, -n);
+    }
+  }
+}
+}  // namespace
+
+int File::PunchHole(uint64_t first, uint64_t last) {
+  MutexLock l(i_rwsem);
+  UnmapMappingPages(*this, first, last);
+  TruncateInodePagesRange(*this, first, last + 1);
+  UnmapMappingPages(*this, first, last);  // a fault that held a folio lock across the first pass
+  if (fd < 0) return 0;
+  const uint64_t size = i_size.load(std::memory_order_relaxed);
+  const uint64_t off = first << kPageShift;
+  if (off >= size) return 0;
+  if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off),
+                static_cast<off_t>(std::min((last + 1) << kPageShift, size) - off)) != 0)
+    return errno;
+  return 0;
+}
+
+bool File::EvictCleanFolio(uint64_t index) {
+  Folio* f;
+  {
+    RcuReadGuard g;
+    f = pages.Load(index);
+    if (f) f->Lock();
+  }
+  if (!f) return false;
+  bool evict = !f->removed.load(std::memory_order_relaxed) && !f->dirty.load(std::memory_order_relaxed) &&
+               !f->writeback.load(std::memory_order_relaxed);
+  if (evict) {  // folio_mapped(): any PTE of any VMA of i_mmap still mapping it
+    ReadGuard l(i_mmap_rwsem);
+    for (const auto& [pgoff, v] : i_mmap) {
+      if (pgoff > index) break;
+      if (pgoff + v->pages() <= index) continue;
+      const uint64_t a = v->vm_start + ((index - pgoff) << kPageShift);
+      PageTable::PteTable* t = v->vm_mm->pt.Lookup(a, false);
+      const uint64_t pte = t ? t->Get(PageTable::PteIndex(a)) : 0;
+      if ((pte & kPtePresent) && PteFrame(pte) == f->frame) evict = false;
+    }
+  }
+  if (evict) {  // filemap_remove_folio
+    MutexLock l(i_pages_lock);
+    pages.Store(index, nullptr);
+    f->removed.store(true, std::memory_order_release);
+    nrpages.fetch_sub(1, std::memory_order_relaxed);
+  }
+  f->Unlock();
+  if (evict) FreeFolioDeferred(f);
+  return evict;
 }
 
 }  // namespace vmspace

@@ -22,9 +22,10 @@ constexpr uint64_t kUserPgtablesCeiling = 1ull << 48;
 
 bool AnonCompatible(AnonVma* a, AnonVma* b) { return !a || !b || a == b; }
 
-/// is_mergeable_vma(): same flags (no VM_SOFTDIRTY here), same struct file.
+/// is_mergeable_vma(): same flags but VM_IGNORE_MERGE (VM_MAYBE_GUARD; no
+/// VM_SOFTDIRTY here), same struct file.
 bool Mergeable(const Vma* v, uint64_t flags, const OpenFile* file) {
-  return v->vm_flags == flags && v->vm_file.get() == file;
+  return ((v->vm_flags ^ flags) & ~uint64_t{VM_MAYBE_GUARD}) == 0 && v->vm_file.get() == file;
 }
 
 // i_mmap updates (vma_prepare() .. vma_complete()): under the File's i_mmap_rwsem for

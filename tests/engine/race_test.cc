@@ -136,6 +136,108 @@ TEST_P(Race, DontneedRacingFaultsAccountsEveryFrame) {
   EXPECT_EQ(as->Validate(), "");
 }
 
+/// After a round of MADV_FREE / MADV_DONTNEED / guard races: once the deferred frees
+/// have run, the frames in use are exactly the space's anonymous pages.
+void ExpectExactFrames(FrameAllocator& frames, AddressSpace& as, int round) {
+  RcuBarrier();
+  ASSERT_EQ(as.Validate(), "") << "round " << round;
+  ASSERT_EQ(frames.in_use_frames(), static_cast<int64_t>(as.Counters().anon_pages)) << "round " << round;
+}
+
+TEST_P(Race, WritesAfterFreeSurviveReclaim) {
+  // Each round: every page written and given MADV_FREE; then two writers store into
+  // their halves (each store followed by a read of it) while another thread reclaims
+  // lazily freed pages. A store clears the page's clean state before it lands (the
+  // dirty bit), so the reclaim either dropped the page before (the store faults a new
+  // frame in) or keeps it: a read after a store never sees anything else.
+  constexpr uint64_t kPages = 256;
+  const uint64_t base = as->Mmap(0, kPages * P, RW, PA).value;
+  const int rounds = Iterations(100);
+  for (int r = 0; r < rounds; r++) {
+    ASSERT_TRUE(as->Access(base, kPages * P, P, AccessType::kWrite).ok());
+    ASSERT_EQ(as->Madvise(base, kPages * P, MADV_FREE).error, 0);
+    std::atomic<bool> stop{false};
+    std::atomic<int> lost{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 2; t++)
+      ts.emplace_back([&, t] {
+        for (uint64_t i = t; i < kPages; i += 2) {
+          const uint8_t v = static_cast<uint8_t>(0x80 | (i & 0x7f));
+          uint8_t got = 0;
+          if (!as->WriteMemory(base + i * P + 7, &v, 1).ok() || !as->ReadMemory(base + i * P + 7, &got, 1).ok() ||
+              got != v)
+            lost++;
+        }
+      });
+    ts.emplace_back([&] {
+      while (!stop.load()) as->ReclaimLazyFree();
+    });
+    ts[0].join();
+    ts[1].join();
+    stop = true;
+    ts[2].join();
+    ASSERT_EQ(lost.load(), 0) << "round " << r;
+    for (uint64_t i = 0; i < kPages; i++) {  // the stores are still there after one more reclaim
+      uint8_t got = 0;
+      as->ReclaimLazyFree();
+      ASSERT_TRUE(as->ReadMemory(base + i * P + 7, &got, 1).ok());
+      ASSERT_EQ(got, static_cast<uint8_t>(0x80 | (i & 0x7f))) << "page " << i << " round " << r;
+    }
+    ExpectExactFrames(frames, *as, r);
+  }
+}
+
+TEST_P(Race, FreeDontneedGuardsRacingFaultsAccountEveryFrame) {
+  // Writers and a reader fault the first region in while other threads give it
+  // MADV_FREE, MADV_DONTNEED and reclaim; another thread installs and removes guard
+  // pages on the second region while a reader faults it (SIGSEGV or a page). After
+  // each round the frames in use are exactly the anonymous pages mapped.
+  constexpr uint64_t kPages = 512;
+  const uint64_t base = as->Mmap(0, 2 * kPages * P, RW, PA).value;
+  const uint64_t guarded = base + kPages * P;
+  const int rounds = Iterations(40);
+  for (int r = 0; r < rounds; r++) {
+    std::atomic<int> writers{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 2; t++)
+      ts.emplace_back([&] {
+        for (int k = 0; k < 3; k++) EXPECT_TRUE(as->Access(base, kPages * P, P, AccessType::kWrite).ok());
+        writers++;
+      });
+    ts.emplace_back([&] {
+      while (writers.load() < 2) {
+        EXPECT_EQ(as->Madvise(base, kPages * P, MADV_FREE).error, 0);
+        as->ReclaimLazyFree();
+        EXPECT_EQ(as->Madvise(base + P * 64, P * 128, MADV_DONTNEED).error, 0);
+      }
+    });
+    ts.emplace_back([&] {
+      while (writers.load() < 2) {
+        EXPECT_EQ(as->Madvise(guarded + 8 * P, 64 * P, MADV_GUARD_INSTALL).error, 0);
+        EXPECT_EQ(as->Madvise(guarded, kPages * P, MADV_GUARD_REMOVE).error, 0);
+      }
+    });
+    ts.emplace_back([&] {
+      while (writers.load() < 2)
+        for (uint64_t i = 0; i < 80; i++) {
+          const FaultOutcome o = as->Fault(guarded + i * P, AccessType::kWrite).outcome;
+          EXPECT_TRUE(o == FaultOutcome::kNone || o == FaultOutcome::kMinor || o == FaultOutcome::kSigsegv)
+              << FaultOutcomeName(o);
+        }
+    });
+    ts.emplace_back([&] {
+      while (writers.load() < 2) EXPECT_TRUE(as->Access(base, kPages * P, P, AccessType::kRead).ok());
+    });
+    for (auto& t : ts) t.join();
+    ExpectExactFrames(frames, *as, r);
+  }
+  // No guard left: every page faults a frame in.
+  ASSERT_EQ(as->Madvise(guarded, kPages * P, MADV_GUARD_REMOVE).error, 0);
+  ASSERT_TRUE(as->Access(base, 2 * kPages * P, P, AccessType::kWrite).ok());
+  EXPECT_EQ(as->Counters().anon_pages, 2 * kPages);
+  ExpectExactFrames(frames, *as, rounds);
+}
+
 INSTANTIATE_TEST_SUITE_P(Profiles, Race,
                          ::testing::Values("linux-6.0", "linux-6.1", "linux-6.4", "linux-6.6", "linux-6.7", "linux-6.15",
                                            "linux-6.6,vma_lock=off"),

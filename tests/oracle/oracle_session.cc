@@ -698,6 +698,29 @@ std::string EngineAccessText(const FaultResult& f, uint64_t faults, const Oracle
   return t;
 }
 
+/// The madvise advice named `name` (the MADV_ name in lower case without the prefix,
+/// e.g. "dontneed", "guard_install"); false if there is none.
+bool MadviseByName(const std::string& name, uint64_t* out) {
+  static const std::pair<const char*, int> kAdvices[] = {
+      {"normal", MADV_NORMAL}, {"random", MADV_RANDOM}, {"sequential", MADV_SEQUENTIAL},
+      {"willneed", MADV_WILLNEED}, {"dontneed", MADV_DONTNEED}, {"free", MADV_FREE},
+      {"remove", MADV_REMOVE}, {"dontfork", MADV_DONTFORK}, {"dofork", MADV_DOFORK},
+      {"mergeable", MADV_MERGEABLE}, {"unmergeable", MADV_UNMERGEABLE}, {"hugepage", MADV_HUGEPAGE},
+      {"nohugepage", MADV_NOHUGEPAGE}, {"dontdump", MADV_DONTDUMP}, {"dodump", MADV_DODUMP},
+      {"wipeonfork", MADV_WIPEONFORK}, {"keeponfork", MADV_KEEPONFORK}, {"cold", MADV_COLD},
+      {"pageout", MADV_PAGEOUT}, {"populate_read", MADV_POPULATE_READ},
+      {"populate_write", MADV_POPULATE_WRITE}, {"dontneed_locked", MADV_DONTNEED_LOCKED},
+      {"collapse", MADV_COLLAPSE}, {"hwpoison", MADV_HWPOISON}, {"soft_offline", MADV_SOFT_OFFLINE},
+      {"guard_install", MADV_GUARD_INSTALL}, {"guard_remove", MADV_GUARD_REMOVE},
+  };
+  for (const auto& [n, v] : kAdvices)
+    if (name == n) {
+      *out = static_cast<uint64_t>(v);
+      return true;
+    }
+  return false;
+}
+
 std::string KernelSysText(const std::vector<std::string>& resp, const OracleSession& s,
                           bool addr_result, bool* ok, uint64_t* value) {
   *ok = false;
@@ -1086,7 +1109,7 @@ StepResult OracleSession::Run(const std::string& raw_line) {
     res.engine = EngineMaps(lo, hi, true);
     res.kernel_ok = true;
   } else if (op == "msync" || op == "madvise") {
-    // msync ADDR LEN sync|async|invalidate (joined by ','); madvise ADDR LEN dontneed|N
+    // msync ADDR LEN sync|async|invalidate (joined by ','); madvise ADDR LEN NAME|N
     uint64_t a = num(1), l = num(2), v = 0;
     const std::string arg = w.size() > 3 ? w[3] : "";
     std::istringstream parts(arg);
@@ -1096,7 +1119,7 @@ StepResult OracleSession::Run(const std::string& raw_line) {
       if (part == "sync") v |= MS_SYNC;
       else if (part == "async") v |= MS_ASYNC;
       else if (part == "invalidate") v |= MS_INVALIDATE;
-      else if (part == "dontneed") v |= MADV_DONTNEED;
+      else if (op == "madvise" && MadviseByName(part, &n)) v |= n;
       else if (ParseU64(part, &n)) v |= n;
       else return fail("bad " + op + " argument " + part);
     }
@@ -1106,6 +1129,24 @@ StepResult OracleSession::Run(const std::string& raw_line) {
     res.engine = EngineSysText(op == "msync" ? engine_->Msync(a, l, static_cast<int>(v))
                                              : engine_->Madvise(a, l, static_cast<int>(v)),
                                *this, false);
+  } else if (op == "mincore") {
+    // mincore ADDR LEN: the errno and the residency vector as 0/1 characters
+    uint64_t a = num(1), l = num(2);
+    if (!err.empty()) return fail(err);
+    auto resp = child_->Call("mincore " + H(a) + " " + H(l));
+    res.kernel = resp.empty() ? "(no answer)" : resp[0];
+    if (!resp.empty() && resp[0].size() > 2 && resp[0][0] == 'C') {
+      std::istringstream in(resp[0].substr(2));
+      std::string e, vec;
+      in >> e >> vec;
+      res.kernel = (e == "0" ? "ok" : "err=" + ErrName(static_cast<int>(std::stoul(e, nullptr, 16)))) + " " + vec;
+      res.kernel_ok = e == "0";
+    }
+    std::vector<uint8_t> ev;
+    const SysResult r = engine_->Mincore(a, l, &ev);
+    std::string vec;
+    for (uint8_t b : ev) vec += b ? '1' : '0';
+    res.engine = (r.ok() ? std::string("ok") : "err=" + ErrName(r.error)) + " " + (vec.empty() ? "-" : vec);
   } else if (op == "count") {
     auto resp = child_->Call("count");
     auto fk = resp.empty() ? std::vector<uint64_t>{} : HexFields(resp[0]);

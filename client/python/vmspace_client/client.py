@@ -10,7 +10,7 @@ import grpc
 from ._pb import pb, pb_grpc
 from .batch import ACCESS as _ACCESS
 from .batch import space_of
-from .constants import MADV_DONTNEED, MAP_ANONYMOUS, MAP_PRIVATE, MS_SYNC, PROT_READ, PROT_WRITE
+from .constants import MADV_BY_NAME, MADV_DONTNEED, MAP_ANONYMOUS, MAP_PRIVATE, MS_SYNC, PROT_READ, PROT_WRITE
 from .errors import VmspaceError
 from .fault import Fault
 from .results import AccessResult, LockStats, ServerInfo
@@ -238,6 +238,9 @@ class Client:
         self._call("Mprotect", pb.MprotectRequest(space_id=space_id, addr=addr, len=length, prot=prot), space_id)
 
     def madvise(self, space_id, addr, length, advice=MADV_DONTNEED):
+        """madvise(2): `advice` is a MADV_* number or its name ("free", "guard_install")."""
+        if isinstance(advice, str):
+            advice = MADV_BY_NAME[advice]
         self._call("Madvise", pb.MadviseRequest(space_id=space_id, addr=addr, len=length, advice=advice), space_id)
 
     def fault(self, space_id, addr, access="read"):

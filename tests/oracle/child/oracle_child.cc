@@ -36,6 +36,9 @@
 //   fstat FD            -> "R <st_size>" or "E <errno>"
 //   msync A L F         -> "R <ret>" or "E <errno>"
 //   madvise A L ADV     -> "R <ret>" or "E <errno>"
+//   mincore A L         -> "C <errno or 0> <vector as 0/1 characters, '-' if empty>"
+//                          (the entries the kernel wrote, also before an error; L at
+//                          most 64 Ki pages)
 //   munmap A L          -> "R <ret>" or "E <errno>"
 //   mprotect A L P      -> "R <ret>" or "E <errno>"
 //   read A              -> "V <byte> <faults>" or "S <signo> <si_code> <si_addr> <faults>"
@@ -733,6 +736,22 @@ int main() {
     } else if (Word(&p, "madvise")) {
       uint64_t a = Hex(&p), l = Hex(&p), adv = Hex(&p);
       PutSys(syscall(SYS_madvise, a, l, adv));
+    } else if (Word(&p, "mincore")) {
+      uint64_t a = Hex(&p), l = Hex(&p);
+      const uint64_t pages = (l + 4095) / 4096;
+      if (pages > sizeof g_big) {
+        Puts("X mincore length\n");
+      } else {
+        memset(g_big, 0xff, pages);
+        long r = syscall(SYS_mincore, a, l, g_big);
+        Puts("C ");
+        PutHex(r == -1 ? static_cast<uint64_t>(errno) : 0);
+        Puts(" ");
+        uint64_t n = 0;
+        for (; n < pages && static_cast<uint8_t>(g_big[n]) != 0xff; n++) Put(g_big[n] & 1 ? "1" : "0", 1);
+        if (n == 0) Puts("-");
+        Puts("\n");
+      }
     } else if (Word(&p, "munmap")) {
       uint64_t a = Hex(&p), l = Hex(&p);
       PutSys(syscall(SYS_munmap, a, l));

@@ -220,13 +220,57 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   /// Takes mmap_lock for write.
   SysResult Mprotect(uint64_t addr, uint64_t len, int prot);
 
-  /// madvise(2), MADV_DONTNEED only (mm/madvise.c): zaps the PTEs of the range so the
-  /// next access faults again (private anonymous pages, also COW copies of file pages,
-  /// are freed; page-cache pages stay in their file, so a private file page reads the
-  /// file again). EINVAL: addr unaligned, other advice, VM_LOCKED VMA; ENOMEM:
-  /// the range has unmapped holes (the mapped parts are still zapped). Takes mmap_lock
-  /// for read (Linux 6.16+ may use the per-VMA lock instead; not modelled).
+  /// madvise(2) (mm/madvise.c, Linux 6.18), every advice this machine's kernel takes
+  /// (KSM and THP built in, no CONFIG_MEMORY_FAILURE), checked in the kernel's order:
+  /// EINVAL (unknown advice, HWPOISON/SOFT_OFFLINE included; addr unaligned; len
+  /// rounding to 0 or wrapping), len 0 succeeds, then each VMA part of the range in
+  /// turn; a hole makes the answer ENOMEM while the advice still applies to the mapped
+  /// parts; the first per-VMA error ends the walk:
+  ///  - NORMAL/RANDOM/SEQUENTIAL (VM_RAND_READ, VM_SEQ_READ), DONTFORK/DOFORK
+  ///    (VM_DONTCOPY), WIPEONFORK/KEEPONFORK (VM_WIPEONFORK; EINVAL for file or shared
+  ///    VMAs / VM_DROPPABLE), DONTDUMP/DODUMP (VM_DONTDUMP; DODUMP EINVAL on VM_SPECIAL
+  ///    or VM_DROPPABLE), MERGEABLE/UNMERGEABLE (VM_MERGEABLE, only on VMAs KSM can
+  ///    merge: others ignore it), HUGEPAGE/NOHUGEPAGE: the flags change, splitting and
+  ///    merging VMAs as mprotect does (EAGAIN: a split at max_map_count);
+  ///  - DONTNEED (EINVAL on VM_LOCKED), DONTNEED_LOCKED: zap the PTEs (guard markers
+  ///    stay); FREE (private anonymous VMAs only, else EINVAL; EINVAL on VM_LOCKED):
+  ///    the frames stay mapped until reclaim (ReclaimLazyFree, or an access that found
+  ///    no frame) drops those not written since; a read then finds zeros;
+  ///  - WILLNEED: reads the host file's pages of the range below EOF into the page
+  ///    cache (anonymous and shmem: nothing, no swap); COLD: nothing but its EINVAL on
+  ///    VM_LOCKED; PAGEOUT (EINVAL on VM_LOCKED): unmaps the file pages of the range and
+  ///    drops the clean host-file ones no other mapping maps from the page cache
+  ///    (anonymous pages stay: no swap);
+  ///  - REMOVE: EINVAL (VM_LOCKED, no file), EACCES (not shared writable-capable);
+  ///    punches the file's pages out of the page cache and the host file (File::PunchHole);
+  ///  - POPULATE_READ/WRITE: fault the range in; ENOMEM (a hole: stops there), EINVAL
+  ///    (a VMA that does not allow the access), EFAULT (SIGSEGV/SIGBUS: a guard page,
+  ///    beyond EOF), ENOMEM (out of frames);
+  ///  - COLLAPSE: EINVAL unless the VMA is anonymous, holds an aligned 2 MiB range and
+  ///    each whole 2 MiB block of the range has a page; the blocks are then faulted in
+  ///    (no huge pages in the engine);
+  ///  - GUARD_INSTALL (EINVAL on VM_SPECIAL, VM_HUGETLB, VM_LOCKED): zaps the range and
+  ///    marks each PTE as a guard page (an access: SIGSEGV, SEGV_MAPERR); GUARD_REMOVE
+  ///    (EINVAL on VM_SPECIAL, VM_HUGETLB) clears the marks.
+  /// Takes mmap_lock for write for the flag advices and the guard advices, else for
+  /// read (POPULATE: per VMA, then each fault takes its own lock); REMOVE's punch and
+  /// WILLNEED's reads run after it is dropped.
   SysResult Madvise(uint64_t addr, uint64_t len, int advice);
+
+  /// Memory pressure on MADV_FREE pages: frees every page of the space that MADV_FREE
+  /// marked and that was not written since (the lazyfree case of shrink_folio_list).
+  /// Returns the pages freed. Takes mmap_lock for read.
+  uint64_t ReclaimLazyFree();
+
+  /// mincore(2) (mm/mincore.c, Linux 6.18): sets *vec to one byte per page of
+  /// [addr, addr+len) (len rounded up to pages), 1 if resident: a present PTE (the zero
+  /// page included), or for a file VMA (shmem, private file) a page of the file in the
+  /// page cache even if not mapped here; 0 otherwise (also a guard page of an
+  /// anonymous VMA; a guard page of a file VMA answers for the page cache). EINVAL:
+  /// addr unaligned; ENOMEM: the range goes beyond TASK_SIZE, or has a hole (*vec
+  /// then holds the entries of the VMAs before it, as the kernel copies them out).
+  /// len 0 succeeds with an empty vector. Takes mmap_lock for read.
+  SysResult Mincore(uint64_t addr, uint64_t len, std::vector<uint8_t>* vec);
 
   /// Simulates one CPU access of one byte at `addr`: if the PTE allows it nothing
   /// happens (kNone); otherwise runs the page-fault handler (arch/x86/mm/fault.c

@@ -26,6 +26,28 @@
 #ifndef MAP_DROPPABLE
 #define MAP_DROPPABLE 0x08
 #endif
+// madvise advices newer than this C library's <sys/mman.h> (include/uapi/asm-generic/mman-common.h).
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#ifndef MADV_DONTNEED_LOCKED
+#define MADV_DONTNEED_LOCKED 24
+#endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+#ifndef MADV_SOFT_OFFLINE
+#define MADV_SOFT_OFFLINE 101
+#endif
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
+#ifndef MADV_GUARD_REMOVE
+#define MADV_GUARD_REMOVE 103
+#endif
 
 namespace vmspace {
 
@@ -58,17 +80,25 @@ enum VmFlag : uint64_t {
   VM_MAYSHARE = 0x80,
   VM_GROWSDOWN = 0x100,
   VM_PFNMAP = 0x400,
+  /// Guard markers may be in the VMA (set by MADV_GUARD_INSTALL on the whole VMA, never
+  /// cleared; sticky: ignored when VMAs merge, kept by the merged one). smaps "gu".
+  VM_MAYBE_GUARD = 0x800,
   VM_LOCKED = 0x2000,
   VM_IO = 0x4000,
+  VM_SEQ_READ = 0x8000,    // MADV_SEQUENTIAL
+  VM_RAND_READ = 0x10000,  // MADV_RANDOM
   VM_DONTCOPY = 0x20000,
   VM_DONTEXPAND = 0x40000,
   VM_ACCOUNT = 0x100000,
   VM_NORESERVE = 0x200000,
+  VM_HUGETLB = 0x400000,
   VM_SYNC = 0x800000,
   VM_WIPEONFORK = 0x2000000,
   VM_DONTDUMP = 0x4000000,
   VM_MIXEDMAP = 0x10000000,
+  VM_HUGEPAGE = 0x20000000,    // MADV_HUGEPAGE
   VM_NOHUGEPAGE = 0x40000000,
+  VM_MERGEABLE = 0x80000000,   // MADV_MERGEABLE (KSM)
   VM_DROPPABLE = 1ull << 36,  // VM_HIGH_ARCH_4 on x86-64 (Linux 6.11+)
 };
 inline constexpr uint64_t VM_ACCESS_FLAGS = VM_READ | VM_WRITE | VM_EXEC;
