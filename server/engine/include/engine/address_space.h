@@ -89,6 +89,16 @@ struct SpaceOptions {
   IMmapScope i_mmap_scope = IMmapScope::kWide;
   /// Locking design (VMA index, per-VMA lock use in faults).
   LockingProfile profile;
+  /// mm->start_brk, bytes, page aligned: where the heap (brk area) begins; the break
+  /// starts there. Default: a small static binary (gcc -static, glibc 2.36) run with
+  /// `setarch -R` on the reference machine (Linux 6.18, x86-64): its kernel start_brk,
+  /// the [heap] start in /proc/self/maps, is 0x4ac000 (sbrk(0) printed 0x4ce000 after
+  /// glibc's static start-up took 0x22000 of it), the page after its .bss.
+  uint64_t start_brk = kDefaultStartBrk;
+  /// RLIMIT_DATA (bytes; ~0 = RLIM_INFINITY): brk refuses a break more than this above
+  /// start_brk (check_data_rlimit, with no data segment), and growing mremap refuses
+  /// private writable growth past it (may_expand_vm's data_vm check).
+  uint64_t rlimit_data = ~0ull;
 };
 
 /// One VMA as reported by Maps(): the data behind a /proc/PID/maps line and the
@@ -227,6 +237,28 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   /// the range has unmapped holes (the mapped parts are still zapped). Takes mmap_lock
   /// for read (Linux 6.16+ may use the per-VMA lock instead; not modelled).
   SysResult Madvise(uint64_t addr, uint64_t len, int advice);
+
+  /// brk(2) (mm/mmap.c SYSCALL brk, do_brk_flags; Linux 6.18): moves the break to
+  /// `new_brk` (bytes). Returns the new break, or the old one if the call fails (brk
+  /// never returns an errno): below start_brk (brk(0) asks for the break), above
+  /// RLIMIT_DATA, the grown range (plus a page and a neighbour's stack guard gap)
+  /// reaching the next VMA, beyond TASK_SIZE, max_map_count or the overcommit limit.
+  /// Growth extends the brk VMA ([heap] in Maps) or maps a new private anonymous
+  /// VM_ACCOUNT one; shrinking unmaps. Takes mmap_lock for write.
+  uint64_t Brk(uint64_t new_brk);
+
+  /// mremap(2) (mm/mremap.c; Linux 6.18): resizes and/or moves [old_addr,
+  /// old_addr+old_len) of one VMA. flags: MREMAP_MAYMOVE (1), MREMAP_FIXED (2, with
+  /// new_addr), MREMAP_DONTUNMAP (4). Returns the (new) address. A move moves the page
+  /// table entries (no data is copied) under both PTE locks and the rmap locks.
+  /// Errors in the kernel's order: EINVAL (unknown flags, old_addr unaligned, new_len
+  /// 0, new_addr unaligned, FIXED/DONTUNMAP without MAYMOVE, DONTUNMAP with a
+  /// resize, ranges overlapping, new range beyond TASK_SIZE, old_len 0 of a private
+  /// mapping, pgoff wrap), ENOMEM (map_count near the limit, growth blocked without
+  /// MAYMOVE, no room, overcommit, RLIMIT_DATA), EFAULT (old_addr not in a VMA, the
+  /// range not inside one VMA), EPERM (FIXED below dac_mmap_min_addr).
+  /// Takes mmap_lock for write.
+  SysResult Mremap(uint64_t old_addr, uint64_t old_len, uint64_t new_len, uint64_t flags, uint64_t new_addr = 0);
 
   /// Simulates one CPU access of one byte at `addr`: if the PTE allows it nothing
   /// happens (kNone); otherwise runs the page-fault handler (arch/x86/mm/fault.c
