@@ -60,17 +60,29 @@ struct VmaRemap {
   }
 };
 
-/// check_mremap_params(): the checks before mmap_lock is taken.
+/// check_mremap_params(): the checks before mmap_lock is taken, on the page-aligned
+/// lengths (Linux 6.17+ checks the new range here, before the lookup).
 int CheckMremapParams(MmStruct& m, const VmaRemap& r) {
   if (r.flags & ~(kMremapFixed | kMremapMaymove | kMremapDontunmap)) return EINVAL;
   if (r.addr & (kPageSize - 1)) return EINVAL;
-  if (!PageAlign(r.new_len)) return EINVAL;  // a zero new_len (old_len 0 is allowed)
+  if (!r.new_len) return EINVAL;  // a zero new_len (old_len 0 is allowed)
+  if (r.new_len > kTaskSize) return EINVAL;
   if (!r.implies_new_addr()) return 0;
+  if (r.new_addr > kTaskSize - r.new_len) return EINVAL;
   if (r.new_addr & (kPageSize - 1)) return EINVAL;
   if (!(r.flags & kMremapMaymove)) return EINVAL;  // a fixed address implies a move
   if ((r.flags & kMremapDontunmap) && r.old_len != r.new_len) return EINVAL;
+  if (r.overlaps()) return EINVAL;
   // Both ranges may be split in three before the move: stay 4 maps below the limit.
   if (m.map_count.load(std::memory_order_relaxed) + 2 + 3 >= m.opts.max_map_count) return ENOMEM;
+  return 0;
+}
+
+/// do_vmi_munmap()'s argument check for the tail a shrink unmaps: EINVAL beyond
+/// TASK_SIZE (a huge old_len).
+int ShrinkRangeValid(const VmaRemap& r) {
+  const uint64_t start = r.addr + r.new_len;
+  if (start > kTaskSize || r.delta > kTaskSize - start) return EINVAL;
   return 0;
 }
 
@@ -154,12 +166,13 @@ int MoveVmaLocked(MmStruct& m, VmaRemap& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap
   }
   StatAccountLocked(m, r, r.new_len);
   if (!err && (r.flags & kMremapDontunmap)) {
-    // dontunmap_complete(): the source stays mapped, empty, neither locked nor
-    // accounted; if it moved whole, its anon_vma is no longer needed.
+    // dontunmap_complete(): the source stays mapped, empty and no longer locked; it
+    // keeps VM_ACCOUNT (the charge covered the whole new length; seen on 6.18). If it
+    // moved whole, its anon_vma is no longer needed.
     Vma* old = r.vma;
     const uint64_t old_start = old->vm_start, old_end = old->vm_end;
     VmaStartWriteLocked(m, old);
-    old->vm_flags &= ~(kVmLockedMask | VM_ACCOUNT);
+    old->vm_flags &= ~kVmLockedMask;
     if (new_vma != old && r.addr == old_start && r.addr + r.old_len == old_end && old->anon())
       old->set_anon(nullptr);  // unlink_anon_vmas()
   } else if (r.old_len) {
@@ -173,8 +186,6 @@ int MoveVmaLocked(MmStruct& m, VmaRemap& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap
 
 /// mremap_to(): MREMAP_FIXED and/or MREMAP_DONTUNMAP.
 int MremapToLocked(MmStruct& m, VmaRemap& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
-  if (r.new_len > kTaskSize || r.new_addr > kTaskSize - r.new_len) return EINVAL;
-  if (r.overlaps()) return EINVAL;
   if (r.flags & kMremapFixed) {
     // do_munmap() of the destination (which may have held part of the source's VMA).
     if (int e = UnmapRangeLocked(m, r.new_addr, r.new_addr + r.new_len, /*free_tables=*/true, nullptr)) return e;
@@ -182,6 +193,7 @@ int MremapToLocked(MmStruct& m, VmaRemap& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mma
     if (!r.vma) return EFAULT;
   }
   if (r.type == RemapType::kShrink) {  // shrink_vma() without dropping the lock
+    if (int e = ShrinkRangeValid(r)) return e;
     if (int e = UnmapRangeLocked(m, r.addr + r.new_len, r.addr + r.old_len, /*free_tables=*/true, nullptr)) return e;
     r.vma = VmaLookupLocked(m, r.addr);
     if (!r.vma) return EFAULT;
@@ -237,7 +249,10 @@ int DoMremapLocked(MmStruct& m, VmaRemap& r, bool* shrink) ABSL_EXCLUSIVE_LOCKS_
   r.new_addr = r.addr;
   switch (r.type) {
     case RemapType::kNoResize: return 0;
-    case RemapType::kShrink: *shrink = true; return 0;
+    case RemapType::kShrink:
+      if (int e = ShrinkRangeValid(r)) return e;
+      *shrink = true;
+      return 0;
     case RemapType::kExpand: return ExpandVmaLocked(m, r);
   }
   return EINVAL;
@@ -323,13 +338,12 @@ SysResult AddressSpace::Mremap(uint64_t old_addr, uint64_t old_len, uint64_t new
                                uint64_t new_addr) {
   MmStruct& m = *mm_;
   SpaceEntry entry(m);
-  VmaRemap r{.addr = old_addr, .old_len = old_len, .new_len = new_len, .flags = flags, .new_addr = new_addr};
+  VmaRemap r{.addr = old_addr, .old_len = PageAlign(old_len), .new_len = PageAlign(new_len), .flags = flags,
+             .new_addr = new_addr};
   if (int e = CheckMremapParams(m, r)) {
     CountOp(OpType::kMremap, e);
     return SysResult::Err(e);
   }
-  r.old_len = PageAlign(r.old_len);
-  r.new_len = PageAlign(r.new_len);
   r.delta = r.old_len > r.new_len ? r.old_len - r.new_len : r.new_len - r.old_len;
   bool shrink = false;
   MmapWriteLock(m);
