@@ -74,7 +74,9 @@ void PageTable::FreePgtables(uint64_t start, uint64_t end, uint64_t floor, uint6
   FreeLevel(&pgd_, 0, 0, start, end, floor, ceiling, gather);
 }
 
-uint64_t PageTable::MovePtes(uint64_t old_addr, uint64_t new_addr, uint64_t len) {
+// The analysis is off: the second lock is taken only when the two tables differ, which
+// it cannot follow (the same spin_lock_nested pairing as move_ptes).
+uint64_t PageTable::MovePtes(uint64_t old_addr, uint64_t new_addr, uint64_t len) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   uint64_t done = 0;
   while (done < len) {
     const uint64_t o = old_addr + done, n = new_addr + done;

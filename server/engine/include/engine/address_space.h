@@ -251,12 +251,15 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   /// old_addr+old_len) of one VMA. flags: MREMAP_MAYMOVE (1), MREMAP_FIXED (2, with
   /// new_addr), MREMAP_DONTUNMAP (4). Returns the (new) address. A move moves the page
   /// table entries (no data is copied) under both PTE locks and the rmap locks.
-  /// Errors in the kernel's order: EINVAL (unknown flags, old_addr unaligned, new_len
-  /// 0, new_addr unaligned, FIXED/DONTUNMAP without MAYMOVE, DONTUNMAP with a
-  /// resize, ranges overlapping, new range beyond TASK_SIZE, old_len 0 of a private
-  /// mapping, pgoff wrap), ENOMEM (map_count near the limit, growth blocked without
-  /// MAYMOVE, no room, overcommit, RLIMIT_DATA), EFAULT (old_addr not in a VMA, the
-  /// range not inside one VMA), EPERM (FIXED below dac_mmap_min_addr).
+  /// Errors in the kernel's order, first before any lock (check_mremap_params, on the
+  /// page-aligned lengths): EINVAL (unknown flags, old_addr unaligned, new_len 0 or
+  /// beyond TASK_SIZE; with FIXED or DONTUNMAP: new range beyond TASK_SIZE, new_addr
+  /// unaligned, no MAYMOVE, DONTUNMAP with a resize, overlapping ranges), ENOMEM
+  /// (map_count near the limit); then EFAULT (no VMA at old_addr), and per step EINVAL
+  /// (old_len 0 of a private mapping, a shrink's tail past TASK_SIZE, pgoff wrap),
+  /// EFAULT (the range not inside its VMA), ENOMEM (growth blocked without MAYMOVE, no
+  /// room, overcommit, RLIMIT_DATA), EPERM (FIXED below dac_mmap_min_addr). Not
+  /// modelled: the 6.17+ move of several VMAs at once (EFAULT here).
   /// Takes mmap_lock for write.
   SysResult Mremap(uint64_t old_addr, uint64_t old_len, uint64_t new_len, uint64_t flags, uint64_t new_addr = 0);
 
