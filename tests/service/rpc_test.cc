@@ -1243,7 +1243,7 @@ TEST_F(RpcTest, BrkMovesTheBreakAndAnswersTheOldOneWhenRefused) {
   EXPECT_EQ(brk(limited, 0x10003000), 0x10003000u);
   EXPECT_EQ(brk(limited, 0x10003001), 0x10003000u) << "RLIMIT_DATA";
   Destroy(limited);
-  for (uint64_t bad : {uint64_t{0x10000001}, uint64_t{0x1000}, uint64_t{0x7ffffffff000}, ~0ull & ~0xfffull}) {
+  for (uint64_t bad : {uint64_t{0x10000001}, uint64_t{0x1000}, uint64_t{0x7ffffffff000}, uint64_t{~0ull & ~0xfffull}}) {
     v1::CreateSpaceRequest req;
     req.mutable_settings()->set_start_brk(bad);
     v1::CreateSpaceResponse resp;
@@ -1341,7 +1341,9 @@ TEST_F(RpcTest, BatchBrkAndMremapOpsAndAddrOf) {
   v1::Op* br = req.add_ops();
   br->mutable_brk()->set_space_id(id);
   br->mutable_brk()->set_brk(0x4ad000);
-  auto stream = stub_->Batch(Ctx().get());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = stub_->Batch(&ctx);
   ASSERT_TRUE(stream->Write(req));
   v1::BatchResponse resp;
   ASSERT_TRUE(stream->Read(&resp));
