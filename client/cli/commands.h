@@ -23,6 +23,8 @@ int CmdRead(Ctx& c);      // ReadMemory: hex dump or raw bytes
 int CmdWrite(Ctx& c);     // WriteMemory
 int CmdMaps(Ctx& c);      // GetMaps: /proc/PID/maps text
 int CmdMsync(Ctx& c);     // Msync
+int CmdBrk(Ctx& c);       // Brk
+int CmdMremap(Ctx& c);    // Mremap
 
 // The daemon's files (file_cmds.cc): `vmspace file COMMAND`.
 int CmdFileOpen(Ctx& c);         // OpenFile: prints the file id

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The address-space commands: create, destroy, list, mmap, munmap, mprotect, msync,
+// The address-space commands: create, destroy, list, mmap, munmap, mprotect, msync, brk, mremap,
 // fault, access, read, write, maps. Each is one VmSpace RPC, printed as text or JSON.
 #include "cli/commands.h"
 
@@ -54,6 +54,8 @@ int CmdCreate(Ctx& c) {
   if (c.args.Has("cap-sys-rawio")) s.set_cap_sys_rawio(c.args.Flag("cap-sys-rawio"));
   if (c.args.Has("shared-fault-completion")) s.set_shared_fault_completion(c.args.Get("shared-fault-completion"));
   if (c.args.Has("i-mmap-scope")) s.set_i_mmap_scope(c.args.Get("i-mmap-scope"));
+  if (c.args.Has("start-brk")) s.set_start_brk(c.U64("start-brk"));
+  if (c.args.Has("rlimit-data")) s.set_rlimit_data(c.U64("rlimit-data"));
   s.set_locking_profile(c.args.Get("locking-profile"));
   Client cl(c.client);
   auto r = cl.CreateSpace(s, c.args.Get("label"), c.args.Get("placement-key"));
@@ -280,6 +282,37 @@ int CmdMsync(Ctx& c) {
   if (!r.ok()) return Fail(c, r.error());
   if (c.json) c.out << Json{{"ok", true}}.dump() << "\n";
   else c.out << "ok\n";
+  return kExitOk;
+}
+
+int CmdBrk(Ctx& c) {
+  uint64_t space = c.Space();
+  uint64_t addr = c.U64("addr", 0);
+  Client cl(c.client);
+  auto r = cl.Brk(space, addr);
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"brk", r.value()}, {"brk_hex", Hex(r.value())}}.dump() << "\n";
+  else c.out << Hex(r.value()) << "\n";
+  return kExitOk;
+}
+
+int CmdMremap(Ctx& c) {
+  uint64_t space = c.Space();
+  uint64_t addr = c.U64("addr");
+  uint64_t old_len = c.U64("old-len");
+  uint64_t new_len = c.U64("new-len");
+  uint64_t flags = 0, new_addr = 0;
+  if (c.args.Flag("maymove")) flags |= 1;  // MREMAP_MAYMOVE
+  if (c.args.Has("fixed")) {
+    flags |= 1 | 2;  // MREMAP_FIXED needs MREMAP_MAYMOVE
+    new_addr = c.U64("fixed");
+  }
+  if (c.args.Flag("dontunmap")) flags |= 1 | 4;  // MREMAP_DONTUNMAP, likewise
+  Client cl(c.client);
+  auto r = cl.Mremap(space, addr, old_len, new_len, flags, new_addr);
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"addr", r.value()}, {"addr_hex", Hex(r.value())}}.dump() << "\n";
+  else c.out << Hex(r.value()) << "\n";
   return kExitOk;
 }
 

@@ -608,6 +608,29 @@ Result<Unit> Client::Madvise(uint64_t space_id, uint64_t addr, uint64_t len, int
   return Unit{};
 }
 
+Result<uint64_t> Client::Brk(uint64_t space_id, uint64_t brk) {
+  v1::BrkRequest req;
+  req.set_space_id(space_id);
+  req.set_brk(brk);
+  v1::BrkResponse resp;
+  VMSPACE_CALL(Brk, space_id, req, resp);
+  return resp.brk();
+}
+
+Result<uint64_t> Client::Mremap(uint64_t space_id, uint64_t old_addr, uint64_t old_len, uint64_t new_len,
+                                uint64_t flags, uint64_t new_addr) {
+  v1::MremapRequest req;
+  req.set_space_id(space_id);
+  req.set_old_addr(old_addr);
+  req.set_old_len(old_len);
+  req.set_new_len(new_len);
+  req.set_flags(flags);
+  req.set_new_addr(new_addr);
+  v1::MremapResponse resp;
+  VMSPACE_CALL(Mremap, space_id, req, resp);
+  return resp.addr();
+}
+
 Result<v1::GetLockStatsResponse> Client::GetLockStats(const std::string& locking_profile,
                                                       std::vector<Error>* unreachable) {
   if (setup_error_) return *setup_error_;

@@ -222,6 +222,13 @@ class Client {
   Result<v1::GetMapsResponse> GetMaps(uint64_t space_id, uint64_t start = 0, uint64_t end = 0);
   /// madvise(2); the daemon accepts only MADV_DONTNEED (4).
   Result<Unit> Madvise(uint64_t space_id, uint64_t addr, uint64_t len, int advice);
+  /// brk(2); returns the break after the call (the old one if the change was refused:
+  /// brk has no errno).
+  Result<uint64_t> Brk(uint64_t space_id, uint64_t brk);
+  /// mremap(2); returns the mapping's address after the call. `flags`: MREMAP_MAYMOVE 1,
+  /// MREMAP_FIXED 2, MREMAP_DONTUNMAP 4; `new_addr` with FIXED or DONTUNMAP.
+  Result<uint64_t> Mremap(uint64_t space_id, uint64_t old_addr, uint64_t old_len, uint64_t new_len,
+                          uint64_t flags, uint64_t new_addr = 0);
   /// lock_stat figures of one locking profile's spaces ("linux-6.0".."linux-6.15",
   /// "custom"), or of all profiles summed (""). Several daemons: summed over them (max
   /// fields: the largest), `text` one table per daemon.

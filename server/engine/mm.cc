@@ -58,6 +58,7 @@ MmStruct::MmStruct(FrameAllocator& f, const SpaceOptions& o)
       limit = ~0ull;
   }
   commit_limit_pages = limit >> kPageShift;
+  start_brk = brk = o.start_brk;  // nothing else can reach the space yet
   frames.AddDeferredFrees(this);
 }
 

@@ -17,12 +17,13 @@
 //   rmap.h            anon_vma_prepare, page_mkclean_one (rmap.cc)
 //   mmap.h            get_unmapped_area, expand_downwards, calc_vm_prot_bits (mmap.cc)
 //   mprotect.h        change_protection (mprotect.cc)
+//   mremap.h          copy_vma, move_page_tables (mremap.cc)
 //   memory.h          VmFault, the fault path, zap (memory.cc); the fault-around is in
 //                     filemap.h (filemap.cc)
 //   proc.h            the maps/smaps data of a VMA (proc.cc)
 //   page_table.h      PageTable, PTE bits, PteBitsFor, PteAllows (page_table.cc)
 //   percpu_counter.h  PercpuCounter, mm->rss_stat's counter (percpu_counter.cc)
-// The system calls are AddressSpace members, in mmap.cc, mprotect.cc, madvise.cc,
+// The system calls are AddressSpace members, in mmap.cc (also brk), mprotect.cc, mremap.cc, madvise.cc,
 // msync.cc, memory.cc (accesses), proc.cc and validate.cc (validate_mm).
 //
 // Conventions: a function named ...Locked requires mmap_lock (shared = read or write;
@@ -172,6 +173,11 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// without locks (Counters, a scrape).
   std::atomic<uint64_t> map_count{0};
   std::atomic<uint64_t> total_vm{0};
+  /// mm->start_brk and mm->brk (bytes): the heap's start (from SpaceOptions) and the
+  /// current break (not page aligned: what brk(2) was last given). The [heap] VMA is
+  /// the one overlapping [start_brk, brk] (brk.cc, proc.cc).
+  uint64_t start_brk ABSL_GUARDED_BY(mmap_lock) = 0;
+  uint64_t brk ABSL_GUARDED_BY(mmap_lock) = 0;
 
   // ---- per-VMA locks (vma_lock.cc)
   /// mm_lock_seq (the 6.4-6.13 form): advanced when mmap_lock is write-unlocked, which

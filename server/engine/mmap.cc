@@ -395,4 +395,117 @@ SysResult AddressSpace::Munmap(uint64_t addr, uint64_t len) {
   return e ? SysResult::Err(e) : SysResult::Ok();
 }
 
+// ====================================================================== brk
+
+uint64_t DataVmPagesLocked(MmStruct& mm) {
+  uint64_t n = 0;
+  for (Vma* v = FindVmaLocked(mm, 0); v; v = VmaNextLocked(mm, v))
+    if ((v->vm_flags & (VM_WRITE | VM_SHARED | VM_GROWSDOWN)) == VM_WRITE) n += v->pages();  // is_data_mapping
+  return n;
+}
+
+bool MayExpandVmLocked(MmStruct& mm, uint64_t flags, uint64_t npages) {
+  // RLIMIT_AS is not modelled (unlimited).
+  if ((flags & (VM_WRITE | VM_SHARED | VM_GROWSDOWN)) != VM_WRITE) return true;
+  if (mm.opts.rlimit_data == ~0ull) return true;
+  return DataVmPagesLocked(mm) + npages <= (mm.opts.rlimit_data >> kPageShift);
+}
+
+namespace {
+
+/// do_brk_flags() (mm/vma.c): maps [addr, addr+len) as private anonymous VM_ACCOUNT
+/// memory, expanding `brkvma` when it ends at addr (vma_merge_new_range with
+/// just_expand: only the previous VMA), else with a new VMA. Returns 0 or ENOMEM.
+int DoBrkFlagsLocked(MmStruct& m, Vma* brkvma, uint64_t addr, uint64_t len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
+  // VM_DATA_DEFAULT_FLAGS (x86: VM_DATA_FLAGS_TSK_EXEC without READ_IMPLIES_EXEC).
+  const uint64_t flags = VM_READ | VM_WRITE | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC | VM_ACCOUNT;
+  const uint64_t pages = len >> kPageShift;
+  if (!MayExpandVmLocked(m, flags, pages)) return ENOMEM;
+  if (!MayAddVmaLocked(m, /*over=*/true)) return ENOMEM;  // map_count > sysctl_max_map_count
+  if (pages > m.commit_limit_pages) return ENOMEM;        // security_vm_enough_memory_mm
+  if (brkvma && brkvma->vm_end == addr && brkvma->vm_flags == flags && !brkvma->vm_file &&
+      brkvma->vm_pgoff + brkvma->pages() == (addr >> kPageShift)) {
+    VmaSetRangeLocked(m, brkvma, brkvma->vm_start, addr + len);  // vma_expand
+  } else {
+    Vma* v = VmaAllocLocked(m);
+    v->vm_mm = &m;
+    v->vm_start = addr;
+    v->vm_end = addr + len;
+    v->vm_flags = flags;
+    v->vm_pgoff = addr >> kPageShift;
+    VmaLinkNewLocked(m, v);
+  }
+  m.total_vm.store(m.total_vm.load(std::memory_order_relaxed) + pages, std::memory_order_relaxed);
+  return 0;
+}
+
+}  // namespace
+
+namespace {
+
+/// SYSCALL_DEFINE1(brk)'s part under mmap_lock write (mm/mmap.c): returns 0 with the
+/// new break set, or ENOMEM (any refusal: the caller restores the old break), or
+/// EAGAIN when the break shrinks: m.brk is set and [*unmap_start, *unmap_end) is left
+/// for the caller's do_vmi_align_munmap with the lock dropped.
+int BrkLocked(MmStruct& m, uint64_t brk, uint64_t* unmap_start, uint64_t* unmap_end)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
+  if (brk < m.start_brk) return ENOMEM;
+  // check_data_rlimit(): (brk - start_brk) + (end_data - start_data) > RLIMIT_DATA; the
+  // space has no data segment.
+  if (m.opts.rlimit_data != ~0ull && brk - m.start_brk > m.opts.rlimit_data) return ENOMEM;
+  const uint64_t newbrk = PageAlign(brk), oldbrk = PageAlign(m.brk);
+  if (oldbrk == newbrk) {
+    m.brk = brk;
+    return 0;
+  }
+  if (brk <= m.brk) {  // always allow shrinking brk
+    // vma_find(&vmi, oldbrk) from newbrk: a VMA of the range to unmap.
+    if (!FindVmaIntersectionLocked(m, newbrk, oldbrk)) return ENOMEM;
+    m.brk = brk;  // do_vmi_align_munmap() drops the lock on success
+    *unmap_start = newbrk;
+    *unmap_end = oldbrk;
+    return EAGAIN;
+  }
+  // check_brk_limits(): get_unmapped_area(NULL, oldbrk, len, 0, MAP_FIXED), then
+  // mlock_future_ok() for mm->def_flags (no VM_LOCKED default here: always true).
+  int err = 0;
+  GetUnmappedAreaLocked(m, oldbrk, newbrk - oldbrk, MAP_FIXED | MAP_PRIVATE, false, 0, &err);
+  if (err) return ENOMEM;
+  // vma_find(&vmi, newbrk + PAGE_SIZE + stack_guard_gap) from oldbrk: only a VMA
+  // whose guard gap reaches the expansion area (plus a page) refuses it.
+  Vma* next = FindVmaLocked(m, oldbrk);
+  if (next && next->vm_start < newbrk + kPageSize + kStackGuardGap && newbrk + kPageSize > next->start_gap())
+    return ENOMEM;
+  // vma_prev_limit(&vmi, mm->start_brk): the VMA below oldbrk, if it lies in the heap.
+  Vma* brkvma = VmaPrevLocked(m, oldbrk);
+  if (brkvma && brkvma->vm_start < m.start_brk) brkvma = nullptr;
+  if (DoBrkFlagsLocked(m, brkvma, oldbrk, newbrk - oldbrk)) return ENOMEM;
+  m.brk = brk;
+  return 0;
+}
+
+}  // namespace
+
+uint64_t AddressSpace::Brk(uint64_t brk) {
+  MmStruct& m = *mm_;
+  SpaceEntry entry(m);
+  MmapWriteLock(m);
+  const uint64_t origbrk = m.brk;
+  uint64_t unmap_start = 0, unmap_end = 0;
+  int e = BrkLocked(m, brk, &unmap_start, &unmap_end);
+  if (e == EAGAIN) {
+    e = DoVmiMunmapUnlock(m, unmap_start, unmap_end);
+    if (!e) {
+      CountOp(OpType::kBrk, 0);
+      return brk;
+    }
+    MmapWriteLock(m);
+  }
+  if (e) m.brk = origbrk;
+  MmapWriteUnlock(m);
+  // brk(0) (any break below start_brk) is how a process asks for the break: no error.
+  CountOp(OpType::kBrk, e && brk >= m.opts.start_brk ? ENOMEM : 0);
+  return e ? origbrk : brk;
+}
+
 }  // namespace vmspace

@@ -39,4 +39,13 @@ uint64_t GetUnmappedAreaLocked(MmStruct& mm, uint64_t addr, uint64_t len, int fl
 /// checks pass (a refused expansion below them leaves the VMA untouched).
 int ExpandDownwardsLocked(MmStruct& mm, Vma* v, uint64_t addr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
 
+/// The pages of VMAs that are data mappings (is_data_mapping: writable, not shared,
+/// not a stack), mm->data_vm counted by a walk. O(VMAs).
+uint64_t DataVmPagesLocked(MmStruct& mm) ABSL_SHARED_LOCKS_REQUIRED(mm.mmap_lock);
+
+/// may_expand_vm() (mm/mmap.c): whether npages more of a mapping with `flags` fit
+/// RLIMIT_DATA (SpaceOptions::rlimit_data; RLIMIT_AS is not modelled). Walks the
+/// VMAs only when the limit is finite.
+bool MayExpandVmLocked(MmStruct& mm, uint64_t flags, uint64_t npages) ABSL_SHARED_LOCKS_REQUIRED(mm.mmap_lock);
+
 }  // namespace vmspace

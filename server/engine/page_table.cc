@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "page_table.h"
 
+#include <algorithm>
+
 #include "engine/stats.h"
 
 namespace vmspace {
@@ -70,6 +72,37 @@ void PageTable::FreePgtables(uint64_t start, uint64_t end, uint64_t floor, uint6
   if (start >= end) return;
   gather.charge = charge_;
   FreeLevel(&pgd_, 0, 0, start, end, floor, ceiling, gather);
+}
+
+// The analysis is off: the second lock is taken only when the two tables differ, which
+// it cannot follow (the same spin_lock_nested pairing as move_ptes).
+uint64_t PageTable::MovePtes(uint64_t old_addr, uint64_t new_addr, uint64_t len) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  uint64_t done = 0;
+  while (done < len) {
+    const uint64_t o = old_addr + done, n = new_addr + done;
+    // get_extent(): to the end of whichever table ends first, or of the range.
+    uint64_t extent = std::min(kPmdSpan - (o & (kPmdSpan - 1)), kPmdSpan - (n & (kPmdSpan - 1)));
+    extent = std::min(extent, len - done);
+    PteTable* src = Lookup(o, false);
+    if (!src) {  // nothing mapped here
+      done += extent;
+      continue;
+    }
+    PteTable* dst = Lookup(n, true);
+    if (!dst) return done;
+    const int i0 = PteIndex(o), j0 = PteIndex(n), count = static_cast<int>(extent >> 12);
+    SpinGuard l(src->ptl);
+    if (dst != src) dst->ptl.LockNested(LockRank::kPtlNested);
+    for (int k = 0; k < count; k++) {
+      if (!src->Get(i0 + k)) continue;
+      // get_and_clear_full_ptes() then set_ptes(): the entry is never in both tables.
+      const uint64_t v = src->Clear(i0 + k);
+      dst->pte[j0 + k].store(v, std::memory_order_release);  // set_pte_at under dst->ptl
+    }
+    if (dst != src) dst->ptl.Unlock();
+    done += extent;
+  }
+  return done;
 }
 
 void PageTable::DeleteTables(TableGather& g) {

@@ -124,6 +124,17 @@ class PageTable {
   };
   void FreePgtables(uint64_t start, uint64_t end, uint64_t floor, uint64_t ceiling,
                     TableGather& gather);
+
+  /// move_page_tables() / move_ptes() (mm/mremap.c, Linux 6.18) at the PTE level:
+  /// moves every non-empty entry of [old_addr, old_addr+len) to the same offset from
+  /// new_addr (the frames move with them: nothing is copied, freed or counted), one
+  /// pair of tables at a time with the old table's ptl held and the new one's taken
+  /// nested. The new range's entries must be empty; its tables are allocated
+  /// (Lookup(alloc)). Returns the bytes of the range done: less than len only when a
+  /// new table could not be allocated (then the caller moves them back, as the
+  /// kernel does). Caller holds mmap_lock for write (no fault can run in either
+  /// range: both VMAs are write-locked) and the rmap locks of the VMA.
+  uint64_t MovePtes(uint64_t old_addr, uint64_t new_addr, uint64_t len);
   static void DeleteTables(TableGather& gather);
 
   /// Page-table pages currently allocated (the PGD included), each 4 KiB of entries.

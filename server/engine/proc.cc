@@ -33,6 +33,8 @@ VmaInfo VmaInfoLocked(MmStruct& mm, const Vma* v) {
     i.dev_minor = f->dev_minor;
     i.inode = f->ino;
     i.name = f->maps_name;
+  } else if (v->vm_start < PageAlign(mm.brk) && v->vm_end > mm.start_brk) {
+    i.name = "[heap]";  // vma_is_initial_heap()
   }
   i.rss_pages = RssLocked(mm, v->vm_start, v->vm_end);
   AnonVma* a = v->anon();

@@ -55,6 +55,8 @@ const char* OpTypeName(OpType t) {
     case OpType::kMunmap: return "munmap";
     case OpType::kMprotect: return "mprotect";
     case OpType::kMadvise: return "madvise";
+    case OpType::kBrk: return "brk";
+    case OpType::kMremap: return "mremap";
     case OpType::kCount: break;
   }
   return "?";

@@ -34,6 +34,8 @@ const char* RpcMethodName(RpcMethod m) {
     case RpcMethod::kWriteFile: return "WriteFile";
     case RpcMethod::kFsyncFile: return "FsyncFile";
     case RpcMethod::kMsync: return "Msync";
+    case RpcMethod::kBrk: return "Brk";
+    case RpcMethod::kMremap: return "Mremap";
     case RpcMethod::kCount: break;
   }
   return "?";

@@ -46,6 +46,8 @@ enum class RpcMethod : uint8_t {
   kWriteFile,
   kFsyncFile,
   kMsync,
+  kBrk,
+  kMremap,
   kCount
 };
 inline constexpr size_t kRpcMethodCount = static_cast<size_t>(RpcMethod::kCount);

@@ -59,12 +59,14 @@ uint64_t OpSpaceId(const v1::Op& op) {
     case v1::Op::kWrite: return op.write().space_id();
     case v1::Op::kMadvise: return op.madvise().space_id();
     case v1::Op::kMsync: return op.msync().space_id();
+    case v1::Op::kBrk: return op.brk().space_id();
+    case v1::Op::kMremap: return op.mremap().space_id();
     case v1::Op::OP_NOT_SET: break;
   }
   return 0;
 }
 
-// Sets the `addr` field of `op`'s request (every op kind has one).
+// Sets the `addr` field of `op`'s request (mremap: old_addr; brk has none).
 void SetOpAddr(v1::Op& op, uint64_t addr) {
   switch (op.op_case()) {
     case v1::Op::kMmap: op.mutable_mmap()->set_addr(addr); break;
@@ -76,6 +78,8 @@ void SetOpAddr(v1::Op& op, uint64_t addr) {
     case v1::Op::kWrite: op.mutable_write()->set_addr(addr); break;
     case v1::Op::kMadvise: op.mutable_madvise()->set_addr(addr); break;
     case v1::Op::kMsync: op.mutable_msync()->set_addr(addr); break;
+    case v1::Op::kMremap: op.mutable_mremap()->set_old_addr(addr); break;
+    case v1::Op::kBrk:
     case v1::Op::OP_NOT_SET: break;
   }
 }
@@ -91,6 +95,8 @@ uint64_t OpAddr(const v1::Op& op) {
     case v1::Op::kWrite: return op.write().addr();
     case v1::Op::kMadvise: return op.madvise().addr();
     case v1::Op::kMsync: return op.msync().addr();
+    case v1::Op::kMremap: return op.mremap().old_addr();
+    case v1::Op::kBrk:
     case v1::Op::OP_NOT_SET: break;
   }
   return 0;
@@ -151,7 +157,8 @@ class StreamResults {
                             " ops (BATCH_REF_WINDOW)");
     const uint64_t v = ring_[t % kWindow];
     if ((v & kHasAddr) == 0)
-      return Refused(n, "op " + std::to_string(t) + " failed or returned no address (only a successful mmap does)");
+      return Refused(n, "op " + std::to_string(t) +
+                            " failed or returned no address (only a successful mmap or mremap does)");
     *addr = v & ~kHasAddr;
     return {};
   }
@@ -266,6 +273,22 @@ class PackedOpDecoder {
         r.set_flags(i32());
         break;
       }
+      case v1::Op::kBrk: {
+        v1::BrkRequest& r = *op.mutable_brk();
+        r.set_space_id(id);
+        r.set_brk(w());
+        break;
+      }
+      case v1::Op::kMremap: {
+        v1::MremapRequest& r = *op.mutable_mremap();
+        r.set_space_id(id);
+        r.set_old_addr(w());
+        r.set_old_len(w());
+        r.set_new_len(w());
+        r.set_flags(w());
+        r.set_new_addr(w());
+        break;
+      }
       default: break;  // not in the kind table
     }
     *ref = nullptr;
@@ -290,6 +313,7 @@ class PackedOpDecoder {
   static constexpr Kind kKinds[] = {
       {v1::Op::OP_NOT_SET, 0}, {v1::Op::kMmap, 6},    {v1::Op::kMunmap, 2},  {v1::Op::kMprotect, 3},
       {v1::Op::kFault, 2},     {v1::Op::kAccess, 4},  {v1::Op::kMadvise, 3}, {v1::Op::kMsync, 3},
+      {v1::Op::kBrk, 1},       {v1::Op::kMremap, 5},
   };
   static constexpr size_t kNumKinds = sizeof(kKinds) / sizeof(kKinds[0]);
 
@@ -420,6 +444,8 @@ grpc::Status VmSpaceService::Batch(
             s = DoMadvise(*sp, op.madvise(), res->mutable_madvise());
             break;
           case v1::Op::kMsync: s = DoMsync(*sp, op.msync(), res->mutable_msync()); break;
+          case v1::Op::kBrk: s = DoBrk(*sp, op.brk(), res->mutable_brk()); break;
+          case v1::Op::kMremap: s = DoMremap(*sp, op.mremap(), res->mutable_mremap()); break;
           case v1::Op::OP_NOT_SET: break;
         }
       }
@@ -428,7 +454,10 @@ grpc::Status VmSpaceService::Batch(
         res->clear_result();
         FillOpError(s, res);
       }
-      results.Record(s.ok() && res->has_mmap() ? std::optional<uint64_t>(res->mmap().addr()) : std::nullopt);
+      std::optional<uint64_t> addr;  // for a later addr_of
+      if (s.ok() && res->has_mmap()) addr = res->mmap().addr();
+      else if (s.ok() && res->has_mremap()) addr = res->mremap().addr();
+      results.Record(addr);
       return s;
     };
     if (!packed) {
@@ -456,7 +485,11 @@ grpc::Status VmSpaceService::Batch(
         v1::OpResult* res = out.add_full();
         const OpStatus s = run(i, op, ref, res);
         if (stops(s)) return finish(s);
-        out.add_values(s.ok() && res->has_mmap() ? res->mmap().addr() : 0);
+        out.add_values(!s.ok()             ? 0
+                       : res->has_mmap()   ? res->mmap().addr()
+                       : res->has_mremap() ? res->mremap().addr()
+                       : res->has_brk()    ? res->brk().brk()
+                                           : 0);
         if (s.ok() && res->has_access()) {
           const v1::AccessResponse& a = res->access();
           out.set_access_faults(out.access_faults() + a.faults());

@@ -16,7 +16,8 @@ grpc::StatusCode ErrnoToStatusCode(int err) {
   switch (err) {
     case 0: return grpc::StatusCode::OK;
     case EINVAL:
-    case EBADF: return grpc::StatusCode::INVALID_ARGUMENT;
+    case EBADF:
+    case EFAULT: return grpc::StatusCode::INVALID_ARGUMENT;  // mremap: the range is not one mapping
     case ENOMEM:
     case EMFILE:
     case ENFILE:

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The memory calls of VmSpaceService: Mmap, Munmap, Mprotect, Madvise, Msync, Fault,
+// The memory calls of VmSpaceService: Mmap, Munmap, Mprotect, Madvise, Msync, Brk, Mremap, Fault,
 // Access, ReadMemory, WriteMemory, and the operations behind them (memory_ops.h).
 #include "rpc/memory_ops.h"
 
@@ -53,6 +53,18 @@ OpStatus DoMadvise(Space& sp, const v1::MadviseRequest& r, v1::MadviseResponse*)
 OpStatus DoMsync(Space& sp, const v1::MsyncRequest& r, v1::MsyncResponse*) {
   const SysResult res = sp.as.Msync(r.addr(), r.len(), r.flags());
   if (!res.ok()) return ErrnoError(res.error, "msync");
+  return {};
+}
+
+OpStatus DoBrk(Space& sp, const v1::BrkRequest& r, v1::BrkResponse* out) {
+  out->set_brk(sp.as.Brk(r.brk()));
+  return {};
+}
+
+OpStatus DoMremap(Space& sp, const v1::MremapRequest& r, v1::MremapResponse* out) {
+  const SysResult res = sp.as.Mremap(r.old_addr(), r.old_len(), r.new_len(), r.flags(), r.new_addr());
+  if (!res.ok()) return ErrnoError(res.error, "mremap");
+  out->set_addr(res.value);
   return {};
 }
 
@@ -174,6 +186,19 @@ grpc::Status VmSpaceService::Madvise(grpc::ServerContext* ctx, const v1::Madvise
                                      v1::MadviseResponse* resp) {
   return OnSpace(RpcMethod::kMadvise, ctx, req->space_id(), false, true,
                  [&](Space& sp) { return DoMadvise(sp, *req, resp); });
+}
+
+// Brk and Mremap may grow a mapping that MAP_LOCKED populates: they allocate (the
+// tenant quota is checked), as Mmap.
+grpc::Status VmSpaceService::Brk(grpc::ServerContext* ctx, const v1::BrkRequest* req, v1::BrkResponse* resp) {
+  return OnSpace(RpcMethod::kBrk, ctx, req->space_id(), false, true,
+                 [&](Space& sp) { return DoBrk(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::Mremap(grpc::ServerContext* ctx, const v1::MremapRequest* req,
+                                    v1::MremapResponse* resp) {
+  return OnSpace(RpcMethod::kMremap, ctx, req->space_id(), false, true,
+                 [&](Space& sp) { return DoMremap(sp, *req, resp); });
 }
 
 grpc::Status VmSpaceService::Msync(grpc::ServerContext* ctx, const v1::MsyncRequest* req,

@@ -25,6 +25,10 @@ OpStatus DoMprotect(Space& sp, const v1::MprotectRequest& r, v1::MprotectRespons
 OpStatus DoMadvise(Space& sp, const v1::MadviseRequest& r, v1::MadviseResponse*);
 /// msync(2).
 OpStatus DoMsync(Space& sp, const v1::MsyncRequest& r, v1::MsyncResponse*);
+/// brk(2): never an error (a refused change answers the old break).
+OpStatus DoBrk(Space& sp, const v1::BrkRequest& r, v1::BrkResponse* out);
+/// mremap(2).
+OpStatus DoMremap(Space& sp, const v1::MremapRequest& r, v1::MremapResponse* out);
 /// One fault at r.addr (a signal is an OK answer, in out->fault()).
 OpStatus DoFault(Space& sp, const v1::FaultRequest& r, v1::FaultResponse* out);
 /// Touches [addr, addr + len) every `stride` bytes; more than `max_touches` is EINVAL.

@@ -94,6 +94,13 @@ OpStatus ToSpaceOptions(const v1::SpaceSettings& s, const LockingProfile& defaul
     return ErrnoErrorDetail(EINVAL, "CreateSpace", "mmap_min_addr must be below mmap_base");
   if (o->dac_mmap_min_addr > kTaskSize)
     return ErrnoErrorDetail(EINVAL, "CreateSpace", "dac_mmap_min_addr beyond TASK_SIZE");
+  if (s.has_start_brk()) {
+    o->start_brk = s.start_brk();
+    if (!PageAligned(o->start_brk) || o->start_brk < o->mmap_min_addr || o->start_brk >= kTaskSize)
+      return ErrnoErrorDetail(EINVAL, "CreateSpace",
+                              "start_brk must be page aligned, at least mmap_min_addr and below 0x7ffffffff000");
+  }
+  if (s.has_rlimit_data()) o->rlimit_data = s.rlimit_data();
   if (s.locking_profile().empty() || s.locking_profile() == "default") {
     o->profile = default_profile;
   } else {

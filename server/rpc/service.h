@@ -132,6 +132,9 @@ class VmSpaceService final : public v1::VmSpace::Service {
       grpc::ServerReaderWriter<v1::BatchResponse, v1::BatchRequest>* stream) override;
   grpc::Status Madvise(grpc::ServerContext* ctx, const v1::MadviseRequest* req,
                        v1::MadviseResponse* resp) override;
+  grpc::Status Brk(grpc::ServerContext* ctx, const v1::BrkRequest* req, v1::BrkResponse* resp) override;
+  grpc::Status Mremap(grpc::ServerContext* ctx, const v1::MremapRequest* req,
+                      v1::MremapResponse* resp) override;
   /// Lock statistics summed over all profiles ("") or for one locking profile (a name
   /// or "custom"); an unknown profile is EINVAL. Reads the engine's per-thread stats.
   grpc::Status GetLockStats(grpc::ServerContext* ctx, const v1::GetLockStatsRequest* req,

@@ -447,6 +447,32 @@ OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
   opts.dac_mmap_min_addr = SysctlU64("/proc/sys/vm/mmap_min_addr", opts.dac_mmap_min_addr);
   opts.max_map_count = SysctlU64("/proc/sys/vm/max_map_count", opts.max_map_count);
   max_map_count_ = opts.max_map_count;
+  // The child's break: its static PIE's brk area starts at ELF_ET_DYN_BASE with ASLR
+  // off, and static glibc's start-up took its TLS from it ([heap], fenced above like
+  // every private anonymous VMA of the child). The engine gets the same start_brk and
+  // break, its heap made by Brk() itself (a brk VMA that later growth can extend, as
+  // the kernel's), so brk ops compare as is; maps print the heap's start as `brkstart`
+  // and the break at start-up as `brkbase`, whatever the child's TLS size.
+  uint64_t heap_start = 0, heap_end = 0;
+  for (const auto& l : child_->hello()) {
+    uint64_t s, e, off, ino;
+    std::string perms, dev, name;
+    if (l.rfind("M ", 0) == 0 && ParseMapLine(l.substr(2), &s, &e, &perms, &off, &dev, &ino, &name) &&
+        name == "[heap]") {
+      heap_start = s;
+      heap_end = e;
+    }
+  }
+  {
+    auto resp = child_->Call("brk 0");
+    auto f = resp.empty() ? std::vector<uint64_t>{} : HexFields(resp[0]);
+    if (f.size() != 1 || resp[0][0] != 'R' || (heap_end && heap_end != ((f[0] + kPageSize - 1) & kPageMask))) {
+      setup_error_ = "kernel child: brk(0) answered " + (resp.empty() ? std::string("nothing") : resp[0]);
+      return;
+    }
+    brkbase_ = f[0];
+    brkstart_ = opts.start_brk = heap_end ? heap_start : ((f[0] + kPageSize - 1) & kPageMask);
+  }
   if (StackGuardGapPages() * kPageSize != kStackGuardGap) {
     setup_error_ = "the kernel command line sets stack_guard_gap=" +
                    std::to_string(StackGuardGapPages()) + "; the engine models 256 pages";
@@ -454,6 +480,10 @@ OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
   }
   frames_ = std::make_unique<FrameAllocator>();
   engine_ = std::make_unique<AddressSpace>(*frames_, opts);
+  if (heap_end && engine_->Brk(brkbase_) != brkbase_) {
+    setup_error_ = "engine brk to the child's break " + Hex(brkbase_) + " refused";
+    return;
+  }
 
   // Replicate the child's layout: one MAP_SHARED|MAP_ANONYMOUS PROT_NONE placeholder
   // per VMA (shared anonymous VMAs never merge, so the VMA count is preserved).
@@ -469,6 +499,7 @@ OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
     }
     if (s >= kTaskSize) continue;  // not mappable (vsyscall is filtered by the child)
     initial_.insert({s, e});
+    if (name == "[heap]") continue;  // made by Brk() above
     SysResult r = engine_->Mmap(s, e - s, PROT_NONE, MAP_FIXED | MAP_SHARED | MAP_ANONYMOUS, 0);
     if (!r.ok() || r.value != s) {
       setup_error_ = "engine cannot replicate " + l + ": " + ErrName(r.error);
@@ -508,6 +539,11 @@ std::string OracleSession::FileLabel(uint64_t ino, bool kernel) const {
 }
 
 std::string OracleSession::Addr(uint64_t a) const {
+  if (brkbase_ && a + 0x100000 >= brkstart_ && a <= brkbase_ + (1ull << 32)) {  // the brk area
+    if (a >= brkbase_) return "brkbase+" + Hex(a - brkbase_);
+    if (a >= brkstart_) return "brkstart+" + Hex(a - brkstart_);
+    return "brkstart-" + Hex(brkstart_ - a);
+  }
   if (size_ && a + 0x100000 >= base_ && a <= base_ + size_ + 0x100000) {
     if (a >= base_) return "base+" + Hex(a - base_);
     return "base-" + Hex(base_ - a);
@@ -529,6 +565,8 @@ uint64_t OracleSession::Eval(const std::string& expr, std::string* err) const {
     std::string term = expr.substr(i, j - i);
     uint64_t v = 0;
     if (term == "base") v = base_;
+    else if (term == "brkbase") v = brkbase_;
+    else if (term == "brkstart") v = brkstart_;
     else if (term == "top") v = kDefaultMmapBase;
     else if (term == "TASK_SIZE") v = kTaskSize;
     else if (term == "NULL") v = 0;
@@ -1147,6 +1185,34 @@ StepResult OracleSession::Run(const std::string& raw_line) {
     std::string vec;
     for (uint8_t b : ev) vec += b ? '1' : '0';
     res.engine = (r.ok() ? std::string("ok") : "err=" + ErrName(r.error)) + " " + (vec.empty() ? "-" : vec);
+  } else if (op == "brk") {
+    // brk ADDR: the break returned (brk(2) has no errno).
+    uint64_t a = num(1);
+    if (!err.empty()) return fail(err);
+    res.kernel = KernelSysText(child_->Call("brk " + H(a)), *this, true, &res.kernel_ok, &res.kernel_value);
+    res.engine = "ret=" + Addr(engine_->Brk(a));
+  } else if (op == "mremap") {
+    // mremap OLD OLDLEN NEWLEN FLAGS [NEWADDR]; FLAGS maymove|fixed|dontunmap|hex|0.
+    uint64_t a = num(1), ol = num(2), nl = num(3), na = w.size() > 5 ? num(5) : 0, f = 0;
+    std::istringstream parts(w.size() > 4 ? w[4] : "");
+    std::string part;
+    while (std::getline(parts, part, '|')) {
+      std::istringstream sub(part);
+      std::string one;
+      while (std::getline(sub, one, ',')) {
+        uint64_t n;
+        if (one == "maymove") f |= MREMAP_MAYMOVE;
+        else if (one == "fixed") f |= MREMAP_FIXED;
+        else if (one == "dontunmap") f |= MREMAP_DONTUNMAP;
+        else if (ParseU64(one, &n)) f |= n;
+        else return fail("bad mremap flag " + one);
+      }
+    }
+    if (w.size() < 5 && err.empty()) err = "mremap needs OLD OLDLEN NEWLEN FLAGS";
+    if (!err.empty()) return fail(err);
+    res.kernel = KernelSysText(child_->Call("mremap " + H(a) + " " + H(ol) + " " + H(nl) + " " + H(f) + " " + H(na)),
+                               *this, true, &res.kernel_ok, &res.kernel_value);
+    res.engine = EngineSysText(engine_->Mremap(a, ol, nl, f, na), *this, true);
   } else if (op == "count") {
     auto resp = child_->Call("count");
     auto fk = resp.empty() ? std::vector<uint64_t>{} : HexFields(resp[0]);

@@ -165,6 +165,12 @@ class OracleSession {
   bool kernel_zero_page_ = true;
   uint64_t kernel_thp_align_ = 1;
   uint64_t max_map_count_ = kDefaultMaxMapCount;
+  /// The child's break at start-up (its mm->start_brk: the child never calls brk
+  /// itself), the engine's SpaceOptions::start_brk, and `brkbase` in expressions.
+  uint64_t brkbase_ = 0;
+  /// The child's start_brk: the start of its [heap] (static glibc's start-up takes its
+  /// TLS from brk), or brkbase_ if it has none; `brkstart` in expressions.
+  uint64_t brkstart_ = 0;
   std::string setup_error_;
 };
 

@@ -1212,5 +1212,162 @@ TEST_F(RpcTest, DestroyedSpaceIsNotFoundAfterwards) {
   Destroy(id2);
 }
 
+// brk(2) over gRPC: the break is the answer (never an error), the heap shows in maps,
+// and the settings start_brk / rlimit_data are validated and used.
+TEST_F(RpcTest, BrkMovesTheBreakAndAnswersTheOldOneWhenRefused) {
+  auto brk = [&](uint64_t id, uint64_t b) {
+    v1::BrkRequest req;
+    req.set_space_id(id);
+    req.set_brk(b);
+    v1::BrkResponse resp;
+    const grpc::Status s = stub_->Brk(Ctx().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.brk();
+  };
+  const uint64_t id = NewSpace();
+  EXPECT_EQ(brk(id, 0), 0x4ac000u);
+  EXPECT_EQ(brk(id, 0x4ac000 + 0x2800), 0x4ae800u);
+  v1::GetMapsResponse m = Maps(id);
+  ASSERT_EQ(m.vmas_size(), 1);
+  EXPECT_EQ(m.vmas(0).name(), "[heap]");
+  EXPECT_EQ(m.vmas(0).end(), 0x4af000u);
+  EXPECT_EQ(brk(id, ~0ull), 0x4ae800u) << "beyond TASK_SIZE: refused";
+  EXPECT_EQ(brk(id, 0x4ac000), 0x4ac000u);
+  EXPECT_EQ(Maps(id).map_count(), 0u);
+  Destroy(id);
+
+  v1::SpaceSettings set;
+  set.set_start_brk(0x10000000);
+  set.set_rlimit_data(0x3000);
+  const uint64_t limited = NewSpace(set);
+  EXPECT_EQ(brk(limited, 0x10003000), 0x10003000u);
+  EXPECT_EQ(brk(limited, 0x10003001), 0x10003000u) << "RLIMIT_DATA";
+  Destroy(limited);
+  for (uint64_t bad : {uint64_t{0x10000001}, uint64_t{0x1000}, uint64_t{0x7ffffffff000}, uint64_t{~0ull & ~0xfffull}}) {
+    v1::CreateSpaceRequest req;
+    req.mutable_settings()->set_start_brk(bad);
+    v1::CreateSpaceResponse resp;
+    EXPECT_TRUE(HasErrno(stub_->CreateSpace(Ctx().get(), req, &resp), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL))
+        << "start_brk " << bad;
+  }
+}
+
+TEST_F(RpcTest, MremapMovesPagesAndMapsErrnos) {
+  auto mremap = [&](uint64_t id, uint64_t old_addr, uint64_t old_len, uint64_t new_len, uint64_t flags,
+                    uint64_t new_addr, uint64_t* out = nullptr) {
+    v1::MremapRequest req;
+    req.set_space_id(id);
+    req.set_old_addr(old_addr);
+    req.set_old_len(old_len);
+    req.set_new_len(new_len);
+    req.set_flags(flags);
+    req.set_new_addr(new_addr);
+    v1::MremapResponse resp;
+    const grpc::Status s = stub_->Mremap(Ctx().get(), req, &resp);
+    if (out) *out = resp.addr();
+    return s;
+  };
+  const uint64_t id = NewSpace();
+  uint64_t a = 0;
+  ASSERT_TRUE(Mmap(id, 0, 2 * kPage, kRW, kPrivAnon, &a).ok());
+  v1::WriteMemoryResponse w;
+  ASSERT_TRUE(Write(id, a + kPage, "moved", &w).ok());
+  uint64_t b = 0;
+  ASSERT_TRUE(mremap(id, a, 2 * kPage, 2 * kPage, MREMAP_MAYMOVE | MREMAP_FIXED, a - 16 * kPage, &b).ok());
+  EXPECT_EQ(b, a - 16 * kPage);
+  v1::FaultInfo f;
+  ASSERT_TRUE(Fault(id, a, v1::ACCESS_READ, &f).ok());
+  EXPECT_EQ(f.outcome(), v1::FAULT_OUTCOME_SIGSEGV) << "the old range is unmapped";
+  // Errnos and their codes, at the limits of the arguments.
+  EXPECT_TRUE(HasErrno(mremap(id, b, kPage, kPage, 8, 0), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL))
+      << "unknown flag";
+  EXPECT_TRUE(HasErrno(mremap(id, b, kPage, kPage, 1ull << 40, 0), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL))
+      << "a flag bit above 32";
+  EXPECT_TRUE(HasErrno(mremap(id, b + 1, kPage, kPage, 0, 0), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(mremap(id, b, kPage, 0, 0, 0), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(mremap(id, b, kPage, ~0ull, MREMAP_MAYMOVE, 0), StatusCode::INVALID_ARGUMENT, "EINVAL",
+                       EINVAL))
+      << "new_len wraps to 0 when rounded up";
+  EXPECT_TRUE(HasErrno(mremap(id, b, kPage, 0x800000000000, MREMAP_MAYMOVE, 0), StatusCode::INVALID_ARGUMENT,
+                       "EINVAL", EINVAL))
+      << "new_len beyond TASK_SIZE";
+  EXPECT_TRUE(HasErrno(mremap(id, b, kPage, kPage, MREMAP_MAYMOVE | MREMAP_FIXED, ~0ull & ~0xfffull),
+                       StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL))
+      << "new_addr + new_len wraps";
+  EXPECT_TRUE(HasErrno(mremap(id, b, kPage, kPage, MREMAP_MAYMOVE | MREMAP_FIXED, b + 0x800),
+                       StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL))
+      << "unaligned new_addr";
+  uint64_t same = 0;
+  ASSERT_TRUE(mremap(id, b, 3 * kPage, 3 * kPage, 0, 0, &same).ok()) << "no resize: nothing checked";
+  EXPECT_EQ(same, b);
+  EXPECT_TRUE(HasErrno(mremap(id, b, 3 * kPage, 4 * kPage, 0, 0), StatusCode::INVALID_ARGUMENT, "EFAULT", EFAULT))
+      << "the range is longer than its VMA";
+  EXPECT_TRUE(HasErrno(mremap(id, 0x30000000, kPage, kPage, 0, 0), StatusCode::INVALID_ARGUMENT, "EFAULT", EFAULT))
+      << "no VMA";
+  uint64_t c = 0;
+  ASSERT_TRUE(Mmap(id, b + 2 * kPage, kPage, PROT_READ, kPrivAnon | MAP_FIXED, &c).ok());
+  EXPECT_TRUE(HasErrno(mremap(id, b, 2 * kPage, 4 * kPage, 0, 0), StatusCode::RESOURCE_EXHAUSTED, "ENOMEM", ENOMEM))
+      << "growth blocked without MREMAP_MAYMOVE";
+  ASSERT_TRUE(mremap(id, b, 2 * kPage, 4 * kPage, MREMAP_MAYMOVE, 0, &c).ok());
+  EXPECT_NE(c, b);
+  v1::ReadMemoryRequest rr;
+  rr.set_space_id(id);
+  rr.set_addr(c + kPage);
+  rr.set_len(5);
+  v1::ReadMemoryResponse rd;
+  ASSERT_TRUE(stub_->ReadMemory(Ctx().get(), rr, &rd).ok());
+  EXPECT_EQ(rd.data(), "moved");
+  Destroy(id);
+}
+
+// Batch: brk and mremap ops, packed too; a later op names the mremap's address.
+TEST_F(RpcTest, BatchBrkAndMremapOpsAndAddrOf) {
+  const uint64_t id = NewSpace();
+  v1::BatchRequest req;
+  auto* m = req.add_ops()->mutable_mmap();
+  m->set_space_id(id);
+  m->set_len(2 * kPage);
+  m->set_prot(kRW);
+  m->set_flags(kPrivAnon);
+  v1::Op* mr = req.add_ops();
+  mr->mutable_mremap()->set_space_id(id);
+  mr->mutable_mremap()->set_old_len(2 * kPage);
+  mr->mutable_mremap()->set_new_len(kPage);
+  mr->mutable_addr_of()->set_back(1);  // old_addr = what the mmap returned
+  v1::Op* un = req.add_ops();
+  un->mutable_munmap()->set_space_id(id);
+  un->mutable_munmap()->set_len(kPage);
+  un->mutable_addr_of()->set_back(1);  // what the mremap returned
+  v1::Op* br = req.add_ops();
+  br->mutable_brk()->set_space_id(id);
+  br->mutable_brk()->set_brk(0x4ad000);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = stub_->Batch(&ctx);
+  ASSERT_TRUE(stream->Write(req));
+  v1::BatchResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  ASSERT_EQ(resp.results_size(), 4);
+  for (int i = 0; i < 4; i++) EXPECT_EQ(resp.results(i).code(), 0) << i << ": " << resp.results(i).message();
+  EXPECT_EQ(resp.results(1).mremap().addr(), resp.results(0).mmap().addr());
+  EXPECT_EQ(resp.results(3).brk().brk(), 0x4ad000u);
+  // Packed: brk back to start_brk, and a mremap with an unknown flag (EINVAL).
+  v1::BatchRequest p;
+  p.mutable_packed()->set_space_id(id);
+  for (uint64_t w : {uint64_t{v1::PACKED_BRK}, uint64_t{0x4ac000}, uint64_t{v1::PACKED_MREMAP},
+                     uint64_t{0x10000000}, kPage, kPage, uint64_t{8}, uint64_t{0}})
+    p.mutable_packed()->add_words(w);
+  ASSERT_TRUE(stream->Write(p));
+  ASSERT_TRUE(stream->Read(&resp));
+  ASSERT_EQ(resp.packed().values_size(), 2);
+  EXPECT_EQ(resp.packed().values(0), 0x4ac000u);
+  ASSERT_EQ(resp.packed().full_index_size(), 1);
+  EXPECT_EQ(resp.packed().full(0).errno_name(), "EINVAL");
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(Maps(id).map_count(), 0u);
+  Destroy(id);
+}
+
 }  // namespace
 }  // namespace vmspace::service_test

@@ -15,8 +15,9 @@ import unittest
 
 import grpc
 
-from vmspace_client import (MAP_ANONYMOUS, MAP_FIXED_NOREPLACE, MAP_PRIVATE, MAP_SHARED, MS_SYNC, PROT_READ,
-                            PROT_WRITE, AccessResult, Client, LockStats, ServerInfo, VmspaceError, batch)
+from vmspace_client import (MAP_ANONYMOUS, MAP_FIXED_NOREPLACE, MAP_PRIVATE, MAP_SHARED, MREMAP_FIXED,
+                            MREMAP_MAYMOVE, MS_SYNC, PROT_READ, PROT_WRITE, AccessResult, Client, LockStats,
+                            ServerInfo, VmspaceError, batch)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -223,6 +224,20 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((stopped.accesses, stopped.stop.signal, stopped.stop.si_addr), (1, "SIGSEGV", addr + 4 * PAGE))
         self.assertRaisesErrno(grpc.StatusCode.INVALID_ARGUMENT, "EINVAL", 22, self.vm.madvise, self.space, addr,
                                PAGE, advice=3)
+
+    def test_brk_mremap(self):
+        start = self.vm.brk(self.space, 0)
+        self.assertEqual(start, 0x4AC000)  # the default start_brk
+        self.assertEqual(self.vm.brk(self.space, start + 3 * PAGE), start + 3 * PAGE)
+        self.assertEqual(self.vm.get_maps(self.space).vmas[0].name, "[heap]")
+        addr = self.vm.mmap(self.space, 2 * PAGE)
+        self.vm.write(self.space, addr + PAGE, b"moved")
+        new = self.vm.mremap(self.space, addr, 2 * PAGE, 2 * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, addr + 16 * PAGE)
+        self.assertEqual(new, addr + 16 * PAGE)
+        self.assertEqual(self.vm.read(self.space, new + PAGE, 5), b"moved")
+        self.assertRaisesErrno(grpc.StatusCode.INVALID_ARGUMENT, "EINVAL", 22, self.vm.mremap, self.space, new,
+                               PAGE, PAGE, 8)
+        self.assertEqual(self.vm.brk(self.space, start), start)
 
     def test_batch_stream(self):
         """A generator sends "mmap, fault each page, munmap what op 0 mapped", then a

@@ -33,4 +33,4 @@ from .routing import parse_targets, shard_of
 __all__ = ["Client", "VmspaceError", "Fault", "AccessResult", "LockStat", "LockStats", "ServerInfo", "batch", "pb",
            "parse_targets", "shard_of", "PROT_NONE", "PROT_READ", "PROT_WRITE", "PROT_EXEC",
            "MAP_SHARED", "MAP_PRIVATE", "MAP_FIXED", "MAP_ANONYMOUS", "MAP_FIXED_NOREPLACE", "MADV_DONTNEED",
-           "MS_ASYNC", "MS_INVALIDATE", "MS_SYNC"]
+           "MS_ASYNC", "MS_INVALIDATE", "MS_SYNC", "MREMAP_MAYMOVE", "MREMAP_FIXED", "MREMAP_DONTUNMAP"]

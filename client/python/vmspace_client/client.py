@@ -243,6 +243,17 @@ class Client:
             advice = MADV_BY_NAME[advice]
         self._call("Madvise", pb.MadviseRequest(space_id=space_id, addr=addr, len=length, advice=advice), space_id)
 
+    def brk(self, space_id, brk):
+        """brk(2); returns the break after the call (the old one if the change was refused:
+        brk has no errno; brk=0 asks for the current break)."""
+        return self._call("Brk", pb.BrkRequest(space_id=space_id, brk=brk), space_id).brk
+
+    def mremap(self, space_id, old_addr, old_len, new_len, flags=0, new_addr=0):
+        """mremap(2); returns the mapping's address after the call. flags: MREMAP_MAYMOVE,
+        MREMAP_FIXED, MREMAP_DONTUNMAP (constants); new_addr with FIXED or DONTUNMAP."""
+        return self._call("Mremap", pb.MremapRequest(space_id=space_id, old_addr=old_addr, old_len=old_len,
+                                                     new_len=new_len, flags=flags, new_addr=new_addr), space_id).addr
+
     def fault(self, space_id, addr, access="read"):
         """One simulated access ("read", "write", "exec"); returns a Fault."""
         return Fault(self._call("Fault", pb.FaultRequest(space_id=space_id, addr=addr, access=_ACCESS[access]),

@@ -16,3 +16,4 @@ MADV_HWPOISON, MADV_SOFT_OFFLINE, MADV_GUARD_INSTALL, MADV_GUARD_REMOVE = 100, 1
 # The advices by name: the MADV_ name in lower case without the prefix ("dontneed", "guard_install").
 MADV_BY_NAME = {k[len("MADV_"):].lower(): v for k, v in dict(globals()).items() if k.startswith("MADV_")}
 MS_ASYNC, MS_INVALIDATE, MS_SYNC = 1, 2, 4
+MREMAP_MAYMOVE, MREMAP_FIXED, MREMAP_DONTUNMAP = 1, 2, 4

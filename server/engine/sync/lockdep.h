@@ -27,6 +27,10 @@ enum class LockRank : uint8_t {
   kAnonVmaLock = 60,    // mm->page_table_lock as __anon_vma_prepare uses it
   kPageTableLock = 70,  // mm->page_table_lock (installing upper-level tables)
   kPtl = 80,            // split PTE lock
+  kPtlNested = 81,      // a second split PTE lock taken under the first
+                        // (spin_lock_nested(SINGLE_DEPTH_NESTING): mremap's move_ptes
+                        // holds the old and the new table's ptl; mmap_lock write keeps a
+                        // second mover out, so the pair's order does not matter)
   kWbListLock = 85,     // the writeback domain's lock (wb->list_lock: taken by folio_mark_dirty's
                         // __mark_inode_dirty under the folio lock, as rmap.c nests it under ptl)
   kIPages = 90,         // mapping->i_pages lock (a File's page-cache tree)

@@ -10,6 +10,17 @@ namespace vmspace {
 
 void SpinLock::Lock() {
   LockdepAcquire(rank_, this);
+  Acquire();
+  held_rank_ = rank_;
+}
+
+void SpinLock::LockNested(LockRank nested) {
+  LockdepAcquire(nested, this);
+  Acquire();
+  held_rank_ = nested;
+}
+
+void SpinLock::Acquire() {
   bool contended = locked_.exchange(true, std::memory_order_acquire);
   uint64_t wait = 0;
   if (contended) {
@@ -31,8 +42,9 @@ void SpinLock::Lock() {
 
 void SpinLock::Unlock() {
   sync_internal::EndHold(cls_, LockMode::kWrite, acquired_ticks_);
+  const LockRank held = held_rank_;
   locked_.store(false, std::memory_order_release);
-  LockdepRelease(rank_, this);
+  LockdepRelease(held, this);
 }
 
 }  // namespace vmspace

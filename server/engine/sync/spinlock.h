@@ -16,18 +16,25 @@ namespace vmspace {
 
 class ABSL_LOCKABLE SpinLock {
  public:
-  SpinLock(LockClass cls, LockRank rank) : cls_(cls), rank_(rank) {}
+  SpinLock(LockClass cls, LockRank rank) : cls_(cls), rank_(rank), held_rank_(rank) {}
   SpinLock(const SpinLock&) = delete;
   SpinLock& operator=(const SpinLock&) = delete;
   /// spin_lock / spin_unlock.
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION();
   void Unlock() ABSL_UNLOCK_FUNCTION();
+  /// spin_lock_nested(lock, SINGLE_DEPTH_NESTING): Lock() ranked `nested` for lockdep,
+  /// for a second lock of the same class taken under the first by a caller that no
+  /// other thread can mirror (e.g. both PTE locks of a move under mmap_lock write).
+  /// Unlock() as usual.
+  void LockNested(LockRank nested) ABSL_EXCLUSIVE_LOCK_FUNCTION();
 
  private:
   std::atomic<bool> locked_{false};
   const LockClass cls_;
   const LockRank rank_;
+  LockRank held_rank_;  // rank_, or LockNested's rank while so held
   uint64_t acquired_ticks_ = 0;
+  void Acquire();
 };
 
 /// Scoped hold of a SpinLock.

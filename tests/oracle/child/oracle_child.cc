@@ -41,6 +41,8 @@
 //                          most 64 Ki pages)
 //   munmap A L          -> "R <ret>" or "E <errno>"
 //   mprotect A L P      -> "R <ret>" or "E <errno>"
+//   brk A               -> "R <ret>"  (the break brk(2) returns; it has no errno)
+//   mremap A OL NL F NA -> "R <ret>" or "E <errno>"
 //   read A              -> "V <byte> <faults>" or "S <signo> <si_code> <si_addr> <faults>"
 //   write A V           -> "OK <faults>" or "S ..."
 //   exec A              -> "OK <faults>" or "S ..." (only instruction-fetch faults are
@@ -758,6 +760,12 @@ int main() {
     } else if (Word(&p, "mprotect")) {
       uint64_t a = Hex(&p), l = Hex(&p), pr = Hex(&p);
       PutSys(syscall(SYS_mprotect, a, l, pr));
+    } else if (Word(&p, "brk")) {
+      uint64_t a = Hex(&p);
+      PutSys(syscall(SYS_brk, a));
+    } else if (Word(&p, "mremap")) {
+      uint64_t a = Hex(&p), ol = Hex(&p), nl = Hex(&p), f = Hex(&p), na = Hex(&p);
+      PutSys(syscall(SYS_mremap, a, ol, nl, f, na));
     } else if (Word(&p, "read")) {
       uint64_t a = Hex(&p);
       DoRead(a, false);

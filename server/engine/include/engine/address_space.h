@@ -89,6 +89,16 @@ struct SpaceOptions {
   IMmapScope i_mmap_scope = IMmapScope::kWide;
   /// Locking design (VMA index, per-VMA lock use in faults).
   LockingProfile profile;
+  /// mm->start_brk, bytes, page aligned: where the heap (brk area) begins; the break
+  /// starts there. Default: a small static binary (gcc -static, glibc 2.36) run with
+  /// `setarch -R` on the reference machine (Linux 6.18, x86-64): its kernel start_brk,
+  /// the [heap] start in /proc/self/maps, is 0x4ac000 (sbrk(0) printed 0x4ce000 after
+  /// glibc's static start-up took 0x22000 of it), the page after its .bss.
+  uint64_t start_brk = kDefaultStartBrk;
+  /// RLIMIT_DATA (bytes; ~0 = RLIM_INFINITY): brk refuses a break more than this above
+  /// start_brk (check_data_rlimit, with no data segment), and growing mremap refuses
+  /// private writable growth past it (may_expand_vm's data_vm check).
+  uint64_t rlimit_data = ~0ull;
 };
 
 /// One VMA as reported by Maps(): the data behind a /proc/PID/maps line and the
@@ -271,6 +281,31 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   /// then holds the entries of the VMAs before it, as the kernel copies them out).
   /// len 0 succeeds with an empty vector. Takes mmap_lock for read.
   SysResult Mincore(uint64_t addr, uint64_t len, std::vector<uint8_t>* vec);
+
+  /// brk(2) (mm/mmap.c SYSCALL brk, do_brk_flags; Linux 6.18): moves the break to
+  /// `new_brk` (bytes). Returns the new break, or the old one if the call fails (brk
+  /// never returns an errno): below start_brk (brk(0) asks for the break), above
+  /// RLIMIT_DATA, the grown range (plus a page and a neighbour's stack guard gap)
+  /// reaching the next VMA, beyond TASK_SIZE, max_map_count or the overcommit limit.
+  /// Growth extends the brk VMA ([heap] in Maps) or maps a new private anonymous
+  /// VM_ACCOUNT one; shrinking unmaps. Takes mmap_lock for write.
+  uint64_t Brk(uint64_t new_brk);
+
+  /// mremap(2) (mm/mremap.c; Linux 6.18): resizes and/or moves [old_addr,
+  /// old_addr+old_len) of one VMA. flags: MREMAP_MAYMOVE (1), MREMAP_FIXED (2, with
+  /// new_addr), MREMAP_DONTUNMAP (4). Returns the (new) address. A move moves the page
+  /// table entries (no data is copied) under both PTE locks and the rmap locks.
+  /// Errors in the kernel's order, first before any lock (check_mremap_params, on the
+  /// page-aligned lengths): EINVAL (unknown flags, old_addr unaligned, new_len 0 or
+  /// beyond TASK_SIZE; with FIXED or DONTUNMAP: new range beyond TASK_SIZE, new_addr
+  /// unaligned, no MAYMOVE, DONTUNMAP with a resize, overlapping ranges), ENOMEM
+  /// (map_count near the limit); then EFAULT (no VMA at old_addr), and per step EINVAL
+  /// (old_len 0 of a private mapping, a shrink's tail past TASK_SIZE, pgoff wrap),
+  /// EFAULT (the range not inside its VMA), ENOMEM (growth blocked without MAYMOVE, no
+  /// room, overcommit, RLIMIT_DATA), EPERM (FIXED below dac_mmap_min_addr). Not
+  /// modelled: the 6.17+ move of several VMAs at once (EFAULT here).
+  /// Takes mmap_lock for write.
+  SysResult Mremap(uint64_t old_addr, uint64_t old_len, uint64_t new_len, uint64_t flags, uint64_t new_addr = 0);
 
   /// Simulates one CPU access of one byte at `addr`: if the PTE allows it nothing
   /// happens (kNone); otherwise runs the page-fault handler (arch/x86/mm/fault.c

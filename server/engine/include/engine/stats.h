@@ -57,7 +57,7 @@ enum class Event : uint16_t {
 const char* EventName(Event e);
 
 /// Engine operations, counted by type and errno.
-enum class OpType : uint8_t { kMmap, kMunmap, kMprotect, kMadvise, kCount };
+enum class OpType : uint8_t { kMmap, kMunmap, kMprotect, kMadvise, kBrk, kMremap, kCount };
 const char* OpTypeName(OpType t);
 /// errno values tracked per op type; index 0 is success, the last slot is "other".
 inline constexpr std::array<int, 12> kTrackedErrnos = {0,  22 /*EINVAL*/, 12 /*ENOMEM*/,

@@ -62,6 +62,9 @@ inline constexpr uint64_t kStackGuardGap = 256 * kPageSize;
 /// mmap_base for RLIMIT_STACK = 8 MiB and ASLR off: TASK_SIZE - 128 MiB (the gap is
 /// clamped to at least 128 MiB; arch/x86/mm/mmap.c mmap_base()).
 inline constexpr uint64_t kDefaultMmapBase = 0x7ffff7fff000ull;
+/// Default mm->start_brk (SpaceOptions::start_brk): a small static binary's under
+/// `setarch -R` on the reference machine (see there).
+inline constexpr uint64_t kDefaultStartBrk = 0x4ac000ull;
 /// DEFAULT_MAX_MAP_COUNT (include/linux/mm.h): 65535 - 5.
 inline constexpr uint64_t kDefaultMaxMapCount = 65530;
 

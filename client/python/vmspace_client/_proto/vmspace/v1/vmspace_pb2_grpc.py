@@ -79,6 +79,16 @@ class VmSpaceStub(object):
                 request_serializer=vmspace_dot_v1_dot_vmspace__pb2.MadviseRequest.SerializeToString,
                 response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MadviseResponse.FromString,
                 )
+        self.Brk = channel.unary_unary(
+                '/vmspace.v1.VmSpace/Brk',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.BrkRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.BrkResponse.FromString,
+                )
+        self.Mremap = channel.unary_unary(
+                '/vmspace.v1.VmSpace/Mremap',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.MremapRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MremapResponse.FromString,
+                )
         self.GetLockStats = channel.unary_unary(
                 '/vmspace.v1.VmSpace/GetLockStats',
                 request_serializer=vmspace_dot_v1_dot_vmspace__pb2.GetLockStatsRequest.SerializeToString,
@@ -243,8 +253,28 @@ class VmSpaceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Madvise(self, request, context):
-        """madvise(2); only MADV_DONTNEED (4): zaps the range's pages so the next access
-        faults again. Takes mmap_lock for read.
+        """madvise(2), every advice Linux 6.18 takes on x86-64 with KSM and THP and without
+        CONFIG_MEMORY_FAILURE (AddressSpace::Madvise): the MADV_* numbers of
+        <sys/mman.h>; an unknown number, HWPOISON and SOFT_OFFLINE answer EINVAL. Errors
+        are the kernel's errno (EINVAL, ENOMEM for a hole after applying the advice to the
+        mapped parts, EACCES, EAGAIN, EFAULT for POPULATE over SIGSEGV/SIGBUS pages).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Brk(self, request, context):
+        """brk(2) (mm/mmap.c SYSCALL brk, do_brk_flags; Linux 6.18): moves the space's break.
+        Never an error: a refused change answers the old break. Takes mmap_lock for write.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Mremap(self, request, context):
+        """mremap(2) (mm/mremap.c do_mremap; Linux 6.18): resizes and/or moves part of one
+        mapping, moving its page-table entries (no data is copied). Takes mmap_lock for
+        write.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -421,6 +451,16 @@ def add_VmSpaceServicer_to_server(servicer, server):
                     servicer.Madvise,
                     request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MadviseRequest.FromString,
                     response_serializer=vmspace_dot_v1_dot_vmspace__pb2.MadviseResponse.SerializeToString,
+            ),
+            'Brk': grpc.unary_unary_rpc_method_handler(
+                    servicer.Brk,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.BrkRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.BrkResponse.SerializeToString,
+            ),
+            'Mremap': grpc.unary_unary_rpc_method_handler(
+                    servicer.Mremap,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MremapRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.MremapResponse.SerializeToString,
             ),
             'GetLockStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetLockStats,
@@ -715,6 +755,40 @@ class VmSpace(object):
         return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/Madvise',
             vmspace_dot_v1_dot_vmspace__pb2.MadviseRequest.SerializeToString,
             vmspace_dot_v1_dot_vmspace__pb2.MadviseResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Brk(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/Brk',
+            vmspace_dot_v1_dot_vmspace__pb2.BrkRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.BrkResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Mremap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/Mremap',
+            vmspace_dot_v1_dot_vmspace__pb2.MremapRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.MremapResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
