@@ -35,6 +35,10 @@ SysResult AddressSpace::Madvise(uint64_t start, uint64_t len_in, int advice) {
   m.mmap_lock.LockRead();
   for (Vma* v = FindVmaLocked(m, start); v && v->vm_start < end; v = VmaNextLocked(m, v)) {
     if (v->vm_start > pos) err = ENOMEM;  // a hole: remember, go on
+    if (!CanMadviseModify(v, advice)) {  // madvise_vma_behavior(): mseal
+      err = EPERM;
+      break;
+    }
     if (v->vm_flags & (VM_LOCKED | VM_PFNMAP)) {
       err = EINVAL;
       break;

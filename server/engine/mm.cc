@@ -58,6 +58,8 @@ MmStruct::MmStruct(FrameAllocator& f, const SpaceOptions& o)
       limit = ~0ull;
   }
   commit_limit_pages = limit >> kPageShift;
+  rlimit_memlock.store(o.rlimit_memlock, std::memory_order_relaxed);
+  cap_ipc_lock.store(o.cap_ipc_lock, std::memory_order_relaxed);
   frames.AddDeferredFrees(this);
 }
 

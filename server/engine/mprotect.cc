@@ -66,6 +66,10 @@ int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grow
     }
     tmp = std::min(vma->vm_end, end);
     // mprotect_fixup
+    if (!CanModifyVma(vma)) {
+      error = EPERM;
+      break;
+    }
     uint64_t oldflags = vma->vm_flags;
     uint64_t nrpages = (tmp - nstart) >> kPageShift;
     Vma* cur = vma;

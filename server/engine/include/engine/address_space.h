@@ -87,6 +87,14 @@ struct SpaceOptions {
   SharedFaultCompletion shared_fault_completion = SharedFaultCompletion::kCompleted;
   /// The i_mmap_rwsem scope of mmap's VMA link (see IMmapScope); default wide (Linux).
   IMmapScope i_mmap_scope = IMmapScope::kWide;
+  /// RLIMIT_MEMLOCK in bytes (soft limit; this machine's `ulimit -l` for root: 8 MiB):
+  /// mlock, mlockall(MCL_CURRENT) and VM_LOCKED mappings beyond it fail (ENOMEM, EAGAIN)
+  /// unless cap_ipc_lock; 0 with cap_ipc_lock false makes mlock EPERM (can_do_mlock).
+  /// ~0 = RLIM_INFINITY. Changeable later (AddressSpace::SetRlimitMemlock).
+  uint64_t rlimit_memlock = 8ull << 20;
+  /// The caller has CAP_IPC_LOCK (root has it): RLIMIT_MEMLOCK does not apply. Off by
+  /// default, as cap_sys_rawio; the oracle tests set it from the child's capabilities.
+  bool cap_ipc_lock = false;
   /// Locking design (VMA index, per-VMA lock use in faults).
   LockingProfile profile;
 };
@@ -118,6 +126,8 @@ struct SpaceCounters {
   uint64_t file_pages = 0;      // MM_FILEPAGES: PTEs mapping page-cache pages of host files
   uint64_t rss_pages = 0;       // anon_pages + shmem_pages + file_pages (get_mm_rss)
   uint64_t pgtable_bytes = 0;   // page-table pages, 4 KiB each (like VmPTE + VmPMD)
+  uint64_t locked_vm_pages = 0; // pages of VM_LOCKED VMAs (mm->locked_vm, VmLck)
+  uint64_t sealed_pages = 0;    // pages of VM_SEALED VMAs (they can never be unmapped)
 };
 
 /// Result of Access(): how many faults were taken and, if the walk stopped on a
@@ -227,6 +237,37 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   /// the range has unmapped holes (the mapped parts are still zapped). Takes mmap_lock
   /// for read (Linux 6.16+ may use the per-VMA lock instead; not modelled).
   SysResult Madvise(uint64_t addr, uint64_t len, int advice);
+
+  /// mlock2(2) (mm/mlock.c do_mlock, apply_vma_lock_flags, mlock_fixup; Linux 6.18):
+  /// sets VM_LOCKED (and VM_LOCKONFAULT with MLOCK_ONFAULT) on the pages of
+  /// [addr & ~4095, addr + len rounded up), splitting and merging VMAs, counts them in
+  /// locked_vm and faults them in (__mm_populate; not with MLOCK_ONFAULT). EINVAL:
+  /// flags other than MLOCK_ONFAULT, range wraps; EPERM: RLIMIT_MEMLOCK 0 without
+  /// CAP_IPC_LOCK; ENOMEM: beyond RLIMIT_MEMLOCK (pages already locked in the range not
+  /// counted twice), the range starts in or has a hole (the VMAs before the hole stay
+  /// locked, nothing is populated), or a page could not be faulted in (PROT_NONE: the
+  /// VMA stays locked, as the kernel's EFAULT); a split at max_map_count. Takes
+  /// mmap_lock for write, then for read to populate.
+  SysResult Mlock(uint64_t addr, uint64_t len, int flags = 0);
+  /// munlock(2): clears VM_LOCKED / VM_LOCKONFAULT on the range. ENOMEM: a hole.
+  SysResult Munlock(uint64_t addr, uint64_t len);
+  /// mlockall(2): MCL_CURRENT locks (and populates) every VMA, MCL_FUTURE makes new
+  /// mappings locked (mm->def_flags), MCL_ONFAULT with either. EINVAL: 0, unknown bits,
+  /// MCL_ONFAULT alone; EPERM: can_do_mlock fails; ENOMEM: MCL_CURRENT with total_vm
+  /// beyond RLIMIT_MEMLOCK (without CAP_IPC_LOCK).
+  SysResult Mlockall(int flags);
+  /// munlockall(2): unlocks every VMA and clears def_flags' lock bits. Always 0.
+  SysResult Munlockall();
+  /// mseal(2) (mm/mseal.c do_mseal, Linux 6.18): sets VM_SEALED on [addr, addr + len):
+  /// munmap, mprotect, mremap, MAP_FIXED over it and discarding madvise advice on
+  /// read-only private anonymous memory then fail with EPERM, for good. EINVAL: flags
+  /// not 0, addr unaligned, len rounds to 0 from near 2^64, range wraps; ENOMEM: the
+  /// range has a hole (nothing sealed). Takes mmap_lock for write.
+  SysResult Mseal(uint64_t addr, uint64_t len, uint64_t flags = 0);
+  /// setrlimit(RLIMIT_MEMLOCK) in bytes (~0 = unlimited) and the CAP_IPC_LOCK bit of the
+  /// space's process (capset); both start from SpaceOptions.
+  void SetRlimitMemlock(uint64_t bytes);
+  void SetCapIpcLock(bool cap);
 
   /// Simulates one CPU access of one byte at `addr`: if the PTE allows it nothing
   /// happens (kNone); otherwise runs the page-fault handler (arch/x86/mm/fault.c
