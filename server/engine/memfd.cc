@@ -30,12 +30,13 @@ int FileTable::AddSeals(uint64_t id, uint32_t seals) {
   if (!f.sealable()) return EINVAL;  // memfd_file_seals_ptr() is NULL
   const uint32_t cur = f.seals.load(std::memory_order_relaxed);
   if (cur & F_SEAL_SEAL) return EPERM;
+  // "SEAL_EXEC implys SEAL_WRITE, making W^X from the start" (before the write seal's
+  // check: a writable shared mapping makes F_SEAL_EXEC EBUSY too, seen on 6.18).
+  if ((seals & F_SEAL_EXEC) && f.mode_exec) seals |= F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_FUTURE_WRITE;
   if ((seals & F_SEAL_WRITE) && !(cur & F_SEAL_WRITE)) {
     // mapping_deny_writable(); memfd_wait_for_pins() has no pins to wait for here.
     if (int e = f.MappingDenyWritable()) return e;
   }
-  // "SEAL_EXEC implys SEAL_WRITE, making W^X from the start."
-  if ((seals & F_SEAL_EXEC) && f.mode_exec) seals |= F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_FUTURE_WRITE;
   f.seals.store(cur | seals, std::memory_order_release);
   return 0;
 }

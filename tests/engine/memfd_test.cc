@@ -81,9 +81,12 @@ TEST(Memfd, SealRules) {
   EXPECT_EQ(files.Write(fw.value, 0, b, 1).error, EPERM);
   EXPECT_EQ(as->Mmap(kBase + 6 * P, P, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, 0, files.Get(fw.value)).error,
             EPERM);
-  // F_SEAL_EXEC on an executable memfd implies the write seals, without the EBUSY check.
+  // F_SEAL_EXEC on an executable memfd implies the write seals, EBUSY included.
   auto ex = files.CreateShmem("ex", P, MFD_ALLOW_SEALING);
   ASSERT_TRUE(as->Mmap(kBase + 8 * P, P, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, 0, files.Get(ex.value)).ok());
+  EXPECT_EQ(files.AddSeals(ex.value, F_SEAL_EXEC), EBUSY);
+  EXPECT_EQ(files.GetSeals(ex.value).value, 0u);
+  ASSERT_TRUE(as->Munmap(kBase + 8 * P, P).ok());
   ASSERT_EQ(files.AddSeals(ex.value, F_SEAL_EXEC), 0);
   EXPECT_EQ(files.GetSeals(ex.value).value, 0x3eu);
   auto nx = files.CreateShmem("nx", P, MFD_NOEXEC_SEAL);

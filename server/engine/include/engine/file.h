@@ -113,7 +113,7 @@ class FileTable {
   /// write; EINVAL: unknown bits, or not a memfd (a host file has no seals); EPERM:
   /// F_SEAL_SEAL is set; EBUSY: F_SEAL_WRITE while a writable shared mapping exists
   /// (i_mmap_writable). F_SEAL_EXEC on an executable memfd also adds F_SEAL_SHRINK,
-  /// GROW, WRITE and FUTURE_WRITE (without the EBUSY check, as Linux). Seals then
+  /// GROW, WRITE and FUTURE_WRITE (so it is EBUSY in the same case). Seals then
   /// refuse: SHRINK/GROW a truncate that shrinks/grows (EPERM) and a write past EOF
   /// (GROW: up to the last whole page chunk below EOF, EPERM if none); WRITE and
   /// FUTURE_WRITE every write (EPERM) and a new MAP_SHARED PROT_WRITE mmap (EPERM),
