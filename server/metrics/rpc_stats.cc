@@ -34,6 +34,14 @@ const char* RpcMethodName(RpcMethod m) {
     case RpcMethod::kWriteFile: return "WriteFile";
     case RpcMethod::kFsyncFile: return "FsyncFile";
     case RpcMethod::kMsync: return "Msync";
+    case RpcMethod::kMlock: return "Mlock";
+    case RpcMethod::kMunlock: return "Munlock";
+    case RpcMethod::kMlockall: return "Mlockall";
+    case RpcMethod::kMunlockall: return "Munlockall";
+    case RpcMethod::kMseal: return "Mseal";
+    case RpcMethod::kAddFileSeals: return "AddFileSeals";
+    case RpcMethod::kGetFileSeals: return "GetFileSeals";
+    case RpcMethod::kReopenFile: return "ReopenFile";
     case RpcMethod::kCount: break;
   }
   return "?";

@@ -46,6 +46,14 @@ enum class RpcMethod : uint8_t {
   kWriteFile,
   kFsyncFile,
   kMsync,
+  kMlock,
+  kMunlock,
+  kMlockall,
+  kMunlockall,
+  kMseal,
+  kAddFileSeals,
+  kGetFileSeals,
+  kReopenFile,
   kCount
 };
 inline constexpr size_t kRpcMethodCount = static_cast<size_t>(RpcMethod::kCount);

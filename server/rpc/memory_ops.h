@@ -25,6 +25,12 @@ OpStatus DoMprotect(Space& sp, const v1::MprotectRequest& r, v1::MprotectRespons
 OpStatus DoMadvise(Space& sp, const v1::MadviseRequest& r, v1::MadviseResponse*);
 /// msync(2).
 OpStatus DoMsync(Space& sp, const v1::MsyncRequest& r, v1::MsyncResponse*);
+/// mlock2(2), munlock(2), mlockall(2), munlockall(2), mseal(2).
+OpStatus DoMlock(Space& sp, const v1::MlockRequest& r, v1::MlockResponse*);
+OpStatus DoMunlock(Space& sp, const v1::MunlockRequest& r, v1::MunlockResponse*);
+OpStatus DoMlockall(Space& sp, const v1::MlockallRequest& r, v1::MlockallResponse*);
+OpStatus DoMunlockall(Space& sp, const v1::MunlockallRequest& r, v1::MunlockallResponse*);
+OpStatus DoMseal(Space& sp, const v1::MsealRequest& r, v1::MsealResponse*);
 /// One fault at r.addr (a signal is an OK answer, in out->fault()).
 OpStatus DoFault(Space& sp, const v1::FaultRequest& r, v1::FaultResponse* out);
 /// Touches [addr, addr + len) every `stride` bytes; more than `max_touches` is EINVAL.

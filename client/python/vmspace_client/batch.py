@@ -9,13 +9,16 @@ from .errors import VmspaceError
 
 _REQUEST = {"mmap": pb.MmapRequest, "munmap": pb.MunmapRequest, "mprotect": pb.MprotectRequest,
             "fault": pb.FaultRequest, "access": pb.AccessRequest, "read": pb.ReadMemoryRequest,
-            "write": pb.WriteMemoryRequest, "madvise": pb.MadviseRequest, "msync": pb.MsyncRequest}
+            "write": pb.WriteMemoryRequest, "madvise": pb.MadviseRequest, "msync": pb.MsyncRequest,
+            "mlock": pb.MlockRequest, "munlock": pb.MunlockRequest, "mlockall": pb.MlockallRequest,
+            "munlockall": pb.MunlockallRequest, "mseal": pb.MsealRequest}
 ACCESS = {"read": pb.ACCESS_READ, "write": pb.ACCESS_WRITE, "exec": pb.ACCESS_EXEC}
 
 
 def op(kind, space_id, addr_of_back=None, addr_of_index=None, **fields):
     """One Batch op (a vmspace.v1.Op). `kind`: "mmap", "munmap", "mprotect", "fault",
-    "access", "read", "write", "madvise" or "msync"; `fields`: those of its request
+    "access", "read", "write", "madvise", "msync", "mlock", "munlock", "mlockall",
+    "munlockall" or "mseal"; `fields`: those of its request
     message (addr, len, prot, flags, stride, data, advice, ...; `access` may be "read",
     "write" or "exec"). addr_of_back=k: the address is what the mmap op k places before
     this one returned, plus `addr` (an offset); addr_of_index=i: the same for op number i

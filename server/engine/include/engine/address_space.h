@@ -191,7 +191,10 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   /// anon MAP_SHARED_VALIDATE, GROWSDOWN|SHARED), EBADF (not MAP_ANONYMOUS: no file
   /// given; see the overload below), EOVERFLOW (offset + len wraps in pages), ENOMEM (len overflow, map_count > max, no room,
   /// FIXED beyond TASK_SIZE, overcommit), EPERM (FIXED below dac_mmap_min_addr),
-  /// EEXIST (MAP_FIXED_NOREPLACE overlap). Takes mmap_lock for write.
+  /// EEXIST (MAP_FIXED_NOREPLACE overlap), EPERM (MAP_LOCKED with can_do_mlock false;
+  /// MAP_FIXED over a sealed VMA), EAGAIN (a VM_LOCKED mapping, MAP_LOCKED or after
+  /// mlockall(MCL_FUTURE), beyond RLIMIT_MEMLOCK). VM_LOCKED mappings are populated
+  /// (not with VM_LOCKONFAULT). Takes mmap_lock for write.
   SysResult Mmap(uint64_t addr, uint64_t len, int prot, int flags, uint64_t offset = 0);
 
   /// mmap(2) of an open file (`file` non-null, MAP_ANONYMOUS clear), with `offset` in
@@ -200,7 +203,9 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   /// in pages, or beyond MAX_LFS_FILESIZE), EOPNOTSUPP (MAP_SHARED_VALIDATE with an
   /// unknown flag; MAP_SYNC, refused after a MAP_FIXED replacement as the kernel's fs
   /// hook does, leaving the range unmapped), EACCES (MAP_SHARED with PROT_WRITE on a
-  /// handle not opened for write; any mapping of a handle not opened for read); no
+  /// handle not opened for write; any mapping of a handle not opened for read), EPERM
+  /// (MAP_SHARED with PROT_WRITE of a memfd with F_SEAL_WRITE or F_SEAL_FUTURE_WRITE; a
+  /// shared read-only one loses VM_MAYWRITE); no
   /// ENODEV (every File can be mapped). A shared mapping of a read-only handle gets
   /// VM_MAYSHARE without VM_SHARED and VM_MAYWRITE. A range beyond EOF maps; its
   /// accesses are SIGBUS. With MAP_ANONYMOUS `file` is ignored. MAP_PRIVATE pages are
@@ -219,21 +224,24 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
 
   /// munmap(2) (mm/vma.c do_vmi_munmap). EINVAL: addr unaligned, len 0, range beyond
   /// TASK_SIZE; ENOMEM: would split a VMA in the middle at map_count >= max.
-  /// A range with no VMA is a successful no-op. Frees frames and empty page tables.
-  /// Takes mmap_lock for write.
+  /// A range with no VMA is a successful no-op. EPERM: a VMA of the range is sealed
+  /// (nothing is unmapped; a split at the start stays, as Linux). Frees frames and empty
+  /// page tables. Takes mmap_lock for write.
   SysResult Munmap(uint64_t addr, uint64_t len);
 
   /// mprotect(2) (mm/mprotect.c do_mprotect_pkey, mprotect_fixup). EINVAL: addr
   /// unaligned, unknown prot bits, bad PROT_GROWSDOWN; ENOMEM: range not fully mapped
   /// (parts before the hole stay changed, as Linux) or a split at max_map_count;
-  /// EACCES: a permission the VMA's VM_MAYxxx lacks. len 0 succeeds.
+  /// EACCES: a permission the VMA's VM_MAYxxx lacks; EPERM: a sealed VMA (the VMAs
+  /// before it keep their change). len 0 succeeds.
   /// Takes mmap_lock for write.
   SysResult Mprotect(uint64_t addr, uint64_t len, int prot);
 
   /// madvise(2), MADV_DONTNEED only (mm/madvise.c): zaps the PTEs of the range so the
   /// next access faults again (private anonymous pages, also COW copies of file pages,
   /// are freed; page-cache pages stay in their file, so a private file page reads the
-  /// file again). EINVAL: addr unaligned, other advice, VM_LOCKED VMA; ENOMEM:
+  /// file again). EINVAL: addr unaligned, other advice, VM_LOCKED VMA; EPERM: a sealed
+  /// read-only private anonymous VMA (can_madvise_modify); ENOMEM:
   /// the range has unmapped holes (the mapped parts are still zapped). Takes mmap_lock
   /// for read (Linux 6.16+ may use the per-VMA lock instead; not modelled).
   SysResult Madvise(uint64_t addr, uint64_t len, int advice);
