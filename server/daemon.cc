@@ -115,7 +115,9 @@ bool Daemon::StartMetrics(std::string* err) {
                                              t.resident_bytes,
                                              t.pagetable_bytes,
                                              t.page_cache_pages * vmspace::kPageSize,
-                                             t.page_cache_dirty_pages * vmspace::kPageSize};
+                                             t.page_cache_dirty_pages * vmspace::kPageSize,
+                                             t.locked_bytes,
+                                             t.sealed_bytes};
       },
       vmspace::metrics::BuildInfo{VMSPACE_VERSION, VMSPACE_COMMIT, cfg_.shard});
   exposer_->RegisterCollectable(collector_, "/metrics");

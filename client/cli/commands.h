@@ -25,6 +25,11 @@ int CmdMaps(Ctx& c);      // GetMaps: /proc/PID/maps text
 int CmdMsync(Ctx& c);     // Msync
 int CmdBrk(Ctx& c);       // Brk
 int CmdMremap(Ctx& c);    // Mremap
+int CmdMlock(Ctx& c);       // Mlock (mlock2)
+int CmdMunlock(Ctx& c);     // Munlock
+int CmdMlockall(Ctx& c);    // Mlockall
+int CmdMunlockall(Ctx& c);  // Munlockall
+int CmdMseal(Ctx& c);       // Mseal
 
 // The daemon's files (file_cmds.cc): `vmspace file COMMAND`.
 int CmdFileOpen(Ctx& c);         // OpenFile: prints the file id
@@ -36,6 +41,9 @@ int CmdFileStat(Ctx& c);         // StatFile
 int CmdFileList(Ctx& c);         // ListFiles: one row per open file
 int CmdFileRead(Ctx& c);         // ReadFile: hex dump or raw bytes
 int CmdFileWrite(Ctx& c);        // WriteFile
+int CmdFileSeal(Ctx& c);         // AddFileSeals
+int CmdFileSeals(Ctx& c);        // GetFileSeals
+int CmdFileReopen(Ctx& c);       // ReopenFile: prints the new file id
 
 // The daemon itself (stats_cmds.cc).
 int CmdPing(Ctx& c);      // Ping: prints the round-trip time

@@ -5,6 +5,10 @@
 
 #include "cli/output.h"
 
+#include <algorithm>
+#include <string>
+#include <utility>
+
 namespace vmspace::cli {
 
 namespace {
@@ -23,10 +27,56 @@ Json FileJson(const v1::FileInfo& f) {
           {"inode", f.inode()},          {"dev", f.dev()},
           {"cached_pages", f.cached_pages()}, {"dirty_pages", f.dirty_pages()},
           {"mapped_vmas", f.mapped_vmas()},   {"open_handles", f.open_handles()},
-          {"writable", f.writable()}};
+          {"writable", f.writable()},   {"st_nlink", f.st_nlink()}};
 }
 
 std::string FileName(const v1::FileInfo& f) { return f.shmem() ? "(shmem)" : f.path(); }
+
+/// --mode ro | wo | rw (O_RDONLY, O_WRONLY, O_RDWR).
+v1::FileAccessMode AccessMode(const std::string& m) {
+  if (m == "ro") return v1::FILE_ACCESS_RDONLY;
+  if (m == "wo") return v1::FILE_ACCESS_WRONLY;
+  if (m == "rw") return v1::FILE_ACCESS_RDWR;
+  throw UsageError{"--mode: '" + m + "' is not ro, wo or rw"};
+}
+
+/// The F_SEAL_* names and bits, in bit order.
+constexpr std::pair<const char*, uint32_t> kSeals[] = {{"seal", 0x1},         {"shrink", 0x2}, {"grow", 0x4},
+                                                       {"write", 0x8},        {"future_write", 0x10},
+                                                       {"exec", 0x20}};
+
+/// "write,grow" or a number -> F_SEAL_* bits.
+uint32_t ParseSeals(const std::string& s) {
+  if (auto n = client::ParseU64(s)) return static_cast<uint32_t>(*n);
+  uint32_t bits = 0;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t comma = std::min(s.find(',', pos), s.size());
+    const std::string name = s.substr(pos, comma - pos);
+    bool found = false;
+    for (const auto& [n, b] : kSeals) {
+      if (name == n) {
+        bits |= b;
+        found = true;
+      }
+    }
+    if (!found) throw UsageError{"--seals: unknown seal '" + name + "' (seal, shrink, grow, write, future_write, exec)"};
+    pos = comma + 1;
+  }
+  return bits;
+}
+
+/// F_SEAL_* bits as "grow,write" ("none" for 0; unknown bits as a number).
+std::string SealNames(uint32_t bits) {
+  std::string out;
+  for (const auto& [n, b] : kSeals) {
+    if (!(bits & b)) continue;
+    out += (out.empty() ? "" : ",") + std::string(n);
+    bits &= ~b;
+  }
+  if (bits) out += (out.empty() ? "" : ",") + std::to_string(bits);
+  return out.empty() ? "none" : out;
+}
 
 /// Prints the id of a new file (open, create-shmem).
 int PrintFileId(Ctx& c, const client::Result<uint64_t>& r) {
@@ -54,13 +104,40 @@ int CmdFileOpen(Ctx& c) {
   req.set_create(c.args.Flag("create"));
   req.set_exclusive(c.args.Flag("exclusive"));
   req.set_truncate(c.args.Flag("truncate"));
+  if (c.args.Has("mode")) req.set_access(AccessMode(c.args.Get("mode")));
   Client cl(c.client);
   return PrintFileId(c, cl.OpenFile(req, c.U64("near", 0)));
 }
 
 int CmdFileCreateShmem(Ctx& c) {
   Client cl(c.client);
-  return PrintFileId(c, cl.CreateShmemFile(c.args.Get("name"), c.U64("size", 0), c.U64("near", 0)));
+  return PrintFileId(c, cl.CreateShmemFile(c.args.Get("name"), c.U64("size", 0), c.U64("near", 0),
+                                           c.args.Flag("allow-sealing")));
+}
+
+int CmdFileSeal(Ctx& c) {
+  const uint64_t id = FileId(c);
+  if (!c.args.Has("seals")) throw UsageError{"--seals is required (write,shrink,grow,future_write,seal,exec)"};
+  const uint32_t seals = ParseSeals(c.args.Get("seals"));
+  Client cl(c.client);
+  return PrintFileOk(c, cl.AddFileSeals(id, seals), id);
+}
+
+int CmdFileSeals(Ctx& c) {
+  const uint64_t id = FileId(c);
+  Client cl(c.client);
+  auto r = cl.GetFileSeals(id);
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"file_id", id}, {"seals", r.value()}, {"names", SealNames(r.value())}}.dump() << "\n";
+  else c.out << SealNames(r.value()) << "\n";
+  return kExitOk;
+}
+
+int CmdFileReopen(Ctx& c) {
+  const uint64_t id = FileId(c);
+  const v1::FileAccessMode mode = AccessMode(c.args.Get("mode", "ro"));
+  Client cl(c.client);
+  return PrintFileId(c, cl.ReopenFile(id, mode));
 }
 
 int CmdFileClose(Ctx& c) {

@@ -5,6 +5,9 @@
 
 #include "cli/output.h"
 
+#include <algorithm>
+#include <string>
+
 namespace vmspace::cli {
 
 namespace {
@@ -52,6 +55,8 @@ int CmdCreate(Ctx& c) {
   if (c.args.Has("mmap-min-addr")) s.set_mmap_min_addr(c.U64("mmap-min-addr"));
   if (c.args.Has("dac-mmap-min-addr")) s.set_dac_mmap_min_addr(c.U64("dac-mmap-min-addr"));
   if (c.args.Has("cap-sys-rawio")) s.set_cap_sys_rawio(c.args.Flag("cap-sys-rawio"));
+  if (c.args.Has("rlimit-memlock")) s.set_rlimit_memlock(c.U64("rlimit-memlock"));
+  if (c.args.Has("cap-ipc-lock")) s.set_cap_ipc_lock(c.args.Flag("cap-ipc-lock"));
   if (c.args.Has("shared-fault-completion")) s.set_shared_fault_completion(c.args.Get("shared-fault-completion"));
   if (c.args.Has("i-mmap-scope")) s.set_i_mmap_scope(c.args.Get("i-mmap-scope"));
   if (c.args.Has("start-brk")) s.set_start_brk(c.U64("start-brk"));
@@ -314,6 +319,65 @@ int CmdMremap(Ctx& c) {
   if (c.json) c.out << Json{{"addr", r.value()}, {"addr_hex", Hex(r.value())}}.dump() << "\n";
   else c.out << Hex(r.value()) << "\n";
   return kExitOk;
+}
+
+namespace {
+/// Prints "ok" (or {"ok": true}) for a call that returns nothing.
+int PrintOk(Ctx& c, const client::Result<client::Unit>& r) {
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"ok", true}}.dump() << "\n";
+  else c.out << "ok\n";
+  return kExitOk;
+}
+}  // namespace
+
+int CmdMlock(Ctx& c) {
+  const uint64_t space = c.Space();
+  const uint64_t addr = c.U64("addr"), len = c.U64("len");
+  Client cl(c.client);
+  return PrintOk(c, cl.Mlock(space, addr, len, c.args.Flag("onfault") ? 1 : 0));
+}
+
+int CmdMunlock(Ctx& c) {
+  const uint64_t space = c.Space();
+  const uint64_t addr = c.U64("addr"), len = c.U64("len");
+  Client cl(c.client);
+  return PrintOk(c, cl.Munlock(space, addr, len));
+}
+
+int CmdMlockall(Ctx& c) {
+  const uint64_t space = c.Space();
+  const std::string f = c.args.Get("flags", "current");
+  int flags = 0;
+  if (auto n = client::ParseU64(f)) {
+    flags = static_cast<int>(*n);
+  } else {
+    size_t pos = 0;
+    while (pos <= f.size()) {
+      const size_t comma = std::min(f.find(',', pos), f.size());
+      const std::string w = f.substr(pos, comma - pos);
+      if (w == "current") flags |= 1;       // MCL_CURRENT
+      else if (w == "future") flags |= 2;   // MCL_FUTURE
+      else if (w == "onfault") flags |= 4;  // MCL_ONFAULT
+      else throw UsageError{"--flags: '" + w + "' is not current, future or onfault"};
+      pos = comma + 1;
+    }
+  }
+  Client cl(c.client);
+  return PrintOk(c, cl.Mlockall(space, flags));
+}
+
+int CmdMunlockall(Ctx& c) {
+  const uint64_t space = c.Space();
+  Client cl(c.client);
+  return PrintOk(c, cl.Munlockall(space));
+}
+
+int CmdMseal(Ctx& c) {
+  const uint64_t space = c.Space();
+  const uint64_t addr = c.U64("addr"), len = c.U64("len");
+  Client cl(c.client);
+  return PrintOk(c, cl.Mseal(space, addr, len, c.U64("flags", 0)));
 }
 
 }  // namespace vmspace::cli

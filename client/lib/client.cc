@@ -748,13 +748,90 @@ Result<uint64_t> Client::OpenFile(const v1::OpenFileRequest& req, uint64_t near_
   return resp.file_id();
 }
 
-Result<uint64_t> Client::CreateShmemFile(const std::string& name, uint64_t size, uint64_t near_space) {
+Result<uint64_t> Client::CreateShmemFile(const std::string& name, uint64_t size, uint64_t near_space,
+                                         bool allow_sealing) {
   v1::CreateShmemFileRequest req;
   req.set_name(name);
   req.set_size(size);
+  req.set_allow_sealing(allow_sealing);
   v1::CreateShmemFileResponse resp;
   VMSPACE_CALL(CreateShmemFile, near_space, req, resp);
   return resp.file_id();
+}
+
+Result<Unit> Client::AddFileSeals(uint64_t file_id, uint32_t seals) {
+  v1::AddFileSealsRequest req;
+  req.set_file_id(file_id);
+  req.set_seals(seals);
+  v1::AddFileSealsResponse resp;
+  VMSPACE_CALL(AddFileSeals, file_id, req, resp);
+  return Unit{};
+}
+
+Result<uint32_t> Client::GetFileSeals(uint64_t file_id) {
+  v1::GetFileSealsRequest req;
+  req.set_file_id(file_id);
+  v1::GetFileSealsResponse resp;
+  VMSPACE_CALL(GetFileSeals, file_id, req, resp);
+  return resp.seals();
+}
+
+Result<uint64_t> Client::ReopenFile(uint64_t file_id, v1::FileAccessMode access) {
+  v1::ReopenFileRequest req;
+  req.set_file_id(file_id);
+  req.set_access(access);
+  v1::ReopenFileResponse resp;
+  VMSPACE_CALL(ReopenFile, file_id, req, resp);
+  return resp.file_id();
+}
+
+Result<Unit> Client::Mlock(uint64_t space_id, uint64_t addr, uint64_t len, int flags) {
+  v1::MlockRequest req;
+  req.set_space_id(space_id);
+  req.set_addr(addr);
+  req.set_len(len);
+  req.set_flags(flags);
+  v1::MlockResponse resp;
+  VMSPACE_CALL(Mlock, space_id, req, resp);
+  return Unit{};
+}
+
+Result<Unit> Client::Munlock(uint64_t space_id, uint64_t addr, uint64_t len) {
+  v1::MunlockRequest req;
+  req.set_space_id(space_id);
+  req.set_addr(addr);
+  req.set_len(len);
+  v1::MunlockResponse resp;
+  VMSPACE_CALL(Munlock, space_id, req, resp);
+  return Unit{};
+}
+
+Result<Unit> Client::Mlockall(uint64_t space_id, int flags) {
+  v1::MlockallRequest req;
+  req.set_space_id(space_id);
+  req.set_flags(flags);
+  v1::MlockallResponse resp;
+  VMSPACE_CALL(Mlockall, space_id, req, resp);
+  return Unit{};
+}
+
+Result<Unit> Client::Munlockall(uint64_t space_id) {
+  v1::MunlockallRequest req;
+  req.set_space_id(space_id);
+  v1::MunlockallResponse resp;
+  VMSPACE_CALL(Munlockall, space_id, req, resp);
+  return Unit{};
+}
+
+Result<Unit> Client::Mseal(uint64_t space_id, uint64_t addr, uint64_t len, uint64_t flags) {
+  v1::MsealRequest req;
+  req.set_space_id(space_id);
+  req.set_addr(addr);
+  req.set_len(len);
+  req.set_flags(flags);
+  v1::MsealResponse resp;
+  VMSPACE_CALL(Mseal, space_id, req, resp);
+  return Unit{};
 }
 
 Result<Unit> Client::CloseFile(uint64_t file_id) {

@@ -197,7 +197,21 @@ class Client {
   /// open(2) of req.path() under the daemon's --data-dir; returns the file id.
   Result<uint64_t> OpenFile(const v1::OpenFileRequest& req, uint64_t near_space = 0);
   /// memfd_create(2) + ftruncate(2) of `size` bytes; returns the file id.
-  Result<uint64_t> CreateShmemFile(const std::string& name, uint64_t size, uint64_t near_space = 0);
+  /// `allow_sealing`: MFD_ALLOW_SEALING (else the file starts with F_SEAL_SEAL).
+  Result<uint64_t> CreateShmemFile(const std::string& name, uint64_t size, uint64_t near_space = 0,
+                                   bool allow_sealing = false);
+  /// fcntl(F_ADD_SEALS) / fcntl(F_GET_SEALS) of a shmem file (F_SEAL_* bits).
+  Result<Unit> AddFileSeals(uint64_t file_id, uint32_t seals);
+  Result<uint32_t> GetFileSeals(uint64_t file_id);
+  /// open("/proc/self/fd/N") with access mode `access`: a new file id of the same file.
+  Result<uint64_t> ReopenFile(uint64_t file_id, v1::FileAccessMode access);
+  /// mlock2(2) (flags 0 or MLOCK_ONFAULT 1), munlock(2), mlockall(2) (MCL_CURRENT 1,
+  /// MCL_FUTURE 2, MCL_ONFAULT 4), munlockall(2), mseal(2) (flags 0) on a space.
+  Result<Unit> Mlock(uint64_t space_id, uint64_t addr, uint64_t len, int flags = 0);
+  Result<Unit> Munlock(uint64_t space_id, uint64_t addr, uint64_t len);
+  Result<Unit> Mlockall(uint64_t space_id, int flags);
+  Result<Unit> Munlockall(uint64_t space_id);
+  Result<Unit> Mseal(uint64_t space_id, uint64_t addr, uint64_t len, uint64_t flags = 0);
   Result<Unit> CloseFile(uint64_t file_id);
   /// ftruncate(2) to `size` bytes.
   Result<Unit> TruncateFile(uint64_t file_id, uint64_t size);

@@ -26,6 +26,7 @@
 #include <mutex>
 
 #include "filemap.h"
+#include "memfd.h"
 #include "mm.h"
 
 namespace vmspace {
@@ -118,7 +119,10 @@ void FileTable::SetReadAheadBytes(uint64_t bytes) { s_->ra_pages.store(bytes >> 
 
 SysResult FileTable::Open(const std::string& path, const OpenFlags& flags) {
   if (int e = CheckPath(path)) return SysResult::Err(e);
-  if (flags.truncate && !flags.write) return SysResult::Err(EINVAL);
+  const int access = flags.access >= 0 ? flags.access : flags.write ? O_RDWR : O_RDONLY;
+  if (access != O_RDONLY && access != O_WRONLY && access != O_RDWR) return SysResult::Err(EINVAL);
+  const bool want_write = access != O_RDONLY;
+  if (flags.truncate && !want_write) return SysResult::Err(EINVAL);
   if (s_->dir_fd < 0) return SysResult::Err(EACCES);
   // alloc_empty_file() comes before the lookup (Install checks again, under the lock).
   if (const uint64_t max = s_->max_handles.load(std::memory_order_relaxed); max != 0 && HandleCount() >= max)
@@ -129,7 +133,7 @@ SysResult FileTable::Open(const std::string& path, const OpenFlags& flags) {
   int fd = Openat2(s_->dir_fd, path, o | O_RDWR);
   bool host_writable = fd >= 0;
   if (fd == -EACCES || fd == -EROFS || fd == -EISDIR || fd == -ETXTBSY) {
-    if (flags.write && fd != -EISDIR) return SysResult::Err(-fd);
+    if (want_write && fd != -EISDIR) return SysResult::Err(-fd);
     const int e = fd;
     fd = Openat2(s_->dir_fd, path, o & ~static_cast<uint64_t>(O_EXCL));
     if (fd < 0) return SysResult::Err(-(fd == -EACCES ? e : fd));
@@ -160,23 +164,32 @@ SysResult FileTable::Open(const std::string& path, const OpenFlags& flags) {
     }
   }
   if (fd >= 0) close(fd);  // the inode was open already: its File keeps its own fd
-  if (flags.write && !file->host_writable) return SysResult::Err(EACCES);
+  if (want_write && !file->host_writable) return SysResult::Err(EACCES);
   if (flags.truncate) {
     MutexLock l(file->i_rwsem);
     if (file->SetSizeLocked(0)) return SysResult::Err(EIO);
   }
   auto h = std::make_shared<OpenFile>();
   h->file = file;
-  h->readable = true;
-  h->writable = flags.write;
+  h->readable = access != O_WRONLY;
+  h->writable = want_write;
   h->wb_err_seen.store(file->wb_err.load(std::memory_order_acquire), std::memory_order_relaxed);
   return s_->Install(std::move(h));
 }
 
-SysResult FileTable::CreateShmem(const std::string& name, uint64_t size_bytes) {
+SysResult FileTable::CreateShmem(const std::string& name, uint64_t size_bytes, unsigned flags) {
+  // memfd_create(): the flags first, then the name.
+  if (flags & ~(MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL | MFD_EXEC)) return SysResult::Err(EINVAL);
+  if ((flags & MFD_EXEC) && (flags & MFD_NOEXEC_SEAL)) return SysResult::Err(EINVAL);
   if (name.size() > 249 || name.find('\0') != std::string::npos) return SysResult::Err(EINVAL);  // MFD_NAME_MAX_LEN
   if (size_bytes > kMaxFileSize) return SysResult::Err(EFBIG);
   std::shared_ptr<OpenFile> h = NewShmemFile(s_->frames, "/memfd:" + name + " (deleted)", size_bytes);
+  if (flags & MFD_NOEXEC_SEAL) {  // mode &= ~0111, F_SEAL_EXEC in place of F_SEAL_SEAL
+    h->file->mode_exec = false;
+    h->file->seals.store(F_SEAL_EXEC, std::memory_order_relaxed);
+  } else if (flags & MFD_ALLOW_SEALING) {
+    h->file->seals.store(0, std::memory_order_relaxed);
+  }
   std::shared_ptr<File> file = h->file;
   const SysResult r = s_->Install(std::move(h));
   if (!r.ok()) return r;
@@ -202,6 +215,20 @@ int FileTable::Close(uint64_t id) {
   return 0;
 }
 
+SysResult FileTable::Reopen(uint64_t id, int access) {
+  std::shared_ptr<OpenFile> old = Get(id);
+  if (!old) return SysResult::Err(EBADF);
+  if (access != O_RDONLY && access != O_WRONLY && access != O_RDWR) return SysResult::Err(EINVAL);
+  File& f = *old->file;
+  if (access != O_RDONLY && !f.shmem() && !f.host_writable) return SysResult::Err(EACCES);
+  auto h = std::make_shared<OpenFile>();
+  h->file = old->file;
+  h->readable = access != O_WRONLY;
+  h->writable = access != O_RDONLY;
+  h->wb_err_seen.store(f.wb_err.load(std::memory_order_acquire), std::memory_order_relaxed);
+  return s_->Install(std::move(h));
+}
+
 std::shared_ptr<OpenFile> FileTable::Get(uint64_t id) const {
   std::lock_guard<std::mutex> l(s_->mu);
   auto it = s_->handles.find(id);
@@ -213,8 +240,14 @@ int FileTable::Truncate(uint64_t id, uint64_t size_bytes) {
   if (!h) return EBADF;
   if (!h->writable) return EINVAL;  // do_sys_ftruncate: not open for writing
   if (size_bytes > kMaxFileSize) return EFBIG;  // inode_newsize_ok
-  MutexLock l(h->file->i_rwsem);
-  return h->file->SetSizeLocked(size_bytes);
+  File& f = *h->file;
+  MutexLock l(f.i_rwsem);
+  if (f.sealable()) {  // shmem_setattr(): F_SEAL_SHRINK, F_SEAL_GROW
+    const uint32_t seals = f.seals.load(std::memory_order_relaxed);
+    const uint64_t old = f.i_size.load(std::memory_order_relaxed);
+    if ((size_bytes < old && (seals & F_SEAL_SHRINK)) || (size_bytes > old && (seals & F_SEAL_GROW))) return EPERM;
+  }
+  return f.SetSizeLocked(size_bytes);
 }
 
 namespace {
@@ -272,6 +305,23 @@ SysResult FileTable::Write(uint64_t id, uint64_t offset, const void* src, uint64
   SysResult r;
   {
     MutexLock l(f.i_rwsem);  // generic_perform_write under inode_lock
+    if (f.sealable()) {
+      // shmem_write_begin() per page chunk: no write at all under a write seal; under
+      // F_SEAL_GROW the first chunk that ends beyond EOF stops the write.
+      const uint32_t seals = f.seals.load(std::memory_order_relaxed);
+      if (IsWriteSealed(seals)) return SysResult::Err(EPERM);
+      if (seals & F_SEAL_GROW) {
+        const uint64_t size = f.i_size.load(std::memory_order_relaxed);
+        uint64_t ok = 0;
+        while (ok < len) {
+          const uint64_t pos = offset + ok, n = std::min(kPageSize - (pos & (kPageSize - 1)), len - ok);
+          if (pos + n > size) break;
+          ok += n;
+        }
+        if (ok == 0) return SysResult::Err(EPERM);
+        len = ok;
+      }
+    }
     if (len) f.ZeroPostEofLocked(f.i_size.load(std::memory_order_relaxed), offset);
     r = ForEachFolio(f, offset, len, /*read=*/false,
                      [&](Folio* folio, uint64_t pos, uint64_t in_page, uint64_t done, uint64_t n) -> uint64_t {
@@ -317,6 +367,7 @@ SysResult FileTable::Stat(uint64_t id, FileStat* out) const {
   st.dev_minor = f.dev_minor;
   st.cached_pages = f.nrpages.load(std::memory_order_relaxed);
   st.dirty_pages = f.nrdirty.load(std::memory_order_relaxed);
+  if (struct stat hs; f.fd >= 0 && fstat(f.fd, &hs) == 0) st.nlink = hs.st_nlink;  // a memfd has none
   {
     ReadGuard l(const_cast<File&>(f).i_mmap_rwsem);
     st.mapped_vmas = f.i_mmap.size();

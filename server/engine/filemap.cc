@@ -446,6 +446,7 @@ std::shared_ptr<OpenFile> NewShmemFile(FrameAllocator& frames, const std::string
                                    maps_name, -1, false, size);
   h->readable = true;
   h->writable = true;
+  h->file->seals.store(F_SEAL_SEAL, std::memory_order_relaxed);  // shmem_get_inode: no sealing unless asked
   return h;
 }
 

@@ -176,6 +176,37 @@ struct File : std::enable_shared_from_this<File> {
   /// rmap walker holding i_mmap_rwsem that sees it nonzero would miss them (CheckRmap).
   std::atomic<uint64_t> unlinked_visible{0};
 
+  /// mapping->i_mmap_writable (include/linux/fs.h): the VM_SHARED|VM_MAYWRITE VMAs in
+  /// i_mmap (counted as they are linked and unlinked, vma.cc) plus mmaps about to link
+  /// one; negative once F_SEAL_WRITE denied writable mappings for good.
+  std::atomic<int64_t> i_mmap_writable{0};
+  /// mapping_map_writable(): one writable shared mapping more; EPERM if denied.
+  int MappingMapWritable() {
+    int64_t c = i_mmap_writable.load(std::memory_order_relaxed);
+    do {
+      if (c < 0) return EPERM;
+    } while (!i_mmap_writable.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel));
+    return 0;
+  }
+  /// mapping_unmap_writable(): one fewer.
+  void MappingUnmapWritable() { i_mmap_writable.fetch_sub(1, std::memory_order_acq_rel); }
+  /// mapping_deny_writable(): no writable shared mapping from now on; EBUSY if one exists.
+  int MappingDenyWritable() {
+    int64_t c = i_mmap_writable.load(std::memory_order_relaxed);
+    do {
+      if (c > 0) return EBUSY;
+    } while (!i_mmap_writable.compare_exchange_weak(c, c - 1, std::memory_order_acq_rel));
+    return 0;
+  }
+  /// The memfd seals (shmem_inode_info->seals, F_SEAL_*): changed under i_rwsem, read
+  /// without it by mmap. Only shmem files have seals (`sealable`): a memfd without
+  /// MFD_ALLOW_SEALING and a shared anonymous mapping's file start with F_SEAL_SEAL.
+  std::atomic<uint32_t> seals{0};
+  bool sealable() const { return shmem(); }
+  /// i_mode & 0111 of a memfd (0777 unless MFD_NOEXEC_SEAL): F_SEAL_EXEC then implies
+  /// the write seals. Set at creation, before the File is shared.
+  bool mode_exec = true;
+
   /// mapping->wb_err (errseq_t, simplified): the number of failed writebacks so far.
   /// Each OpenFile remembers how many it has reported (OpenFile::wb_err_seen).
   std::atomic<uint64_t> wb_err{0};

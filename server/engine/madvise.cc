@@ -265,6 +265,7 @@ int WalkVmas(Walk& w, uint64_t start, uint64_t end) ABSL_SHARED_LOCKS_REQUIRED(w
       if (pos >= end) break;
     }
     uint64_t rend = std::min(v->vm_end, end);
+    if (!CanMadviseModify(v, w.advice)) return EPERM;  // madvise_vma_behavior(): mseal
     if (int e = VisitVma(w, &v, pos, rend)) return e;
     if (v && rend < v->vm_end) rend = v->vm_end;
     if (rend >= end) break;

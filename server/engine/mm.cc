@@ -59,6 +59,8 @@ MmStruct::MmStruct(FrameAllocator& f, const SpaceOptions& o)
   }
   commit_limit_pages = limit >> kPageShift;
   start_brk = brk = o.start_brk;  // nothing else can reach the space yet
+  rlimit_memlock.store(o.rlimit_memlock, std::memory_order_relaxed);
+  cap_ipc_lock.store(o.cap_ipc_lock, std::memory_order_relaxed);
   frames.AddDeferredFrees(this);
 }
 

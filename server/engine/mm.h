@@ -178,6 +178,17 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// the one overlapping [start_brk, brk] (brk.cc, proc.cc).
   uint64_t start_brk ABSL_GUARDED_BY(mmap_lock) = 0;
   uint64_t brk ABSL_GUARDED_BY(mmap_lock) = 0;
+  /// mm->locked_vm (pages of VM_LOCKED VMAs) and the pages of VM_SEALED VMAs: written
+  /// under mmap_lock write, read without locks (Counters).
+  std::atomic<uint64_t> locked_vm{0};
+  std::atomic<uint64_t> sealed_vm{0};
+  /// mm->def_flags: VM_LOCKED / VM_LOCKONFAULT after mlockall(MCL_FUTURE), added to
+  /// every new mapping's flags (mlock.cc).
+  uint64_t def_flags ABSL_GUARDED_BY(mmap_lock) = 0;
+  /// RLIMIT_MEMLOCK (bytes, ~0 = unlimited) and CAP_IPC_LOCK of the space's process
+  /// (from SpaceOptions; setrlimit/capset change them: read without locks).
+  std::atomic<uint64_t> rlimit_memlock{0};
+  std::atomic<bool> cap_ipc_lock{false};
 
   // ---- per-VMA locks (vma_lock.cc)
   /// mm_lock_seq (the 6.4-6.13 form): advanced when mmap_lock is write-unlocked, which

@@ -11,7 +11,9 @@
 #include "filemap.h"
 #include "mm.h"
 #include "mmap.h"
+#include "memfd.h"
 #include "memory.h"
+#include "mlock.h"
 #include "mmap_lock.h"
 #include "rmap.h"
 #include "vma.h"
@@ -187,8 +189,11 @@ int ExpandDownwardsLocked(MmStruct& mm, Vma* v, uint64_t addr) {
   // acct_stack_growth() with RLIMIT_STACK = 8 MiB.
   constexpr uint64_t kRlimitStack = 8ull << 20;
   if (size > kRlimitStack) return ENOMEM;
+  if (!MlockFutureOk(mm, v->vm_flags, grow << kPageShift)) return ENOMEM;
   if (mm.map_count.load(std::memory_order_relaxed) > mm.opts.max_map_count) return ENOMEM;
   mm.total_vm.store(mm.total_vm.load(std::memory_order_relaxed) + grow, std::memory_order_relaxed);
+  if (v->vm_flags & VM_LOCKED)
+    mm.locked_vm.store(mm.locked_vm.load(std::memory_order_relaxed) + grow, std::memory_order_relaxed);
   VmaSetRangeLocked(mm, v, addr, v->vm_end);  // vm_pgoff -= grow
   return 0;
 }
@@ -215,11 +220,13 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   Vma* overlap = found && found->vm_start < addr + plen ? found : nullptr;
   if ((flags & MAP_FIXED_NOREPLACE) && overlap) return (EEXIST);
 
-  uint64_t vm_flags = CalcVmProtBits(prot) | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC;
+  uint64_t vm_flags = CalcVmProtBits(prot) | m.def_flags | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC;
   if (flags & MAP_GROWSDOWN) vm_flags |= VM_GROWSDOWN;
   if (flags & MAP_LOCKED) vm_flags |= VM_LOCKED;
   if (flags & MAP_STACK) vm_flags |= VM_NOHUGEPAGE;  // since Linux 6.7
   if (flags & MAP_SYNC) vm_flags |= VM_SYNC;          // calc_vm_flag_bits, any mapping
+  if ((flags & MAP_LOCKED) && !CanDoMlock(m)) return (EPERM);
+  if (!MlockFutureOk(m, vm_flags, plen)) return (EAGAIN);
   uint64_t pgoff = offset >> kPageShift;
   if (file) {
     // file_mmap_ok(): the range must fit below MAX_LFS_FILESIZE.
@@ -235,6 +242,7 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
         if ((prot & PROT_WRITE) && !file->writable) return (EACCES);
         vm_flags |= VM_SHARED | VM_MAYSHARE;
         if (!file->writable) vm_flags &= ~(VM_MAYWRITE | VM_SHARED);
+        else if (IsReadonlySealed(*file->file, vm_flags)) vm_flags &= ~VM_MAYWRITE;
         [[fallthrough]];
       case MAP_PRIVATE:
         if (!file->readable) return (EACCES);
@@ -245,7 +253,8 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
       default:
         return (EINVAL);
     }
-
+    // Seals forbid a new writable shared mapping and make a read-only one stay so.
+    if (int e = MemfdCheckSealsMmap(*file->file, &vm_flags)) return e;
   } else switch (flags & kMapType) {
     case MAP_SHARED:
       if (vm_flags & VM_GROWSDOWN) return (EINVAL);
@@ -267,6 +276,18 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
   if (flags & MAP_NORESERVE) vm_flags |= VM_NORESERVE;  // overcommit_memory != 2
   if (flags & MAP_HUGETLB) return (ENOMEM);  // no huge pages reserved
 
+  // mmap_region(): a writable shared file mapping counts in i_mmap_writable while it is
+  // set up (mapping_map_writable), so F_SEAL_WRITE cannot slip in: EPERM once denied.
+  struct MapWritable {
+    File* f = nullptr;
+    ~MapWritable() {
+      if (f) f->MappingUnmapWritable();
+    }
+  } writable;
+  if (file && (vm_flags & (VM_SHARED | VM_MAYWRITE)) == (VM_SHARED | VM_MAYWRITE)) {
+    if (int e = file->file->MappingMapWritable()) return e;
+    writable.f = file->file.get();
+  }
   // __mmap_region (mm/vma.c). Accounting is checked before unmapping what MAP_FIXED
   // replaces (Linux checks after gathering; only a failing MAP_FIXED differs).
   bool accountable = (vm_flags & (VM_NORESERVE | VM_SHARED | VM_WRITE)) == VM_WRITE;
@@ -306,6 +327,14 @@ int DoMmapLocked(MmStruct& m, uint64_t* addr_inout, uint64_t plen, int prot, int
     VmaLinkNewLocked(m, v);  // __mmap_new_vma: tree + i_mmap, before it can map a page
   }
   m.total_vm.store(m.total_vm.load(std::memory_order_relaxed) + pages, std::memory_order_relaxed);
+  if (vm_flags & VM_LOCKED) {  // __mmap_complete
+    if (!VmaSupportsMlock(v)) {
+      VmaStartWriteLocked(m, v);
+      v->vm_flags &= ~VM_LOCKED_MASK;
+    } else {
+      m.locked_vm.store(m.locked_vm.load(std::memory_order_relaxed) + pages, std::memory_order_relaxed);
+    }
+  }
   *addr_inout = addr;
   *vm_flags_out = vm_flags;
   return 0;
@@ -359,18 +388,10 @@ SysResult AddressSpace::Mmap(uint64_t addr, uint64_t len, int prot, int flags, u
   if (err) return fail(err);
   CountOp(OpType::kMmap, 0);
   const bool populate = ((flags & (MAP_POPULATE | MAP_NONBLOCK)) == MAP_POPULATE) || (vm_flags & VM_LOCKED);
-  const bool populate_write = (vm_flags & (VM_WRITE | VM_SHARED)) == VM_WRITE;
-  const bool accessible = vm_flags & VM_ACCESS_FLAGS;
-  if (populate && accessible) {
-    // __mm_populate after dropping mmap_lock: stops at the first page that cannot be
-    // faulted in (populate_vma_page_range's error) or when the caller asks to stop
-    // (fatal_signal_pending); the mmap itself succeeds either way.
-    AccessType a = populate_write ? AccessType::kWrite : AccessType::kRead;
-    for (uint64_t p = addr; p < addr + plen; p += kPageSize) {
-      if (p != addr && StopAtTable(p - kPageSize, p)) break;
-      if (FaultInPage(m, p, a).failed()) break;
-    }
-  }
+  // mm_populate after dropping mmap_lock: stops at the first page that cannot be
+  // faulted in (populate_vma_page_range's error) or when the caller asks to stop
+  // (fatal_signal_pending); nothing for VM_LOCKONFAULT; the mmap succeeds either way.
+  if (populate) MmPopulate(m, addr, plen, /*ignore_errors=*/true);
   return SysResult::Ok(addr);
 }
 

@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <utility>
+#include <vector>
 
 #include "engine/stats.h"
 #include "filemap.h"
 #include "mm.h"
 #include "mmap.h"
+#include "mlock.h"
 #include "mmap_lock.h"
 #include "mprotect.h"
 #include "vma.h"
@@ -39,8 +42,11 @@ void ChangeProtectionLocked(MmStruct& mm, Vma* v, uint64_t start, uint64_t end) 
 namespace {
 
 // do_mprotect_pkey's part under mmap_lock (held for write by the caller): 0 or an errno.
-int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grows)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
+// `populate` gets the ranges of private VM_LOCKED VMAs made writable, which
+// mprotect_fixup populates (populate_vma_page_range: COW broken while locked); the
+// engine faults them in after mmap_lock is dropped (its faults take their own locks).
+int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grows,
+                   std::vector<std::pair<uint64_t, uint64_t>>* populate) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
   Vma* vma = FindVmaIntersectionLocked(m, start, end);
   if (!vma) return ENOMEM;
   if (grows & PROT_GROWSDOWN) {
@@ -66,6 +72,10 @@ int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grow
     }
     tmp = std::min(vma->vm_end, end);
     // mprotect_fixup
+    if (!CanModifyVma(vma)) {
+      error = EPERM;
+      break;
+    }
     uint64_t oldflags = vma->vm_flags;
     uint64_t nrpages = (tmp - nstart) >> kPageShift;
     Vma* cur = vma;
@@ -90,6 +100,8 @@ int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grow
       VmaStartWriteLocked(m, r);
       r->vm_flags = newflags;  // vm_flags_reset
       ChangeProtectionLocked(m, r, nstart, tmp);
+      if ((oldflags & (VM_WRITE | VM_SHARED | VM_LOCKED)) == VM_LOCKED && (newflags & VM_WRITE))
+        populate->emplace_back(nstart, tmp);
       cur = r;
     }
     tmp = cur->vm_end;  // vma_iter_end(): the end of the VMA just handled
@@ -120,12 +132,15 @@ SysResult AddressSpace::Mprotect(uint64_t start, uint64_t len, int prot) {
   if (len == 0 || end <= start) return done(ENOMEM);
   if (prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_SEM)) return done(EINVAL);
 
+  std::vector<std::pair<uint64_t, uint64_t>> populate;
   const int error = RetryAfterReclaim(m, [&] {  // a split the budget refused
+    populate.clear();
     MmapWriteLock(m);
-    const int e = MprotectLocked(m, start, end, prot, grows);
+    const int e = MprotectLocked(m, start, end, prot, grows, &populate);
     MmapWriteUnlock(m);
     return e;
   });
+  for (const auto& [s, e] : populate) MmPopulate(m, s, e - s, /*ignore_errors=*/true);
   return done(error);
 }
 

@@ -84,6 +84,8 @@ SpaceCounters AddressSpace::Counters() const {
   c.file_pages = file > 0 ? static_cast<uint64_t>(file) : 0;
   c.rss_pages = c.anon_pages + c.shmem_pages + c.file_pages;
   c.pgtable_bytes = m.pt.table_pages() * kPageSize;
+  c.locked_vm_pages = m.locked_vm.load(std::memory_order_relaxed);
+  c.sealed_pages = m.sealed_vm.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -117,7 +119,7 @@ std::string AddressSpace::VmFlagsString(uint64_t flags) {
   std::string s;
   for (int b = 0; b < 64; b++) {
     if (!(flags & (1ull << b))) continue;
-    const char* name = b == 36 ? "dp" : kNames[b];  // VM_DROPPABLE
+    const char* name = b == 36 ? "dp" : b == 63 ? "sl" : kNames[b];  // VM_DROPPABLE, VM_SEALED
     if (!name || !name[0]) continue;
     if (!s.empty()) s += ' ';
     s += name;

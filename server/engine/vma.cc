@@ -39,6 +39,8 @@ void IMmapUnlock(MmStruct& m, File* f) ABSL_NO_THREAD_SAFETY_ANALYSIS {
 }
 void IMmapErase(File* f, Vma* v) ABSL_NO_THREAD_SAFETY_ANALYSIS { f->i_mmap.erase({v->vm_pgoff, v}); }
 void IMmapInsert(File* f, Vma* v) ABSL_NO_THREAD_SAFETY_ANALYSIS { f->i_mmap.emplace(v->vm_pgoff, v); }
+/// vma_is_shared_maywrite(): a VMA that counts in its file's i_mmap_writable.
+bool SharedMaywrite(const Vma* v) { return (v->vm_flags & (VM_SHARED | VM_MAYWRITE)) == (VM_SHARED | VM_MAYWRITE); }
 
 /// Holds middle's File's i_mmap_rwsem for write across a change that shrinks one VMA
 /// and grows its neighbour over the pages it gave up (rmap walkers must never see
@@ -70,6 +72,7 @@ void VmaLinkFileLocked(MmStruct& mm, Vma* v) {
   if (!f) return;
   VMSPACE_LOCK_ASSERT(v->vm_mm == &mm, "a file VMA is linked with its vm_mm set");
   IMmapLock(mm, f);
+  if (SharedMaywrite(v)) f->i_mmap_writable.fetch_add(1, std::memory_order_acq_rel);  // mapping_allow_writable
   IMmapInsert(f, v);
   IMmapUnlock(mm, f);
 }
@@ -94,6 +97,7 @@ void VmaLinkNewLocked(MmStruct& mm, Vma* v) {
     f->unlinked_visible.fetch_sub(1, std::memory_order_seq_cst);
     return;
   }
+  if (SharedMaywrite(v)) f->i_mmap_writable.fetch_add(1, std::memory_order_acq_rel);
   IMmapInsert(f, v);
   IMmapUnlock(mm, f);
 }
@@ -102,6 +106,7 @@ void VmaUnlinkFileLocked(MmStruct& mm, Vma* v) {
   File* f = v->file();
   if (!f) return;
   IMmapLock(mm, f);
+  if (SharedMaywrite(v)) f->MappingUnmapWritable();  // __remove_shared_vm_struct
   IMmapErase(f, v);
   IMmapUnlock(mm, f);
 }
@@ -304,12 +309,19 @@ int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* 
   bool prev_known = false;
   if (start > v->vm_start) {
     if (end < v->vm_end && !MayAddVmaLocked(m)) return ENOMEM;
+    if (!CanModifyVma(v)) return EPERM;  // "don't bother splitting the VMA if we can't unmap it"
     prev = SplitVmaLocked(m, v, start, true);  // v is now [start, ...), prev below it
     prev_known = true;
   }
-  // Collect, splitting the last one if it extends past end.
+  // Collect, splitting the last one if it extends past end. A sealed VMA on the way
+  // ends it with EPERM: nothing is removed, the split at start stays (as Linux's
+  // reattach_vmas after modify_vma_failed).
   Vma* next = nullptr;
   for (Vma* w = v;;) {
+    if (!CanModifyVma(w)) {
+      if (m.mt_detach) DestroyDetached(m);
+      return EPERM;
+    }
     if (w->vm_end > end) next = SplitVmaLocked(m, w, end, false);
     VmaStartWriteLocked(m, w);
     vms->vmas.push_back(w);
@@ -327,6 +339,8 @@ int GatherMunmapVmasLocked(MmStruct& m, uint64_t start, uint64_t end, uint64_t* 
   for (Vma* w : vms->vmas) {
     if (nr_accounted && (w->vm_flags & VM_ACCOUNT)) *nr_accounted += w->pages();
     m.total_vm.store(m.total_vm.load(std::memory_order_relaxed) - w->pages(), std::memory_order_relaxed);
+    if (w->vm_flags & VM_LOCKED)  // vms->locked_vm, taken off mm->locked_vm at completion
+      m.locked_vm.store(m.locked_vm.load(std::memory_order_relaxed) - w->pages(), std::memory_order_relaxed);
     VmaRemoveLocked(m, w);  // detach first: no new lockless reader can find it
   }
   return 0;

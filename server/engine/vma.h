@@ -42,6 +42,17 @@ inline Vma* VmaPrevLocked(MmStruct& mm, uint64_t addr) ABSL_SHARED_LOCKS_REQUIRE
 /// The first VMA that starts at or above addr, or null.
 inline Vma* VmaNextFromLocked(MmStruct& mm, uint64_t addr) ABSL_SHARED_LOCKS_REQUIRED(mm.mmap_lock) { return mm.idx->NextFrom(addr); }
 
+/// vma_is_sealed() (mm/vma.h, Linux 6.18): v has VM_SEALED (mseal).
+inline bool VmaIsSealed(const Vma* v) { return v->vm_flags & VM_SEALED; }
+/// can_modify_vma() (mm/vma.h): false for a sealed VMA, whose range, flags and place
+/// munmap, mprotect, mremap and MAP_FIXED must leave alone (they answer EPERM).
+inline bool CanModifyVma(const Vma* v) { return !VmaIsSealed(v); }
+/// can_madvise_modify() (mm/madvise.c, Linux 6.17+): false if `behavior` discards data
+/// (MADV_DONTNEED, MADV_DONTNEED_LOCKED, MADV_FREE, MADV_REMOVE, MADV_DONTFORK,
+/// MADV_WIPEONFORK, MADV_GUARD_INSTALL) of a sealed private anonymous VMA the process
+/// cannot write (madvise then answers EPERM for that VMA). Defined in mseal.cc.
+bool CanMadviseModify(const Vma* v, int behavior);
+
 /// vma_link(): adds a new (detached, unlocked, from VmaAllocLocked) v to the tree,
 /// write-locked.
 void VmaInsertLocked(MmStruct& mm, Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);

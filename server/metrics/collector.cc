@@ -316,6 +316,10 @@ std::vector<MetricFamily> Collector::Collect() const {
   gauge("vmspace_resident_bytes", "Bytes of present PTEs in all spaces (rss).",
         g.resident_bytes);
   gauge("vmspace_pagetable_bytes", "Page-table bytes in all spaces.", g.pagetable_bytes);
+  gauge("vmspace_locked_bytes", "Bytes of VM_LOCKED VMAs in all spaces (sum of locked_vm: mlock, MAP_LOCKED).",
+        g.locked_bytes);
+  gauge("vmspace_sealed_bytes", "Bytes of sealed VMAs in all spaces (mseal: never unmapped until the space ends).",
+        g.sealed_bytes);
   gauge("vmspace_page_cache_bytes", "Bytes of file pages in the page caches of the daemon's files.",
         g.page_cache_bytes);
   gauge("vmspace_page_cache_dirty_bytes",

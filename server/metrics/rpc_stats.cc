@@ -36,6 +36,14 @@ const char* RpcMethodName(RpcMethod m) {
     case RpcMethod::kMsync: return "Msync";
     case RpcMethod::kBrk: return "Brk";
     case RpcMethod::kMremap: return "Mremap";
+    case RpcMethod::kMlock: return "Mlock";
+    case RpcMethod::kMunlock: return "Munlock";
+    case RpcMethod::kMlockall: return "Mlockall";
+    case RpcMethod::kMunlockall: return "Munlockall";
+    case RpcMethod::kMseal: return "Mseal";
+    case RpcMethod::kAddFileSeals: return "AddFileSeals";
+    case RpcMethod::kGetFileSeals: return "GetFileSeals";
+    case RpcMethod::kReopenFile: return "ReopenFile";
     case RpcMethod::kCount: break;
   }
   return "?";

@@ -48,6 +48,14 @@ enum class RpcMethod : uint8_t {
   kMsync,
   kBrk,
   kMremap,
+  kMlock,
+  kMunlock,
+  kMlockall,
+  kMunlockall,
+  kMseal,
+  kAddFileSeals,
+  kGetFileSeals,
+  kReopenFile,
   kCount
 };
 inline constexpr size_t kRpcMethodCount = static_cast<size_t>(RpcMethod::kCount);

@@ -61,12 +61,18 @@ uint64_t OpSpaceId(const v1::Op& op) {
     case v1::Op::kMsync: return op.msync().space_id();
     case v1::Op::kBrk: return op.brk().space_id();
     case v1::Op::kMremap: return op.mremap().space_id();
+    case v1::Op::kMlock: return op.mlock().space_id();
+    case v1::Op::kMunlock: return op.munlock().space_id();
+    case v1::Op::kMlockall: return op.mlockall().space_id();
+    case v1::Op::kMunlockall: return op.munlockall().space_id();
+    case v1::Op::kMseal: return op.mseal().space_id();
     case v1::Op::OP_NOT_SET: break;
   }
   return 0;
 }
 
-// Sets the `addr` field of `op`'s request (mremap: old_addr; brk has none).
+// Sets the `addr` field of `op`'s request (mremap: old_addr; brk, mlockall and
+// munlockall take none).
 void SetOpAddr(v1::Op& op, uint64_t addr) {
   switch (op.op_case()) {
     case v1::Op::kMmap: op.mutable_mmap()->set_addr(addr); break;
@@ -79,7 +85,12 @@ void SetOpAddr(v1::Op& op, uint64_t addr) {
     case v1::Op::kMadvise: op.mutable_madvise()->set_addr(addr); break;
     case v1::Op::kMsync: op.mutable_msync()->set_addr(addr); break;
     case v1::Op::kMremap: op.mutable_mremap()->set_old_addr(addr); break;
+    case v1::Op::kMlock: op.mutable_mlock()->set_addr(addr); break;
+    case v1::Op::kMunlock: op.mutable_munlock()->set_addr(addr); break;
+    case v1::Op::kMseal: op.mutable_mseal()->set_addr(addr); break;
     case v1::Op::kBrk:
+    case v1::Op::kMlockall:
+    case v1::Op::kMunlockall:
     case v1::Op::OP_NOT_SET: break;
   }
 }
@@ -96,7 +107,12 @@ uint64_t OpAddr(const v1::Op& op) {
     case v1::Op::kMadvise: return op.madvise().addr();
     case v1::Op::kMsync: return op.msync().addr();
     case v1::Op::kMremap: return op.mremap().old_addr();
+    case v1::Op::kMlock: return op.mlock().addr();
+    case v1::Op::kMunlock: return op.munlock().addr();
+    case v1::Op::kMseal: return op.mseal().addr();
     case v1::Op::kBrk:
+    case v1::Op::kMlockall:
+    case v1::Op::kMunlockall:
     case v1::Op::OP_NOT_SET: break;
   }
   return 0;
@@ -170,13 +186,16 @@ class StreamResults {
 };
 
 // Whether an op of kind `c` may fault pages in (the ops the tenant memory quota is
-// checked for, as their unary calls): all but munmap, mprotect and msync, which only
-// free or keep.
+// checked for, as their unary calls): all but munmap, mprotect, msync, munlock,
+// munlockall and mseal, which only free or keep.
 bool MayFaultIn(v1::Op::OpCase c) {
   switch (c) {
     case v1::Op::kMunmap:
     case v1::Op::kMprotect:
     case v1::Op::kMsync:
+    case v1::Op::kMunlock:
+    case v1::Op::kMunlockall:
+    case v1::Op::kMseal:
     case v1::Op::OP_NOT_SET: return false;
     default: return true;
   }
@@ -289,6 +308,29 @@ class PackedOpDecoder {
         r.set_new_addr(w());
         break;
       }
+      case v1::Op::kMlock: {
+        v1::MlockRequest& r = *op.mutable_mlock();
+        r.set_space_id(id);
+        r.set_addr(w());
+        r.set_len(w());
+        r.set_flags(i32());
+        break;
+      }
+      case v1::Op::kMunlock: {
+        v1::MunlockRequest& r = *op.mutable_munlock();
+        r.set_space_id(id);
+        r.set_addr(w());
+        r.set_len(w());
+        break;
+      }
+      case v1::Op::kMseal: {
+        v1::MsealRequest& r = *op.mutable_mseal();
+        r.set_space_id(id);
+        r.set_addr(w());
+        r.set_len(w());
+        r.set_flags(w());
+        break;
+      }
       default: break;  // not in the kind table
     }
     *ref = nullptr;
@@ -314,6 +356,7 @@ class PackedOpDecoder {
       {v1::Op::OP_NOT_SET, 0}, {v1::Op::kMmap, 6},    {v1::Op::kMunmap, 2},  {v1::Op::kMprotect, 3},
       {v1::Op::kFault, 2},     {v1::Op::kAccess, 4},  {v1::Op::kMadvise, 3}, {v1::Op::kMsync, 3},
       {v1::Op::kBrk, 1},       {v1::Op::kMremap, 5},
+      {v1::Op::kMlock, 3},     {v1::Op::kMunlock, 2}, {v1::Op::kMseal, 3},
   };
   static constexpr size_t kNumKinds = sizeof(kKinds) / sizeof(kKinds[0]);
 
@@ -321,7 +364,8 @@ class PackedOpDecoder {
   /// The kind of a kind word; null for an unknown kind or flag, or both ref flags.
   static const Kind* KindOf(uint64_t kind_word) {
     const uint64_t k = kind_word & kKindMask;
-    if (k == 0 || k >= kNumKinds || (kind_word & ~(kKindMask | kRefFlags)) != 0 ||
+    if (k == 0 || k >= kNumKinds || kKinds[k].op == v1::Op::OP_NOT_SET ||
+        (kind_word & ~(kKindMask | kRefFlags)) != 0 ||
         (kind_word & kRefFlags) == kRefFlags)
       return nullptr;
     return &kKinds[k];
@@ -446,6 +490,13 @@ grpc::Status VmSpaceService::Batch(
           case v1::Op::kMsync: s = DoMsync(*sp, op.msync(), res->mutable_msync()); break;
           case v1::Op::kBrk: s = DoBrk(*sp, op.brk(), res->mutable_brk()); break;
           case v1::Op::kMremap: s = DoMremap(*sp, op.mremap(), res->mutable_mremap()); break;
+          case v1::Op::kMlock: s = DoMlock(*sp, op.mlock(), res->mutable_mlock()); break;
+          case v1::Op::kMunlock: s = DoMunlock(*sp, op.munlock(), res->mutable_munlock()); break;
+          case v1::Op::kMlockall: s = DoMlockall(*sp, op.mlockall(), res->mutable_mlockall()); break;
+          case v1::Op::kMunlockall:
+            s = DoMunlockall(*sp, op.munlockall(), res->mutable_munlockall());
+            break;
+          case v1::Op::kMseal: s = DoMseal(*sp, op.mseal(), res->mutable_mseal()); break;
           case v1::Op::OP_NOT_SET: break;
         }
       }

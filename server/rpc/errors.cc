@@ -28,6 +28,7 @@ grpc::StatusCode ErrnoToStatusCode(int err) {
     case EOVERFLOW: return grpc::StatusCode::OUT_OF_RANGE;
     case ENODEV:
     case EOPNOTSUPP: return grpc::StatusCode::UNIMPLEMENTED;
+    case EBUSY: return grpc::StatusCode::FAILED_PRECONDITION;  // F_SEAL_WRITE, MS_INVALIDATE
     default: return grpc::StatusCode::UNKNOWN;
   }
 }

@@ -44,6 +44,16 @@ OpStatus TenantFilesFull(const char* call) {
   return ErrnoErrorDetail(EMFILE, call, "the tenant has --tenant-max-open-files files open");
 }
 
+/// FileAccessMode -> O_RDONLY / O_WRONLY / O_RDWR; false if unspecified or unknown.
+bool ToOpenAccess(v1::FileAccessMode m, int* out) {
+  switch (m) {
+    case v1::FILE_ACCESS_RDONLY: *out = O_RDONLY; return true;
+    case v1::FILE_ACCESS_WRONLY: *out = O_WRONLY; return true;
+    case v1::FILE_ACCESS_RDWR: *out = O_RDWR; return true;
+    default: return false;
+  }
+}
+
 OpStatus IoTooLarge(const char* what, uint64_t n, uint64_t max_io) {
   return ErrnoErrorDetail(EINVAL, what,
                           std::to_string(n) + " bytes exceed --max-io-bytes=" + std::to_string(max_io));
@@ -56,6 +66,12 @@ grpc::Status VmSpaceService::OpenFile(grpc::ServerContext* ctx, const v1::OpenFi
   return Handle(RpcMethod::kOpenFile, ctx, [&](const Caller& c) -> OpStatus {
     OpenFlags f;
     f.write = req->write();
+    if (req->access() != v1::FILE_ACCESS_MODE_UNSPECIFIED) {
+      int access;
+      if (!ToOpenAccess(req->access(), &access))
+        return ErrnoErrorDetail(EINVAL, "open", "unknown access mode");
+      f.access = access;
+    }
     f.create = req->create();
     f.exclusive = req->exclusive();
     f.truncate = req->truncate();
@@ -77,7 +93,8 @@ grpc::Status VmSpaceService::CreateShmemFile(grpc::ServerContext* ctx,
   return Handle(RpcMethod::kCreateShmemFile, ctx, [&](const Caller& c) -> OpStatus {
     if (!registry_.ReserveFile(c.tenant, opts_.tenant_max_open_files))
       return TenantFilesFull("memfd_create");
-    const SysResult r = registry_.files().CreateShmem(req->name(), req->size());
+    const SysResult r =
+        registry_.files().CreateShmem(req->name(), req->size(), req->allow_sealing() ? MFD_ALLOW_SEALING : 0);
     if (!r.ok()) {
       registry_.UnreserveFile(c.tenant);
       return ErrnoError(r.error, "memfd_create");
@@ -183,6 +200,40 @@ grpc::Status VmSpaceService::FsyncFile(grpc::ServerContext* ctx, const v1::Fsync
   return Handle(RpcMethod::kFsyncFile, ctx, [&](const Caller& c) -> OpStatus {
     const int err = registry_.files().Fsync(registry_.TableFileId(req->file_id(), c.tenant));
     return err == 0 ? OpStatus{} : ErrnoError(err, "fsync");
+  });
+}
+
+grpc::Status VmSpaceService::AddFileSeals(grpc::ServerContext* ctx, const v1::AddFileSealsRequest* req,
+                                          v1::AddFileSealsResponse*) {
+  return Handle(RpcMethod::kAddFileSeals, ctx, [&](const Caller& c) -> OpStatus {
+    const int err = registry_.files().AddSeals(registry_.TableFileId(req->file_id(), c.tenant), req->seals());
+    if (err == EINVAL && (req->seals() & ~0x3fu))
+      return ErrnoErrorDetail(err, "fcntl", "unknown seal bits (F_SEAL_SEAL 1 ... F_SEAL_EXEC 32)");
+    return err == 0 ? OpStatus{} : ErrnoError(err, "fcntl");
+  });
+}
+
+grpc::Status VmSpaceService::GetFileSeals(grpc::ServerContext* ctx, const v1::GetFileSealsRequest* req,
+                                          v1::GetFileSealsResponse* resp) {
+  return Handle(RpcMethod::kGetFileSeals, ctx, [&](const Caller& c) -> OpStatus {
+    const SysResult r = registry_.files().GetSeals(registry_.TableFileId(req->file_id(), c.tenant));
+    if (!r.ok()) return ErrnoError(r.error, "fcntl");
+    resp->set_seals(static_cast<uint32_t>(r.value));
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::ReopenFile(grpc::ServerContext* ctx, const v1::ReopenFileRequest* req,
+                                        v1::ReopenFileResponse* resp) {
+  return Handle(RpcMethod::kReopenFile, ctx, [&](const Caller& c) -> OpStatus {
+    int access;
+    if (!ToOpenAccess(req->access(), &access))
+      return ErrnoErrorDetail(EINVAL, "open", "access must be FILE_ACCESS_RDONLY, _WRONLY or _RDWR");
+    const SysResult r = registry_.files().Reopen(registry_.TableFileId(req->file_id(), c.tenant), access);
+    if (!r.ok()) return ErrnoError(r.error, "open");
+    registry_.SetFileOwner(r.value, c.tenant);
+    resp->set_file_id(registry_.PublicFileId(r.value));
+    return {};
   });
 }
 

@@ -68,6 +68,38 @@ OpStatus DoMremap(Space& sp, const v1::MremapRequest& r, v1::MremapResponse* out
   return {};
 }
 
+OpStatus DoMlock(Space& sp, const v1::MlockRequest& r, v1::MlockResponse*) {
+  if (r.flags() & ~MLOCK_ONFAULT) return ErrnoErrorDetail(EINVAL, "mlock2", "flags must be 0 or MLOCK_ONFAULT (1)");
+  const SysResult res = sp.as.Mlock(r.addr(), r.len(), r.flags());
+  if (!res.ok()) return ErrnoError(res.error, "mlock2");
+  return {};
+}
+
+OpStatus DoMunlock(Space& sp, const v1::MunlockRequest& r, v1::MunlockResponse*) {
+  const SysResult res = sp.as.Munlock(r.addr(), r.len());
+  if (!res.ok()) return ErrnoError(res.error, "munlock");
+  return {};
+}
+
+OpStatus DoMlockall(Space& sp, const v1::MlockallRequest& r, v1::MlockallResponse*) {
+  const SysResult res = sp.as.Mlockall(r.flags());
+  if (!res.ok()) return ErrnoError(res.error, "mlockall");
+  return {};
+}
+
+OpStatus DoMunlockall(Space& sp, const v1::MunlockallRequest&, v1::MunlockallResponse*) {
+  const SysResult res = sp.as.Munlockall();
+  if (!res.ok()) return ErrnoError(res.error, "munlockall");
+  return {};
+}
+
+OpStatus DoMseal(Space& sp, const v1::MsealRequest& r, v1::MsealResponse*) {
+  if (r.flags() != 0) return ErrnoErrorDetail(EINVAL, "mseal", "flags must be 0");
+  const SysResult res = sp.as.Mseal(r.addr(), r.len(), r.flags());
+  if (!res.ok()) return ErrnoError(res.error, "mseal");
+  return {};
+}
+
 OpStatus DoFault(Space& sp, const v1::FaultRequest& r, v1::FaultResponse* out) {
   AccessType access;
   if (!ToAccessType(r.access(), &access))
@@ -205,6 +237,38 @@ grpc::Status VmSpaceService::Msync(grpc::ServerContext* ctx, const v1::MsyncRequ
                                    v1::MsyncResponse* resp) {
   return OnSpace(RpcMethod::kMsync, ctx, req->space_id(), false, false,
                  [&](Space& sp) { return DoMsync(sp, *req, resp); });
+}
+
+// mlock populates (faults pages in): stoppable and allocating, as Fault; munlock and
+// munlockall only change VMAs (splits: as munmap and mprotect); mseal as well.
+grpc::Status VmSpaceService::Mlock(grpc::ServerContext* ctx, const v1::MlockRequest* req,
+                                   v1::MlockResponse* resp) {
+  return OnSpace(RpcMethod::kMlock, ctx, req->space_id(), true, true,
+                 [&](Space& sp) { return DoMlock(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::Munlock(grpc::ServerContext* ctx, const v1::MunlockRequest* req,
+                                     v1::MunlockResponse* resp) {
+  return OnSpace(RpcMethod::kMunlock, ctx, req->space_id(), false, false,
+                 [&](Space& sp) { return DoMunlock(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::Mlockall(grpc::ServerContext* ctx, const v1::MlockallRequest* req,
+                                      v1::MlockallResponse* resp) {
+  return OnSpace(RpcMethod::kMlockall, ctx, req->space_id(), true, true,
+                 [&](Space& sp) { return DoMlockall(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::Munlockall(grpc::ServerContext* ctx, const v1::MunlockallRequest* req,
+                                        v1::MunlockallResponse* resp) {
+  return OnSpace(RpcMethod::kMunlockall, ctx, req->space_id(), false, false,
+                 [&](Space& sp) { return DoMunlockall(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::Mseal(grpc::ServerContext* ctx, const v1::MsealRequest* req,
+                                   v1::MsealResponse* resp) {
+  return OnSpace(RpcMethod::kMseal, ctx, req->space_id(), false, false,
+                 [&](Space& sp) { return DoMseal(sp, *req, resp); });
 }
 
 }  // namespace vmspace::rpc

@@ -29,6 +29,12 @@ OpStatus DoMsync(Space& sp, const v1::MsyncRequest& r, v1::MsyncResponse*);
 OpStatus DoBrk(Space& sp, const v1::BrkRequest& r, v1::BrkResponse* out);
 /// mremap(2).
 OpStatus DoMremap(Space& sp, const v1::MremapRequest& r, v1::MremapResponse* out);
+/// mlock2(2), munlock(2), mlockall(2), munlockall(2), mseal(2).
+OpStatus DoMlock(Space& sp, const v1::MlockRequest& r, v1::MlockResponse*);
+OpStatus DoMunlock(Space& sp, const v1::MunlockRequest& r, v1::MunlockResponse*);
+OpStatus DoMlockall(Space& sp, const v1::MlockallRequest& r, v1::MlockallResponse*);
+OpStatus DoMunlockall(Space& sp, const v1::MunlockallRequest& r, v1::MunlockallResponse*);
+OpStatus DoMseal(Space& sp, const v1::MsealRequest& r, v1::MsealResponse*);
 /// One fault at r.addr (a signal is an OK answer, in out->fault()).
 OpStatus DoFault(Space& sp, const v1::FaultRequest& r, v1::FaultResponse* out);
 /// Touches [addr, addr + len) every `stride` bytes; more than `max_touches` is EINVAL.

@@ -78,6 +78,8 @@ OpStatus ToSpaceOptions(const v1::SpaceSettings& s, const LockingProfile& defaul
   if (s.has_mmap_min_addr()) o->mmap_min_addr = s.mmap_min_addr();
   if (s.has_dac_mmap_min_addr()) o->dac_mmap_min_addr = s.dac_mmap_min_addr();
   if (s.has_cap_sys_rawio()) o->cap_sys_rawio = s.cap_sys_rawio();
+  if (s.has_rlimit_memlock()) o->rlimit_memlock = s.rlimit_memlock();
+  if (s.has_cap_ipc_lock()) o->cap_ipc_lock = s.cap_ipc_lock();
   if (s.has_fault_around_bytes()) o->fault_around_bytes = s.fault_around_bytes();
   if (!ValidFaultAroundBytes(o->fault_around_bytes))
     return ErrnoErrorDetail(EINVAL, "CreateSpace",
@@ -123,6 +125,7 @@ void FillFileInfo(const FileStat& st, uint64_t public_id, bool writable, v1::Fil
   out->set_mapped_vmas(st.mapped_vmas);
   out->set_open_handles(st.open_handles);
   out->set_writable(writable);
+  out->set_st_nlink(st.nlink);
 }
 
 }  // namespace vmspace::rpc

@@ -169,6 +169,26 @@ class VmSpaceService final : public v1::VmSpace::Service {
   /// msync(2) on one space (AddressSpace::Msync); also a Batch op.
   grpc::Status Msync(grpc::ServerContext* ctx, const v1::MsyncRequest* req,
                      v1::MsyncResponse* resp) override;
+  /// mlock2(2), munlock(2), mlockall(2), munlockall(2), mseal(2) on one space
+  /// (AddressSpace::Mlock & co., engine mlock.cc / mseal.cc); also Batch ops.
+  grpc::Status Mlock(grpc::ServerContext* ctx, const v1::MlockRequest* req,
+                     v1::MlockResponse* resp) override;
+  grpc::Status Munlock(grpc::ServerContext* ctx, const v1::MunlockRequest* req,
+                       v1::MunlockResponse* resp) override;
+  grpc::Status Mlockall(grpc::ServerContext* ctx, const v1::MlockallRequest* req,
+                        v1::MlockallResponse* resp) override;
+  grpc::Status Munlockall(grpc::ServerContext* ctx, const v1::MunlockallRequest* req,
+                          v1::MunlockallResponse* resp) override;
+  grpc::Status Mseal(grpc::ServerContext* ctx, const v1::MsealRequest* req,
+                     v1::MsealResponse* resp) override;
+  /// fcntl(F_ADD_SEALS) / fcntl(F_GET_SEALS) of a file (FileTable::AddSeals, GetSeals)
+  /// and open("/proc/self/fd/N") with another access mode (FileTable::Reopen).
+  grpc::Status AddFileSeals(grpc::ServerContext* ctx, const v1::AddFileSealsRequest* req,
+                            v1::AddFileSealsResponse* resp) override;
+  grpc::Status GetFileSeals(grpc::ServerContext* ctx, const v1::GetFileSealsRequest* req,
+                            v1::GetFileSealsResponse* resp) override;
+  grpc::Status ReopenFile(grpc::ServerContext* ctx, const v1::ReopenFileRequest* req,
+                          v1::ReopenFileResponse* resp) override;
 
  private:
   // Authenticates the call, then runs fn(caller) (an OpStatus) recording RPC `m`'s metrics.

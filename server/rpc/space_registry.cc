@@ -161,6 +161,8 @@ SpaceTotals SpaceRegistry::Totals() const {
     t.vmas += c.map_count;
     t.resident_bytes += c.rss_pages * kPageSize;
     t.pagetable_bytes += c.pgtable_bytes;
+    t.locked_bytes += c.locked_vm_pages * kPageSize;
+    t.sealed_bytes += c.sealed_pages * kPageSize;
   }
   std::set<std::tuple<uint32_t, uint32_t, uint64_t>> seen;  // (dev major, minor, inode)
   for (const FileStat& st : files_.List()) {

@@ -56,6 +56,8 @@ struct SpaceTotals {
   uint64_t vmas = 0;             // sum of map_count
   uint64_t resident_bytes = 0;   // sum of rss_pages * 4096
   uint64_t pagetable_bytes = 0;  // sum of pgtable_bytes
+  uint64_t locked_bytes = 0;     // sum of locked_vm_pages * 4096
+  uint64_t sealed_bytes = 0;     // sum of sealed_pages * 4096
 };
 
 /// Space ids name the daemon that created them: id = shard << kShardShift | n, with n

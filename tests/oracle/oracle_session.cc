@@ -441,6 +441,10 @@ OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
     else if (l.rfind("T ", 0) == 0) kernel_thp_align_ = f[0];
     else if (l.rfind("L ", 0) == 0 && f[0]) opts.mmap_min_addr = f[0];  // 0: probe failed
     else if (l.rfind("K ", 0) == 0) opts.cap_sys_rawio = f[0] == 1;
+    else if (l.rfind("I ", 0) == 0 && f.size() == 2) {  // CAP_IPC_LOCK, RLIMIT_MEMLOCK
+      opts.cap_ipc_lock = f[0] == 1;
+      opts.rlimit_memlock = f[1];
+    }
   }
   opts.zero_page = kernel_zero_page_;
   opts.thp_align_anon = kernel_thp_align_ & 1;
@@ -803,7 +807,8 @@ uint64_t ReadAheadKbOf(const std::string& path) {
 
 bool OracleSession::RunFileOp(const std::vector<std::string>& w, StepResult* res, std::string* err) {
   const std::string& op = w[0];
-  static const std::set<std::string> kOps = {"file", "memfd", "pread", "pwrite", "ftruncate", "fstat"};
+  static const std::set<std::string> kOps = {"file",  "memfd", "pread",  "pwrite", "ftruncate",
+                                             "fstat", "seal",  "seals", "reopen"};
   if (!kOps.count(op)) return false;
   auto H = [](uint64_t v) { return Hex(v).substr(2); };
   auto num = [&](size_t i) -> uint64_t {
@@ -828,6 +833,23 @@ bool OracleSession::RunFileOp(const std::vector<std::string>& w, StepResult* res
     // memfd LABEL SIZE: memfd_create(LABEL) / FileTable::CreateShmem, same content.
     const uint64_t size = num(2);
     const bool ro = w.size() > 3 && w[3] == "ro";
+    const bool wronly = w.size() > 3 && w[3] == "wronly";
+    // memfd LABEL SIZE [sealing|noexec_seal|exec|N joined by ',']: memfd_create flags.
+    unsigned mfd_flags = 0;
+    if (op == "memfd" && w.size() > 3) {
+      std::istringstream parts(w[3]);
+      std::string part;
+      while (std::getline(parts, part, ',')) {
+        uint64_t n;
+        if (part == "sealing") mfd_flags |= MFD_ALLOW_SEALING;
+        else if (part == "noexec_seal") mfd_flags |= MFD_NOEXEC_SEAL;
+        else if (part == "exec") mfd_flags |= MFD_EXEC;
+        else if (ParseU64(part, &n)) mfd_flags |= static_cast<unsigned>(n);
+        else if (err->empty()) *err = "bad memfd flag " + part;
+      }
+    } else if (op == "file" && w.size() > 3 && !ro && !wronly && err->empty()) {
+      *err = "file takes ro or wronly";
+    }
     if (!err->empty()) return true;
     if (file_refs_.count(label) || label.find('/') != std::string::npos) {
       *err = "bad or duplicate file label " + label;
@@ -855,18 +877,21 @@ bool OracleSession::RunFileOp(const std::vector<std::string>& w, StepResult* res
         std::ofstream out(tmp_ + side + label, std::ios::binary);
         out.write(content.data(), static_cast<std::streamsize>(content.size()));
       }
-      kr = child_->Call("open " + tmp_ + "/kernel/" + label + " " + H(ro ? O_RDONLY : O_RDWR));
-      er = files_->Open(label, {.write = !ro});
+      const int access = ro ? O_RDONLY : wronly ? O_WRONLY : O_RDWR;
+      kr = child_->Call("open " + tmp_ + "/kernel/" + label + " " + H(access));
+      er = files_->Open(label, {.access = access});
       struct stat st;
       if (stat((tmp_ + "/kernel/" + label).c_str(), &st) == 0) ref.kernel_ino = st.st_ino;
       if (stat((tmp_ + "/engine/" + label).c_str(), &st) == 0) ref.engine_ino = st.st_ino;
-      if (er.ok()) {
+      if (er.ok()) {  // read in through a handle of its own (a wronly one cannot read)
+        const SysResult rd = files_->Reopen(er.value, O_RDONLY);
         std::string buf(size, 0);
-        files_->Read(er.value, 0, buf.data(), size);
+        if (rd.ok()) files_->Read(rd.value, 0, buf.data(), size);
+        if (rd.ok()) files_->Close(rd.value);
       }
     } else {
-      kr = child_->Call("memfd " + label + " " + H(size));
-      er = files_->CreateShmem(label, size);
+      kr = child_->Call("memfd " + label + " " + H(size) + " " + H(mfd_flags));
+      er = files_->CreateShmem(label, size, mfd_flags);
       if (er.ok()) files_->Write(er.value, 0, content.data(), size);
     }
     uint64_t fd = 0;
@@ -878,12 +903,70 @@ bool OracleSession::RunFileOp(const std::vector<std::string>& w, StepResult* res
     if (res->kernel_ok && er.ok()) file_refs_[label] = ref;
     return true;
   }
+  if (op == "reopen") {
+    // reopen NEWLABEL LABEL ro|wo|rw: open("/proc/self/fd/N") / FileTable::Reopen.
+    auto old = w.size() > 3 ? file_refs_.find(w[2]) : file_refs_.end();
+    if (old == file_refs_.end() || file_refs_.count(label)) {
+      *err = "reopen NEWLABEL LABEL ro|wo|rw with a known LABEL and a new NEWLABEL";
+      return true;
+    }
+    const int access = w[3] == "ro" ? O_RDONLY : w[3] == "wo" ? O_WRONLY : w[3] == "rw" ? O_RDWR : -1;
+    if (access < 0) {
+      *err = "reopen mode must be ro, wo or rw";
+      return true;
+    }
+    FileRef ref = old->second;
+    uint64_t fd = 0;
+    res->kernel = KernelSysText(child_->Call("reopen " + H(ref.kernel_fd) + " " + H(access)), *this, false,
+                                &res->kernel_ok, &fd);
+    res->kernel = res->kernel_ok ? "ok" : res->kernel;
+    const SysResult er = files_->Reopen(ref.engine_id, access);
+    res->engine = er.ok() ? "ok" : "err=" + ErrName(er.error);
+    ref.kernel_fd = fd;
+    ref.engine_id = er.value;
+    ref.kernel_ino = ref.engine_ino = 0;  // maps lines keep the first label
+    if (res->kernel_ok && er.ok()) file_refs_[label] = ref;
+    return true;
+  }
   auto it = file_refs_.find(label);
   if (it == file_refs_.end()) {
     *err = "unknown file " + label;
     return true;
   }
   const FileRef& f = it->second;
+  if (op == "seal" || op == "seals") {
+    // seal LABEL write|shrink|grow|future_write|seal|exec|N (joined by ','): F_ADD_SEALS;
+    // seals LABEL: F_GET_SEALS.
+    uint32_t seals = 0;
+    if (op == "seal") {
+      std::istringstream parts(w.size() > 2 ? w[2] : "");
+      std::string part;
+      while (std::getline(parts, part, ',')) {
+        uint64_t n;
+        if (part == "write") seals |= F_SEAL_WRITE;
+        else if (part == "shrink") seals |= F_SEAL_SHRINK;
+        else if (part == "grow") seals |= F_SEAL_GROW;
+        else if (part == "future_write") seals |= F_SEAL_FUTURE_WRITE;
+        else if (part == "seal") seals |= F_SEAL_SEAL;
+        else if (part == "exec") seals |= F_SEAL_EXEC;
+        else if (ParseU64(part, &n)) seals |= static_cast<uint32_t>(n);
+        else {
+          *err = "bad seal " + part;
+          return true;
+        }
+      }
+    }
+    const int cmd = op == "seal" ? 1033 /* F_ADD_SEALS */ : 1034 /* F_GET_SEALS */;
+    res->kernel = KernelSysText(child_->Call("fcntl " + H(f.kernel_fd) + " " + H(cmd) + " " + H(seals)), *this,
+                                false, &res->kernel_ok, &res->kernel_value);
+    if (op == "seal") {
+      const int e = files_->AddSeals(f.engine_id, seals);
+      res->engine = e ? "err=" + ErrName(e) : "ret=0x0";
+    } else {
+      res->engine = EngineSysText(files_->GetSeals(f.engine_id), *this, false);
+    }
+    return true;
+  }
   if (op == "pread") {
     // pread LABEL OFF LEN: the bytes read (count, first byte, FNV-1a of all).
     const uint64_t off = num(2), len = num(3);
@@ -1213,6 +1296,53 @@ StepResult OracleSession::Run(const std::string& raw_line) {
     res.kernel = KernelSysText(child_->Call("mremap " + H(a) + " " + H(ol) + " " + H(nl) + " " + H(f) + " " + H(na)),
                                *this, true, &res.kernel_ok, &res.kernel_value);
     res.engine = EngineSysText(engine_->Mremap(a, ol, nl, f, na), *this, true);
+  } else if (op == "mlock" || op == "munlock" || op == "mseal") {
+    // mlock ADDR LEN [onfault|N] (mlock2); munlock ADDR LEN; mseal ADDR LEN [FLAGS]
+    const uint64_t a = num(1), l = num(2);
+    uint64_t f = 0;
+    if (op != "munlock" && w.size() > 3) f = w[3] == "onfault" ? MLOCK_ONFAULT : num(3);
+    if (!err.empty()) return fail(err);
+    res.kernel = KernelSysText(child_->Call(op + " " + H(a) + " " + H(l) + (op == "munlock" ? "" : " " + H(f))),
+                               *this, false, &res.kernel_ok, &res.kernel_value);
+    res.engine = EngineSysText(op == "mlock"     ? engine_->Mlock(a, l, static_cast<int>(f))
+                               : op == "munlock" ? engine_->Munlock(a, l)
+                                                 : engine_->Mseal(a, l, f),
+                               *this, false);
+  } else if (op == "mlockall" || op == "munlockall") {
+    // mlockall current|future|onfault|N (joined by ','); munlockall
+    uint64_t f = 0;
+    std::istringstream parts(w.size() > 1 ? w[1] : "");
+    std::string part;
+    while (op == "mlockall" && std::getline(parts, part, ',')) {
+      uint64_t n;
+      if (part == "current") f |= MCL_CURRENT;
+      else if (part == "future") f |= MCL_FUTURE;
+      else if (part == "onfault") f |= MCL_ONFAULT;
+      else if (ParseU64(part, &n)) f |= n;
+      else return fail("bad mlockall flag " + part);
+    }
+    res.kernel = KernelSysText(child_->Call(op == "mlockall" ? "mlockall " + H(f) : op), *this, false,
+                               &res.kernel_ok, &res.kernel_value);
+    res.engine = EngineSysText(op == "mlockall" ? engine_->Mlockall(static_cast<int>(f)) : engine_->Munlockall(),
+                               *this, false);
+  } else if (op == "rlimit") {
+    // rlimit memlock N: setrlimit(RLIMIT_MEMLOCK) soft and hard N bytes
+    if (w.size() != 3 || w[1] != "memlock") return fail("rlimit memlock N");
+    const uint64_t n = num(2);
+    if (!err.empty()) return fail(err);
+    res.kernel = KernelSysText(child_->Call("rlimit " + H(RLIMIT_MEMLOCK) + " " + H(n)), *this, false,
+                               &res.kernel_ok, &res.kernel_value);
+    engine_->SetRlimitMemlock(n);
+    res.engine = "ret=0x0";
+  } else if (op == "capability") {
+    // capability ipc_lock on|off: CAP_IPC_LOCK in the effective set
+    if (w.size() != 3 || w[1] != "ipc_lock" || (w[2] != "on" && w[2] != "off"))
+      return fail("capability ipc_lock on|off");
+    const bool on = w[2] == "on";
+    res.kernel = KernelSysText(child_->Call(std::string("capipc ") + (on ? "1" : "0")), *this, false,
+                               &res.kernel_ok, &res.kernel_value);
+    engine_->SetCapIpcLock(on);
+    res.engine = "ret=0x0";
   } else if (op == "count") {
     auto resp = child_->Call("count");
     auto fk = resp.empty() ? std::vector<uint64_t>{} : HexFields(resp[0]);

@@ -403,6 +403,48 @@ TEST_F(FilesTest, RestartKeepsSharedWrites) {
   EXPECT_EQ(ReadMem(space, addr, 4), std::string(4, '\0'));
 }
 
+// Seals: a shmem file without allow_sealing starts with F_SEAL_SEAL (EPERM), unknown bits
+// EINVAL, a host file has none (EINVAL), F_SEAL_WRITE is EBUSY while a writable shared
+// mapping exists; access modes: an O_WRONLY file cannot be mapped (EACCES), a read-only
+// reopen cannot add seals (EPERM) nor map shared writable (EACCES); st_nlink.
+TEST_F(FilesTest, SealsAccessModesAndReopen) {
+  auto plain = cl_->CreateShmemFile("plain", kPage);
+  auto s = cl_->CreateShmemFile("s", 2 * kPage, 0, /*allow_sealing=*/true);
+  ASSERT_TRUE(plain.ok() && s.ok());
+  EXPECT_EQ(cl_->GetFileSeals(plain.value()).value(), 1u);  // F_SEAL_SEAL
+  EXPECT_TRUE(Fails(cl_->AddFileSeals(plain.value(), 8), StatusCode::PERMISSION_DENIED, "EPERM"));
+  EXPECT_TRUE(Fails(cl_->AddFileSeals(s.value(), 0x40), StatusCode::INVALID_ARGUMENT, "EINVAL"));
+  const uint64_t host = OpenOk(Open("sealed.bin"));
+  EXPECT_TRUE(Fails(cl_->GetFileSeals(host), StatusCode::INVALID_ARGUMENT, "EINVAL"));
+  EXPECT_TRUE(Fails(cl_->AddFileSeals(host, 1), StatusCode::INVALID_ARGUMENT, "EINVAL"));
+  EXPECT_EQ(Stat(host).st_nlink(), 1u);
+  EXPECT_EQ(Stat(s.value()).st_nlink(), 0u);
+  const uint64_t space = NewSpace();
+  const uint64_t addr = MmapOk(space, kPage, kRw, MAP_SHARED, s.value());
+  EXPECT_TRUE(Fails(cl_->AddFileSeals(s.value(), 8), StatusCode::FAILED_PRECONDITION, "EBUSY"));
+  ASSERT_TRUE(cl_->Munmap(space, addr, kPage).ok());
+  auto ro = cl_->ReopenFile(s.value(), v1::FILE_ACCESS_RDONLY);
+  ASSERT_TRUE(ro.ok()) << ro.error().ToString();
+  EXPECT_TRUE(Fails(cl_->AddFileSeals(ro.value(), 4), StatusCode::PERMISSION_DENIED, "EPERM"));
+  EXPECT_TRUE(Fails(cl_->Mmap(space, 0, kPage, kRw, MAP_SHARED, 0, ro.value()), StatusCode::PERMISSION_DENIED,
+                    "EACCES"));
+  ASSERT_TRUE(cl_->AddFileSeals(s.value(), 8 | 4).ok());
+  EXPECT_EQ(cl_->GetFileSeals(ro.value()).value(), 12u);
+  EXPECT_TRUE(Fails(cl_->WriteFile(s.value(), 0, "x"), StatusCode::PERMISSION_DENIED, "EPERM"));
+  EXPECT_TRUE(Fails(cl_->Mmap(space, 0, kPage, kRw, MAP_SHARED, 0, s.value()), StatusCode::PERMISSION_DENIED,
+                    "EPERM"));
+  EXPECT_TRUE(Fails(cl_->ReopenFile(s.value(), v1::FILE_ACCESS_MODE_UNSPECIFIED), StatusCode::INVALID_ARGUMENT,
+                    "EINVAL"));
+  v1::OpenFileRequest wo = Open("sealed.bin", false, false);
+  wo.set_access(v1::FILE_ACCESS_WRONLY);
+  const uint64_t w = OpenOk(wo);
+  EXPECT_TRUE(Fails(cl_->Mmap(space, 0, kPage, PROT_READ, MAP_PRIVATE, 0, w), StatusCode::PERMISSION_DENIED,
+                    "EACCES"));
+  EXPECT_TRUE(Fails(cl_->ReadFile(w, 0, 1), StatusCode::INVALID_ARGUMENT, "EBADF"));
+  EXPECT_EQ(cl_->WriteFile(w, 0, "w").value(), 1u);
+}
+
+
 // /metrics: page-cache gauges, pgmajfault, fault-around pages and retries by profile.
 TEST(FilesMetrics, CountTheFileWork) {
   TempDir dir;

@@ -1369,5 +1369,101 @@ TEST_F(RpcTest, BatchBrkAndMremapOpsAndAddrOf) {
   Destroy(id);
 }
 
+// mlock2, munlock, mlockall, munlockall, mseal: the engine's answers with their errno
+// names in the details; unknown flags EINVAL; RLIMIT_MEMLOCK and CAP_IPC_LOCK from
+// SpaceSettings; the same ops in a Batch, as Op messages and packed.
+TEST_F(RpcTest, MlockAndMsealCalls) {
+  v1::SpaceSettings settings;
+  settings.set_rlimit_memlock(4 * kPage);
+  settings.set_cap_ipc_lock(false);
+  const uint64_t id = NewSpace(settings);
+  uint64_t a = 0;
+  ASSERT_TRUE(Mmap(id, 0, 8 * kPage, kRW, kPrivAnon, &a).ok());
+  auto mlock = [&](uint64_t addr, uint64_t len, int flags) {
+    v1::MlockRequest req;
+    req.set_space_id(id);
+    req.set_addr(addr);
+    req.set_len(len);
+    req.set_flags(flags);
+    v1::MlockResponse resp;
+    return stub_->Mlock(Ctx().get(), req, &resp);
+  };
+  auto mseal = [&](uint64_t addr, uint64_t len, uint64_t flags) {
+    v1::MsealRequest req;
+    req.set_space_id(id);
+    req.set_addr(addr);
+    req.set_len(len);
+    req.set_flags(flags);
+    v1::MsealResponse resp;
+    return stub_->Mseal(Ctx().get(), req, &resp);
+  };
+  ASSERT_TRUE(mlock(a, 2 * kPage, 0).ok());
+  EXPECT_TRUE(HasErrno(mlock(a, kPage, 2), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(mlock(a, 8 * kPage, 0), StatusCode::RESOURCE_EXHAUSTED, "ENOMEM", ENOMEM));
+  EXPECT_NE(Maps(id).maps_text().find("rw-p"), std::string::npos);
+  EXPECT_EQ(Maps(id).map_count(), 2u);  // the locked part split off
+  {
+    v1::MlockallRequest req;
+    req.set_space_id(id);
+    req.set_flags(4);  // MCL_ONFAULT alone
+    v1::MlockallResponse resp;
+    EXPECT_TRUE(HasErrno(stub_->Mlockall(Ctx().get(), req, &resp), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+    req.set_flags(1);  // MCL_CURRENT: total_vm beyond the limit
+    EXPECT_TRUE(HasErrno(stub_->Mlockall(Ctx().get(), req, &resp), StatusCode::RESOURCE_EXHAUSTED, "ENOMEM", ENOMEM));
+  }
+  {
+    v1::MunlockRequest req;
+    req.set_space_id(id);
+    req.set_addr(a);
+    req.set_len(8 * kPage);
+    v1::MunlockResponse resp;
+    ASSERT_TRUE(stub_->Munlock(Ctx().get(), req, &resp).ok());
+    EXPECT_EQ(Maps(id).map_count(), 1u);
+    v1::MunlockallRequest ureq;
+    ureq.set_space_id(id);
+    v1::MunlockallResponse uresp;
+    EXPECT_TRUE(stub_->Munlockall(Ctx().get(), ureq, &uresp).ok());
+  }
+  EXPECT_TRUE(HasErrno(mseal(a, kPage, 1), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(mseal(a + 7 * kPage, 2 * kPage, 0), StatusCode::RESOURCE_EXHAUSTED, "ENOMEM", ENOMEM));
+  ASSERT_TRUE(mseal(a + 4 * kPage, 4 * kPage, 0).ok());
+  EXPECT_TRUE(HasErrno(Munmap(id, a, 8 * kPage), StatusCode::PERMISSION_DENIED, "EPERM", EPERM));
+  EXPECT_TRUE(HasErrno(Mprotect(id, a + 4 * kPage, kPage, PROT_READ), StatusCode::PERMISSION_DENIED, "EPERM", EPERM));
+  // A Batch: mlock as an Op, munlock and mseal packed.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = stub_->Batch(&ctx);
+  v1::BatchRequest req;
+  v1::MlockRequest* op = req.add_ops()->mutable_mlock();
+  op->set_space_id(id);
+  op->set_addr(a);
+  op->set_len(kPage);
+  v1::MlockRequest* bad = req.add_ops()->mutable_mlock();
+  *bad = *op;
+  bad->set_flags(8);
+  ASSERT_TRUE(stream->Write(req));
+  v1::BatchResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  ASSERT_EQ(resp.results_size(), 2);
+  EXPECT_EQ(resp.results(0).code(), 0);
+  EXPECT_TRUE(resp.results(0).has_mlock());
+  EXPECT_EQ(resp.results(1).errno_name(), "EINVAL");
+  v1::BatchRequest packed;
+  packed.mutable_packed()->set_space_id(id);
+  for (uint64_t w : {uint64_t{v1::PACKED_MUNLOCK}, a, kPage, uint64_t{v1::PACKED_MSEAL}, a, kPage, uint64_t{0},
+                     uint64_t{v1::PACKED_MSEAL}, a, kPage, uint64_t{1}})
+    packed.mutable_packed()->add_words(w);
+  ASSERT_TRUE(stream->Write(packed));
+  ASSERT_TRUE(stream->Read(&resp));
+  ASSERT_EQ(resp.packed().values_size(), 3);
+  ASSERT_EQ(resp.packed().full_index_size(), 1);
+  EXPECT_EQ(resp.packed().full_index(0), 2u);
+  EXPECT_EQ(resp.packed().full(0).errno_name(), "EINVAL");
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_TRUE(HasErrno(Munmap(id, a, kPage), StatusCode::PERMISSION_DENIED, "EPERM", EPERM));
+  Destroy(id);
+}
+
 }  // namespace
 }  // namespace vmspace::service_test

@@ -15,9 +15,9 @@ import unittest
 
 import grpc
 
-from vmspace_client import (MAP_ANONYMOUS, MAP_FIXED_NOREPLACE, MAP_PRIVATE, MAP_SHARED, MREMAP_FIXED,
-                            MREMAP_MAYMOVE, MS_SYNC, PROT_READ, PROT_WRITE, AccessResult, Client, LockStats,
-                            ServerInfo, VmspaceError, batch)
+from vmspace_client import (F_SEAL_GROW, F_SEAL_SEAL, F_SEAL_WRITE, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE, MAP_PRIVATE,
+                            MAP_SHARED, MCL_ONFAULT, MLOCK_ONFAULT, MREMAP_FIXED, MREMAP_MAYMOVE, MS_SYNC, O_RDONLY, PROT_READ, PROT_WRITE,
+                            AccessResult, Client, LockStats, ServerInfo, VmspaceError, batch)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -201,6 +201,27 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((st.size, st.shmem, st.cached_pages, st.mapped_vmas, st.writable), (2 * PAGE, True, 2, 1, True))
         self.assertIn(f, [x.file_id for x in self.vm.list_files()])
         self.assertIn("/memfd:py (deleted)", self.vm.maps(self.space))
+
+    def test_mlock_mseal_and_seals(self):
+        addr = self.vm.mmap(self.space, 4 * PAGE)
+        self.vm.mlock(self.space, addr, PAGE, MLOCK_ONFAULT)
+        self.assertRaisesErrno(grpc.StatusCode.INVALID_ARGUMENT, "EINVAL", 22, self.vm.mlock, self.space, addr, PAGE, 2)
+        self.assertRaisesErrno(grpc.StatusCode.INVALID_ARGUMENT, "EINVAL", 22, self.vm.mlockall, self.space,
+                               MCL_ONFAULT)
+        self.vm.munlockall(self.space)
+        self.vm.mseal(self.space, addr + 2 * PAGE, 2 * PAGE)
+        self.assertRaisesErrno(grpc.StatusCode.PERMISSION_DENIED, "EPERM", 1, self.vm.munmap, self.space, addr,
+                               4 * PAGE)
+        f = self.vm.create_shmem_file("sealed", PAGE, allow_sealing=True)
+        self.addCleanup(self.vm.close_file, f)
+        self.vm.add_file_seals(f, F_SEAL_GROW | F_SEAL_SEAL)
+        self.assertEqual(self.vm.get_file_seals(f), F_SEAL_GROW | F_SEAL_SEAL)
+        self.assertRaisesErrno(grpc.StatusCode.PERMISSION_DENIED, "EPERM", 1, self.vm.add_file_seals, f, F_SEAL_WRITE)
+        ro = self.vm.reopen_file(f, O_RDONLY)
+        self.addCleanup(self.vm.close_file, ro)
+        self.assertRaisesErrno(grpc.StatusCode.PERMISSION_DENIED, "EACCES", 13, self.vm.mmap, self.space, PAGE,
+                               flags=MAP_SHARED, file_id=ro)
+        self.assertEqual(self.vm.stat_file(ro).st_nlink, 0)
 
     def test_file_errors(self):
         self.assertRaisesErrno(grpc.StatusCode.PERMISSION_DENIED, "EACCES", 13, self.vm.open_file, "a.bin",

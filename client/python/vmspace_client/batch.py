@@ -10,19 +10,21 @@ from .errors import VmspaceError
 _REQUEST = {"mmap": pb.MmapRequest, "munmap": pb.MunmapRequest, "mprotect": pb.MprotectRequest,
             "fault": pb.FaultRequest, "access": pb.AccessRequest, "read": pb.ReadMemoryRequest,
             "write": pb.WriteMemoryRequest, "madvise": pb.MadviseRequest, "msync": pb.MsyncRequest,
-            "brk": pb.BrkRequest, "mremap": pb.MremapRequest}
+            "brk": pb.BrkRequest, "mremap": pb.MremapRequest,
+            "mlock": pb.MlockRequest, "munlock": pb.MunlockRequest, "mlockall": pb.MlockallRequest,
+            "munlockall": pb.MunlockallRequest, "mseal": pb.MsealRequest}
 ACCESS = {"read": pb.ACCESS_READ, "write": pb.ACCESS_WRITE, "exec": pb.ACCESS_EXEC}
 
 
 def op(kind, space_id, addr_of_back=None, addr_of_index=None, **fields):
     """One Batch op (a vmspace.v1.Op). `kind`: "mmap", "munmap", "mprotect", "fault",
-    "access", "read", "write", "madvise", "msync", "brk" or "mremap"; `fields`: those of
-    its request message (addr, len, prot, flags, stride, data, advice, brk, old_addr,
-    old_len, new_len, new_addr, ...; `access` may be "read", "write" or "exec").
-    addr_of_back=k: the address (mremap: old_addr) is what the mmap or mremap op k places
-    before this one returned, plus its own value (an offset); addr_of_index=i: the same
-    for op number i of the stream (ops are numbered from 0 across the stream's
-    messages)."""
+    "access", "read", "write", "madvise", "msync", "brk", "mremap", "mlock", "munlock",
+    "mlockall", "munlockall" or "mseal"; `fields`: those of its request message (addr, len,
+    prot, flags, stride, data, advice, brk, old_addr, old_len, new_len, new_addr, ...;
+    `access` may be "read", "write" or "exec"). addr_of_back=k: the address (mremap:
+    old_addr) is what the mmap or mremap op k places before this one returned, plus its
+    own value (an offset); addr_of_index=i: the same for op number i of the stream (ops
+    are numbered from 0 across the stream's messages)."""
     if isinstance(fields.get("access"), str):
         fields["access"] = ACCESS[fields["access"]]
     o = pb.Op(**{kind: _REQUEST[kind](space_id=space_id, **fields)})

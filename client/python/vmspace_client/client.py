@@ -10,7 +10,11 @@ import grpc
 from ._pb import pb, pb_grpc
 from .batch import ACCESS as _ACCESS
 from .batch import space_of
-from .constants import MADV_BY_NAME, MADV_DONTNEED, MAP_ANONYMOUS, MAP_PRIVATE, MS_SYNC, PROT_READ, PROT_WRITE
+from .constants import (MADV_BY_NAME, MADV_DONTNEED, MAP_ANONYMOUS, MAP_PRIVATE, MCL_CURRENT, MS_SYNC, O_RDONLY, O_RDWR, O_WRONLY,
+                        PROT_READ, PROT_WRITE)
+
+# open(2) access mode -> vmspace.v1.FileAccessMode.
+_ACCESS_MODE = {O_RDONLY: pb.FILE_ACCESS_RDONLY, O_WRONLY: pb.FILE_ACCESS_WRONLY, O_RDWR: pb.FILE_ACCESS_RDWR}
 from .errors import VmspaceError
 from .fault import Fault
 from .results import AccessResult, LockStats, ServerInfo
@@ -186,14 +190,32 @@ class Client:
     # their daemon like space ids; a new file is opened on the daemon of `near_space`
     # (the space that will map it; 0: the daemon of shard 0).
 
-    def open_file(self, path, write=False, create=False, exclusive=False, truncate=False, near_space=0):
-        """open(2) of `path` under vmspaced's --data-dir; returns the file id."""
-        return self._call("OpenFile", pb.OpenFileRequest(path=path, write=write, create=create, exclusive=exclusive,
-                                                         truncate=truncate), near_space).file_id
+    def open_file(self, path, write=False, create=False, exclusive=False, truncate=False, near_space=0, mode=None):
+        """open(2) of `path` under vmspaced's --data-dir; returns the file id. `mode`: O_RDONLY,
+        O_WRONLY or O_RDWR (None: O_RDWR with `write`, else O_RDONLY)."""
+        req = pb.OpenFileRequest(path=path, write=write, create=create, exclusive=exclusive, truncate=truncate)
+        if mode is not None:
+            req.access = _ACCESS_MODE[mode]
+        return self._call("OpenFile", req, near_space).file_id
 
-    def create_shmem_file(self, name="", size=0, near_space=0):
-        """memfd_create(2) + ftruncate(2); returns the file id."""
-        return self._call("CreateShmemFile", pb.CreateShmemFileRequest(name=name, size=size), near_space).file_id
+    def create_shmem_file(self, name="", size=0, near_space=0, allow_sealing=False):
+        """memfd_create(2) + ftruncate(2); returns the file id. `allow_sealing`: MFD_ALLOW_SEALING."""
+        return self._call("CreateShmemFile", pb.CreateShmemFileRequest(name=name, size=size,
+                                                                       allow_sealing=allow_sealing),
+                          near_space).file_id
+
+    def add_file_seals(self, file_id, seals):
+        """fcntl(F_ADD_SEALS): F_SEAL_* bits on a shmem file."""
+        self._call("AddFileSeals", pb.AddFileSealsRequest(file_id=file_id, seals=seals), file_id)
+
+    def get_file_seals(self, file_id):
+        """fcntl(F_GET_SEALS): the F_SEAL_* bits."""
+        return self._call("GetFileSeals", pb.GetFileSealsRequest(file_id=file_id), file_id).seals
+
+    def reopen_file(self, file_id, mode=O_RDONLY):
+        """open("/proc/self/fd/N") with access mode `mode`: a new file id of the same file."""
+        return self._call("ReopenFile", pb.ReopenFileRequest(file_id=file_id, access=_ACCESS_MODE[mode]),
+                          file_id).file_id
 
     def close_file(self, file_id):
         self._call("CloseFile", pb.CloseFileRequest(file_id=file_id), file_id)
@@ -236,6 +258,24 @@ class Client:
 
     def mprotect(self, space_id, addr, length, prot):
         self._call("Mprotect", pb.MprotectRequest(space_id=space_id, addr=addr, len=length, prot=prot), space_id)
+
+    def mlock(self, space_id, addr, length, flags=0):
+        """mlock2(2): flags 0 or MLOCK_ONFAULT."""
+        self._call("Mlock", pb.MlockRequest(space_id=space_id, addr=addr, len=length, flags=flags), space_id)
+
+    def munlock(self, space_id, addr, length):
+        self._call("Munlock", pb.MunlockRequest(space_id=space_id, addr=addr, len=length), space_id)
+
+    def mlockall(self, space_id, flags=MCL_CURRENT):
+        """mlockall(2): MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT."""
+        self._call("Mlockall", pb.MlockallRequest(space_id=space_id, flags=flags), space_id)
+
+    def munlockall(self, space_id):
+        self._call("Munlockall", pb.MunlockallRequest(space_id=space_id), space_id)
+
+    def mseal(self, space_id, addr, length, flags=0):
+        """mseal(2): munmap, mprotect and MAP_FIXED over the range fail EPERM from then on."""
+        self._call("Mseal", pb.MsealRequest(space_id=space_id, addr=addr, len=length, flags=flags), space_id)
 
     def madvise(self, space_id, addr, length, advice=MADV_DONTNEED):
         """madvise(2): `advice` is a MADV_* number or its name ("free", "guard_install")."""

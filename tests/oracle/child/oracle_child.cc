@@ -23,12 +23,23 @@
 //                          KiB (Linux 6.7-6.11 aligned every length >= 2 MiB);
 //                          mmap_min_addr: where a hint of 0x1000 is raised to (the
 //                          effective mmap_min_addr, at least 0x1000); cap_sys_rawio: 1
-//                          if the child has CAP_SYS_RAWIO in its effective set)
+//                          if the child has CAP_SYS_RAWIO in its effective set),
+//                          then "I <cap_ipc_lock> <RLIMIT_MEMLOCK soft limit>" 
 //                          Or "X <reason>" if the start-up layout is not usable.
 //   mmap A L P F O [FD] -> "R <ret>" or "E <errno>"      (fd -1 unless FD is given)
 //   open PATH FLAGS     -> "R <fd>" or "E <errno>"       (PATH without spaces; mode 0644)
-//   memfd NAME SIZE     -> "R <fd>" or "E <errno>"       (memfd_create(NAME, 0), SIZE
+//   memfd NAME SIZE [F] -> "R <fd>" or "E <errno>"       (memfd_create(NAME, F), SIZE
 //                          bytes, byte (k+1)&0xff in page k, like the test files)
+//   reopen FD FLAGS     -> "R <fd>" or "E <errno>"       (open("/proc/self/fd/FD", FLAGS))
+//   fcntl FD CMD ARG    -> "R <ret>" or "E <errno>"      (F_ADD_SEALS, F_GET_SEALS)
+//   mlock A L F         -> "R <ret>" or "E <errno>"      (mlock2)
+//   munlock A L         -> "R <ret>" or "E <errno>"
+//   mlockall F          -> "R <ret>" or "E <errno>"
+//   munlockall          -> "R <ret>" or "E <errno>"
+//   mseal A L F         -> "R <ret>" or "E <errno>"
+//   rlimit RES N        -> "R <ret>" or "E <errno>"      (setrlimit: soft and hard N)
+//   capipc ON           -> "R <ret>" or "E <errno>"      (CAP_IPC_LOCK in the effective
+//                          set on or off: capset; the permitted set keeps it)
 //   pread FD OFF LEN    -> "R <ret> <first byte> <fnv1a-64 of the bytes>" or "E <errno>"
 //                          (LEN at most 64 KiB)
 //   pwrite FD OFF LEN V -> "R <ret>" or "E <errno>"      (LEN bytes of value V)
@@ -595,17 +606,38 @@ uint64_t MmapMinAddrProbe() {
   return static_cast<uint64_t>(r);
 }
 
-// 1 if CAP_SYS_RAWIO is in the effective set (MAP_FIXED below vm.mmap_min_addr).
-uint64_t CapSysRawio() {
+// The capability sets (capget), 0 on failure.
+struct CapData {
+  uint32_t effective, permitted, inheritable;
+};
+bool GetCaps(CapData data[2]) {
   struct {
     uint32_t version;
     int pid;
   } hdr = {0x20080522, 0};  // _LINUX_CAPABILITY_VERSION_3
+  return syscall(SYS_capget, &hdr, data) == 0;
+}
+// 1 if CAP_SYS_RAWIO is in the effective set (MAP_FIXED below vm.mmap_min_addr).
+uint64_t CapSysRawio() {
+  CapData data[2] = {};
+  return GetCaps(data) ? (data[0].effective >> 17) & 1 : 0;  // CAP_SYS_RAWIO
+}
+// 1 if CAP_IPC_LOCK (14) is in the effective set (RLIMIT_MEMLOCK does not apply).
+uint64_t CapIpcLock() {
+  CapData data[2] = {};
+  return GetCaps(data) ? (data[0].effective >> 14) & 1 : 0;
+}
+// Turns CAP_IPC_LOCK in the effective set on or off (it stays permitted).
+long SetCapIpcLock(bool on) {
+  CapData data[2] = {};
+  if (!GetCaps(data)) return -1;
+  if (on) data[0].effective |= 1u << 14;
+  else data[0].effective &= ~(1u << 14);
   struct {
-    uint32_t effective, permitted, inheritable;
-  } data[2] = {};
-  if (syscall(SYS_capget, &hdr, data) != 0) return 0;
-  return (data[0].effective >> 17) & 1;  // CAP_SYS_RAWIO
+    uint32_t version;
+    int pid;
+  } hdr = {0x20080522, 0};
+  return syscall(SYS_capset, &hdr, data);
 }
 
 // 1 if this kernel maps the zero page for anonymous read faults (see the protocol).
@@ -673,6 +705,15 @@ int main() {
     PutHex(probes[i]);
     Puts("\n");
   }
+  {
+    struct rlimit ml {};
+    getrlimit(RLIMIT_MEMLOCK, &ml);
+    Puts("I ");
+    PutHex(CapIpcLock());
+    Puts(" ");
+    PutHex(ml.rlim_cur);
+    Puts("\n");
+  }
   DoMaps(0, ~0ull, false);
   End();
 
@@ -693,7 +734,9 @@ int main() {
       static char name[256];
       Token(&p, name, sizeof name);
       uint64_t size = Hex(&p);
-      long fd = syscall(SYS_memfd_create, name, 0L);
+      p = SkipSpaces(p);
+      const long mfd_flags = *p ? static_cast<long>(Hex(&p)) : 0L;
+      long fd = syscall(SYS_memfd_create, name, mfd_flags);
       if (fd >= 0 && syscall(SYS_ftruncate, fd, size) == 0) {
         for (uint64_t off = 0; off < size; off += sizeof g_io) {
           memset(g_io, static_cast<int>(((off >> 12) + 1) & 0xff), sizeof g_io);
@@ -702,6 +745,43 @@ int main() {
         }
       }
       PutSys(fd);
+    } else if (Word(&p, "reopen")) {
+      uint64_t fd = Hex(&p), fl = Hex(&p);
+      static char path[64] = "/proc/self/fd/";
+      char digits[24];
+      int n = 0;
+      do {
+        digits[n++] = static_cast<char>('0' + fd % 10);
+        fd /= 10;
+      } while (fd);
+      int k = 14;
+      while (n) path[k++] = digits[--n];
+      path[k] = 0;
+      PutSys(syscall(SYS_openat, AT_FDCWD, path, static_cast<long>(fl), 0L));
+    } else if (Word(&p, "fcntl")) {
+      uint64_t fd = Hex(&p), cmd = Hex(&p), arg = Hex(&p);
+      PutSys(syscall(SYS_fcntl, fd, cmd, arg));
+    } else if (Word(&p, "mlock")) {
+      uint64_t a = Hex(&p), l = Hex(&p), f = Hex(&p);
+      PutSys(syscall(SYS_mlock2, a, l, f));
+    } else if (Word(&p, "munlock")) {
+      uint64_t a = Hex(&p), l = Hex(&p);
+      PutSys(syscall(SYS_munlock, a, l));
+    } else if (Word(&p, "mlockall")) {
+      uint64_t f = Hex(&p);
+      PutSys(syscall(SYS_mlockall, f));
+    } else if (Word(&p, "munlockall")) {
+      PutSys(syscall(SYS_munlockall));
+    } else if (Word(&p, "mseal")) {
+      uint64_t a = Hex(&p), l = Hex(&p), f = Hex(&p);
+      PutSys(syscall(462 /* SYS_mseal */, a, l, f));
+    } else if (Word(&p, "rlimit")) {
+      uint64_t res = Hex(&p), n = Hex(&p);
+      struct rlimit rl {};
+      rl.rlim_cur = rl.rlim_max = n;
+      PutSys(syscall(SYS_setrlimit, res, &rl));
+    } else if (Word(&p, "capipc")) {
+      PutSys(SetCapIpcLock(Hex(&p) != 0));
     } else if (Word(&p, "pread")) {
       uint64_t fd = Hex(&p), off = Hex(&p), len = Hex(&p);
       if (len > sizeof g_big) len = sizeof g_big;

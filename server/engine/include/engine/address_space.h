@@ -87,6 +87,14 @@ struct SpaceOptions {
   SharedFaultCompletion shared_fault_completion = SharedFaultCompletion::kCompleted;
   /// The i_mmap_rwsem scope of mmap's VMA link (see IMmapScope); default wide (Linux).
   IMmapScope i_mmap_scope = IMmapScope::kWide;
+  /// RLIMIT_MEMLOCK in bytes (soft limit; this machine's `ulimit -l` for root: 8 MiB):
+  /// mlock, mlockall(MCL_CURRENT) and VM_LOCKED mappings beyond it fail (ENOMEM, EAGAIN)
+  /// unless cap_ipc_lock; 0 with cap_ipc_lock false makes mlock EPERM (can_do_mlock).
+  /// ~0 = RLIM_INFINITY. Changeable later (AddressSpace::SetRlimitMemlock).
+  uint64_t rlimit_memlock = 8ull << 20;
+  /// The caller has CAP_IPC_LOCK (root has it): RLIMIT_MEMLOCK does not apply. Off by
+  /// default, as cap_sys_rawio; the oracle tests set it from the child's capabilities.
+  bool cap_ipc_lock = false;
   /// Locking design (VMA index, per-VMA lock use in faults).
   LockingProfile profile;
   /// mm->start_brk, bytes, page aligned: where the heap (brk area) begins; the break
@@ -128,6 +136,8 @@ struct SpaceCounters {
   uint64_t file_pages = 0;      // MM_FILEPAGES: PTEs mapping page-cache pages of host files
   uint64_t rss_pages = 0;       // anon_pages + shmem_pages + file_pages (get_mm_rss)
   uint64_t pgtable_bytes = 0;   // page-table pages, 4 KiB each (like VmPTE + VmPMD)
+  uint64_t locked_vm_pages = 0; // pages of VM_LOCKED VMAs (mm->locked_vm, VmLck)
+  uint64_t sealed_pages = 0;    // pages of VM_SEALED VMAs (they can never be unmapped)
 };
 
 /// Result of Access(): how many faults were taken and, if the walk stopped on a
@@ -191,7 +201,10 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   /// anon MAP_SHARED_VALIDATE, GROWSDOWN|SHARED), EBADF (not MAP_ANONYMOUS: no file
   /// given; see the overload below), EOVERFLOW (offset + len wraps in pages), ENOMEM (len overflow, map_count > max, no room,
   /// FIXED beyond TASK_SIZE, overcommit), EPERM (FIXED below dac_mmap_min_addr),
-  /// EEXIST (MAP_FIXED_NOREPLACE overlap). Takes mmap_lock for write.
+  /// EEXIST (MAP_FIXED_NOREPLACE overlap), EPERM (MAP_LOCKED with can_do_mlock false;
+  /// MAP_FIXED over a sealed VMA), EAGAIN (a VM_LOCKED mapping, MAP_LOCKED or after
+  /// mlockall(MCL_FUTURE), beyond RLIMIT_MEMLOCK). VM_LOCKED mappings are populated
+  /// (not with VM_LOCKONFAULT). Takes mmap_lock for write.
   SysResult Mmap(uint64_t addr, uint64_t len, int prot, int flags, uint64_t offset = 0);
 
   /// mmap(2) of an open file (`file` non-null, MAP_ANONYMOUS clear), with `offset` in
@@ -200,7 +213,9 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   /// in pages, or beyond MAX_LFS_FILESIZE), EOPNOTSUPP (MAP_SHARED_VALIDATE with an
   /// unknown flag; MAP_SYNC, refused after a MAP_FIXED replacement as the kernel's fs
   /// hook does, leaving the range unmapped), EACCES (MAP_SHARED with PROT_WRITE on a
-  /// handle not opened for write; any mapping of a handle not opened for read); no
+  /// handle not opened for write; any mapping of a handle not opened for read), EPERM
+  /// (MAP_SHARED with PROT_WRITE of a memfd with F_SEAL_WRITE or F_SEAL_FUTURE_WRITE; a
+  /// shared read-only one loses VM_MAYWRITE); no
   /// ENODEV (every File can be mapped). A shared mapping of a read-only handle gets
   /// VM_MAYSHARE without VM_SHARED and VM_MAYWRITE. A range beyond EOF maps; its
   /// accesses are SIGBUS. With MAP_ANONYMOUS `file` is ignored. MAP_PRIVATE pages are
@@ -219,14 +234,16 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
 
   /// munmap(2) (mm/vma.c do_vmi_munmap). EINVAL: addr unaligned, len 0, range beyond
   /// TASK_SIZE; ENOMEM: would split a VMA in the middle at map_count >= max.
-  /// A range with no VMA is a successful no-op. Frees frames and empty page tables.
-  /// Takes mmap_lock for write.
+  /// A range with no VMA is a successful no-op. EPERM: a VMA of the range is sealed
+  /// (nothing is unmapped; a split at the start stays, as Linux). Frees frames and empty
+  /// page tables. Takes mmap_lock for write.
   SysResult Munmap(uint64_t addr, uint64_t len);
 
   /// mprotect(2) (mm/mprotect.c do_mprotect_pkey, mprotect_fixup). EINVAL: addr
   /// unaligned, unknown prot bits, bad PROT_GROWSDOWN; ENOMEM: range not fully mapped
   /// (parts before the hole stay changed, as Linux) or a split at max_map_count;
-  /// EACCES: a permission the VMA's VM_MAYxxx lacks. len 0 succeeds.
+  /// EACCES: a permission the VMA's VM_MAYxxx lacks; EPERM: a sealed VMA (the VMAs
+  /// before it keep their change). len 0 succeeds.
   /// Takes mmap_lock for write.
   SysResult Mprotect(uint64_t addr, uint64_t len, int prot);
 
@@ -262,6 +279,8 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   ///  - GUARD_INSTALL (EINVAL on VM_SPECIAL, VM_HUGETLB, VM_LOCKED): zaps the range and
   ///    marks each PTE as a guard page (an access: SIGSEGV, SEGV_MAPERR); GUARD_REMOVE
   ///    (EINVAL on VM_SPECIAL, VM_HUGETLB) clears the marks.
+  /// EPERM: a discarding advice (DONTNEED, FREE, REMOVE, DONTFORK, WIPEONFORK,
+  /// GUARD_INSTALL...) on a sealed read-only private anonymous VMA (can_madvise_modify).
   /// Takes mmap_lock for write for the flag advices and the guard advices, else for
   /// read (POPULATE: per VMA, then each fault takes its own lock); REMOVE's punch and
   /// WILLNEED's reads run after it is dropped.
@@ -306,6 +325,37 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   /// modelled: the 6.17+ move of several VMAs at once (EFAULT here).
   /// Takes mmap_lock for write.
   SysResult Mremap(uint64_t old_addr, uint64_t old_len, uint64_t new_len, uint64_t flags, uint64_t new_addr = 0);
+
+  /// mlock2(2) (mm/mlock.c do_mlock, apply_vma_lock_flags, mlock_fixup; Linux 6.18):
+  /// sets VM_LOCKED (and VM_LOCKONFAULT with MLOCK_ONFAULT) on the pages of
+  /// [addr & ~4095, addr + len rounded up), splitting and merging VMAs, counts them in
+  /// locked_vm and faults them in (__mm_populate; not with MLOCK_ONFAULT). EINVAL:
+  /// flags other than MLOCK_ONFAULT, range wraps; EPERM: RLIMIT_MEMLOCK 0 without
+  /// CAP_IPC_LOCK; ENOMEM: beyond RLIMIT_MEMLOCK (pages already locked in the range not
+  /// counted twice), the range starts in or has a hole (the VMAs before the hole stay
+  /// locked, nothing is populated), or a page could not be faulted in (PROT_NONE: the
+  /// VMA stays locked, as the kernel's EFAULT); a split at max_map_count. Takes
+  /// mmap_lock for write, then for read to populate.
+  SysResult Mlock(uint64_t addr, uint64_t len, int flags = 0);
+  /// munlock(2): clears VM_LOCKED / VM_LOCKONFAULT on the range. ENOMEM: a hole.
+  SysResult Munlock(uint64_t addr, uint64_t len);
+  /// mlockall(2): MCL_CURRENT locks (and populates) every VMA, MCL_FUTURE makes new
+  /// mappings locked (mm->def_flags), MCL_ONFAULT with either. EINVAL: 0, unknown bits,
+  /// MCL_ONFAULT alone; EPERM: can_do_mlock fails; ENOMEM: MCL_CURRENT with total_vm
+  /// beyond RLIMIT_MEMLOCK (without CAP_IPC_LOCK).
+  SysResult Mlockall(int flags);
+  /// munlockall(2): unlocks every VMA and clears def_flags' lock bits. Always 0.
+  SysResult Munlockall();
+  /// mseal(2) (mm/mseal.c do_mseal, Linux 6.18): sets VM_SEALED on [addr, addr + len):
+  /// munmap, mprotect, mremap, MAP_FIXED over it and discarding madvise advice on
+  /// read-only private anonymous memory then fail with EPERM, for good. EINVAL: flags
+  /// not 0, addr unaligned, len rounds to 0 from near 2^64, range wraps; ENOMEM: the
+  /// range has a hole (nothing sealed). Takes mmap_lock for write.
+  SysResult Mseal(uint64_t addr, uint64_t len, uint64_t flags = 0);
+  /// setrlimit(RLIMIT_MEMLOCK) in bytes (~0 = unlimited) and the CAP_IPC_LOCK bit of the
+  /// space's process (capset); both start from SpaceOptions.
+  void SetRlimitMemlock(uint64_t bytes);
+  void SetCapIpcLock(bool cap);
 
   /// Simulates one CPU access of one byte at `addr`: if the PTE allows it nothing
   /// happens (kNone); otherwise runs the page-fault handler (arch/x86/mm/fault.c

@@ -44,6 +44,7 @@ struct FileStat {
   uint64_t dirty_pages = 0;    // pages dirty and not yet written back
   uint64_t mapped_vmas = 0;    // VMAs in i_mmap
   uint64_t open_handles = 0;   // OpenFile handles not yet closed
+  uint64_t nlink = 0;          // st_nlink: the host file's links; 0 for a memfd (unlinked)
 };
 
 /// Page-cache figures summed over every file a FileTable knows (FileTable::Totals).
@@ -55,7 +56,9 @@ struct PageCacheTotals {
 
 /// How Open() opens a file (the O_* flags that matter here).
 struct OpenFlags {
-  bool write = false;      // O_RDWR (else O_RDONLY)
+  bool write = false;      // O_RDWR (else O_RDONLY), when `access` is -1
+  /// The access mode: O_RDONLY, O_WRONLY or O_RDWR; -1 takes it from `write`.
+  int access = -1;
   bool create = false;     // O_CREAT
   bool exclusive = false;  // O_EXCL (with create: EEXIST if it exists)
   bool truncate = false;   // O_TRUNC (needs write)
@@ -101,7 +104,29 @@ class FileTable {
   /// memfd_create(2) + ftruncate: an unnamed shmem file of `size_bytes`, opened
   /// read-write. `name` appears in maps as "/memfd:NAME (deleted)". EINVAL: name
   /// longer than 249 bytes; EFBIG: size beyond 2^44 bytes; ENFILE: as Open.
-  SysResult CreateShmem(const std::string& name, uint64_t size_bytes);
+  /// `flags`: MFD_ALLOW_SEALING (else the file starts with F_SEAL_SEAL: no seal can be
+  /// added), MFD_NOEXEC_SEAL (mode 0666 and F_SEAL_EXEC, sealing allowed) or MFD_EXEC
+  /// (mode 0777, the default), MFD_CLOEXEC (no effect); EINVAL: other bits (MFD_HUGETLB
+  /// included), or MFD_EXEC with MFD_NOEXEC_SEAL (mm/memfd.c memfd_create, Linux 6.18).
+  SysResult CreateShmem(const std::string& name, uint64_t size_bytes, unsigned flags = 0);
+  /// fcntl(F_ADD_SEALS) (mm/memfd.c memfd_add_seals): adds `seals` (F_SEAL_*) to a
+  /// memfd, under its i_rwsem. EBADF: unknown id; EPERM: the handle is not open for
+  /// write; EINVAL: unknown bits, or not a memfd (a host file has no seals); EPERM:
+  /// F_SEAL_SEAL is set; EBUSY: F_SEAL_WRITE while a writable shared mapping exists
+  /// (i_mmap_writable). F_SEAL_EXEC on an executable memfd also adds F_SEAL_SHRINK,
+  /// GROW, WRITE and FUTURE_WRITE (so it is EBUSY in the same case). Seals then
+  /// refuse: SHRINK/GROW a truncate that shrinks/grows (EPERM) and a write past EOF
+  /// (GROW: up to the last whole page chunk below EOF, EPERM if none); WRITE and
+  /// FUTURE_WRITE every write (EPERM) and a new MAP_SHARED PROT_WRITE mmap (EPERM),
+  /// and make a shared read-only mapping unable to become writable (EACCES).
+  int AddSeals(uint64_t id, uint32_t seals);
+  /// fcntl(F_GET_SEALS): the seals in `value`. EBADF; EINVAL: not a memfd.
+  SysResult GetSeals(uint64_t id) const;
+  /// open("/proc/self/fd/N", access): a new handle of the file of handle `id` with its
+  /// own access mode (O_RDONLY, O_WRONLY or O_RDWR), sharing the inode and page cache.
+  /// EBADF: unknown id; EINVAL: another mode; EACCES: write asked of a host file that
+  /// is read-only on the host.
+  SysResult Reopen(uint64_t id, int access);
   /// close(2). EBADF: unknown id. Mappings made from the handle stay valid.
   int Close(uint64_t id);
   /// The handle `id`, or nullptr (EBADF) if unknown.

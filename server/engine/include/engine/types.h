@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <fcntl.h>
 #include <sys/mman.h>
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -47,6 +48,33 @@
 #endif
 #ifndef MADV_GUARD_REMOVE
 #define MADV_GUARD_REMOVE 103
+#ifndef MLOCK_ONFAULT
+#define MLOCK_ONFAULT 0x01
+#endif
+#ifndef MCL_ONFAULT
+#define MCL_ONFAULT 4
+#endif
+// memfd seals (include/uapi/linux/fcntl.h) and memfd_create flags (uapi/linux/memfd.h).
+#ifndef F_SEAL_SEAL
+#define F_SEAL_SEAL 0x0001
+#define F_SEAL_SHRINK 0x0002
+#define F_SEAL_GROW 0x0004
+#define F_SEAL_WRITE 0x0008
+#endif
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+#ifndef F_SEAL_EXEC
+#define F_SEAL_EXEC 0x0020
+#endif
+#ifndef MFD_ALLOW_SEALING
+#define MFD_ALLOW_SEALING 0x0002U
+#endif
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U
+#endif
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010U
 #endif
 
 namespace vmspace {
@@ -92,6 +120,7 @@ enum VmFlag : uint64_t {
   VM_RAND_READ = 0x10000,  // MADV_RANDOM
   VM_DONTCOPY = 0x20000,
   VM_DONTEXPAND = 0x40000,
+  VM_LOCKONFAULT = 0x80000,  // mlock2(MLOCK_ONFAULT), mlockall(MCL_ONFAULT): lock pages as they fault
   VM_ACCOUNT = 0x100000,
   VM_NORESERVE = 0x200000,
   VM_HUGETLB = 0x400000,
@@ -103,7 +132,10 @@ enum VmFlag : uint64_t {
   VM_NOHUGEPAGE = 0x40000000,
   VM_MERGEABLE = 0x80000000,   // MADV_MERGEABLE (KSM)
   VM_DROPPABLE = 1ull << 36,  // VM_HIGH_ARCH_4 on x86-64 (Linux 6.11+)
+  VM_SEALED = 1ull << 63,     // mseal(2) (Linux 6.10+; bit 63 on 64-bit through 6.18)
 };
+/// VM_LOCKED_MASK (include/linux/mm.h): the bits mlock and munlock set and clear.
+inline constexpr uint64_t VM_LOCKED_MASK = VM_LOCKED | VM_LOCKONFAULT;
 inline constexpr uint64_t VM_ACCESS_FLAGS = VM_READ | VM_WRITE | VM_EXEC;
 inline constexpr uint64_t VM_SPECIAL = VM_IO | VM_DONTEXPAND | VM_PFNMAP | VM_MIXEDMAP;
 

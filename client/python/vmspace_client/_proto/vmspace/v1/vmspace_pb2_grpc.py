@@ -154,6 +154,46 @@ class VmSpaceStub(object):
                 request_serializer=vmspace_dot_v1_dot_vmspace__pb2.MsyncRequest.SerializeToString,
                 response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MsyncResponse.FromString,
                 )
+        self.Mlock = channel.unary_unary(
+                '/vmspace.v1.VmSpace/Mlock',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.MlockRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MlockResponse.FromString,
+                )
+        self.Munlock = channel.unary_unary(
+                '/vmspace.v1.VmSpace/Munlock',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.MunlockRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MunlockResponse.FromString,
+                )
+        self.Mlockall = channel.unary_unary(
+                '/vmspace.v1.VmSpace/Mlockall',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.MlockallRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MlockallResponse.FromString,
+                )
+        self.Munlockall = channel.unary_unary(
+                '/vmspace.v1.VmSpace/Munlockall',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.MunlockallRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MunlockallResponse.FromString,
+                )
+        self.Mseal = channel.unary_unary(
+                '/vmspace.v1.VmSpace/Mseal',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.MsealRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MsealResponse.FromString,
+                )
+        self.AddFileSeals = channel.unary_unary(
+                '/vmspace.v1.VmSpace/AddFileSeals',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.AddFileSealsRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.AddFileSealsResponse.FromString,
+                )
+        self.GetFileSeals = channel.unary_unary(
+                '/vmspace.v1.VmSpace/GetFileSeals',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.GetFileSealsRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.GetFileSealsResponse.FromString,
+                )
+        self.ReopenFile = channel.unary_unary(
+                '/vmspace.v1.VmSpace/ReopenFile',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.ReopenFileRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.ReopenFileResponse.FromString,
+                )
 
 
 class VmSpaceServicer(object):
@@ -384,6 +424,74 @@ class VmSpaceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Mlock(self, request, context):
+        """---- Locking and sealing memory (mm/mlock.c, mm/mseal.c), files' seals (mm/memfd.c) ----
+        mlock2(2): VM_LOCKED (flags MLOCK_ONFAULT = 1: also VM_LOCKONFAULT, not populated)
+        on the pages of [addr, addr + len). EINVAL: other flags, a wrapping range; EPERM:
+        RLIMIT_MEMLOCK 0 without CAP_IPC_LOCK (SpaceSettings); ENOMEM: beyond
+        RLIMIT_MEMLOCK, an unmapped hole, or pages that cannot be faulted in (PROT_NONE).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Munlock(self, request, context):
+        """munlock(2). ENOMEM: an unmapped hole.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Mlockall(self, request, context):
+        """mlockall(2): MCL_CURRENT = 1, MCL_FUTURE = 2, MCL_ONFAULT = 4. EINVAL: 0, unknown
+        bits, MCL_ONFAULT alone; EPERM as Mlock; ENOMEM: MCL_CURRENT beyond RLIMIT_MEMLOCK.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Munlockall(self, request, context):
+        """munlockall(2).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Mseal(self, request, context):
+        """mseal(2): munmap, mprotect, mremap, MAP_FIXED over the range and discarding
+        madvise of read-only anonymous memory there answer EPERM from then on. EINVAL:
+        flags not 0, addr unaligned, a wrapping range; ENOMEM: an unmapped hole.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddFileSeals(self, request, context):
+        """fcntl(F_ADD_SEALS) of a shmem file: F_SEAL_SEAL = 1, SHRINK = 2, GROW = 4, WRITE =
+        8, FUTURE_WRITE = 16, EXEC = 32. EPERM: the file id is not open for write, or
+        F_SEAL_SEAL is set (a file created without allow_sealing has it); EINVAL: unknown
+        bits, a host file; EBUSY: F_SEAL_WRITE while a writable shared mapping exists.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetFileSeals(self, request, context):
+        """fcntl(F_GET_SEALS). EINVAL: a host file.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReopenFile(self, request, context):
+        """open("/proc/self/fd/N"): a new file id of the same open file, with its own access
+        mode, sharing the page cache. EBADF; EINVAL: no mode; EACCES: write asked of a
+        host file that is read-only on the host.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_VmSpaceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -526,6 +634,46 @@ def add_VmSpaceServicer_to_server(servicer, server):
                     servicer.Msync,
                     request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MsyncRequest.FromString,
                     response_serializer=vmspace_dot_v1_dot_vmspace__pb2.MsyncResponse.SerializeToString,
+            ),
+            'Mlock': grpc.unary_unary_rpc_method_handler(
+                    servicer.Mlock,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MlockRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.MlockResponse.SerializeToString,
+            ),
+            'Munlock': grpc.unary_unary_rpc_method_handler(
+                    servicer.Munlock,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MunlockRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.MunlockResponse.SerializeToString,
+            ),
+            'Mlockall': grpc.unary_unary_rpc_method_handler(
+                    servicer.Mlockall,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MlockallRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.MlockallResponse.SerializeToString,
+            ),
+            'Munlockall': grpc.unary_unary_rpc_method_handler(
+                    servicer.Munlockall,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MunlockallRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.MunlockallResponse.SerializeToString,
+            ),
+            'Mseal': grpc.unary_unary_rpc_method_handler(
+                    servicer.Mseal,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MsealRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.MsealResponse.SerializeToString,
+            ),
+            'AddFileSeals': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddFileSeals,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.AddFileSealsRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.AddFileSealsResponse.SerializeToString,
+            ),
+            'GetFileSeals': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFileSeals,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.GetFileSealsRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.GetFileSealsResponse.SerializeToString,
+            ),
+            'ReopenFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReopenFile,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.ReopenFileRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.ReopenFileResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1010,5 +1158,141 @@ class VmSpace(object):
         return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/Msync',
             vmspace_dot_v1_dot_vmspace__pb2.MsyncRequest.SerializeToString,
             vmspace_dot_v1_dot_vmspace__pb2.MsyncResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Mlock(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/Mlock',
+            vmspace_dot_v1_dot_vmspace__pb2.MlockRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.MlockResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Munlock(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/Munlock',
+            vmspace_dot_v1_dot_vmspace__pb2.MunlockRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.MunlockResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Mlockall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/Mlockall',
+            vmspace_dot_v1_dot_vmspace__pb2.MlockallRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.MlockallResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Munlockall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/Munlockall',
+            vmspace_dot_v1_dot_vmspace__pb2.MunlockallRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.MunlockallResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Mseal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/Mseal',
+            vmspace_dot_v1_dot_vmspace__pb2.MsealRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.MsealResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def AddFileSeals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/AddFileSeals',
+            vmspace_dot_v1_dot_vmspace__pb2.AddFileSealsRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.AddFileSealsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetFileSeals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/GetFileSeals',
+            vmspace_dot_v1_dot_vmspace__pb2.GetFileSealsRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.GetFileSealsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ReopenFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/ReopenFile',
+            vmspace_dot_v1_dot_vmspace__pb2.ReopenFileRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.ReopenFileResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
