@@ -33,6 +33,11 @@ enum PteBits : uint64_t {
   /// Software bit (x86 leaves bits 9-11 to the OS): the frame is a page-cache page of
   /// the VMA's file, not a private anonymous frame the PTE owns (!PageAnon).
   kPteFile = 1ull << 9,
+  /// Software bit: the private anonymous frame was shared by fork and has metadata
+  /// (PageMeta, rmap.h: its map count, anon_vma and index); set in every PTE mapping
+  /// it until the frame is freed. Such a PTE is writable only while the map count is
+  /// 1 (do_wp_page reused the frame); a zap drops the count and frees the frame at 0.
+  kPteSharedAnon = 1ull << 10,
 };
 inline uint64_t PageAlign(uint64_t x) { return (x + kPageSize - 1) & kPageMask; }
 
@@ -178,8 +183,8 @@ void PageTable::WalkLevel(Dir* dir, int level, uint64_t base, uint64_t start, ui
 
 /// PTE permission bits for a frame mapped in `vma` (vm_page_prot plus the write rule
 /// of do_anonymous_page / change_protection's MM_CP_TRY_CHANGE_WRITABLE): writable if
-/// the VMA is writable and the frame is not the zero page (private anon frames are
-/// exclusive: there is no fork).
+/// the VMA is writable and the frame is not the zero page. Callers pass true for a
+/// frame fork shares (kPteSharedAnon with a map count above 1): copy-on-write.
 inline uint64_t PteBitsFor(const Vma& vma, bool zero_page) {
   uint64_t b = 0;
   if (vma.vm_flags & VM_ACCESS_FLAGS) b |= kPteRead;
