@@ -66,7 +66,10 @@ void ZapPteRange(MmStruct& mm, Vma* v, uint64_t start, uint64_t end, std::vector
         if (old & kPteFile) {
           file++;  // the page stays in its page cache
         } else if (f != zero) {
-          pages.push_back(f);
+          // A frame fork shared: drop this mapping; the last one frees it, after a grace
+          // period (another space's thread may still be accessing it).
+          if (!(old & kPteSharedAnon)) pages.push_back(f);
+          else if (PageRemoveAnonRmap(f)) FreeFrameAfterGracePeriod(mm.frames, f);
           anon++;
         }
       }
@@ -91,6 +94,46 @@ bool FreeZappedPagesIfUnused(MmStruct& mm, std::vector<void*>& pages) {
 }
 
 // ====================================================================== faults
+
+namespace {
+/// do_wp_page() of a private anonymous frame fork shared (kPteSharedAnon): reused
+/// (wp_page_reuse) if this PTE is its only mapping left (wp_can_reuse_anon_folio: the
+/// map count is 1), else copied into a new frame (wp_page_copy: __wp_page_copy_user,
+/// then under the PTE lock, if the PTE is unchanged, ptep_clear_flush and the new PTE,
+/// then folio_remove_rmap_pte of the old frame, freed if that was its last mapping).
+FaultOutcome DoWpAnonShared(MmStruct& mm, Vma* v, PageTable::PteTable* t, int i, uint64_t orig) {
+  void* old = PteFrame(orig);
+  if (PageMapcount(old) == 1) {
+    SpinGuard l(t->ptl);
+    if (t->Get(i) == orig && PageMapcount(old) == 1)
+      t->Set(i, MakePte(old, PteBitsFor(*v, false) | kPteSharedAnon));
+    CountEvent(Event::kFaultWpReuse);
+    return FaultOutcome::kMinor;
+  }
+  void* copy = mm.frames.Alloc();
+  if (!copy) {
+    CountEvent(Event::kFaultOom);
+    return FaultOutcome::kOom;
+  }
+  CopyFrameRacy(copy, old);
+  bool used = false;
+  {
+    SpinGuard l(t->ptl);
+    if (t->Get(i) == orig) {
+      t->Clear(i);  // ptep_clear_flush
+      t->Set(i, MakePte(copy, PteBitsFor(*v, false)));
+      used = true;
+    }
+  }
+  if (!used) {
+    mm.frames.Free(copy);
+    return FaultOutcome::kNone;
+  }
+  if (PageRemoveAnonRmap(old)) FreeFrameAfterGracePeriod(mm.frames, old);
+  CountEvent(Event::kFaultWpCopy);
+  return FaultOutcome::kMinor;
+}
+}  // namespace
 
 FaultOutcome HandleMmFault(MmStruct& mm, VmFault& vmf) {
   Vma* v = vmf.vma;
@@ -185,6 +228,7 @@ FaultOutcome HandleMmFault(MmStruct& mm, VmFault& vmf) {
       if (o == FaultOutcome::kMinor) CountEvent(Event::kFaultWpZero);
       return o;
     }
+    if (orig & kPteSharedAnon) return DoWpAnonShared(mm, v, t, i, orig);
     SpinGuard l(t->ptl);
     if (t->Get(i) == orig) t->Set(i, MakePte(PteFrame(orig), PteBitsFor(*v, false)));
     CountEvent(Event::kFaultWpReuse);
@@ -192,8 +236,10 @@ FaultOutcome HandleMmFault(MmStruct& mm, VmFault& vmf) {
   }
   // A read or fetch the VMA allows but the PTE's bits do not: refresh them so the
   // re-executed access succeeds (does not happen while PTE bits follow vm_flags).
+  // A frame fork shared keeps its write state (and its bit).
+  const bool ro = PteFrame(orig) == zero || ((orig & kPteSharedAnon) && !(orig & kPteWrite));
   SpinGuard l(t->ptl);
-  if (t->Get(i) == orig) t->Set(i, MakePte(PteFrame(orig), PteBitsFor(*v, PteFrame(orig) == zero)));
+  if (t->Get(i) == orig) t->Set(i, MakePte(PteFrame(orig), PteBitsFor(*v, ro) | (orig & kPteSharedAnon)));
   return FaultOutcome::kNone;
 }
 
@@ -248,10 +294,11 @@ FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int
     if (!write) {  // a read the bits did not allow: refresh them, keeping write state
       SpinGuard l(t->ptl);
       if (t->Get(i) == orig)
-        t->Set(i, MakePte(frame, PteBitsFor(*v, !(orig & kPteWrite)) | (orig & kPteFile)));
+        t->Set(i, MakePte(frame, PteBitsFor(*v, !(orig & kPteWrite)) | (orig & (kPteFile | kPteSharedAnon))));
       return FaultOutcome::kNone;
     }
-    if (!(orig & kPteFile)) {  // this VMA's own private copy: do_wp_page reuse (no fork)
+    if (orig & kPteSharedAnon) return DoWpAnonShared(mm, v, t, i, orig);  // a private copy fork shared
+    if (!(orig & kPteFile)) {  // this VMA's own private copy: do_wp_page reuse
       SpinGuard l(t->ptl);
       if (t->Get(i) == orig) t->Set(i, MakePte(frame, PteBitsFor(*v, false)));
       CountEvent(Event::kFaultWpReuse);
@@ -556,7 +603,10 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
               uint64_t expect = pte;
               hit = t->pte[i].compare_exchange_strong(expect, pte & ~kPteLazyFree, std::memory_order_seq_cst);
             }
-            if (hit) touch(static_cast<uint8_t*>(PteFrame(pte)));
+            if (hit) {
+              if (auto hook = g_access_test_hook.load(std::memory_order_relaxed)) hook(&m, addr);
+              touch(static_cast<uint8_t*>(PteFrame(pte)));
+            }
             m.tlb_users.Exit(cell);
             if (hit) return res;
           }

@@ -47,9 +47,16 @@ struct VmFault {
 /// (kMaxFaultRetries). Null in production.
 inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_fault_retry_test_hook{nullptr};
 
+/// Test-only: called in an access's TLB-hit path after the PTE was read and allows the
+/// access and before the frame is accessed (arguments: the space, the address), on the
+/// accessing thread under RCU, counted in the space's TlbUsers: the thread holds a
+/// "TLB entry" for the page while the hook runs (fork_race_test). Null in production.
+inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_access_test_hook{nullptr};
+
 /// The zap itself (zap_pte_range): PTEs mapping page-cache pages (kPteFile) are
 /// cleared and uncounted; private anonymous frames (also COW copies in private file
-/// VMAs) go to `pages`. Caller holds mmap_lock, or (unmap_mapping_range) the File's
+/// VMAs) go to `pages`, except frames fork shared (kPteSharedAnon): their map count is
+/// dropped, and the last mapping frees the frame after a grace period. Caller holds mmap_lock, or (unmap_mapping_range) the File's
 /// i_mmap_rwsem with v linked, which keeps v's fields and page tables in place.
 void ZapPteRange(MmStruct& mm, Vma* v, uint64_t start, uint64_t end, std::vector<void*>& pages);
 

@@ -14,6 +14,7 @@
 #include "engine/types.h"
 #include "engine/file.h"
 #include "engine/per_thread.h"
+#include "sync/mutex.h"
 #include "sync/rcu.h"
 #include "sync/rwsem.h"
 
@@ -36,20 +37,59 @@ struct VmaLock {
 /// freed at once), or the profile's VmaLockForm.
 enum class VmaForm : uint8_t { kNone, kRwsem, kRefcnt };
 
-/// Identity of an anon_vma (mm/rmap.c): the object that private anonymous pages of a
-/// VMA (and of VMAs split from it) belong to. Only its identity matters for merging
-/// (is_mergeable_anon_vma); there is no fork, so every anon_vma_chain is singular.
+struct AnonVmaChain;
+
+/// struct anon_vma (mm/rmap.c, include/linux/rmap.h; Linux 6.18): the object private
+/// anonymous pages of a VMA (and of VMAs split from it) belong to, and through its
+/// chain list the VMAs that may map them. A fork gives each child VMA its own anon_vma
+/// whose parent is the parent VMA's (anon_vma_fork); all of one fork tree share the
+/// root, whose lock guards every anon_vma of the tree (anon_vma_lock_write locks the
+/// root's rwsem). Merging compares identities (is_mergeable_anon_vma).
+/// Lifetime: `refs` counts the reference its chain list holds while it has entries
+/// (dropped by unlink_anon_vmas when the last AVC goes), one per child anon_vma on its
+/// root (get_anon_vma(root) in anon_vma_fork), and one per frame metadata (PageMeta,
+/// rmap.h) that names it: Linux's pages hold none (rmap walkers check page_mapped under
+/// RCU); here the metadata keeps it, so a walk from a page never reads freed memory.
 struct AnonVma {
-  uint64_t id;
-  std::atomic<uint64_t> refs{1};  // VMAs pointing at it
+  explicit AnonVma(uint64_t i) : id(i) {}
+  uint64_t id;  // unique within the space that created it (VmaInfo::anon_vma_id)
+  std::atomic<uint64_t> refs{1};
+  AnonVma* root = this;    // immutable after creation
+  AnonVma* parent = this;  // immutable after creation
+  /// anon_vma->rwsem: only the root's is used. Counted in the lock stats as "anon_vma".
+  Mutex lock{LockRank::kAnonVmaRwsem, LockClass::kAnonVma};
+  /// The root's lock guards these two and `head` of every anon_vma of the tree.
+  uint64_t num_children = 0;     // anon_vmas whose parent is this one (self included for a root)
+  uint64_t num_active_vmas = 0;  // VMAs whose vma->anon_vma is this one
+  /// The AVCs of the VMAs that may map this anon_vma's pages (Linux: the rb_root
+  /// interval tree by pgoff; a list here, walked whole).
+  AnonVmaChain* head = nullptr;
 };
 inline AnonVma* GetAnonVma(AnonVma* a) {
   if (a) a->refs.fetch_add(1, std::memory_order_relaxed);
   return a;
 }
+/// put_anon_vma(): drops a reference; the last one frees it and drops its root's.
 inline void PutAnonVma(AnonVma* a) {
-  if (a && a->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete a;
+  while (a && a->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    AnonVma* root = a->root == a ? nullptr : a->root;
+    delete a;
+    a = root;
+  }
 }
+
+/// struct anon_vma_chain (include/linux/rmap.h): links one VMA and one anon_vma. Each VMA
+/// keeps the list of its AVCs (same_vma, newest first, as list_add) and each anon_vma the
+/// list of the AVCs naming it (prev/next). Changed under the root anon_vma's lock (the
+/// anon_vma side) and mmap_lock write (the VMA side; a fault's anon_vma_prepare also
+/// under mmap_lock read plus the space's anon_vma_lock).
+struct AnonVmaChain {
+  struct Vma* vma = nullptr;
+  AnonVma* anon_vma = nullptr;
+  AnonVmaChain* same_vma = nullptr;  // the next AVC of vma
+  AnonVmaChain* prev = nullptr;      // the anon_vma's list
+  AnonVmaChain* next = nullptr;
+};
 
 /// A VMA (struct vm_area_struct). Field protection (LOCKING.md): vm_start, vm_end,
 /// vm_pgoff, vm_flags, anon_vma (set to non-null), vm_file are written only with
@@ -78,8 +118,12 @@ struct Vma {
     /// it checks `detached`). Every VmaCache::Alloc caller writes vm_pgoff.
     Vma* free_next;
   };
-  // Null until the first write fault (private anon). Holds a reference (GetAnonVma).
+  // Null until the first write fault (private anon). Kept alive by the VMA's chain
+  // (anon_vma_chain), which names it.
   std::atomic<AnonVma*> anon_vma{nullptr};
+  /// vma->anon_vma_chain: the VMA's AVCs (AnonVmaChain::same_vma), null without an
+  /// anon_vma. Changed as anon_vma (LOCKING.md) and under the root anon_vma's lock.
+  AnonVmaChain* anon_vma_chain = nullptr;
   /// The open file mapped (struct file; for shared anonymous memory an unnamed shmem
   /// file), null for private anonymous memory. vm_pgoff is the file offset in pages.
   /// A file VMA is in its File's i_mmap from before it can map a page until after its
@@ -107,30 +151,32 @@ struct Vma {
   VmaLock* vm_lock = nullptr;
   // No rcu_head and no budget pointer: the kRwsem form frees VMAs after a grace period
   // in batches (VmaCache::FreeRcu), each batch with one rcu_head and the budget it
-  // uncharges. 88 bytes: a 96-byte malloc chunk.
+  // uncharges. 96 bytes.
   static constexpr uint32_t kVmaLockOffset = 0x40000000;
 
   Vma() = default;
-  /// vm_area_dup()'s copy (vm_area_init_from): the range, flags, pgoff, a new anon_vma
-  /// reference, vm_file and vm_mm; never the lock state (detached, unlocked).
+  /// vm_area_dup()'s copy (vm_area_init_from) plus anon_vma_clone: the range, flags,
+  /// pgoff, the anon_vma and a copy of o's chain, vm_file and vm_mm; never the lock
+  /// state (detached, unlocked).
   explicit Vma(const Vma& o) { InitFrom(o); }
   ~Vma();
   Vma& operator=(const Vma&) = delete;
-  /// vm_area_init_from(): copies o's range, flags, pgoff, anon_vma (a new reference)
-  /// and backing object into this empty detached VMA (from VmaCache::Alloc: no
-  /// anon_vma, no file), leaving vm_refcnt, detached, vm_lock_seq and vm_lock alone.
+  /// vm_area_init_from() + anon_vma_clone(): copies o's range, flags, pgoff, anon_vma
+  /// (chaining this VMA to every anon_vma o is chained to) and backing object into this
+  /// empty detached VMA (from VmaCache::Alloc: no anon_vma, no file), leaving
+  /// vm_refcnt, detached, vm_lock_seq and vm_lock alone.
   void InitFrom(const Vma& o);
   /// What remove_vma() releases before vm_area_free() (the backing object's reference,
-  /// fput; and the anon_vma reference, as unlink_anon_vmas), leaving an empty detached
+  /// fput; and the anon_vma chain, unlink_anon_vmas), leaving an empty detached
   /// VMA. The range, flags and lock state stay (a lockless reader may still read the
   /// range and lock state of a VMA waiting for its grace period).
   void ReleaseContents();
   AnonVma* anon() const { return anon_vma.load(std::memory_order_acquire); }
-  /// Replaces the anon_vma (caller holds mmap_lock for write).
-  void set_anon(AnonVma* a) {
-    AnonVma* old = anon_vma.exchange(GetAnonVma(a), std::memory_order_acq_rel);
-    PutAnonVma(old);
-  }
+  /// Replaces the anon_vma and the chain with a single AVC to `a` (or none): for an
+  /// anon_vma that is the only one of its VMAs' chains (caller holds mmap_lock for
+  /// write; rmap.cc). An anon_vma whose list was empty gets a reference for it (the
+  /// caller keeps its own). DupAnonVma (rmap.h) takes a neighbour's whole chain instead.
+  void set_anon(AnonVma* a);
 
   uint64_t pages() const { return (vm_end - vm_start) >> kPageShift; }
   /// vma_is_anonymous(): private anonymous (no vm_ops).

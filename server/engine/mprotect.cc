@@ -33,8 +33,8 @@ void ChangeProtectionLocked(MmStruct& mm, Vma* v, uint64_t start, uint64_t end) 
       // a write fault dirties them (writenotify), except shmem (no dirty tracking).
       const bool file = cur & kPteFile;
       const bool ro = file ? !((v->vm_flags & VM_SHARED) && (v->file()->shmem() || (cur & kPteWrite)))
-                           : f == zero;
-      t.Set(i, MakePte(f, PteBitsFor(*v, ro) | (cur & kPteFile)));
+                           : f == zero || ((cur & kPteSharedAnon) && !(cur & kPteWrite));  // COW stays
+      t.Set(i, MakePte(f, PteBitsFor(*v, ro) | (cur & (kPteFile | kPteSharedAnon))));
     }
   });
 }

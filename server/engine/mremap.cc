@@ -26,6 +26,7 @@
 #include "mm.h"
 #include "mmap.h"
 #include "mmap_lock.h"
+#include "rmap.h"
 #include "vma.h"
 #include "vma_lock.h"
 
@@ -286,20 +287,20 @@ Vma* CopyVmaLocked(MmStruct& mm, Vma** vmap, uint64_t addr, uint64_t len, uint64
     if (left && right) {
       const uint64_t next_end = next->vm_end;
       VmaStartWriteLocked(mm, prev);
-      AnonVma* a = prev->anon() ? prev->anon() : next->anon() ? next->anon() : anon;
-      if (a != prev->anon()) prev->set_anon(a);
+      // prev takes next's (or the moved VMA's) anon_vma and its whole chain if it has none.
+      if (!prev->anon()) DupAnonVma(prev, next->anon() ? next : vma);
       VmaRemoveLocked(mm, next);
       VmaSetRangeLocked(mm, prev, prev->vm_start, next_end);
       VmaUnlinkFileLocked(mm, next);  // prev covers its pages now
       merged = prev;
     } else if (left) {
       VmaStartWriteLocked(mm, prev);
-      if (!prev->anon() && anon) prev->set_anon(anon);
+      DupAnonVma(prev, vma);  // the moved VMA's anon_vma and chain, if prev has none
       VmaSetRangeLocked(mm, prev, prev->vm_start, end);
       merged = prev;
     } else if (right) {
       VmaStartWriteLocked(mm, next);
-      if (!next->anon() && anon) next->set_anon(anon);
+      DupAnonVma(next, vma);
       VmaSetRangeLocked(mm, next, addr, next->vm_end);  // vm_pgoff follows vm_start down
       merged = next;
     }

@@ -38,6 +38,12 @@ enum PteBits : uint64_t {
   /// A store clears it (the CPU setting the dirty bit: AccessPage); reclaim
   /// (ShrinkLazyFree) drops a page that still has it.
   kPteLazyFree = 1ull << 10,
+  /// Software bit: the private anonymous frame was shared by fork and has metadata
+  /// (PageMeta, rmap.h: its map count, anon_vma and index); set in every PTE mapping
+  /// it until the frame is freed. Such a PTE is writable only while the map count is
+  /// 1 (do_wp_page reused the frame); a zap drops the count and frees the frame at 0.
+  /// Bit 11 of a present PTE (the non-present kPteGuardMarker is the value 1 << 11).
+  kPteSharedAnon = 1ull << 11,
 };
 /// A non-present PTE value marking a guard page (MADV_GUARD_INSTALL; Linux's
 /// PTE_MARKER_GUARD swap-entry marker): any access faults with SIGSEGV (SEGV_MAPERR, as
@@ -200,8 +206,8 @@ void PageTable::WalkLevel(Dir* dir, int level, uint64_t base, uint64_t start, ui
 
 /// PTE permission bits for a frame mapped in `vma` (vm_page_prot plus the write rule
 /// of do_anonymous_page / change_protection's MM_CP_TRY_CHANGE_WRITABLE): writable if
-/// the VMA is writable and the frame is not the zero page (private anon frames are
-/// exclusive: there is no fork).
+/// the VMA is writable and the frame is not the zero page. Callers pass true for a
+/// frame fork shares (kPteSharedAnon with a map count above 1): copy-on-write.
 inline uint64_t PteBitsFor(const Vma& vma, bool zero_page) {
   uint64_t b = 0;
   if (vma.vm_flags & VM_ACCESS_FLAGS) b |= kPteRead;

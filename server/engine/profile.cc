@@ -135,10 +135,11 @@ bool LockingProfile::Parse(const std::string& spec, LockingProfile* out, std::st
       else if (k == "vma_lock" && v == "all") p.vma_lock = VmaLockMode::kAll;
       else if (k == "vma_lock_form" && v == "rwsem") p.vma_lock_form = VmaLockForm::kRwsem;
       else if (k == "vma_lock_form" && v == "refcnt") p.vma_lock_form = VmaLockForm::kRefcnt;
+      else if (k == "fork_vma_lock" && (v == "on" || v == "off")) p.fork_vma_lock = v == "on";
       else {
         *err = "unknown switch " + Quoted(item) +
                " (index=rbtree|maple, maple_rcu=on|off, maple_prealloc=worst|store, vma_lock=off|anon|around|all, "
-               "vma_lock_form=rwsem|refcnt)";
+               "vma_lock_form=rwsem|refcnt, fork_vma_lock=on|off)";
         return false;
       }
       overridden = true;
@@ -180,6 +181,7 @@ std::string LockingProfile::Switches() const {
   if (index == VmaIndexKind::kMaple && maple_prealloc_worst) s += " maple_prealloc=worst";
   s += std::string(" vma_lock=") + VmaLockModeName(vma_lock);
   if (vma_lock != VmaLockMode::kOff) s += std::string(" vma_lock_form=") + VmaLockFormName(vma_lock_form);
+  if (vma_lock != VmaLockMode::kOff && !fork_vma_lock) s += " fork_vma_lock=off";
   return s;
 }
 

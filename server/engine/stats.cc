@@ -44,6 +44,7 @@ const char* EventName(Event e) {
     case Event::kRcuPolledGathers: return "rcu_polled_gathers";
     case Event::kRcuSoleReuses: return "rcu_sole_reuses";
     case Event::kHostFileSyncs: return "host_file_syncs";
+    case Event::kFaultWpCopy: return "wp_copy";
     case Event::kCount: break;
   }
   return "?";
@@ -77,6 +78,7 @@ const char* LockClassName(LockClass c) {
     case LockClass::kIMmapRwsem: return "i_mmap_rwsem";
     case LockClass::kIPagesLock: return "i_pages_lock";
     case LockClass::kWbListLock: return "wb_list_lock";
+    case LockClass::kAnonVma: return "anon_vma";
     case LockClass::kCount: break;
   }
   return "?";

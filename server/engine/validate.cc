@@ -9,10 +9,41 @@
 #include "filemap.h"
 #include "mm.h"
 #include "mmap_lock.h"
+#include "rmap.h"
 #include "vma.h"
 #include "vma_lock.h"
 
 namespace vmspace {
+
+namespace {
+
+/// The anonymous rmap of the frame the PTE at addr of v maps: an exclusive frame
+/// belongs to v's anon_vma (v has one); a frame fork shared has metadata whose anon_vma
+/// v is chained to, the rmap walk from it finds this mapping (rmap_walk_anon), and its
+/// PTE is writable only if no other space maps it (map count 1).
+std::string CheckAnonRmap(MmStruct& m, Vma* v, uint64_t addr, uint64_t pte) {
+  void* f = PteFrame(pte);
+  if (!(pte & kPteSharedAnon)) {
+    if (!v->anon()) return fmt::format("anonymous frame at {:#x} in a VMA without an anon_vma", addr);
+    return "";
+  }
+  PageMeta* meta = PageMetaOf(f);
+  if (!meta) return fmt::format("shared frame {} at {:#x} has no metadata", f, addr);
+  const int32_t mapcount = meta->mapcount.load(std::memory_order_acquire);
+  if (mapcount < 1) return fmt::format("shared frame {} at {:#x} has map count {}", f, addr, mapcount);
+  if ((pte & kPteWrite) && mapcount > 1)
+    return fmt::format("writable PTE at {:#x} of a frame {} PTEs map (copy-on-write broken)", addr, mapcount);
+  if (!VmaChainedTo(v, meta->anon_vma))
+    return fmt::format("frame at {:#x} belongs to anon_vma {} that its VMA [{:#x}, {:#x}) is not chained to",
+                       addr, meta->anon_vma->id, v->vm_start, v->vm_end);
+  bool found = false;
+  RmapWalkAnon(
+      meta->anon_vma, meta->index, [&](Vma* w, uint64_t a) { found |= w == v && a == addr; }, &m);
+  if (!found) return fmt::format("the rmap walk of the frame at {:#x} (index {:#x}) misses it", addr, meta->index);
+  return "";
+}
+
+}  // namespace
 
 std::string AddressSpace::Validate() {
   MmStruct& m = *mm_;
@@ -71,6 +102,7 @@ std::string AddressSpace::Validate() {
         anon_frames++;
         if (!frames_seen.insert(f).second && err.empty())
           err = fmt::format("frame {} mapped twice (again at {:#x})", f, a);
+        if (err.empty()) err = CheckAnonRmap(m, v, a, pte);
       }
     });
   }

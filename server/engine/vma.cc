@@ -11,6 +11,7 @@
 #include "mm.h"
 #include "mmap_lock.h"
 #include "mmu_gather.h"
+#include "rmap.h"
 #include "vma.h"
 #include "vma_lock.h"
 
@@ -186,8 +187,7 @@ Vma* VmaMergeNewRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, uint64_t
   if (left && right) {
     const uint64_t next_end = next->vm_end;
     VmaStartWriteLocked(mm, prev);
-    AnonVma* a = prev->anon() ? prev->anon() : next->anon();
-    if (a != prev->anon()) prev->set_anon(a);
+    DupAnonVma(prev, next);  // prev takes next's anon_vma and chain if it has none
     VmaRemoveLocked(mm, next);
     VmaSetRangeLocked(mm, prev, prev->vm_start, next_end);
     VmaUnlinkFileLocked(mm, next);  // prev covers its pages now
@@ -229,8 +229,7 @@ Vma* VmaModifyFlagsLocked(MmStruct& mm, Vma* middle, uint64_t start, uint64_t en
     if (merge_left && merge_right) {
       // prev extends over middle and next; both removed.
       VmaStartWriteLocked(mm, prev);
-      AnonVma* a = prev->anon() ? prev->anon() : (next->anon() ? next->anon() : anon);
-      if (a != prev->anon()) prev->set_anon(a);
+      DupAnonVma(prev, next->anon() ? next : middle);
       const uint64_t next_end = next->vm_end;
       VmaRemoveLocked(mm, middle);
       VmaRemoveLocked(mm, next);
@@ -242,7 +241,7 @@ Vma* VmaModifyFlagsLocked(MmStruct& mm, Vma* middle, uint64_t start, uint64_t en
     if (merge_left) {
       IMmapSection section(mm, middle, prev);
       VmaStartWriteLocked(mm, prev);
-      if (!prev->anon() && anon) prev->set_anon(anon);
+      DupAnonVma(prev, middle);
       if (delete_middle) VmaRemoveLocked(mm, middle);
       else VmaSetRangeLocked(mm, middle, end, middle->vm_end);
       VmaSetRangeLocked(mm, prev, prev->vm_start, end);
@@ -252,7 +251,7 @@ Vma* VmaModifyFlagsLocked(MmStruct& mm, Vma* middle, uint64_t start, uint64_t en
     if (merge_right) {
       IMmapSection section(mm, middle, next);
       VmaStartWriteLocked(mm, next);
-      if (!next->anon() && anon) next->set_anon(anon);
+      DupAnonVma(next, middle);
       if (delete_middle) VmaRemoveLocked(mm, middle);
       else VmaSetRangeLocked(mm, middle, middle->vm_start, start);
       VmaSetRangeLocked(mm, next, start, next->vm_end);

@@ -2,6 +2,7 @@
 // The VMAs of a space: vm_area_alloc, vm_area_dup, vm_area_free and the per-space VMA
 // cache (mm/vma_init.c, Linux 6.15+: vm_area_cachep, vm_area_init_from).
 #include "mmu_gather.h"
+#include "rmap.h"
 #include "vma.h"
 #include "vma_init.h"
 
@@ -16,19 +17,21 @@ void Vma::InitFrom(const Vma& o) {
   vm_end = o.vm_end;
   vm_flags = o.vm_flags;
   vm_pgoff = o.vm_pgoff;
-  // An empty VMA has no anon_vma to drop (set_anon's exchange is not needed).
-  anon_vma.store(GetAnonVma(o.anon()), std::memory_order_release);
+  // An empty VMA has no anon_vma or chain to drop. anon_vma_clone: this VMA joins
+  // every anon_vma o is chained to (vm_area_dup copies the anon_vma pointer first).
+  anon_vma.store(o.anon(), std::memory_order_release);
+  AnonVmaClone(this, &o);
   if (o.vm_file) vm_file = o.vm_file;
   vm_mm = o.vm_mm;
 }
 
 void Vma::ReleaseContents() {
-  if (anon_vma.load(std::memory_order_relaxed)) set_anon(nullptr);
+  if (anon_vma_chain || anon_vma.load(std::memory_order_relaxed)) UnlinkAnonVmas(this);
   if (vm_file) vm_file.reset();  // vm_mm stays: a cached VMA is reused by this space only
 }
 
 Vma::~Vma() {
-  PutAnonVma(anon_vma.load(std::memory_order_relaxed));
+  if (anon_vma_chain) UnlinkAnonVmas(this);
   delete vm_lock;
 }
 

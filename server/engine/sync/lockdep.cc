@@ -22,13 +22,16 @@ thread_local Held tls_held[kMaxHeld];
 thread_local int tls_depth = 0;
 }  // namespace
 
-void LockdepAcquire(LockRank rank, const void* lock) {
+namespace {
+// An acquisition of `rank`: every rank held must be lower (or, nested, not higher).
+void Acquire(LockRank rank, const void* lock, bool nested) {
   for (int i = 0; i < tls_depth; i++) {
-    if (static_cast<int>(tls_held[i].rank) >= static_cast<int>(rank)) {
+    const int held = static_cast<int>(tls_held[i].rank);
+    if (nested ? held > static_cast<int>(rank) : held >= static_cast<int>(rank)) {
       fprintf(stderr,
-              "vmspace lockdep: lock order violation: acquiring rank %d while holding rank %d "
+              "vmspace lockdep: lock order violation: acquiring rank %d%s while holding rank %d "
               "(see server/engine/LOCKING.md)\n",
-              static_cast<int>(rank), static_cast<int>(tls_held[i].rank));
+              static_cast<int>(rank), nested ? " (nested)" : "", held);
       abort();
     }
   }
@@ -38,6 +41,11 @@ void LockdepAcquire(LockRank rank, const void* lock) {
   }
   tls_held[tls_depth++] = {rank, lock};
 }
+}  // namespace
+
+void LockdepAcquire(LockRank rank, const void* lock) { Acquire(rank, lock, false); }
+
+void LockdepAcquireNested(LockRank rank, const void* lock) { Acquire(rank, lock, true); }
 
 void LockdepRelease(LockRank rank, const void* lock) {
   for (int i = tls_depth - 1; i >= 0; i--) {

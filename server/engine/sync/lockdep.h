@@ -24,6 +24,7 @@ enum class LockRank : uint8_t {
   kInvalidateLock = 30, // mapping->invalidate_lock (files; not yet modelled)
   kFolioLock = 40,      // folio_lock (Folio::Lock)
   kIMmapRwsem = 50,     // mapping->i_mmap_rwsem
+  kAnonVmaRwsem = 55,   // anon_vma->rwsem of a fork tree's root (anon_vma_lock_write)
   kAnonVmaLock = 60,    // mm->page_table_lock as __anon_vma_prepare uses it
   kPageTableLock = 70,  // mm->page_table_lock (installing upper-level tables)
   kPtl = 80,            // split PTE lock
@@ -33,6 +34,8 @@ enum class LockRank : uint8_t {
                         // second mover out, so the pair's order does not matter)
   kWbListLock = 85,     // the writeback domain's lock (wb->list_lock: taken by folio_mark_dirty's
                         // __mark_inode_dirty under the folio lock, as rmap.c nests it under ptl)
+  kPageMeta = 88,       // the frame-metadata table's shard locks (rmap.cc PageMeta; leaf
+                        // but for the call_rcu queue: taken under the PTE lock)
   kIPages = 90,         // mapping->i_pages lock (a File's page-cache tree)
   kFrameShard = 100,    // frame allocator shard (zone/pcp lock)
   kNodePool = 105,      // VMA-index free-node pool
@@ -49,6 +52,10 @@ inline constexpr bool kLockdep = true;
 /// Records that the calling thread takes `lock` (any object address) of `rank`;
 /// aborts on an order violation (a rank not above every rank held).
 void LockdepAcquire(LockRank rank, const void* lock = nullptr);
+/// As LockdepAcquire, but a lock of the same rank as one held is allowed
+/// (spin_lock_nested / mmap_write_lock_nested with SINGLE_DEPTH_NESTING: dup_mmap's
+/// child mmap_lock under the parent's).
+void LockdepAcquireNested(LockRank rank, const void* lock = nullptr);
 /// Records the release; aborts if the thread does not hold it.
 void LockdepRelease(LockRank rank, const void* lock = nullptr);
 /// Whether the calling thread holds `lock` (acquired with its address).
@@ -58,6 +65,7 @@ int LockdepDepth();
 #else
 inline constexpr bool kLockdep = false;
 inline void LockdepAcquire(LockRank, const void* = nullptr) {}
+inline void LockdepAcquireNested(LockRank, const void* = nullptr) {}
 inline void LockdepRelease(LockRank, const void* = nullptr) {}
 inline bool LockdepHeld(const void*) { return true; }
 inline int LockdepDepth() { return 0; }

@@ -629,6 +629,18 @@ void RwSem::UnlockReadUnaccounted() {
 
 void RwSem::LockWrite() {
   LockdepAcquire(rank_, this);
+  DownWrite();
+  tls_write_acquired[static_cast<size_t>(cls_)] = HoldStamp();
+}
+
+void RwSem::LockWriteNested() {
+  LockdepAcquireNested(rank_, this);
+  DownWrite();
+  // The hold stamp of the class stays the outer lock's (one per class and thread): the
+  // nested hold is timed from the outer acquisition.
+}
+
+void RwSem::DownWrite() {
   // __down_write_common() / rwsem_write_trylock()
   uint64_t expected = 0;
   bool contended = false;
@@ -639,7 +651,6 @@ void RwSem::LockWrite() {
   else
     contended = DownWriteSlowpath(&wait);
   RecordLock(cls_, LockMode::kWrite, contended, wait, 0);
-  tls_write_acquired[static_cast<size_t>(cls_)] = HoldStamp();
 }
 
 void RwSem::UnlockWrite() {

@@ -102,6 +102,10 @@ class ABSL_LOCKABLE RwSem {
   /// spin or queue; the wait time is all of its spinning and sleeping.
   void LockWrite() ABSL_EXCLUSIVE_LOCK_FUNCTION();
   void UnlockWrite() ABSL_UNLOCK_FUNCTION();
+  /// down_write_nested(SINGLE_DEPTH_NESTING): LockWrite of a second lock of the same
+  /// class as one the caller holds (dup_mmap's child mmap_lock under the parent's, on a
+  /// space no other thread can reach yet). Lockdep allows the equal rank.
+  void LockWriteNested() ABSL_EXCLUSIVE_LOCK_FUNCTION();
   /// downgrade_write(): the write holder becomes a read holder without letting a writer
   /// in, and the readers at the head of the queue are granted the lock with it. The
   /// write hold ends (its hold time is recorded) and an uncontended read acquisition
@@ -156,6 +160,9 @@ class ABSL_LOCKABLE RwSem {
   void CondWakeWaiter(uint64_t count, WakeQ& q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_lock_);
   bool TryWriteLock(Waiter* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_lock_);
   bool TryWriteLockUnqueued();
+  /// The acquisition of LockWrite / LockWriteNested after lockdep's check: the fast
+  /// path or the slow path, counted in the lock stats.
+  void DownWrite();
   bool CanSpinOnOwner();
   static OwnerState StateOf(uintptr_t owner);
   OwnerState SpinOnOwner() const;

@@ -393,6 +393,21 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   /// scrape while the space is busy).
   SpaceCounters Counters() const;
 
+  /// fork(2)'s copy of the space (dup_mmap, mm/mmap.c; copy_page_range, mm/memory.c;
+  /// anon_vma_fork, mm/rmap.c; Linux 6.18): a new space on the same FrameAllocator with
+  /// this one's options (the locking profile replaced by `profile` if given), the same
+  /// VMAs and flags except VM_DONTCOPY VMAs (left out) and VM_LOCKED (cleared);
+  /// VM_WIPEONFORK VMAs start empty. Private anonymous pages (and private copies of
+  /// file pages) are shared copy-on-write: both sides' PTEs write-protected, the first
+  /// write copies the page unless no other space maps it any more (do_wp_page). Shared
+  /// mappings stay shared (file VMAs join their File's i_mmap); pages of VMAs without
+  /// an anon_vma are faulted in again by the child. The child's page tables and VMAs are
+  /// charged to the budget now, COW copies when they happen. Returns the child, or null
+  /// with *error = ENOMEM (the budget or the frame limit: nothing of the child is left).
+  /// Takes this space's mmap_lock for write (then the child's); with the profile's
+  /// fork_vma_lock also each VMA's write lock as it is copied.
+  std::unique_ptr<AddressSpace> DupMmap(int* error = nullptr, const LockingProfile* profile = nullptr);
+
   /// Checks the space's invariants (validate_mm): VMAs sorted, non-overlapping, page
   /// aligned, found by the index, attached; map_count and total_vm consistent; every
   /// present PTE inside a VMA; MM_ANONPAGES / MM_SHMEMPAGES equal to the frames the
@@ -409,6 +424,7 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   static std::string VmFlagsString(uint64_t flags);
 
  private:
+  friend struct AddressSpaceTestAccess;  // engine tests: the MmStruct behind a space
   std::unique_ptr<struct MmStruct> mm_;  // engine-internal state (server/engine/mm.h)
 };
 

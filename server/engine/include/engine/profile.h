@@ -61,12 +61,22 @@ struct LockingProfile {
   bool maple_prealloc_worst = false;
   VmaLockMode vma_lock = VmaLockMode::kAll;
   VmaLockForm vma_lock_form = VmaLockForm::kRefcnt;
+  /// fork write-locks each parent VMA before copying it (vma_start_write in dup_mmap:
+  /// commit fb49c455323f "fork: lock VMAs of the parent process when forking", Suren
+  /// Baghdasaryan, July 2023, in 6.5 and 6.4.3), so no fault under the VMA lock runs on
+  /// a VMA while its page tables are copied. false ("fork_vma_lock=off"): Linux 6.4.0 -
+  /// 6.4.2, where a parent thread's write fault under the VMA lock can copy a page fork
+  /// has just write-protected while another thread still writes it through its stale
+  /// TLB entry (the memory corruption that fix closed). Only with vma_lock != off
+  /// (without per-VMA locks mmap_lock excludes every fault); shown in Switches() only
+  /// when off.
+  bool fork_vma_lock = true;
 
   /// Parses "linux-6.4", "linux-6.4,vma_lock=off", "index=rbtree,vma_lock=off" (a base
   /// name, then switch=value overrides; without a base name linux-6.15 is the base).
   /// Switches: index=rbtree|maple, maple_rcu=on|off, maple_prealloc=worst|store,
   /// vma_lock=off|anon|around|all,
-  /// vma_lock_form=rwsem|refcnt. Returns false with *err set on unknown names/values or
+  /// vma_lock_form=rwsem|refcnt, fork_vma_lock=on|off. Returns false with *err set on unknown names/values or
   /// an invalid combination.
   static bool Parse(const std::string& spec, LockingProfile* out, std::string* err);
   /// The name, the switches, and in words which structures the profile models and the

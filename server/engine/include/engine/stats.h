@@ -52,6 +52,7 @@ enum class Event : uint16_t {
   kRcuPolledGathers,  // gathers a space freed itself after a polled grace period (not via call_rcu)
   kRcuSoleReuses,     // retired index nodes a space's only thread took back after its own quiescent state
   kHostFileSyncs,     // fdatasync(2) of a host file after its writeback (FsyncFile, MS_SYNC, shutdown)
+  kFaultWpCopy,       // write to an anon page fork shared, still mapped elsewhere: copy (wp_page_copy)
   kCount
 };
 const char* EventName(Event e);
@@ -73,7 +74,7 @@ int ErrnoSlot(int err);
 /// b_dirty list, as wb->list_lock, and the throttling state balance_dirty_pages waits
 /// on).
 enum class LockClass : uint8_t {
-  kMmapLock, kVmaLock, kPtl, kPageTableLock, kIMmapRwsem, kIPagesLock, kWbListLock, kCount
+  kMmapLock, kVmaLock, kPtl, kPageTableLock, kIMmapRwsem, kIPagesLock, kWbListLock, kAnonVma, kCount
 };
 enum class LockMode : uint8_t { kRead, kWrite, kCount };
 const char* LockClassName(LockClass c);

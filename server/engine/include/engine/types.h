@@ -48,6 +48,7 @@
 #endif
 #ifndef MADV_GUARD_REMOVE
 #define MADV_GUARD_REMOVE 103
+#endif
 #ifndef MLOCK_ONFAULT
 #define MLOCK_ONFAULT 0x01
 #endif
