@@ -86,8 +86,15 @@ int DupMmap(MmStruct& mm, MmStruct& oldmm) {
     mm.next_anon_vma_id = next_id;
   }
   const bool lock_vmas = oldmm.opts.profile.fork_vma_lock;
+  // dup_mm()'s copy of the mm_struct: the heap's bounds and the process's RLIMIT_MEMLOCK
+  // and CAP_IPC_LOCK carry over; def_flags does not (mm_init keeps only
+  // VM_INIT_DEF_MASK, so mlockall(MCL_FUTURE) is not inherited), nor does locked_vm.
+  mm.start_brk = oldmm.start_brk;
+  mm.brk = oldmm.brk;
+  mm.rlimit_memlock.store(oldmm.rlimit_memlock.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  mm.cap_ipc_lock.store(oldmm.cap_ipc_lock.load(std::memory_order_relaxed), std::memory_order_relaxed);
   int err = 0;
-  uint64_t total_vm = 0;
+  uint64_t total_vm = 0, sealed_vm = 0;
   for (Vma* mpnt = FindVmaLocked(oldmm, 0); mpnt; mpnt = VmaNextLocked(oldmm, mpnt)) {
     if (mpnt->vm_flags & VM_DONTCOPY) continue;  // vm_stat_account(mm, -pages)
     // "fork: lock VMAs of the parent process when forking": no fault under the VMA lock
@@ -101,7 +108,7 @@ int DupMmap(MmStruct& mm, MmStruct& oldmm) {
     tmp->vm_start = mpnt->vm_start;
     tmp->vm_end = mpnt->vm_end;
     tmp->vm_pgoff = mpnt->vm_pgoff;
-    tmp->vm_flags = mpnt->vm_flags & ~VM_LOCKED;  // vm_flags_clear(tmp, VM_LOCKED_MASK)
+    tmp->vm_flags = mpnt->vm_flags & ~VM_LOCKED_MASK;  // vm_flags_clear(tmp, VM_LOCKED_MASK)
     tmp->vm_file = mpnt->vm_file;                 // get_file
     tmp->vm_mm = &mm;
     // VM_WIPEONFORK: tmp->anon_vma = NULL, no chain: the child starts with zero pages.
@@ -109,11 +116,13 @@ int DupMmap(MmStruct& mm, MmStruct& oldmm) {
     VmaLinkFileLocked(mm, tmp);  // vma_interval_tree_insert_after(tmp, mpnt)
     VmaInsertLocked(mm, tmp);    // vma_iter_bulk_store, map_count++
     total_vm += tmp->pages();
+    if (tmp->vm_flags & VM_SEALED) sealed_vm += tmp->pages();  // mseal'd mappings stay sealed
     if (!(tmp->vm_flags & VM_WIPEONFORK)) err = CopyPageRangeLocked(mm, tmp, oldmm, mpnt);
     if (auto hook = g_dup_mmap_test_hook.load(std::memory_order_relaxed)) hook(&oldmm, mpnt->vm_start);
     if (err) break;
   }
   mm.total_vm.store(total_vm, std::memory_order_relaxed);
+  mm.sealed_vm.store(sealed_vm, std::memory_order_relaxed);
   // flush_tlb_mm(oldmm): the PTEs write-protected above are in no parent thread's "TLB"
   // once none is in the access path (the Clear before each change was sequentially
   // consistent: TlbUsers::Idle). Before the VMA write locks go (mmap_write_unlock).

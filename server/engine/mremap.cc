@@ -10,9 +10,9 @@
 // same frame.
 //
 // Not modelled: the 6.17+ move of several VMAs at once (MREMAP_FIXED without a resize
-// over a range spanning VMAs answers EFAULT here, as before 6.17), hugetlb, mseal,
-// userfaultfd, uprobes, KSM, RLIMIT_AS and RLIMIT_MEMLOCK (mlock_future_ok always
-// allows), and the move of whole PMD/PUD tables (every PTE is moved one by one).
+// over a range spanning VMAs answers EFAULT here, as before 6.17), hugetlb,
+// userfaultfd, uprobes, KSM, RLIMIT_AS, and the move of whole PMD/PUD tables (every
+// PTE is moved one by one).
 #include "mremap.h"
 
 #include <sys/mman.h>
@@ -23,6 +23,7 @@
 #include "engine/stats.h"
 #include "filemap.h"
 #include "memory.h"
+#include "mlock.h"
 #include "mm.h"
 #include "mmap.h"
 #include "mmap_lock.h"
@@ -35,7 +36,7 @@ namespace vmspace {
 namespace {
 
 constexpr uint64_t kMremapMaymove = 1, kMremapFixed = 2, kMremapDontunmap = 4;  // include/uapi/linux/mman.h
-constexpr uint64_t kVmLockedMask = VM_LOCKED;  // VM_LOCKED_MASK (no VM_LOCKONFAULT here: no mlock2)
+constexpr uint64_t kVmLockedMask = VM_LOCKED_MASK;
 
 bool AnonCompatible(AnonVma* a, AnonVma* b) { return !a || !b || a == b; }
 /// is_mergeable_vma(): same flags, same struct file.
@@ -104,7 +105,7 @@ int RemapIsValidLocked(MmStruct& m, const VmaRemap& r) ABSL_SHARED_LOCKS_REQUIRE
   const uint64_t pgoff = vma->vm_pgoff + ((r.addr - vma->vm_start) >> kPageShift);
   if (pgoff + (r.new_len >> kPageShift) < pgoff) return EINVAL;
   if (vma->vm_flags & (VM_DONTEXPAND | VM_PFNMAP)) return EFAULT;
-  // mlock_future_ok() (EAGAIN past RLIMIT_MEMLOCK) would go here: not modelled.
+  if (!MlockFutureOk(m, vma->vm_flags, r.delta)) return EAGAIN;  // past RLIMIT_MEMLOCK
   if (!MayExpandVmLocked(m, vma->vm_flags, r.delta >> kPageShift)) return ENOMEM;
   return 0;
 }
@@ -138,6 +139,7 @@ bool CalcChargeLocked(MmStruct& m, const VmaRemap& r) ABSL_SHARED_LOCKS_REQUIRED
 void StatAccountLocked(MmStruct& m, VmaRemap& r, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
   m.total_vm.store(m.total_vm.load(std::memory_order_relaxed) + (bytes >> kPageShift), std::memory_order_relaxed);
   if (r.vma->vm_flags & VM_LOCKED) {
+    m.locked_vm.store(m.locked_vm.load(std::memory_order_relaxed) + (bytes >> kPageShift), std::memory_order_relaxed);
     r.mlocked = true;
     r.mlocked_flags = r.vma->vm_flags;
   }
@@ -173,6 +175,8 @@ int MoveVmaLocked(MmStruct& m, VmaRemap& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap
     Vma* old = r.vma;
     const uint64_t old_start = old->vm_start, old_end = old->vm_end;
     VmaStartWriteLocked(m, old);
+    if (old->vm_flags & VM_LOCKED)  // its pages are counted at the destination now
+      m.locked_vm.store(m.locked_vm.load(std::memory_order_relaxed) - old->pages(), std::memory_order_relaxed);
     old->vm_flags &= ~kVmLockedMask;
     if (new_vma != old && r.addr == old_start && r.addr + r.old_len == old_end && old->anon())
       old->set_anon(nullptr);  // unlink_anon_vmas()
@@ -245,6 +249,7 @@ int ExpandVmaLocked(MmStruct& m, VmaRemap& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mm
 int DoMremapLocked(MmStruct& m, VmaRemap& r, bool* shrink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
   r.vma = VmaLookupLocked(m, r.addr);
   if (!r.vma) return EFAULT;
+  if (!CanModifyVma(r.vma)) return EPERM;  // check_prep_vma(): mseal'd
   r.type = r.delta == 0 ? RemapType::kNoResize : r.old_len > r.new_len ? RemapType::kShrink : RemapType::kExpand;
   if (r.implies_new_addr()) return MremapToLocked(m, r);
   r.new_addr = r.addr;

@@ -21,18 +21,6 @@ struct AddressSpaceTestAccess {
 
 namespace testing_fork {
 
-/// ORs `set` into the flags of the VMA containing addr (as madvise/mlock would).
-inline void SetVmaFlags(AddressSpace& as, uint64_t addr, uint64_t set) {
-  MmStruct& m = AddressSpaceTestAccess::Mm(as);
-  MmapWriteLock(m);
-  Vma* v = FindVmaLocked(m, addr);
-  if (v && v->vm_start <= addr) {
-    VmaStartWriteLocked(m, v);
-    v->vm_flags |= set;
-  }
-  MmapWriteUnlock(m);
-}
-
 /// The PTE at addr (0 if no table), read without locks (quiet spaces only).
 inline uint64_t PteAt(AddressSpace& as, uint64_t addr) {
   MmStruct& m = AddressSpaceTestAccess::Mm(as);

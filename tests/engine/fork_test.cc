@@ -29,7 +29,6 @@ namespace vmspace {
 namespace {
 
 using testing_fork::PteAt;
-using testing_fork::SetVmaFlags;
 using testing_util::ExpectAllFramesFreed;
 
 constexpr uint64_t kBase = 0x200000000000ull;
@@ -44,8 +43,12 @@ class ForkTest : public ::testing::TestWithParam<const char*> {
     as_ = std::make_unique<AddressSpace>(frames_, opts_);
   }
   void TearDown() override {
-    if (as_) EXPECT_EQ(as_->Validate(), "");
-    if (child_) EXPECT_EQ(child_->Validate(), "");
+    if (as_) {
+      EXPECT_EQ(as_->Validate(), "");
+    }
+    if (child_) {
+      EXPECT_EQ(child_->Validate(), "");
+    }
     child_.reset();
     ExpectAllFramesFreed(as_, frames_);
     EXPECT_EQ(PageMetaCount(), 0u) << "frame metadata left behind";
@@ -132,9 +135,9 @@ TEST_P(ForkTest, DontcopyWipeonforkAndLockedAreHonoured) {
   ASSERT_TRUE(as_->Mmap(kBase + 8 * P, 2 * P, PROT_READ, kAnon).ok()); // VM_LOCKED
   ASSERT_TRUE(as_->Mmap(kBase + 12 * P, 2 * P, kRW, kAnon).ok());      // plain
   for (uint64_t off : {0ul, 4 * P, 12 * P}) ASSERT_TRUE(Write(*as_, kBase + off, 0x5a));
-  SetVmaFlags(*as_, kBase, VM_DONTCOPY);
-  SetVmaFlags(*as_, kBase + 4 * P, VM_WIPEONFORK);
-  SetVmaFlags(*as_, kBase + 8 * P, VM_LOCKED);
+  ASSERT_TRUE(as_->Madvise(kBase, 2 * P, MADV_DONTFORK).ok());
+  ASSERT_TRUE(as_->Madvise(kBase + 4 * P, 2 * P, MADV_WIPEONFORK).ok());
+  ASSERT_TRUE(as_->Mlock(kBase + 8 * P, 2 * P, MLOCK_ONFAULT).ok());
   child_ = Fork(*as_);
   ASSERT_TRUE(child_);
   std::vector<VmaInfo> maps = child_->Maps();
@@ -144,7 +147,7 @@ TEST_P(ForkTest, DontcopyWipeonforkAndLockedAreHonoured) {
   EXPECT_EQ(maps[0].anon_vma_id, 0u);  // wiped: no anon_vma, no pages
   EXPECT_EQ(maps[0].rss_pages, 0u);
   EXPECT_EQ(maps[1].start, kBase + 8 * P);
-  EXPECT_FALSE(maps[1].flags & VM_LOCKED);
+  EXPECT_FALSE(maps[1].flags & (VM_LOCKED | VM_LOCKONFAULT));
   EXPECT_EQ(maps[2].start, kBase + 12 * P);
   EXPECT_EQ(maps[2].rss_pages, 1u);
   EXPECT_NE(maps[2].anon_vma_id, 0u);
@@ -276,8 +279,12 @@ class ForkFileTest : public ForkTest {
     files_ = std::make_unique<FileTable>(frames_, dir_);
   }
   void TearDown() override {
-    if (as_) EXPECT_EQ(as_->Validate(), "");
-    if (child_) EXPECT_EQ(child_->Validate(), "");
+    if (as_) {
+      EXPECT_EQ(as_->Validate(), "");
+    }
+    if (child_) {
+      EXPECT_EQ(child_->Validate(), "");
+    }
     child_.reset();
     as_.reset();
     f_.reset();
@@ -388,7 +395,9 @@ TEST_P(ForkTest, EnomemAtTheFrameLimitLeavesNothing) {
   for (int i = 0; i < kTables; i++) {
     const uint64_t a = kBase + static_cast<uint64_t>(i) * PageTable::kPmdSpan;
     const uint64_t pte = PteAt(*parent, a);
-    if (pte & kPteSharedAnon) EXPECT_EQ(PageMapcount(PteFrame(pte)), 1);
+    if (pte & kPteSharedAnon) {
+      EXPECT_EQ(PageMapcount(PteFrame(pte)), 1);
+    }
   }
   // The parent's pages are its own again: a write reuses them.
   for (int i = 0; i < kTables; i++) {

@@ -82,8 +82,9 @@ class Generator {
 
   /// The next op line.
   std::string Next() {
-    int k = Pick({22, 8, 12, 6, 14, 3, 12, 10, 5, 4, 6, 8});
+    int k = Pick({22, 8, 12, 6, 14, 3, 12, 10, 5, 4, 6, 8, 12});
     switch (k) {
+      case 12: return SyscallOp();
       case 11: return FileOp();
       case 10: return Special();
       case 0: return MmapRegion();
@@ -332,6 +333,42 @@ class Generator {
     auto [first, pages] = PageRange();
     return "msync " + Region(first * kPageSize).Text() + " " + Hx(pages * kPageSize) +
            (R(2) ? " sync" : " async");
+  }
+  // The rest of a process's memory calls on the region: mremap (in place, MAYMOVE,
+  // FIXED into the region, DONTUNMAP), madvise with every advice that behaves the same
+  // on every machine (not COLLAPSE, which depends on THP, nor HWPOISON/SOFT_OFFLINE,
+  // which would poison a page where CONFIG_MEMORY_FAILURE is on), mincore, mlock2 /
+  // munlock, and (rarely: it is for good) mseal. brk stays out: the child's heap holds
+  // its TLS (the brk case files cover it).
+  std::string SyscallOp() {
+    int k = Pick({6, 8, 3, 4, 1});
+    auto [first, pages] = PageRange();
+    Where a = AddrOf(first);
+    uint64_t len = Len(pages);
+    if (k == 0) {
+      const uint64_t new_len = Len(1 + R(12));
+      int f = Pick({4, 3, 4, 2, 1});
+      if (f == 0) return "mremap " + a.Text() + " " + Hx(len) + " " + Hx(new_len) + " 0";
+      if (f == 1) return "mremap " + a.Text() + " " + Hx(len) + " " + Hx(new_len) + " maymove";
+      Where to = AddrOf(R(kRegionPages));
+      if (f == 2) return "mremap " + a.Text() + " " + Hx(len) + " " + Hx(new_len) + " maymove|fixed " + to.Text();
+      if (f == 3) return "mremap " + a.Text() + " " + Hx(len) + " " + Hx(len) + " maymove|dontunmap|fixed " + to.Text();
+      return "mremap " + a.Text() + " " + Hx(len) + " " + Hx(new_len) + " " + Hx(R(16));  // odd flags
+    }
+    if (k == 1) {
+      static const char* kAdvice[] = {"normal", "random", "sequential", "willneed", "dontneed", "free", "remove",
+                                      "dontfork", "dofork", "hugepage", "nohugepage", "dontdump", "dodump",
+                                      "wipeonfork", "keeponfork", "cold", "pageout", "populate_read",
+                                      "populate_write", "guard_install", "guard_remove", "dontneed_locked",
+                                      "dontneed", "free", "guard_install", "99"};
+      return "madvise " + a.Text() + " " + Hx(len) + " " + kAdvice[R(sizeof kAdvice / sizeof *kAdvice)];
+    }
+    if (k == 2) return "mincore " + a.Text() + " " + Hx(len);
+    if (k == 3) {
+      if (R(2)) return "munlock " + a.Text() + " " + Hx(len);
+      return "mlock " + a.Text() + " " + Hx(len) + (R(3) == 0 ? " onfault" : "");
+    }
+    return "mseal " + a.Text() + " " + Hx(len);
   }
   std::string Fill() {
     uint64_t first = R(kRegionPages), pages = 1 + R(4);
