@@ -18,6 +18,7 @@
 #include "mm.h"
 #include "mmap_lock.h"
 #include "mmu_gather.h"
+#include "rmap.h"
 #include "vma.h"
 #include "vma_lock.h"
 
@@ -201,6 +202,9 @@ int VisitVma(Walk& w, Vma** vp, uint64_t s, uint64_t e) ABSL_SHARED_LOCKS_REQUIR
       m.mmap_lock.AssertHeld();
       VmaStartWriteLocked(m, v);  // no fault runs in v meanwhile
       v->vm_flags |= VM_MAYBE_GUARD;  // the whole VMA, no split (vma_flag_set_atomic)
+      // An anonymous VMA that gets page-table entries ought to have an anon_vma (fork
+      // copies its tables only then): anon_vma_prepare(), as 6.18 does here.
+      if (v->is_anonymous()) AnonVmaPrepareLocked(m, v);
       return GuardInstall(w, v, s, e);
     case MADV_GUARD_REMOVE:  // is_valid_guard_vma(allow_locked = true)
       if (v->vm_flags & (VM_SPECIAL | VM_HUGETLB)) return EINVAL;

@@ -9,8 +9,7 @@
 // under both PTE locks, so a lockless access sees the old or the new mapping of the
 // same frame.
 //
-// Not modelled: the 6.17+ move of several VMAs at once (MREMAP_FIXED without a resize
-// over a range spanning VMAs answers EFAULT here, as before 6.17), hugetlb,
+// Not modelled: hugetlb,
 // userfaultfd, uprobes, KSM, RLIMIT_AS, and the move of whole PMD/PUD tables (every
 // PTE is moved one by one).
 #include "mremap.h"
@@ -191,6 +190,17 @@ int MoveVmaLocked(MmStruct& m, VmaRemap& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap
 
 /// mremap_to(): MREMAP_FIXED and/or MREMAP_DONTUNMAP.
 int MremapToLocked(MmStruct& m, VmaRemap& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
+  {
+    // check_prep_vma() (Linux 6.17+) comes before anything is unmapped: the source range
+    // must lie in its VMA (a shrink may cross boundaries only in the part it unmaps, so
+    // the new length is what must fit), and the rest of remap_is_valid.
+    VmaRemap pre = r;
+    if (pre.type == RemapType::kShrink) {
+      pre.old_len = pre.new_len;
+      pre.delta = 0;
+    }
+    if (int e = RemapIsValidLocked(m, pre)) return e;
+  }
   if (r.flags & kMremapFixed) {
     // do_munmap() of the destination (which may have held part of the source's VMA).
     if (int e = UnmapRangeLocked(m, r.new_addr, r.new_addr + r.new_len, /*free_tables=*/true, nullptr)) return e;
@@ -243,10 +253,52 @@ int ExpandVmaLocked(MmStruct& m, VmaRemap& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mm
   return MoveVmaLocked(m, r);
 }
 
+/// remap_move() (Linux 6.17+, "mm/mremap: permit mremap() move of multiple VMAs"): a
+/// MREMAP_FIXED move without a resize moves every VMA of [addr, addr+old_len), each
+/// split as needed, keeping the gaps between them (no gap at the start: EFAULT), each
+/// through check_prep_vma and mremap_to. Returns 0 with r.new_addr the first VMA's new
+/// address, or the first error (the VMAs moved before it stay moved).
+int RemapMoveLocked(MmStruct& m, VmaRemap& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
+  const uint64_t start = r.addr, end = r.addr + r.old_len;
+  uint64_t target = r.new_addr, last_end = 0, result = 0;
+  bool seen = false;
+  // `pos`: where the part of the range not yet moved begins (with MREMAP_DONTUNMAP the
+  // moved parts stay mapped, so the walk goes on from there, not from the next VMA).
+  for (uint64_t pos = start; pos < end;) {
+    Vma* v = FindVmaLocked(m, pos);
+    if (!v || v->vm_start >= end) break;
+    const uint64_t addr = std::max(v->vm_start, pos);
+    const uint64_t len = std::min(end, v->vm_end) - addr;
+    if (!seen && start < v->vm_start) return EFAULT;  // no gap at the start of the range
+    const uint64_t offset = seen ? addr - last_end : 0;
+    last_end = addr + len;
+    // vma_multi_allowed(): every VMA the engine has (no uffd, hugetlb or special
+    // vm_ops) may move with others.
+    VmaRemap one = r;
+    one.vma = v;
+    one.addr = addr;
+    one.new_addr = target + offset;
+    one.old_len = one.new_len = len;
+    one.delta = 0;
+    one.type = RemapType::kNoResize;
+    if (!CanModifyVma(v)) return EPERM;  // check_prep_vma(): mseal'd
+    if (int e = MremapToLocked(m, one)) return e;
+    if (!seen) result = one.new_addr;
+    r.mlocked |= one.mlocked;
+    seen = true;
+    target = one.new_addr + len;
+    pos = addr + len;
+  }
+  if (!seen) return EFAULT;  // no VMA in the range
+  r.new_addr = result;
+  return 0;
+}
+
 /// do_mremap() under mmap_lock write. Returns 0 with r.new_addr the result, or an
 /// errno. A shrink in place (mremap_at's shrink_vma with drop_lock) is left to the
 /// caller: *shrink is set and nothing is changed.
 int DoMremapLocked(MmStruct& m, VmaRemap& r, bool* shrink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
+  if ((r.flags & kMremapFixed) && r.old_len == r.new_len) return RemapMoveLocked(m, r);  // vrm_move_only()
   r.vma = VmaLookupLocked(m, r.addr);
   if (!r.vma) return EFAULT;
   if (!CanModifyVma(r.vma)) return EPERM;  // check_prep_vma(): mseal'd

@@ -321,9 +321,10 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   /// (map_count near the limit); then EFAULT (no VMA at old_addr), and per step EINVAL
   /// (old_len 0 of a private mapping, a shrink's tail past TASK_SIZE, pgoff wrap),
   /// EFAULT (the range not inside its VMA), ENOMEM (growth blocked without MAYMOVE, no
-  /// room, overcommit, RLIMIT_DATA), EPERM (FIXED below dac_mmap_min_addr). Not
-  /// modelled: the 6.17+ move of several VMAs at once (EFAULT here).
-  /// Takes mmap_lock for write.
+  /// room, overcommit, RLIMIT_DATA; EAGAIN past RLIMIT_MEMLOCK), EPERM (FIXED below
+  /// dac_mmap_min_addr; a sealed VMA). A MREMAP_FIXED move without a resize moves
+  /// every VMA of the range, keeping the gaps between them (remap_move, Linux 6.17+;
+  /// a gap at the start: EFAULT). Takes mmap_lock for write.
   SysResult Mremap(uint64_t old_addr, uint64_t old_len, uint64_t new_len, uint64_t flags, uint64_t new_addr = 0);
 
   /// mlock2(2) (mm/mlock.c do_mlock, apply_vma_lock_flags, mlock_fixup; Linux 6.18):
