@@ -34,6 +34,7 @@ const char* RpcMethodName(RpcMethod m) {
     case RpcMethod::kWriteFile: return "WriteFile";
     case RpcMethod::kFsyncFile: return "FsyncFile";
     case RpcMethod::kMsync: return "Msync";
+    case RpcMethod::kMincore: return "Mincore";
     case RpcMethod::kCount: break;
   }
   return "?";

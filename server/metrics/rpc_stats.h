@@ -46,6 +46,7 @@ enum class RpcMethod : uint8_t {
   kWriteFile,
   kFsyncFile,
   kMsync,
+  kMincore,
   kCount
 };
 inline constexpr size_t kRpcMethodCount = static_cast<size_t>(RpcMethod::kCount);

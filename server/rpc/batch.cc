@@ -59,6 +59,7 @@ uint64_t OpSpaceId(const v1::Op& op) {
     case v1::Op::kWrite: return op.write().space_id();
     case v1::Op::kMadvise: return op.madvise().space_id();
     case v1::Op::kMsync: return op.msync().space_id();
+    case v1::Op::kMincore: return op.mincore().space_id();
     case v1::Op::OP_NOT_SET: break;
   }
   return 0;
@@ -76,6 +77,7 @@ void SetOpAddr(v1::Op& op, uint64_t addr) {
     case v1::Op::kWrite: op.mutable_write()->set_addr(addr); break;
     case v1::Op::kMadvise: op.mutable_madvise()->set_addr(addr); break;
     case v1::Op::kMsync: op.mutable_msync()->set_addr(addr); break;
+    case v1::Op::kMincore: op.mutable_mincore()->set_addr(addr); break;
     case v1::Op::OP_NOT_SET: break;
   }
 }
@@ -91,6 +93,7 @@ uint64_t OpAddr(const v1::Op& op) {
     case v1::Op::kWrite: return op.write().addr();
     case v1::Op::kMadvise: return op.madvise().addr();
     case v1::Op::kMsync: return op.msync().addr();
+    case v1::Op::kMincore: return op.mincore().addr();
     case v1::Op::OP_NOT_SET: break;
   }
   return 0;
@@ -164,12 +167,13 @@ class StreamResults {
 
 // Whether an op of kind `c` may fault pages in (the ops the tenant memory quota is
 // checked for, as their unary calls): all but munmap, mprotect and msync, which only
-// free or keep.
+// free or keep, and mincore, which only looks.
 bool MayFaultIn(v1::Op::OpCase c) {
   switch (c) {
     case v1::Op::kMunmap:
     case v1::Op::kMprotect:
     case v1::Op::kMsync:
+    case v1::Op::kMincore:
     case v1::Op::OP_NOT_SET: return false;
     default: return true;
   }
@@ -420,6 +424,17 @@ grpc::Status VmSpaceService::Batch(
             s = DoMadvise(*sp, op.madvise(), res->mutable_madvise());
             break;
           case v1::Op::kMsync: s = DoMsync(*sp, op.msync(), res->mutable_msync()); break;
+          case v1::Op::kMincore:
+            // Its vector counts toward --max-message-bytes as a read's data does.
+            if (MincorePages(op.mincore().len()) <= opts_.max_io_bytes &&
+                resp_bytes + MincorePages(op.mincore().len()) > opts_.max_message_bytes) {
+              s = ErrnoErrorDetail(EINVAL, "Mincore",
+                                   "the vectors and reads of this batch message would exceed "
+                                   "--max-message-bytes");
+            } else {
+              s = DoMincore(*sp, op.mincore(), res->mutable_mincore(), opts_.max_io_bytes, buf);
+            }
+            break;
           case v1::Op::OP_NOT_SET: break;
         }
       }
@@ -438,10 +453,11 @@ grpc::Status VmSpaceService::Batch(
         v1::OpResult* res = resp.add_results();
         const OpStatus s = run(i, op, op.has_addr_of() ? &op.addr_of() : nullptr, res);
         if (stops(s)) return finish(s);
-        // Only reads and errors can be large; any other successful result is at most
-        // kSmallResultBytes (an AccessResponse with its FaultInfo: 56), which saves
-        // sizing each op twice (here and when the response is serialized).
-        resp_bytes += (s.ok() && !res->has_read() ? kSmallResultBytes : res->ByteSizeLong()) + 8;
+        // Only reads, mincore vectors and errors can be large; any other successful
+        // result is at most kSmallResultBytes (an AccessResponse with its FaultInfo: 56),
+        // which saves sizing each op twice (here and when the response is serialized).
+        const bool small = s.ok() && !res->has_read() && !res->has_mincore();
+        resp_bytes += (small ? kSmallResultBytes : res->ByteSizeLong()) + 8;
       }
     } else {
       // Each op's result is built in full (at the end of out.full) and kept there only
