@@ -23,6 +23,8 @@ int CmdRead(Ctx& c);      // ReadMemory: hex dump or raw bytes
 int CmdWrite(Ctx& c);     // WriteMemory
 int CmdMaps(Ctx& c);      // GetMaps: /proc/PID/maps text
 int CmdMsync(Ctx& c);     // Msync
+int CmdMadvise(Ctx& c);   // Madvise: ADVICE by name or number
+int CmdMincore(Ctx& c);   // Mincore: one 0/1 per page
 
 // The daemon's files (file_cmds.cc): `vmspace file COMMAND`.
 int CmdFileOpen(Ctx& c);         // OpenFile: prints the file id

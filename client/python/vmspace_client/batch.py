@@ -5,23 +5,27 @@ op, in order; a failing op does not stop the batch (its result carries the error
 import grpc
 
 from ._pb import pb
+from .constants import MADV_BY_NAME
 from .errors import VmspaceError
 
 _REQUEST = {"mmap": pb.MmapRequest, "munmap": pb.MunmapRequest, "mprotect": pb.MprotectRequest,
             "fault": pb.FaultRequest, "access": pb.AccessRequest, "read": pb.ReadMemoryRequest,
-            "write": pb.WriteMemoryRequest, "madvise": pb.MadviseRequest, "msync": pb.MsyncRequest}
+            "write": pb.WriteMemoryRequest, "madvise": pb.MadviseRequest, "msync": pb.MsyncRequest,
+            "mincore": pb.MincoreRequest}
 ACCESS = {"read": pb.ACCESS_READ, "write": pb.ACCESS_WRITE, "exec": pb.ACCESS_EXEC}
 
 
 def op(kind, space_id, addr_of_back=None, addr_of_index=None, **fields):
     """One Batch op (a vmspace.v1.Op). `kind`: "mmap", "munmap", "mprotect", "fault",
-    "access", "read", "write", "madvise" or "msync"; `fields`: those of its request
-    message (addr, len, prot, flags, stride, data, advice, ...; `access` may be "read",
-    "write" or "exec"). addr_of_back=k: the address is what the mmap op k places before
+    "access", "read", "write", "madvise", "msync" or "mincore"; `fields`: those of its
+    request message (addr, len, prot, flags, stride, data, advice, ...; `access` may be
+    "read", "write" or "exec"; `advice` a MADV_* number or its name, "free"). addr_of_back=k: the address is what the mmap op k places before
     this one returned, plus `addr` (an offset); addr_of_index=i: the same for op number i
     of the stream (ops are numbered from 0 across the stream's messages)."""
     if isinstance(fields.get("access"), str):
         fields["access"] = ACCESS[fields["access"]]
+    if isinstance(fields.get("advice"), str):
+        fields["advice"] = MADV_BY_NAME[fields["advice"]]
     o = pb.Op(**{kind: _REQUEST[kind](space_id=space_id, **fields)})
     if addr_of_back is not None:
         o.addr_of.back = addr_of_back

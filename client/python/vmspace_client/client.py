@@ -243,6 +243,11 @@ class Client:
             advice = MADV_BY_NAME[advice]
         self._call("Madvise", pb.MadviseRequest(space_id=space_id, addr=addr, len=length, advice=advice), space_id)
 
+    def mincore(self, space_id, addr, length):
+        """mincore(2): bytes, one per page of [addr, addr + length), bit 0 set if resident.
+        EINVAL: addr unaligned or more pages than the daemon's --max-io-bytes; ENOMEM: a hole."""
+        return self._call("Mincore", pb.MincoreRequest(space_id=space_id, addr=addr, len=length), space_id).vec
+
     def fault(self, space_id, addr, access="read"):
         """One simulated access ("read", "write", "exec"); returns a Fault."""
         return Fault(self._call("Fault", pb.FaultRequest(space_id=space_id, addr=addr, access=_ACCESS[access]),

@@ -79,6 +79,11 @@ class VmSpaceStub(object):
                 request_serializer=vmspace_dot_v1_dot_vmspace__pb2.MadviseRequest.SerializeToString,
                 response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MadviseResponse.FromString,
                 )
+        self.Mincore = channel.unary_unary(
+                '/vmspace.v1.VmSpace/Mincore',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.MincoreRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MincoreResponse.FromString,
+                )
         self.GetLockStats = channel.unary_unary(
                 '/vmspace.v1.VmSpace/GetLockStats',
                 request_serializer=vmspace_dot_v1_dot_vmspace__pb2.GetLockStatsRequest.SerializeToString,
@@ -233,7 +238,8 @@ class VmSpaceServicer(object):
         stream with INVALID_ARGUMENT (EINVAL); responses already sent stand. So does a
         message that cannot be parsed (INVALID_ARGUMENT "... could not be parsed"). A read op whose
         data would grow the response past --max-message-bytes fails with EINVAL. Batch
-        carries the calls on one space (Mmap ... Madvise, Msync); the file calls are unary.
+        carries the calls on one space (Mmap ... Madvise, Msync, Mincore); the file calls
+        are unary.
         An op may take its address from the result of an earlier mmap op of the same stream
         (Op.addr_of), so a client can send "mmap, then munmap what it returned" without
         waiting for the mmap's answer.
@@ -243,8 +249,21 @@ class VmSpaceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Madvise(self, request, context):
-        """madvise(2); only MADV_DONTNEED (4): zaps the range's pages so the next access
-        faults again. Takes mmap_lock for read.
+        """madvise(2), every advice Linux 6.18 takes on x86-64 with KSM and THP and without
+        CONFIG_MEMORY_FAILURE (AddressSpace::Madvise): the MADV_* numbers of
+        <sys/mman.h>; an unknown number, HWPOISON and SOFT_OFFLINE answer EINVAL. Errors
+        are the kernel's errno (EINVAL, ENOMEM for a hole after applying the advice to the
+        mapped parts, EACCES, EAGAIN, EFAULT for POPULATE over SIGSEGV/SIGBUS pages).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Mincore(self, request, context):
+        """mincore(2) (mm/mincore.c, Linux 6.18; AddressSpace::Mincore): one byte per page of
+        [addr, addr + len), bit 0 set if the page is resident. EINVAL: addr unaligned, or
+        more pages than --max-io-bytes (the vector's bytes); ENOMEM: the range has a hole
+        or goes beyond TASK_SIZE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -421,6 +440,11 @@ def add_VmSpaceServicer_to_server(servicer, server):
                     servicer.Madvise,
                     request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MadviseRequest.FromString,
                     response_serializer=vmspace_dot_v1_dot_vmspace__pb2.MadviseResponse.SerializeToString,
+            ),
+            'Mincore': grpc.unary_unary_rpc_method_handler(
+                    servicer.Mincore,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MincoreRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.MincoreResponse.SerializeToString,
             ),
             'GetLockStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetLockStats,
@@ -715,6 +739,23 @@ class VmSpace(object):
         return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/Madvise',
             vmspace_dot_v1_dot_vmspace__pb2.MadviseRequest.SerializeToString,
             vmspace_dot_v1_dot_vmspace__pb2.MadviseResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Mincore(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/Mincore',
+            vmspace_dot_v1_dot_vmspace__pb2.MincoreRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.MincoreResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
