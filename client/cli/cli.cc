@@ -340,10 +340,8 @@ struct CommandLine {
       // options that are also the positional arguments, in order ("SPACE --len LEN":
       // --space; "SPACE ADDR LEN ADVICE": --space, --addr, --len, --advice).
       std::vector<std::string> leading;
-      for (std::istringstream words(c.synopsis); std::string w; words >> w;) {
-        if (w[0] == '-' || w[0] == '[' || w[0] == '(') break;
-        leading.push_back(w);
-      }
+      std::istringstream words(c.synopsis);
+      for (std::string w; words >> w && w[0] != '-' && w[0] != '[' && w[0] != '(';) leading.push_back(w);
       for (const OptionSpec& o : c.options)
         Add(sub, o, std::find(leading.begin(), leading.end(), Upper(o.name)) != leading.end());
       AddGlobal(sub);
