@@ -120,6 +120,16 @@ const std::vector<Command>& Commands() {
        {{"space", "ID", "the space (or first argument)"}, {"addr", "ADDR", "start (page aligned)"},
         {"len", "LEN", "length in bytes"}, {"flags", "N", "must be 0 (default)"}},
        CmdMseal},
+      {"madvise", "SPACE ADDR LEN ADVICE", "madvise(2) a range with one advice",
+       {{"space", "ID", "the space (or first argument)"}, {"addr", "ADDR", "start, page aligned (or second argument)"},
+        {"len", "LEN", "length in bytes (or third argument)"},
+        {"advice", "ADVICE", "dontneed, free, willneed, remove, cold, pageout, populate_read, populate_write, "
+                             "guard_install, guard_remove, ... (any MADV_* name) or a number (or fourth argument)"}},
+       CmdMadvise},
+      {"mincore", "SPACE ADDR LEN", "mincore(2): which pages of a range are resident, one 0/1 per page",
+       {{"space", "ID", "the space (or first argument)"}, {"addr", "ADDR", "start, page aligned (or second argument)"},
+        {"len", "LEN", "length in bytes (or third argument)"}},
+       CmdMincore},
       {"file open", "PATH [--write] [--create] [--exclusive] [--truncate]",
        "open(2) a file under vmspaced's --data-dir; prints its file id",
        {{"path", "PATH", "relative to --data-dir (or first argument)"},
@@ -369,10 +379,14 @@ struct CommandLine {
       sub->group("Commands");
       help->synopsis[sub] = c.synopsis;
       commands[sub] = &c;
-      // The synopsis's first word names the option that is also the first argument
-      // ("SPACE --len LEN": --space, "FILE": --file, "PATH": --path).
-      const std::string first = c.synopsis.substr(0, c.synopsis.find(' '));
-      for (const OptionSpec& o : c.options) Add(sub, o, first == Upper(o.name));
+      // The synopsis's leading words (up to the first option or bracket) name the
+      // options that are also the positional arguments, in order ("SPACE --len LEN":
+      // --space; "SPACE ADDR LEN ADVICE": --space, --addr, --len, --advice).
+      std::vector<std::string> leading;
+      std::istringstream words(c.synopsis);
+      for (std::string w; words >> w && w[0] != '-' && w[0] != '[' && w[0] != '(';) leading.push_back(w);
+      for (const OptionSpec& o : c.options)
+        Add(sub, o, std::find(leading.begin(), leading.end(), Upper(o.name)) != leading.end());
       AddGlobal(sub);
     }
   }

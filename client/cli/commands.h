@@ -30,6 +30,8 @@ int CmdMunlock(Ctx& c);     // Munlock
 int CmdMlockall(Ctx& c);    // Mlockall
 int CmdMunlockall(Ctx& c);  // Munlockall
 int CmdMseal(Ctx& c);       // Mseal
+int CmdMadvise(Ctx& c);   // Madvise: ADVICE by name or number
+int CmdMincore(Ctx& c);   // Mincore: one 0/1 per page
 
 // The daemon's files (file_cmds.cc): `vmspace file COMMAND`.
 int CmdFileOpen(Ctx& c);         // OpenFile: prints the file id

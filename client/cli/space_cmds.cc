@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The address-space commands: create, destroy, list, mmap, munmap, mprotect, msync, brk, mremap,
-// fault, access, read, write, maps. Each is one VmSpace RPC, printed as text or JSON.
+// The address-space commands: create, destroy, list, fork, mmap, munmap, mprotect, msync,
+// brk, mremap, madvise, mincore, mlock, munlock, mlockall, munlockall, mseal, fault,
+// access, read, write, maps. Each is one VmSpace RPC, printed as text or JSON.
 #include "cli/commands.h"
 
 #include "cli/output.h"
@@ -378,6 +379,45 @@ int CmdMseal(Ctx& c) {
   const uint64_t addr = c.U64("addr"), len = c.U64("len");
   Client cl(c.client);
   return PrintOk(c, cl.Mseal(space, addr, len, c.U64("flags", 0)));
+}
+
+int CmdMadvise(Ctx& c) {
+  uint64_t space = c.Space();
+  uint64_t addr = c.U64("addr");
+  uint64_t len = c.U64("len");
+  if (!c.args.Has("advice")) throw UsageError{"--advice is required"};
+  const std::string a = c.args.Get("advice");
+  auto advice = client::ParseMadvise(a);
+  if (!advice) throw UsageError{"--advice: bad madvise advice '" + a + "' (an MADV_* name such as dontneed, free, "
+                                "guard_install, or a number)"};
+  Client cl(c.client);
+  auto r = cl.Madvise(space, addr, len, *advice);
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"ok", true}, {"advice", *advice}}.dump() << "\n";
+  else c.out << "ok\n";
+  return kExitOk;
+}
+
+int CmdMincore(Ctx& c) {
+  uint64_t space = c.Space();
+  uint64_t addr = c.U64("addr");
+  uint64_t len = c.U64("len");
+  Client cl(c.client);
+  auto r = cl.Mincore(space, addr, len);
+  if (!r.ok()) return Fail(c, r.error());
+  std::string bits;
+  bits.reserve(r.value().size());
+  uint64_t resident = 0;
+  for (char b : r.value()) {
+    bits += (b & 1) ? '1' : '0';
+    resident += b & 1;
+  }
+  if (c.json) {
+    c.out << Json{{"addr", addr}, {"pages", bits.size()}, {"resident", resident}, {"vec", bits}}.dump() << "\n";
+  } else {
+    c.out << bits << "\n";
+  }
+  return kExitOk;
 }
 
 }  // namespace vmspace::cli

@@ -631,6 +631,16 @@ Result<uint64_t> Client::Mremap(uint64_t space_id, uint64_t old_addr, uint64_t o
   return resp.addr();
 }
 
+Result<std::string> Client::Mincore(uint64_t space_id, uint64_t addr, uint64_t len) {
+  v1::MincoreRequest req;
+  req.set_space_id(space_id);
+  req.set_addr(addr);
+  req.set_len(len);
+  v1::MincoreResponse resp;
+  VMSPACE_CALL(Mincore, space_id, req, resp);
+  return std::move(*resp.mutable_vec());
+}
+
 Result<v1::GetLockStatsResponse> Client::GetLockStats(const std::string& locking_profile,
                                                       std::vector<Error>* unreachable) {
   if (setup_error_) return *setup_error_;

@@ -234,7 +234,8 @@ class Client {
                                               const std::string& data);
   /// VMAs overlapping [start, end) (end 0 = no limit) and their maps text.
   Result<v1::GetMapsResponse> GetMaps(uint64_t space_id, uint64_t start = 0, uint64_t end = 0);
-  /// madvise(2); the daemon accepts only MADV_DONTNEED (4).
+  /// madvise(2): `advice` an MADV_* number (every advice of Linux 6.18; ParseMadvise
+  /// reads their names); an unknown one is EINVAL.
   Result<Unit> Madvise(uint64_t space_id, uint64_t addr, uint64_t len, int advice);
   /// brk(2); returns the break after the call (the old one if the change was refused:
   /// brk has no errno).
@@ -243,6 +244,9 @@ class Client {
   /// MREMAP_FIXED 2, MREMAP_DONTUNMAP 4; `new_addr` with FIXED or DONTUNMAP.
   Result<uint64_t> Mremap(uint64_t space_id, uint64_t old_addr, uint64_t old_len, uint64_t new_len,
                           uint64_t flags, uint64_t new_addr = 0);
+  /// mincore(2): one byte per page of [addr, addr + len), bit 0 = resident. EINVAL
+  /// (addr unaligned, more pages than the daemon's --max-io-bytes), ENOMEM (a hole).
+  Result<std::string> Mincore(uint64_t space_id, uint64_t addr, uint64_t len);
   /// lock_stat figures of one locking profile's spaces ("linux-6.0".."linux-6.15",
   /// "custom"), or of all profiles summed (""). Several daemons: summed over them (max
   /// fields: the largest), `text` one table per daemon.

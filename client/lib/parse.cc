@@ -223,6 +223,37 @@ std::optional<int> ParseMsyncFlags(std::string_view raw) {
   return ParseNamedBits(raw, kMsyncFlagNames, "ms_");
 }
 
+namespace {
+
+/// The MADV_* numbers of include/uapi/asm-generic/mman-common.h (Linux 6.18), the
+/// advices AddressSpace::Madvise knows (engine/types.h).
+constexpr std::array<NamedBit, 27> kMadviseNames = {{
+    {"normal", 0},          {"random", 1},           {"sequential", 2},      {"willneed", 3},
+    {"dontneed", 4},        {"free", 8},             {"remove", 9},          {"dontfork", 10},
+    {"dofork", 11},         {"mergeable", 12},       {"unmergeable", 13},    {"hugepage", 14},
+    {"nohugepage", 15},     {"dontdump", 16},        {"dodump", 17},         {"wipeonfork", 18},
+    {"keeponfork", 19},     {"cold", 20},            {"pageout", 21},        {"populate_read", 22},
+    {"populate_write", 23}, {"dontneed_locked", 24}, {"collapse", 25},       {"hwpoison", 100},
+    {"soft_offline", 101},  {"guard_install", 102},  {"guard_remove", 103},
+}};
+
+}  // namespace
+
+std::optional<int> ParseMadvise(std::string_view raw) {
+  std::string name = Lower(Trim(raw));
+  if (name.empty()) return std::nullopt;
+  if (LooksNumeric(name)) {
+    auto v = ParseU64(name);
+    if (!v || *v > 0x7fffffffull) return std::nullopt;
+    return static_cast<int>(*v);
+  }
+  if (name.rfind("madv_", 0) == 0) name = name.substr(5);
+  std::replace(name.begin(), name.end(), '-', '_');
+  for (const NamedBit& b : kMadviseNames)
+    if (name == b.name) return b.value;
+  return std::nullopt;
+}
+
 std::optional<int> ParseAccessType(std::string_view raw) {
   std::string l = Lower(Trim(raw));
   if (l == "read" || l == "r" || l == "0") return 0;

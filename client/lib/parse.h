@@ -27,6 +27,12 @@ std::optional<int> ParseMapFlags(std::string_view s);
 /// joined by ',' or '|', or a number.
 std::optional<int> ParseMsyncFlags(std::string_view s);
 
+/// Parses a madvise advice: the name of an MADV_* constant the daemon's engine knows
+/// (include/uapi/asm-generic/mman-common.h, Linux 6.18: "dontneed", "free",
+/// "guard_install", ...; the MADV_ prefix and case optional, '-' = '_'), or a number
+/// (passed as it is, so the daemon answers an unknown one EINVAL).
+std::optional<int> ParseMadvise(std::string_view s);
+
 /// Parses an access type: "read"/"r", "write"/"w", "exec"/"x"/"execute". Returns the
 /// vmspace.v1.AccessType number (0, 1, 2).
 std::optional<int> ParseAccessType(std::string_view s);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/cli.h"
+#include "lib/parse.h"
 #include "seed004_replay.h"
 #include "subprocess.h"
 #include "vmspace_version.h"
@@ -276,6 +277,37 @@ TEST(Cli, BenchStressHumanTable) {
 }
 
 // The installed binary: exit codes and stdout as a shell sees them.
+// madvise and mincore take their arguments by position (SPACE ADDR LEN [ADVICE]) or as
+// options; an advice that is neither an MADV_* name nor a number is a usage error,
+// before any call.
+TEST(Cli, MadviseAndMincoreUsage) {
+  EXPECT_EQ(client::ParseMadvise("dontneed"), 4);
+  EXPECT_EQ(client::ParseMadvise("MADV_FREE"), 8);
+  EXPECT_EQ(client::ParseMadvise("guard-install"), 102);
+  EXPECT_EQ(client::ParseMadvise("guard_remove"), 103);
+  EXPECT_EQ(client::ParseMadvise("populate_write"), 23);
+  EXPECT_EQ(client::ParseMadvise("0x19"), 25);
+  EXPECT_EQ(client::ParseMadvise("999"), 999);
+  EXPECT_EQ(client::ParseMadvise("dontneedx"), std::nullopt);
+  EXPECT_EQ(client::ParseMadvise(""), std::nullopt);
+
+  CliRun r = Cli({"madvise", "1", "0x1000", "4096", "sometimes"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("bad madvise advice 'sometimes'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Usage: vmspace madvise SPACE ADDR LEN ADVICE"), std::string::npos) << r.err;
+  EXPECT_EQ(Cli({"madvise", "1", "0x1000", "4096"}).code, kExitUsage);           // no advice
+  EXPECT_EQ(Cli({"mincore", "1", "0x1000"}).code, kExitUsage);                   // no length
+  EXPECT_EQ(Cli({"mincore", "1", "0x1000", "4096", "5"}).code, kExitUsage);      // extra argument
+  // A well-formed call reaches the (absent) daemon: exit 1, not a usage error.
+  r = Cli({"--target", kDeadTarget, "--timeout", "2", "mincore", "1", "0x1000", "4096"});
+  EXPECT_EQ(r.code, kExitFailed) << r.err;
+  r = Cli({"--target", kDeadTarget, "--timeout", "2", "madvise", "1", "0x1000", "4096", "free"});
+  EXPECT_EQ(r.code, kExitFailed) << r.err;
+  r = Cli({"--help"});
+  EXPECT_NE(r.out.find("madvise"), std::string::npos);
+  EXPECT_NE(r.out.find("mincore"), std::string::npos);
+}
+
 TEST(CliBinary, ExitCodesAndJson) {
   auto r = testing::RunProgram(VMSPACE_CLI_PATH, {"--help"});
   EXPECT_EQ(r.exit_code, 0);

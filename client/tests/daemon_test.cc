@@ -391,6 +391,42 @@ TEST_F(DaemonTest, FileSubcommands) {
   CliJson({"destroy", sid});
 }
 
+// vmspace madvise SPACE ADDR LEN ADVICE (by name or number) and vmspace mincore SPACE
+// ADDR LEN (one 0/1 per page, or JSON), with the daemon's errors.
+TEST_F(DaemonTest, MadviseAndMincore) {
+  const std::string sid = std::to_string(NewSpace());
+  json m = CliJson({"mmap", sid, "--len", "16K"});
+  const uint64_t addr = m["addr"].get<uint64_t>();
+  const std::string a = m["addr_hex"];
+  CliJson({"write", sid, "--addr", a, "--data", "x"});
+  CliJson({"write", sid, "--addr", std::to_string(addr + 8192), "--data", "y"});
+  ProcResult text = Cli({"mincore", sid, a, "16K"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.out, "1010\n");
+  json mc = CliJson({"mincore", sid, a, "16K"});
+  EXPECT_EQ(mc["vec"], "1010");
+  EXPECT_EQ(mc["pages"], 4);
+  EXPECT_EQ(mc["resident"], 2);
+
+  json md = CliJson({"madvise", sid, a, "4K", "dontneed"});
+  EXPECT_EQ(md["advice"], 4);
+  EXPECT_EQ(CliJson({"mincore", sid, a, "16K"})["vec"], "0010");
+  EXPECT_EQ(CliJson({"madvise", sid, std::to_string(addr + 8192), "4K", "MADV_GUARD_INSTALL"})["advice"], 102);
+  EXPECT_EQ(CliJson({"fault", sid, "--addr", std::to_string(addr + 8192)})["outcome"], "sigsegv");
+  EXPECT_EQ(CliJson({"madvise", sid, a, "16K", "guard-remove"})["advice"], 103);
+  EXPECT_EQ(CliJson({"madvise", "--space", sid, "--addr", a, "--len", "16K", "--advice", "willneed"})["advice"], 3);
+
+  ProcResult unknown = Cli({"madvise", sid, a, "4K", "999", "--json"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_EQ(json::parse(unknown.out)["error"]["errno_name"], "EINVAL");
+  ProcResult hole = Cli({"mincore", sid, a, "1G", "--json"});
+  EXPECT_EQ(hole.exit_code, 1);
+  EXPECT_EQ(json::parse(hole.out)["error"]["errno_name"], "ENOMEM");
+  EXPECT_EQ(Cli({"madvise", sid, a, "4K", "sometimes"}).exit_code, 2);
+  EXPECT_EQ(Cli({"madvise", sid, a, "4K"}).exit_code, 2);  // no advice
+  CliJson({"destroy", sid});
+}
+
 // A short page_fault4 run on the daemon: its host files under --data-dir, beside the kernel.
 TEST_F(DaemonTest, BenchPageFault4) {
   for (const char* transport : {"unary", "stream"}) {

@@ -66,6 +66,7 @@ uint64_t OpSpaceId(const v1::Op& op) {
     case v1::Op::kMlockall: return op.mlockall().space_id();
     case v1::Op::kMunlockall: return op.munlockall().space_id();
     case v1::Op::kMseal: return op.mseal().space_id();
+    case v1::Op::kMincore: return op.mincore().space_id();
     case v1::Op::OP_NOT_SET: break;
   }
   return 0;
@@ -88,6 +89,7 @@ void SetOpAddr(v1::Op& op, uint64_t addr) {
     case v1::Op::kMlock: op.mutable_mlock()->set_addr(addr); break;
     case v1::Op::kMunlock: op.mutable_munlock()->set_addr(addr); break;
     case v1::Op::kMseal: op.mutable_mseal()->set_addr(addr); break;
+    case v1::Op::kMincore: op.mutable_mincore()->set_addr(addr); break;
     case v1::Op::kBrk:
     case v1::Op::kMlockall:
     case v1::Op::kMunlockall:
@@ -110,6 +112,7 @@ uint64_t OpAddr(const v1::Op& op) {
     case v1::Op::kMlock: return op.mlock().addr();
     case v1::Op::kMunlock: return op.munlock().addr();
     case v1::Op::kMseal: return op.mseal().addr();
+    case v1::Op::kMincore: return op.mincore().addr();
     case v1::Op::kBrk:
     case v1::Op::kMlockall:
     case v1::Op::kMunlockall:
@@ -187,7 +190,7 @@ class StreamResults {
 
 // Whether an op of kind `c` may fault pages in (the ops the tenant memory quota is
 // checked for, as their unary calls): all but munmap, mprotect, msync, munlock,
-// munlockall and mseal, which only free or keep.
+// munlockall and mseal, which only free or keep, and mincore, which only looks.
 bool MayFaultIn(v1::Op::OpCase c) {
   switch (c) {
     case v1::Op::kMunmap:
@@ -196,6 +199,7 @@ bool MayFaultIn(v1::Op::OpCase c) {
     case v1::Op::kMunlock:
     case v1::Op::kMunlockall:
     case v1::Op::kMseal:
+    case v1::Op::kMincore:
     case v1::Op::OP_NOT_SET: return false;
     default: return true;
   }
@@ -497,6 +501,17 @@ grpc::Status VmSpaceService::Batch(
             s = DoMunlockall(*sp, op.munlockall(), res->mutable_munlockall());
             break;
           case v1::Op::kMseal: s = DoMseal(*sp, op.mseal(), res->mutable_mseal()); break;
+          case v1::Op::kMincore:
+            // Its vector counts toward --max-message-bytes as a read's data does.
+            if (MincorePages(op.mincore().len()) <= opts_.max_io_bytes &&
+                resp_bytes + MincorePages(op.mincore().len()) > opts_.max_message_bytes) {
+              s = ErrnoErrorDetail(EINVAL, "Mincore",
+                                   "the vectors and reads of this batch message would exceed "
+                                   "--max-message-bytes");
+            } else {
+              s = DoMincore(*sp, op.mincore(), res->mutable_mincore(), opts_.max_io_bytes, buf);
+            }
+            break;
           case v1::Op::OP_NOT_SET: break;
         }
       }
@@ -518,10 +533,11 @@ grpc::Status VmSpaceService::Batch(
         v1::OpResult* res = resp.add_results();
         const OpStatus s = run(i, op, op.has_addr_of() ? &op.addr_of() : nullptr, res);
         if (stops(s)) return finish(s);
-        // Only reads and errors can be large; any other successful result is at most
-        // kSmallResultBytes (an AccessResponse with its FaultInfo: 56), which saves
-        // sizing each op twice (here and when the response is serialized).
-        resp_bytes += (s.ok() && !res->has_read() ? kSmallResultBytes : res->ByteSizeLong()) + 8;
+        // Only reads, mincore vectors and errors can be large; any other successful
+        // result is at most kSmallResultBytes (an AccessResponse with its FaultInfo: 56),
+        // which saves sizing each op twice (here and when the response is serialized).
+        const bool small = s.ok() && !res->has_read() && !res->has_mincore();
+        resp_bytes += (small ? kSmallResultBytes : res->ByteSizeLong()) + 8;
       }
     } else {
       // Each op's result is built in full (at the end of out.full) and kept there only

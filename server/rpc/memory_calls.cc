@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // The memory calls of VmSpaceService: Mmap, Munmap, Mprotect, Madvise, Msync, Brk, Mremap, Fault,
-// Access, ReadMemory, WriteMemory, and the operations behind them (memory_ops.h).
+// Access, ReadMemory, WriteMemory, Mincore, and the operations behind them (memory_ops.h).
 #include "rpc/memory_ops.h"
 
 #include <sys/mman.h>
 
 #include <cerrno>
 #include <string>
+#include <vector>
 
 #include "rpc/call_scope.h"
 #include "rpc/handle.h"
@@ -165,6 +166,23 @@ OpStatus DoWrite(Space& sp, const v1::WriteMemoryRequest& r, v1::WriteMemoryResp
   return {};
 }
 
+OpStatus DoMincore(Space& sp, const v1::MincoreRequest& r, v1::MincoreResponse* out,
+                   uint64_t max_io, Buffers& buf) {
+  const uint64_t pages = MincorePages(r.len());
+  if (pages > max_io)
+    return ErrnoErrorDetail(EINVAL, "Mincore",
+                            "len " + std::to_string(r.len()) + " is " + std::to_string(pages) +
+                                " pages, more than --max-io-bytes=" + std::to_string(max_io) +
+                                " (one vector byte a page)");
+  // The engine's vector and its copy in the response.
+  if (OpStatus e = buf.Resize("Mincore", buf.bytes() + 2 * pages); !e.ok()) return e;
+  std::vector<uint8_t> vec;
+  const SysResult res = sp.as.Mincore(r.addr(), r.len(), &vec);
+  if (!res.ok()) return ErrnoError(res.error, "mincore");
+  out->set_vec(reinterpret_cast<const char*>(vec.data()), vec.size());
+  return {};
+}
+
 grpc::Status VmSpaceService::Mmap(grpc::ServerContext* ctx, const v1::MmapRequest* req,
                                   v1::MmapResponse* resp) {
   return OnSpace(RpcMethod::kMmap, ctx, req->space_id(), true, true,
@@ -231,6 +249,14 @@ grpc::Status VmSpaceService::Mremap(grpc::ServerContext* ctx, const v1::MremapRe
                                     v1::MremapResponse* resp) {
   return OnSpace(RpcMethod::kMremap, ctx, req->space_id(), false, true,
                  [&](Space& sp) { return DoMremap(sp, *req, resp); });
+}
+
+grpc::Status VmSpaceService::Mincore(grpc::ServerContext* ctx, const v1::MincoreRequest* req,
+                                     v1::MincoreResponse* resp) {
+  Buffers buf(registry_.frames());  // the vector, while the call runs
+  return OnSpace(RpcMethod::kMincore, ctx, req->space_id(), false, false, [&](Space& sp) {
+    return DoMincore(sp, *req, resp, opts_.max_io_bytes, buf);
+  });
 }
 
 grpc::Status VmSpaceService::Msync(grpc::ServerContext* ctx, const v1::MsyncRequest* req,

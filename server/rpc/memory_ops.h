@@ -47,5 +47,16 @@ OpStatus DoRead(Space& sp, const v1::ReadMemoryRequest& r, v1::ReadMemoryRespons
 /// Copies in at most `max_io` bytes (more is EINVAL).
 OpStatus DoWrite(Space& sp, const v1::WriteMemoryRequest& r, v1::WriteMemoryResponse* out,
                  uint64_t max_io);
+/// The pages of a mincore(2) range of `len` bytes (len rounded up to pages): the
+/// bytes of its vector.
+inline uint64_t MincorePages(uint64_t len) {
+  return (len >> kPageShift) + ((len & (kPageSize - 1)) != 0 ? 1 : 0);
+}
+/// mincore(2) (AddressSpace::Mincore, as mm/mincore.c, Linux 6.18): out->vec gets one
+/// byte per page. More than `max_io` pages (vector bytes) is EINVAL; `buf`: the call's
+/// (or the stream's) buffer charge, grown by the vector. Errors: EINVAL (addr
+/// unaligned), ENOMEM (a hole, or beyond TASK_SIZE); out->vec is then empty.
+OpStatus DoMincore(Space& sp, const v1::MincoreRequest& r, v1::MincoreResponse* out,
+                   uint64_t max_io, Buffers& buf);
 
 }  // namespace vmspace::rpc

@@ -166,6 +166,10 @@ class VmSpaceService final : public v1::VmSpace::Service {
                          v1::WriteFileResponse* resp) override;
   grpc::Status FsyncFile(grpc::ServerContext* ctx, const v1::FsyncFileRequest* req,
                          v1::FsyncFileResponse* resp) override;
+  /// mincore(2) on one space (DoMincore: the vector capped at max_io_bytes pages); also
+  /// a Batch op.
+  grpc::Status Mincore(grpc::ServerContext* ctx, const v1::MincoreRequest* req,
+                       v1::MincoreResponse* resp) override;
   /// msync(2) on one space (AddressSpace::Msync); also a Batch op.
   grpc::Status Msync(grpc::ServerContext* ctx, const v1::MsyncRequest* req,
                      v1::MsyncResponse* resp) override;

@@ -1465,5 +1465,138 @@ TEST_F(RpcTest, MlockAndMsealCalls) {
   Destroy(id);
 }
 
+// mincore(2) over the unary RPC: the vector has one byte per page, 1 for the touched
+// pages only; an unaligned addr is EINVAL, a hole ENOMEM, more pages than
+// --max-io-bytes (default 1 MiB: 2^20 pages) EINVAL naming the limit.
+TEST_F(RpcTest, MincoreReportsTouchedPages) {
+  const uint64_t id = NewSpace();
+  uint64_t a = 0;
+  ASSERT_TRUE(Mmap(id, 0, 6 * kPage, kRW, kPrivAnon, &a).ok());
+  v1::FaultInfo f;
+  for (uint64_t page : {1, 2, 4}) ASSERT_TRUE(Fault(id, a + page * kPage, v1::ACCESS_WRITE, &f).ok());
+  v1::MincoreRequest req;
+  req.set_space_id(id);
+  req.set_addr(a);
+  req.set_len(6 * kPage - 100);  // rounded up to 6 pages
+  v1::MincoreResponse resp;
+  ASSERT_TRUE(stub_->Mincore(Ctx().get(), req, &resp).ok());
+  EXPECT_EQ(resp.vec(), std::string("\0\1\1\0\1\0", 6));
+
+  req.set_len(0);
+  ASSERT_TRUE(stub_->Mincore(Ctx().get(), req, &resp).ok());
+  EXPECT_EQ(resp.vec(), "");
+
+  req.set_addr(a + 1);
+  req.set_len(kPage);
+  EXPECT_TRUE(HasErrno(stub_->Mincore(Ctx().get(), req, &resp), StatusCode::INVALID_ARGUMENT,
+                       "EINVAL", EINVAL));
+  // [a, a + 7 pages): the last page is past the VMA (a hole).
+  req.set_addr(a);
+  req.set_len(7 * kPage);
+  ASSERT_TRUE(Munmap(id, a + 6 * kPage, kPage).ok());
+  EXPECT_TRUE(HasErrno(stub_->Mincore(Ctx().get(), req, &resp), StatusCode::RESOURCE_EXHAUSTED,
+                       "ENOMEM", ENOMEM));
+  EXPECT_EQ(resp.vec(), "") << "no vector with an error";
+
+  req.set_len(((1ull << 20) + 1) * kPage);
+  const grpc::Status cap = stub_->Mincore(Ctx().get(), req, &resp);
+  EXPECT_TRUE(HasErrno(cap, StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_NE(cap.error_message().find("--max-io-bytes=1048576"), std::string::npos)
+      << cap.error_message();
+  req.set_space_id(id + 1000000);
+  req.set_len(kPage);
+  EXPECT_EQ(stub_->Mincore(Ctx().get(), req, &resp).error_code(), StatusCode::NOT_FOUND);
+  Destroy(id);
+}
+
+// MADV_FREE keeps the pages until reclaim (still resident, answered OK); after
+// MADV_GUARD_INSTALL an access of the range is SIGSEGV and mincore reports the guard
+// pages of an anonymous VMA as not resident; an unknown advice is EINVAL.
+TEST_F(RpcTest, MadviseFreeAndGuardInstall) {
+  constexpr int kMadvFree = 8, kMadvGuardInstall = 102;
+  const uint64_t id = NewSpace();
+  uint64_t a = 0;
+  ASSERT_TRUE(Mmap(id, 0, 4 * kPage, kRW, kPrivAnon, &a).ok());
+  v1::WriteMemoryResponse w;
+  ASSERT_TRUE(Write(id, a, std::string(4 * kPage, 'g'), &w).ok());
+  v1::MadviseRequest req;
+  req.set_space_id(id);
+  req.set_addr(a);
+  req.set_len(kPage);
+  req.set_advice(kMadvFree);
+  v1::MadviseResponse resp;
+  ASSERT_TRUE(stub_->Madvise(Ctx().get(), req, &resp).ok());
+
+  req.set_addr(a + 2 * kPage);
+  req.set_len(kPage);
+  req.set_advice(kMadvGuardInstall);
+  grpc::Status s = stub_->Madvise(Ctx().get(), req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  v1::FaultInfo f;
+  ASSERT_TRUE(Fault(id, a + 2 * kPage + 8, v1::ACCESS_READ, &f).ok());
+  EXPECT_EQ(f.outcome(), v1::FAULT_OUTCOME_SIGSEGV);
+  EXPECT_EQ(f.si_addr(), a + 2 * kPage + 8);
+  ASSERT_TRUE(Fault(id, a + 3 * kPage, v1::ACCESS_READ, &f).ok());
+  EXPECT_EQ(f.outcome(), v1::FAULT_OUTCOME_NONE) << "the page after the guard is untouched";
+
+  v1::MincoreRequest mr;
+  mr.set_space_id(id);
+  mr.set_addr(a);
+  mr.set_len(4 * kPage);
+  v1::MincoreResponse mresp;
+  ASSERT_TRUE(stub_->Mincore(Ctx().get(), mr, &mresp).ok());
+  EXPECT_EQ(mresp.vec(), std::string("\1\1\0\1", 4));
+
+  req.set_advice(999);
+  EXPECT_TRUE(HasErrno(stub_->Madvise(Ctx().get(), req, &resp), StatusCode::INVALID_ARGUMENT,
+                       "EINVAL", EINVAL));
+  Destroy(id);
+}
+
+// A mincore op in a Batch answers its vector like the unary call (seeing the ops
+// before it), and its errors as the op's own result.
+TEST_F(RpcTest, BatchMincoreOp) {
+  const uint64_t id = NewSpace();
+  uint64_t a = 0;
+  ASSERT_TRUE(Mmap(id, 0, 3 * kPage, kRW, kPrivAnon, &a).ok());
+  v1::FaultInfo f;
+  ASSERT_TRUE(Fault(id, a + 2 * kPage, v1::ACCESS_WRITE, &f).ok());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = stub_->Batch(&ctx);
+  v1::BatchRequest m;
+  m.set_tag(5);
+  auto* ok = m.add_ops()->mutable_mincore();
+  ok->set_space_id(id);
+  ok->set_addr(a);
+  ok->set_len(3 * kPage);
+  auto* wr = m.add_ops()->mutable_write();
+  wr->set_space_id(id);
+  wr->set_addr(a);
+  wr->set_data("x");
+  auto* again = m.add_ops()->mutable_mincore();
+  *again = *ok;
+  auto* bad = m.add_ops()->mutable_mincore();
+  *bad = *ok;
+  bad->set_addr(a + 1);
+  ASSERT_TRUE(stream->Write(m));
+  v1::BatchResponse r;
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.tag(), 5u);
+  ASSERT_EQ(r.results_size(), 4);
+  EXPECT_EQ(r.results(0).code(), 0) << r.results(0).message();
+  EXPECT_EQ(r.results(0).mincore().vec(), std::string("\0\0\1", 3));
+  EXPECT_EQ(r.results(2).mincore().vec(), std::string("\1\0\1", 3)) << "after the write op";
+  EXPECT_EQ(r.results(3).code(), static_cast<int>(StatusCode::INVALID_ARGUMENT));
+  EXPECT_EQ(r.results(3).errno_name(), "EINVAL");
+  EXPECT_FALSE(r.results(3).has_mincore());
+
+  stream->WritesDone();
+  EXPECT_FALSE(stream->Read(&r));
+  const grpc::Status s = stream->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  Destroy(id);
+}
+
 }  // namespace
 }  // namespace vmspace::service_test

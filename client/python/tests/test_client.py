@@ -15,7 +15,7 @@ import unittest
 
 import grpc
 
-from vmspace_client import (F_SEAL_GROW, F_SEAL_SEAL, F_SEAL_WRITE, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE, MAP_PRIVATE,
+from vmspace_client import (F_SEAL_GROW, MADV_GUARD_INSTALL, F_SEAL_SEAL, F_SEAL_WRITE, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE, MAP_PRIVATE,
                             MAP_SHARED, MCL_ONFAULT, MLOCK_ONFAULT, MREMAP_FIXED, MREMAP_MAYMOVE, MS_SYNC, O_RDONLY, PROT_READ, PROT_WRITE,
                             AccessResult, Client, LockStats, ServerInfo, VmspaceError, batch)
 
@@ -244,7 +244,24 @@ class ClientTest(unittest.TestCase):
         stopped = self.vm.access(self.space, addr + 3 * PAGE, 2 * PAGE, stride=PAGE)
         self.assertEqual((stopped.accesses, stopped.stop.signal, stopped.stop.si_addr), (1, "SIGSEGV", addr + 4 * PAGE))
         self.assertRaisesErrno(grpc.StatusCode.INVALID_ARGUMENT, "EINVAL", 22, self.vm.madvise, self.space, addr,
-                               PAGE, advice=3)
+                               PAGE, advice=999)
+
+    def test_mincore_and_advice_names(self):
+        addr = self.vm.mmap(self.space, 4 * PAGE)
+        self.vm.access(self.space, addr + PAGE, 2 * PAGE, stride=PAGE, access="write")
+        self.assertEqual(self.vm.mincore(self.space, addr, 4 * PAGE), b"\0\1\1\0")
+        self.vm.madvise(self.space, addr + PAGE, PAGE, advice="dontneed")
+        self.vm.madvise(self.space, addr + 3 * PAGE, PAGE, advice=MADV_GUARD_INSTALL)
+        self.assertEqual(self.vm.mincore(self.space, addr, 4 * PAGE), b"\0\0\1\0")
+        self.assertEqual(self.vm.fault(self.space, addr + 3 * PAGE).signal, "SIGSEGV")
+        self.assertRaisesErrno(grpc.StatusCode.INVALID_ARGUMENT, "EINVAL", 22, self.vm.mincore, self.space, addr + 1,
+                               PAGE)
+        self.assertRaisesErrno(grpc.StatusCode.RESOURCE_EXHAUSTED, "ENOMEM", 12, self.vm.mincore, self.space,
+                               addr, 1 << 30)
+        ops = [batch.op("mincore", self.space, addr=addr, len=4 * PAGE), batch.op("mincore", self.space, addr=1, len=1)]
+        (answer,) = list(self.vm.batch([ops]))
+        self.assertEqual(answer.results[0].mincore.vec, b"\0\0\1\0")
+        self.assertEqual(answer.results[1].errno_name, "EINVAL")
 
     def test_brk_mremap(self):
         start = self.vm.brk(self.space, 0)

@@ -24,6 +24,7 @@ match the proto) are looked for in $VMSPACE_PY_PROTO, else in this package's _pr
 from . import batch
 from ._pb import pb
 from .client import Client
+from . import constants as _constants
 from .constants import *  # noqa: F401,F403
 from .errors import VmspaceError
 from .fault import Fault
@@ -33,4 +34,6 @@ from .routing import parse_targets, shard_of
 __all__ = ["Client", "VmspaceError", "Fault", "AccessResult", "LockStat", "LockStats", "ServerInfo", "batch", "pb",
            "parse_targets", "shard_of", "PROT_NONE", "PROT_READ", "PROT_WRITE", "PROT_EXEC",
            "MAP_SHARED", "MAP_PRIVATE", "MAP_FIXED", "MAP_ANONYMOUS", "MAP_FIXED_NOREPLACE", "MADV_DONTNEED",
-           "MS_ASYNC", "MS_INVALIDATE", "MS_SYNC", "MREMAP_MAYMOVE", "MREMAP_FIXED", "MREMAP_DONTUNMAP"]
+           "MS_ASYNC", "MS_INVALIDATE", "MS_SYNC", "MREMAP_MAYMOVE", "MREMAP_FIXED", "MREMAP_DONTUNMAP", "MADV_BY_NAME"]
+# Every MADV_* constant (constants.py).
+__all__ += sorted(k for k in dir(_constants) if k.startswith("MADV_") and k not in __all__)

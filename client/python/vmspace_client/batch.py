@@ -5,6 +5,7 @@ op, in order; a failing op does not stop the batch (its result carries the error
 import grpc
 
 from ._pb import pb
+from .constants import MADV_BY_NAME
 from .errors import VmspaceError
 
 _REQUEST = {"mmap": pb.MmapRequest, "munmap": pb.MunmapRequest, "mprotect": pb.MprotectRequest,
@@ -12,14 +13,15 @@ _REQUEST = {"mmap": pb.MmapRequest, "munmap": pb.MunmapRequest, "mprotect": pb.M
             "write": pb.WriteMemoryRequest, "madvise": pb.MadviseRequest, "msync": pb.MsyncRequest,
             "brk": pb.BrkRequest, "mremap": pb.MremapRequest,
             "mlock": pb.MlockRequest, "munlock": pb.MunlockRequest, "mlockall": pb.MlockallRequest,
-            "munlockall": pb.MunlockallRequest, "mseal": pb.MsealRequest}
+            "munlockall": pb.MunlockallRequest, "mseal": pb.MsealRequest,
+            "mincore": pb.MincoreRequest}
 ACCESS = {"read": pb.ACCESS_READ, "write": pb.ACCESS_WRITE, "exec": pb.ACCESS_EXEC}
 
 
 def op(kind, space_id, addr_of_back=None, addr_of_index=None, **fields):
     """One Batch op (a vmspace.v1.Op). `kind`: "mmap", "munmap", "mprotect", "fault",
     "access", "read", "write", "madvise", "msync", "brk", "mremap", "mlock", "munlock",
-    "mlockall", "munlockall" or "mseal"; `fields`: those of its request message (addr, len,
+    "mlockall", "munlockall", "mseal" or "mincore"; `fields`: those of its request message (addr, len,
     prot, flags, stride, data, advice, brk, old_addr, old_len, new_len, new_addr, ...;
     `access` may be "read", "write" or "exec"). addr_of_back=k: the address (mremap:
     old_addr) is what the mmap or mremap op k places before this one returned, plus its
@@ -27,6 +29,8 @@ def op(kind, space_id, addr_of_back=None, addr_of_index=None, **fields):
     are numbered from 0 across the stream's messages)."""
     if isinstance(fields.get("access"), str):
         fields["access"] = ACCESS[fields["access"]]
+    if isinstance(fields.get("advice"), str):
+        fields["advice"] = MADV_BY_NAME[fields["advice"]]
     o = pb.Op(**{kind: _REQUEST[kind](space_id=space_id, **fields)})
     if addr_of_back is not None:
         o.addr_of.back = addr_of_back

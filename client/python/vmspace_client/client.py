@@ -294,6 +294,11 @@ class Client:
         return self._call("Mremap", pb.MremapRequest(space_id=space_id, old_addr=old_addr, old_len=old_len,
                                                      new_len=new_len, flags=flags, new_addr=new_addr), space_id).addr
 
+    def mincore(self, space_id, addr, length):
+        """mincore(2): bytes, one per page of [addr, addr + length), bit 0 set if resident.
+        EINVAL: addr unaligned or more pages than the daemon's --max-io-bytes; ENOMEM: a hole."""
+        return self._call("Mincore", pb.MincoreRequest(space_id=space_id, addr=addr, len=length), space_id).vec
+
     def fault(self, space_id, addr, access="read"):
         """One simulated access ("read", "write", "exec"); returns a Fault."""
         return Fault(self._call("Fault", pb.FaultRequest(space_id=space_id, addr=addr, access=_ACCESS[access]),

@@ -89,6 +89,11 @@ class VmSpaceStub(object):
                 request_serializer=vmspace_dot_v1_dot_vmspace__pb2.MremapRequest.SerializeToString,
                 response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MremapResponse.FromString,
                 )
+        self.Mincore = channel.unary_unary(
+                '/vmspace.v1.VmSpace/Mincore',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.MincoreRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MincoreResponse.FromString,
+                )
         self.GetLockStats = channel.unary_unary(
                 '/vmspace.v1.VmSpace/GetLockStats',
                 request_serializer=vmspace_dot_v1_dot_vmspace__pb2.GetLockStatsRequest.SerializeToString,
@@ -283,7 +288,8 @@ class VmSpaceServicer(object):
         stream with INVALID_ARGUMENT (EINVAL); responses already sent stand. So does a
         message that cannot be parsed (INVALID_ARGUMENT "... could not be parsed"). A read op whose
         data would grow the response past --max-message-bytes fails with EINVAL. Batch
-        carries the calls on one space (Mmap ... Madvise, Msync); the file calls are unary.
+        carries the calls on one space (Mmap ... Madvise, Msync, Mincore); the file calls
+        are unary.
         An op may take its address from the result of an earlier mmap op of the same stream
         (Op.addr_of), so a client can send "mmap, then munmap what it returned" without
         waiting for the mmap's answer.
@@ -315,6 +321,16 @@ class VmSpaceServicer(object):
         """mremap(2) (mm/mremap.c do_mremap; Linux 6.18): resizes and/or moves part of one
         mapping, moving its page-table entries (no data is copied). Takes mmap_lock for
         write.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Mincore(self, request, context):
+        """mincore(2) (mm/mincore.c, Linux 6.18; AddressSpace::Mincore): one byte per page of
+        [addr, addr + len), bit 0 set if the page is resident. EINVAL: addr unaligned, or
+        more pages than --max-io-bytes (the vector's bytes); ENOMEM: the range has a hole
+        or goes beyond TASK_SIZE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -569,6 +585,11 @@ def add_VmSpaceServicer_to_server(servicer, server):
                     servicer.Mremap,
                     request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MremapRequest.FromString,
                     response_serializer=vmspace_dot_v1_dot_vmspace__pb2.MremapResponse.SerializeToString,
+            ),
+            'Mincore': grpc.unary_unary_rpc_method_handler(
+                    servicer.Mincore,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MincoreRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.MincoreResponse.SerializeToString,
             ),
             'GetLockStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetLockStats,
@@ -937,6 +958,23 @@ class VmSpace(object):
         return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/Mremap',
             vmspace_dot_v1_dot_vmspace__pb2.MremapRequest.SerializeToString,
             vmspace_dot_v1_dot_vmspace__pb2.MremapResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Mincore(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/Mincore',
+            vmspace_dot_v1_dot_vmspace__pb2.MincoreRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.MincoreResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
