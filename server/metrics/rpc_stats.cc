@@ -44,6 +44,7 @@ const char* RpcMethodName(RpcMethod m) {
     case RpcMethod::kAddFileSeals: return "AddFileSeals";
     case RpcMethod::kGetFileSeals: return "GetFileSeals";
     case RpcMethod::kReopenFile: return "ReopenFile";
+    case RpcMethod::kCloneSpace: return "CloneSpace";
     case RpcMethod::kCount: break;
   }
   return "?";

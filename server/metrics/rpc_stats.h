@@ -56,6 +56,7 @@ enum class RpcMethod : uint8_t {
   kAddFileSeals,
   kGetFileSeals,
   kReopenFile,
+  kCloneSpace,
   kCount
 };
 inline constexpr size_t kRpcMethodCount = static_cast<size_t>(RpcMethod::kCount);
