@@ -288,8 +288,9 @@ TEST_F(DaemonTest, ForkPrintsTheChildsId) {
   EXPECT_NE(std::to_string(child), sid);
   EXPECT_EQ(CliJson({"read", std::to_string(child), "--addr", a, "--len", "5"})["data_hex"], "68656c6c6f");
   bool found = false;
-  for (const json& s : CliJson({"list"})["spaces"]) found |= s["space_id"] == child && s["label"] == "kid";
-  EXPECT_TRUE(found);
+  const json list = CliJson({"list"});
+  for (const json& s : list["spaces"]) found |= s["space_id"] == child && s["label"] == "kid";
+  EXPECT_TRUE(found) << list.dump();
   json j = CliJson({"fork", std::to_string(child)});
   EXPECT_EQ(j["parent"], child);
   EXPECT_GT(j["space_id"].get<uint64_t>(), child);
