@@ -13,6 +13,7 @@ namespace vmspace::cli {
 // Address spaces and their memory (space_cmds.cc): one VmSpace RPC each.
 int CmdCreate(Ctx& c);    // CreateSpace: prints the new space id
 int CmdDestroy(Ctx& c);   // DestroySpace
+int CmdFork(Ctx& c);      // CloneSpace: prints the child's space id
 int CmdList(Ctx& c);      // ListSpaces: one row per space
 int CmdMmap(Ctx& c);      // Mmap: prints the address
 int CmdMunmap(Ctx& c);    // Munmap

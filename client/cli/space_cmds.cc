@@ -71,6 +71,16 @@ int CmdCreate(Ctx& c) {
   return kExitOk;
 }
 
+int CmdFork(Ctx& c) {
+  uint64_t space = c.Space();
+  Client cl(c.client);
+  auto r = cl.CloneSpace(space, c.args.Get("profile"), c.args.Get("label"));
+  if (!r.ok()) return Fail(c, r.error());
+  if (c.json) c.out << Json{{"space_id", r.value()}, {"parent", space}}.dump() << "\n";
+  else c.out << r.value() << "\n";
+  return kExitOk;
+}
+
 int CmdDestroy(Ctx& c) {
   uint64_t space = c.Space();
   Client cl(c.client);

@@ -469,6 +469,17 @@ Result<uint64_t> Client::CreateSpace(const v1::SpaceSettings& settings, const st
   return resp.space_id();
 }
 
+Result<uint64_t> Client::CloneSpace(uint64_t space_id, const std::string& locking_profile,
+                                    const std::string& label) {
+  v1::CloneSpaceRequest req;
+  req.set_space_id(space_id);
+  req.set_locking_profile(locking_profile);
+  req.set_label(label);
+  v1::CloneSpaceResponse resp;
+  VMSPACE_CALL(CloneSpace, space_id, req, resp);
+  return resp.space_id();
+}
+
 Result<Unit> Client::DestroySpace(uint64_t space_id) {
   v1::DestroySpaceRequest req;
   req.set_space_id(space_id);

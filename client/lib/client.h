@@ -176,6 +176,13 @@ class Client {
   /// Daemons that do not answer are left out; none answering: UNAVAILABLE.
   Result<uint64_t> CreateSpace(const v1::SpaceSettings& settings = {}, const std::string& label = "",
                                const std::string& placement_key = "");
+  /// fork(2) of a space (CloneSpace; as kernel/fork.c dup_mmap, Linux 6.18): returns the
+  /// child's id. The child lives on the parent's daemon (the call goes there).
+  /// `locking_profile` "" = the parent's; `label` "" = the parent's. NOT_FOUND unknown
+  /// space; RESOURCE_EXHAUSTED EAGAIN at --max-spaces / --tenant-max-spaces, ENOMEM when
+  /// the budget refuses; INVALID_ARGUMENT bad profile.
+  Result<uint64_t> CloneSpace(uint64_t space_id, const std::string& locking_profile = "",
+                              const std::string& label = "");
   Result<Unit> DestroySpace(uint64_t space_id);
   /// Every space of every daemon, ordered by id. The calls on every daemon (ListSpaces,
   /// GetLockStats, Ping, CheckHealth, GetServerInfo), with several daemons, first check

@@ -308,6 +308,24 @@ TEST(Cli, MadviseAndMincoreUsage) {
   EXPECT_NE(r.out.find("mincore"), std::string::npos);
 }
 
+// `vmspace fork SPACE [--profile P] [--label L]`: listed, its options, its usage errors,
+// and the CloneSpace call on the parent's daemon.
+TEST(Cli, ForkCommand) {
+  CliRun r = Cli({"--help"});
+  EXPECT_NE(r.out.find("fork"), std::string::npos) << r.out;
+  r = Cli({"fork", "--help"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_NE(r.out.find("--profile P"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--label TEXT"), std::string::npos) << r.out;
+  r = Cli({"fork"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("Usage: vmspace fork SPACE [--profile P] [--label L]"), std::string::npos) << r.err;
+  EXPECT_EQ(Cli({"fork", "1", "2"}).code, kExitUsage);
+  r = Cli({"--target", kDeadTarget, "--timeout", "2", "fork", "1", "--label", "kid"});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
+}
+
 TEST(CliBinary, ExitCodesAndJson) {
   auto r = testing::RunProgram(VMSPACE_CLI_PATH, {"--help"});
   EXPECT_EQ(r.exit_code, 0);

@@ -273,6 +273,35 @@ TEST_F(DaemonTest, CreateMmapMapsReadWriteDestroy) {
   EXPECT_NE(again.err.find("NOT_FOUND"), std::string::npos) << again.err;
 }
 
+// `vmspace fork`: prints the child's id; the child reads the parent's data and carries
+// its own label; an unknown space fails NOT_FOUND.
+TEST_F(DaemonTest, ForkPrintsTheChildsId) {
+  const std::string sid = std::to_string(NewSpace());
+  json m = CliJson({"mmap", sid, "--len", "4K"});
+  const std::string a = m["addr_hex"];
+  CliJson({"write", sid, "--addr", a, "--data", "hello"});
+  ProcResult fork = Cli({"fork", sid, "--label", "kid"});
+  ASSERT_EQ(fork.exit_code, 0) << fork.err;
+  ASSERT_FALSE(fork.out.empty());
+  EXPECT_EQ(fork.out.back(), '\n');
+  const uint64_t child = std::stoull(fork.out);
+  EXPECT_NE(std::to_string(child), sid);
+  EXPECT_EQ(CliJson({"read", std::to_string(child), "--addr", a, "--len", "5"})["data_hex"], "68656c6c6f");
+  bool found = false;
+  const json list = CliJson({"list"});
+  for (const json& s : list["spaces"]) found |= s["space_id"] == child && s["label"] == "kid";
+  EXPECT_TRUE(found) << list.dump();
+  json j = CliJson({"fork", std::to_string(child)});
+  EXPECT_EQ(j["parent"], child);
+  EXPECT_GT(j["space_id"].get<uint64_t>(), child);
+  CliJson({"destroy", std::to_string(j["space_id"].get<uint64_t>())});
+  CliJson({"destroy", std::to_string(child)});
+  CliJson({"destroy", sid});
+  ProcResult gone = Cli({"fork", sid});
+  EXPECT_EQ(gone.exit_code, 1);
+  EXPECT_NE(gone.err.find("NOT_FOUND"), std::string::npos) << gone.err;
+}
+
 TEST_F(DaemonTest, StatsShowsTheMemoryBudgetByKind) {
   const std::string sid = std::to_string(NewSpace());
   json m = CliJson({"mmap", sid, "--len", "8K", "--prot", "rw", "--flags", "private,anonymous"});

@@ -45,6 +45,7 @@ const char* RpcMethodName(RpcMethod m) {
     case RpcMethod::kGetFileSeals: return "GetFileSeals";
     case RpcMethod::kReopenFile: return "ReopenFile";
     case RpcMethod::kMincore: return "Mincore";
+    case RpcMethod::kCloneSpace: return "CloneSpace";
     case RpcMethod::kCount: break;
   }
   return "?";

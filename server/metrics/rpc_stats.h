@@ -57,6 +57,7 @@ enum class RpcMethod : uint8_t {
   kGetFileSeals,
   kReopenFile,
   kMincore,
+  kCloneSpace,
   kCount
 };
 inline constexpr size_t kRpcMethodCount = static_cast<size_t>(RpcMethod::kCount);

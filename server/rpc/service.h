@@ -99,6 +99,13 @@ class VmSpaceService final : public v1::VmSpace::Service {
 
   grpc::Status CreateSpace(grpc::ServerContext* ctx, const v1::CreateSpaceRequest* req,
                            v1::CreateSpaceResponse* resp) override;
+  /// fork(2) of the caller's space (SpaceRegistry::Fork, AddressSpace::DupMmap; as
+  /// kernel/fork.c dup_mmap, Linux 6.18): the child belongs to the caller's tenant and
+  /// counts against --tenant-max-spaces. NOT_FOUND unknown or another tenant's space;
+  /// RESOURCE_EXHAUSTED EAGAIN at --max-spaces or --tenant-max-spaces, ENOMEM when the
+  /// budget refuses; INVALID_ARGUMENT EINVAL bad locking_profile or label.
+  grpc::Status CloneSpace(grpc::ServerContext* ctx, const v1::CloneSpaceRequest* req,
+                          v1::CloneSpaceResponse* resp) override;
   grpc::Status DestroySpace(grpc::ServerContext* ctx, const v1::DestroySpaceRequest* req,
                             v1::DestroySpaceResponse* resp) override;
   grpc::Status ListSpaces(grpc::ServerContext* ctx, const v1::ListSpacesRequest* req,

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The space calls of VmSpaceService: CreateSpace, DestroySpace, ListSpaces, GetMaps.
+// The space calls of VmSpaceService: CreateSpace, CloneSpace, DestroySpace, ListSpaces,
+// GetMaps.
 #include <absl/strings/str_split.h>
 
 #include <cerrno>
@@ -104,6 +105,53 @@ grpc::Status VmSpaceService::CreateSpace(grpc::ServerContext* ctx,
     resp->set_space_id(id);
     Logf(LogLevel::kDebug, "tenant '%s' created space %llu \"%s\"", c.tenant.c_str(),
          static_cast<unsigned long long>(id), req->label().c_str());
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::CloneSpace(grpc::ServerContext* ctx,
+                                        const v1::CloneSpaceRequest* req,
+                                        v1::CloneSpaceResponse* resp) {
+  return Handle(RpcMethod::kCloneSpace, ctx, [&](const Caller& c) -> OpStatus {
+    if (req->label().size() > kMaxLabelBytes)
+      return ErrnoErrorDetail(EINVAL, "CloneSpace", "label longer than 64 bytes");
+    PeerSlot peer(&peer_calls_, ctx, opts_.max_calls_per_peer);
+    if (!peer.admitted()) return peer.refusal();
+    if (OpStatus q = CheckMemoryQuota(c); !q.ok()) return q;
+    // A tenant forks only its own spaces; another tenant's answers as an unknown one.
+    const std::shared_ptr<Space> parent = FindOwn(c, req->space_id());
+    if (!parent) return SpaceNotFound(req->space_id());
+    LockingProfile override_profile;
+    const LockingProfile* profile = nullptr;  // the parent's
+    std::string profile_name = parent->locking_profile;
+    if (!req->locking_profile().empty()) {
+      if (req->locking_profile() == "default") {
+        override_profile = opts_.default_profile;
+      } else if (std::string err;
+                 !LockingProfile::Parse(req->locking_profile(), &override_profile, &err)) {
+        return ErrnoErrorDetail(EINVAL, "CloneSpace", "locking_profile: " + err);
+      }
+      profile = &override_profile;
+      profile_name = override_profile.name == "custom" ? override_profile.Describe()
+                                                       : override_profile.name;
+    }
+    const std::string label = req->label().empty() ? parent->label : req->label();
+    bool tenant_full = false;
+    int err = 0;
+    const uint64_t id = registry_.Fork(*parent, c.tenant, label, profile_name, profile,
+                                       opts_.tenant_max_spaces, &tenant_full, &err);
+    if (id == 0 && tenant_full)
+      return ErrnoErrorDetail(EAGAIN, "CloneSpace",
+                              "tenant '" + c.tenant + "' owns --tenant-max-spaces=" +
+                                  std::to_string(opts_.tenant_max_spaces) + " spaces");
+    if (id == 0 && err == EAGAIN)
+      return ErrnoErrorDetail(EAGAIN, "CloneSpace",
+                              "space limit reached (--max-spaces=" +
+                                  std::to_string(registry_.max_spaces()) + ")");
+    if (id == 0) return ErrnoErrorDetail(err, "CloneSpace", "the memory budget refuses the copy");
+    resp->set_space_id(id);
+    Logf(LogLevel::kDebug, "tenant '%s' forked space %llu into %llu", c.tenant.c_str(),
+         static_cast<unsigned long long>(req->space_id()), static_cast<unsigned long long>(id));
     return {};
   });
 }

@@ -2,6 +2,7 @@
 #include "rpc/space_registry.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <random>
 #include <set>
 #include <tuple>
@@ -27,13 +28,12 @@ SpaceRegistry::SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces, uint32
 
 SpaceRegistry::~SpaceRegistry() = default;
 
-uint64_t SpaceRegistry::Create(const SpaceOptions& opts, std::string tenant, std::string label,
-                               std::string locking_profile, uint64_t tenant_max_spaces,
-                               bool* tenant_full) {
+bool SpaceRegistry::ReserveSpace(const std::string& tenant, uint64_t tenant_max_spaces,
+                                 bool* tenant_full) {
   // Reserve a slot first so concurrent creates cannot overshoot the limit.
   uint64_t n = count_.load(std::memory_order_relaxed);
   do {
-    if (n >= max_spaces_) return 0;
+    if (n >= max_spaces_) return false;
   } while (!count_.compare_exchange_weak(n, n + 1, std::memory_order_relaxed));
   {
     absl::MutexLock lock(&tenant_mu_);
@@ -41,16 +41,54 @@ uint64_t SpaceRegistry::Create(const SpaceOptions& opts, std::string tenant, std
     if (tenant_max_spaces != 0 && mine >= tenant_max_spaces) {
       count_.fetch_sub(1, std::memory_order_relaxed);
       if (tenant_full) *tenant_full = true;
-      return 0;
+      return false;
     }
     mine++;
   }
-  const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
-  auto space = std::make_shared<Space>(id, std::move(tenant), std::move(label),
-                                       std::move(locking_profile), frames_, opts);
-  Shard& sh = ShardFor(id);
+  return true;
+}
+
+void SpaceRegistry::UnreserveSpace(const std::string& tenant) {
+  count_.fetch_sub(1, std::memory_order_relaxed);
+  absl::MutexLock lock(&tenant_mu_);
+  if (auto it = tenant_spaces_.find(tenant); it != tenant_spaces_.end() && --it->second == 0)
+    tenant_spaces_.erase(it);
+}
+
+void SpaceRegistry::Insert(std::shared_ptr<Space> space) {
+  Shard& sh = ShardFor(space->id);
   absl::MutexLock lock(&sh.mu);
+  const uint64_t id = space->id;
   sh.spaces.emplace(id, std::move(space));
+}
+
+uint64_t SpaceRegistry::Create(const SpaceOptions& opts, std::string tenant, std::string label,
+                               std::string locking_profile, uint64_t tenant_max_spaces,
+                               bool* tenant_full) {
+  if (!ReserveSpace(tenant, tenant_max_spaces, tenant_full)) return 0;
+  const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  Insert(std::make_shared<Space>(id, std::move(tenant), std::move(label),
+                                 std::move(locking_profile), frames_, opts));
+  return id;
+}
+
+uint64_t SpaceRegistry::Fork(Space& parent, std::string tenant, std::string label,
+                             std::string locking_profile, const LockingProfile* profile,
+                             uint64_t tenant_max_spaces, bool* tenant_full, int* error) {
+  if (!ReserveSpace(tenant, tenant_max_spaces, tenant_full)) {
+    if (error) *error = EAGAIN;
+    return 0;
+  }
+  int err = 0;
+  std::unique_ptr<AddressSpace> child = parent.as.DupMmap(&err, profile);
+  if (!child) {
+    UnreserveSpace(tenant);
+    if (error) *error = err != 0 ? err : ENOMEM;
+    return 0;
+  }
+  const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  Insert(std::make_shared<Space>(id, std::move(tenant), std::move(label),
+                                 std::move(locking_profile), std::move(child)));
   return id;
 }
 
@@ -71,12 +109,7 @@ bool SpaceRegistry::Destroy(uint64_t id) {
     victim = std::move(it->second);
     sh.spaces.erase(it);
   }
-  count_.fetch_sub(1, std::memory_order_relaxed);
-  {
-    absl::MutexLock lock(&tenant_mu_);
-    if (auto it = tenant_spaces_.find(victim->tenant); it != tenant_spaces_.end() && --it->second == 0)
-      tenant_spaces_.erase(it);
-  }
+  UnreserveSpace(victim->tenant);
   victim.reset();  // tears the space down outside the shard lock (unless in use)
   return true;
 }

@@ -33,13 +33,23 @@ namespace vmspace::rpc {
 struct Space {
   Space(uint64_t id, std::string tenant, std::string label, std::string locking_profile,
         FrameAllocator& frames, const SpaceOptions& opts)
+      : Space(id, std::move(tenant), std::move(label), std::move(locking_profile),
+              std::make_unique<AddressSpace>(frames, opts)) {}
+  /// A space around an address space made elsewhere (AddressSpace::DupMmap's child).
+  Space(uint64_t id, std::string tenant, std::string label, std::string locking_profile,
+        std::unique_ptr<AddressSpace> space)
       : id(id), tenant(std::move(tenant)), label(std::move(label)),
-        locking_profile(std::move(locking_profile)), as(frames, opts) {}
+        locking_profile(std::move(locking_profile)), owned_(std::move(space)), as(*owned_) {}
   const uint64_t id;
   const std::string tenant;           // the creator's (rpc/auth.h); "" without auth
   const std::string label;            // free text from CreateSpace, <= 64 bytes
   const std::string locking_profile;  // as reported by ListSpaces
-  AddressSpace as;
+
+ private:
+  const std::unique_ptr<AddressSpace> owned_;  // never null; declared before `as`
+
+ public:
+  AddressSpace& as;
 };
 
 /// What a tenant's spaces use (SpaceRegistry::Usage).
@@ -92,6 +102,19 @@ class SpaceRegistry {
   uint64_t Create(const SpaceOptions& opts, std::string tenant, std::string label,
                   std::string locking_profile, uint64_t tenant_max_spaces = 0,
                   bool* tenant_full = nullptr);
+
+  /// fork(2)'s new process, as kernel/fork.c copy_process and dup_mmap (Linux 6.18):
+  /// a new space owned by `tenant` holding parent->as.DupMmap(profile) (null `profile`:
+  /// the parent's locking profile); `locking_profile` is what ListSpaces reports. Returns
+  /// its id, or 0 with *error set: EAGAIN if `max_spaces` spaces exist or (with
+  /// *tenant_full set) `tenant` owns `tenant_max_spaces` already (0 = no limit; fork's
+  /// EAGAIN at RLIMIT_NPROC), checked before anything is copied; ENOMEM if DupMmap
+  /// refuses (the budget or the frame limit; nothing of the child is left). Takes
+  /// tenant_mu_, the parent's mmap_lock for write (DupMmap), then one table-shard lock
+  /// for write.
+  uint64_t Fork(Space& parent, std::string tenant, std::string label,
+                std::string locking_profile, const LockingProfile* profile,
+                uint64_t tenant_max_spaces, bool* tenant_full, int* error);
 
   /// The space with this id, or null. Takes the id's shard lock for read.
   std::shared_ptr<Space> Find(uint64_t id) const;
@@ -155,6 +178,14 @@ class SpaceRegistry {
     std::unordered_map<uint64_t, std::shared_ptr<Space>> spaces ABSL_GUARDED_BY(mu);
   };
   Shard& ShardFor(uint64_t id) { return shards_[id % kShards]; }
+  // Takes a slot of max_spaces_ and one of `tenant`'s (tenant_max_spaces, 0 = no limit)
+  // so concurrent creates cannot overshoot; false (*tenant_full set if it was the
+  // tenant's limit) if either is full. Takes tenant_mu_.
+  bool ReserveSpace(const std::string& tenant, uint64_t tenant_max_spaces, bool* tenant_full);
+  // Gives back a ReserveSpace's slots (its space destroyed, or never made). Takes tenant_mu_.
+  void UnreserveSpace(const std::string& tenant);
+  // Registers `space` under its id. Takes one table-shard lock for write.
+  void Insert(std::shared_ptr<Space> space);
   const Shard& ShardFor(uint64_t id) const { return shards_[id % kShards]; }
 
   FrameAllocator& frames_;

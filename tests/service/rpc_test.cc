@@ -1598,5 +1598,97 @@ TEST_F(RpcTest, BatchMincoreOp) {
   Destroy(id);
 }
 
+TEST_F(RpcTest, CloneSpaceSharesPrivatePagesCopyOnWriteAndSharedPagesForReal) {
+  const uint64_t parent = NewSpace({}, "forker");
+  uint64_t priv = 0, shared = 0;
+  ASSERT_TRUE(Mmap(parent, 0, 2 * kPage, kRW, kPrivAnon, &priv).ok());
+  ASSERT_TRUE(Mmap(parent, 0, kPage, kRW, MAP_SHARED | MAP_ANONYMOUS, &shared).ok());
+  v1::WriteMemoryResponse w;
+  ASSERT_TRUE(Write(parent, priv, "before", &w).ok());
+  ASSERT_TRUE(Write(parent, shared, "shared0", &w).ok());
+  auto clone = [&](uint64_t id, const std::string& profile, v1::CloneSpaceResponse* resp) {
+    v1::CloneSpaceRequest req;
+    req.set_space_id(id);
+    req.set_locking_profile(profile);
+    v1::CloneSpaceResponse local;
+    return stub_->CloneSpace(Ctx().get(), req, resp ? resp : &local);
+  };
+  v1::CloneSpaceResponse forked;
+  grpc::Status st = clone(parent, "", &forked);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  const uint64_t child = forked.space_id();
+  ASSERT_NE(child, 0u);
+  ASSERT_NE(child, parent);
+  EXPECT_EQ(Maps(child).maps_text(), Maps(parent).maps_text());
+  EXPECT_EQ(Maps(child).map_count(), 2u);  // the private and the shared mapping
+  v1::ListSpacesResponse list;
+  ASSERT_TRUE(stub_->ListSpaces(Ctx().get(), v1::ListSpacesRequest(), &list).ok());
+  std::string child_label, child_profile, parent_profile;
+  for (const v1::SpaceInfo& i : list.spaces()) {
+    if (i.space_id() == child) child_label = i.label(), child_profile = i.locking_profile();
+    if (i.space_id() == parent) parent_profile = i.locking_profile();
+  }
+  EXPECT_EQ(child_label, "forker");
+  EXPECT_EQ(child_profile, parent_profile);
+  // Each side writes its own private value; both see every shared write.
+  ASSERT_TRUE(Write(parent, priv, "parent", &w).ok());
+  ASSERT_TRUE(Write(child, priv, "child!", &w).ok());
+  ASSERT_TRUE(Write(child, shared, "shared1", &w).ok());
+  v1::ReadMemoryResponse r;
+  ASSERT_TRUE(Read(parent, priv, 6, &r).ok());
+  EXPECT_EQ(r.data(), "parent");
+  ASSERT_TRUE(Read(child, priv, 6, &r).ok());
+  EXPECT_EQ(r.data(), "child!");
+  ASSERT_TRUE(Read(parent, shared, 7, &r).ok());
+  EXPECT_EQ(r.data(), "shared1");
+  ASSERT_TRUE(Write(parent, shared, "shared2", &w).ok());
+  ASSERT_TRUE(Read(child, shared, 7, &r).ok());
+  EXPECT_EQ(r.data(), "shared2");
+  // A page the parent first writes after the fork stays empty in the child.
+  ASSERT_TRUE(Write(parent, priv + kPage, "second", &w).ok());
+  ASSERT_TRUE(Read(child, priv + kPage, 6, &r).ok());
+  EXPECT_EQ(r.data(), std::string(6, '\0'));
+  // The child outlives its parent with its data.
+  Destroy(parent);
+  ASSERT_TRUE(Read(child, priv, 6, &r).ok());
+  EXPECT_EQ(r.data(), "child!");
+  ASSERT_TRUE(Read(child, shared, 7, &r).ok());
+  EXPECT_EQ(r.data(), "shared2");
+  // Errors: a destroyed or unknown parent, a bad profile, a long label.
+  EXPECT_EQ(clone(parent, "", nullptr).error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(clone(0x7777777, "", nullptr).error_code(), StatusCode::NOT_FOUND);
+  EXPECT_TRUE(HasErrno(clone(child, "no-such-profile", nullptr), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  {
+    v1::CloneSpaceRequest req;
+    req.set_space_id(child);
+    req.set_label(std::string(65, 'x'));
+    v1::CloneSpaceResponse resp;
+    EXPECT_TRUE(HasErrno(stub_->CloneSpace(Ctx().get(), req, &resp), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  }
+  // A profile override and a label of its own.
+  {
+    v1::CloneSpaceRequest req;
+    req.set_space_id(child);
+    req.set_locking_profile("linux-6.0");
+    req.set_label("grandchild");
+    v1::CloneSpaceResponse resp;
+    st = stub_->CloneSpace(Ctx().get(), req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_TRUE(stub_->ListSpaces(Ctx().get(), v1::ListSpacesRequest(), &list).ok());
+    bool seen = false;
+    for (const v1::SpaceInfo& i : list.spaces())
+      if (i.space_id() == resp.space_id()) {
+        seen = true;
+        EXPECT_EQ(i.label(), "grandchild");
+        EXPECT_EQ(i.locking_profile(), "linux-6.0");
+      }
+    EXPECT_TRUE(seen);
+    ASSERT_TRUE(Read(resp.space_id(), priv, 6, &r).ok());
+    EXPECT_EQ(r.data(), "child!");
+    Destroy(resp.space_id());
+  }
+  Destroy(child);
+}
+
 }  // namespace
 }  // namespace vmspace::service_test

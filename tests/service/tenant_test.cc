@@ -439,6 +439,52 @@ TEST_F(TenantTest, QuotasPerTenant) {
   EXPECT_NE(alice_.Create(), 0u);
 }
 
+// CloneSpace (fork) on a space of the caller: the child is the caller's; another
+// tenant's space does not exist for it.
+grpc::Status CloneSpace(const Conn& c, uint64_t space, uint64_t* child) {
+  v1::CloneSpaceRequest q;
+  q.set_space_id(space);
+  v1::CloneSpaceResponse r;
+  const grpc::Status s = c.stub->CloneSpace(c.ctx().get(), q, &r);
+  *child = r.space_id();
+  return s;
+}
+
+TEST_F(TenantTest, CloneSpaceForksOnlyOwnSpacesIntoTheCallersTenant) {
+  StartDaemon();
+  const uint64_t a = alice_.Create();
+  ASSERT_NE(a, 0u);
+  ASSERT_TRUE(alice_.Mmap(a, kPage).ok());
+  ASSERT_TRUE(alice_.Write(a, "alice's").ok());
+  uint64_t child = 0;
+  grpc::Status st = CloneSpace(bob_, a, &child);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(st.error_message(), "space " + std::to_string(a) + " not found");
+  st = CloneSpace(alice_, a, &child);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(alice_.List(), (std::vector<uint64_t>{a, child}));
+  EXPECT_TRUE(bob_.List().empty());
+  EXPECT_EQ(alice_.Read(child, 7), "alice's");
+  EXPECT_EQ(CloneSpace(bob_, child, &child).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(TenantTest, CloneSpaceAtTenantMaxSpacesIsEagain) {
+  StartDaemon({"--tenant-max-spaces=1"});
+  const uint64_t a = alice_.Create();
+  ASSERT_NE(a, 0u);
+  uint64_t child = 0;
+  const grpc::Status st = CloneSpace(alice_, a, &child);
+  EXPECT_TRUE(HasErrno(st, grpc::StatusCode::RESOURCE_EXHAUSTED, "EAGAIN", EAGAIN));
+  EXPECT_EQ(st.error_message(), "EAGAIN: CloneSpace: tenant 'alice' owns --tenant-max-spaces=1 spaces");
+  EXPECT_EQ(alice_.List(), std::vector<uint64_t>{a});
+  // The refused fork kept no slot: with `a` destroyed alice creates again.
+  v1::DestroySpaceRequest dq;
+  dq.set_space_id(a);
+  v1::DestroySpaceResponse dr;
+  ASSERT_TRUE(alice_.stub->DestroySpace(alice_.ctx().get(), dq, &dr).ok());
+  EXPECT_NE(alice_.Create(), 0u);
+}
+
 TEST_F(TenantTest, OpenFilesPerTenantAreEmfileAndTheDaemonsAreEnfile) {
   StartDaemon({"--tenant-max-open-files=2", "--max-open-files=3"});
   auto memfd = [](Conn& t, grpc::Status* st) -> uint64_t {

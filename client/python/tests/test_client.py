@@ -263,6 +263,27 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(answer.results[0].mincore.vec, b"\0\0\1\0")
         self.assertEqual(answer.results[1].errno_name, "EINVAL")
 
+    def test_clone_space(self):
+        addr = self.vm.mmap(self.space, PAGE)
+        self.vm.write(self.space, addr, b"parent")
+        child = self.vm.clone_space(self.space, label="py-child")
+        self.addCleanup(self.vm.destroy_space, child)
+        self.assertNotEqual(child, self.space)
+        self.vm.write(child, addr, b"child!")
+        self.assertEqual(self.vm.read(self.space, addr, 6), b"parent")  # copy-on-write
+        self.assertEqual(self.vm.read(child, addr, 6), b"child!")
+        info = {s.space_id: s for s in self.vm.list_spaces()}[child]
+        self.assertEqual((info.label, info.locking_profile), ("py-child", "linux-6.6"))
+        other = self.vm.clone_space(child, locking_profile="linux-6.0")
+        self.addCleanup(self.vm.destroy_space, other)
+        info = {s.space_id: s for s in self.vm.list_spaces()}[other]
+        self.assertEqual((info.label, info.locking_profile), ("py-child", "linux-6.0"))
+        self.assertRaisesErrno(grpc.StatusCode.INVALID_ARGUMENT, "EINVAL", 22, self.vm.clone_space, child,
+                               locking_profile="bogus")
+        with self.assertRaises(VmspaceError) as cm:
+            self.vm.clone_space(0x7777777)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.NOT_FOUND)
+
     def test_brk_mremap(self):
         start = self.vm.brk(self.space, 0)
         self.assertEqual(start, 0x4AC000)  # the default start_brk

@@ -168,6 +168,12 @@ class Client:
         b = self._placement(shard, placement_key)
         return self._call_on(b, "CreateSpace", pb.CreateSpaceRequest(settings=s, label=label)).space_id
 
+    def clone_space(self, space_id, locking_profile="", label=""):
+        """fork(2) of a space (CloneSpace, as kernel/fork.c dup_mmap): returns the child's
+        id, a space of the parent's daemon. "" keeps the parent's profile / label."""
+        return self._call("CloneSpace", pb.CloneSpaceRequest(space_id=space_id, locking_profile=locking_profile,
+                                                             label=label), space_id).space_id
+
     def destroy_space(self, space_id):
         self._call("DestroySpace", pb.DestroySpaceRequest(space_id=space_id), space_id)
 

@@ -29,6 +29,11 @@ class VmSpaceStub(object):
                 request_serializer=vmspace_dot_v1_dot_vmspace__pb2.ListSpacesRequest.SerializeToString,
                 response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.ListSpacesResponse.FromString,
                 )
+        self.CloneSpace = channel.unary_unary(
+                '/vmspace.v1.VmSpace/CloneSpace',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.CloneSpaceRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.CloneSpaceResponse.FromString,
+                )
         self.Mmap = channel.unary_unary(
                 '/vmspace.v1.VmSpace/Mmap',
                 request_serializer=vmspace_dot_v1_dot_vmspace__pb2.MmapRequest.SerializeToString,
@@ -220,6 +225,23 @@ class VmSpaceServicer(object):
 
     def ListSpaces(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloneSpace(self, request, context):
+        """fork(2) of a space, as kernel/fork.c dup_mmap (Linux 6.18): a new space, the child,
+        on the parent's daemon and owned by the caller's tenant, with the parent's VMAs and
+        settings. Private pages are shared copy-on-write (the first write on either side
+        copies the page), shared mappings stay shared, VM_DONTCOPY (MADV_DONTFORK) VMAs are
+        left out, VM_WIPEONFORK (MADV_WIPEONFORK) VMAs start empty, VM_LOCKED is cleared.
+        Errors: NOT_FOUND unknown space (or another tenant's, as other calls);
+        RESOURCE_EXHAUSTED EAGAIN when --max-spaces or the tenant's --tenant-max-spaces is
+        reached (fork's EAGAIN at RLIMIT_NPROC); RESOURCE_EXHAUSTED ENOMEM when the memory
+        budget or the frame limit refuses the copy (nothing of the child is left);
+        INVALID_ARGUMENT EINVAL for a bad locking_profile or a label over 64 bytes.
+        Not a Batch op.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -526,6 +548,11 @@ def add_VmSpaceServicer_to_server(servicer, server):
                     request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.ListSpacesRequest.FromString,
                     response_serializer=vmspace_dot_v1_dot_vmspace__pb2.ListSpacesResponse.SerializeToString,
             ),
+            'CloneSpace': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloneSpace,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.CloneSpaceRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.CloneSpaceResponse.SerializeToString,
+            ),
             'Mmap': grpc.unary_unary_rpc_method_handler(
                     servicer.Mmap,
                     request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MmapRequest.FromString,
@@ -754,6 +781,23 @@ class VmSpace(object):
         return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/ListSpaces',
             vmspace_dot_v1_dot_vmspace__pb2.ListSpacesRequest.SerializeToString,
             vmspace_dot_v1_dot_vmspace__pb2.ListSpacesResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CloneSpace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/CloneSpace',
+            vmspace_dot_v1_dot_vmspace__pb2.CloneSpaceRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.CloneSpaceResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
