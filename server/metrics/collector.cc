@@ -235,13 +235,17 @@ void CollectEngine(const StatsSnapshot& s, std::vector<MetricFamily>& out) {
                     "Engine syscalls by operation and result errno (OK on success, "
                     "\"other\" for untracked errnos).",
                     MetricType::Counter);
-  // OK for every op; an errno once it has happened.
-  for (size_t t = 0; t < static_cast<size_t>(OpType::kCount); t++)
+  // OK for every op; every errno (from 0, so that rate() sees the first failure) once
+  // the op has run.
+  for (size_t t = 0; t < static_cast<size_t>(OpType::kCount); t++) {
+    bool ran = false;
+    for (uint64_t n : s.ops[t]) ran = ran || n != 0;
     for (size_t i = 0; i < kTrackedErrnos.size(); i++)
-      if (i == 0 || s.ops[t][i] != 0)
+      if (i == 0 || ran)
         AddValue(ops, {{"op", OpTypeName(static_cast<OpType>(t))},
                      {"errno", ErrnoLabel(kTrackedErrnos[i])}},
                static_cast<double>(s.ops[t][i]));
+  }
   out.push_back(std::move(ops));
 }
 
@@ -271,7 +275,9 @@ void CollectRpc(const RpcSnapshot& s, std::vector<MetricFamily>& out) {
       AddHistogram(latency, labels, kRpcLatencyBuckets, c.latency_hist,
                    static_cast<double>(c.latency_ns_total) * 1e-9);
     for (int code = 0; code < kGrpcCodeCount; code++) {
-      if (code != 0 && c.handled[code] == 0) continue;  // OK always; another code once it happened
+      // OK always; every other code (from 0, so that rate() sees the first error) once
+      // the method has been called.
+      if (code != 0 && c.started == 0) continue;
       auto l = labels;
       l.push_back({"grpc_code", GrpcCodeName(code)});
       AddValue(handled, std::move(l), static_cast<double>(c.handled[code]));

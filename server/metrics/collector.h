@@ -42,8 +42,8 @@ struct BuildInfo {
 /// (vmspace_* engine and space metrics, grpc_server_* RPC metrics, vmspace_build_info,
 /// vmspace_shard, process_*). A locking profile's series appear once a space of it has
 /// taken a lock, only for the lock classes the profile has; work outside any space is
-/// profile="none"; an errno or gRPC code other than OK once it has happened; a method's
-/// latency histogram once it has been called.
+/// profile="none"; an op's errnos, a method's codes other than OK and its latency
+/// histogram once it has been called (from 0).
 /// Collect() is thread-safe and may run concurrently with requests; it takes only the
 /// stats registration mutexes and whatever `gather_spaces` takes.
 class Collector : public prometheus::Collectable {
