@@ -7,6 +7,7 @@
 #include "cli/output.h"
 
 #include <algorithm>
+#include <sstream>
 #include <string>
 
 namespace vmspace::cli {
@@ -280,8 +281,18 @@ int CmdMaps(Ctx& c) {
     c.out << Json{{"map_count", m.map_count()}, {"vmas", vmas}, {"maps_text", m.maps_text()}}.dump() << "\n";
     return kExitOk;
   }
-  c.out << m.maps_text();
-  if (!m.maps_text().empty() && m.maps_text().back() != '\n') c.out << "\n";
+  if (c.args.Flag("flags")) {
+    // Each maps line followed by its smaps VmFlags line (fs/proc/task_mmu.c).
+    std::string line;
+    std::istringstream text(m.maps_text());
+    for (const v1::Vma& v : m.vmas()) {
+      if (!std::getline(text, line)) break;
+      c.out << line << "\n    VmFlags: " << v.smaps_vmflags() << "\n";
+    }
+  } else {
+    c.out << m.maps_text();
+    if (!m.maps_text().empty() && m.maps_text().back() != '\n') c.out << "\n";
+  }
   if (c.args.Flag("count")) c.out << "map_count " << m.map_count() << "\n";
   return kExitOk;
 }
