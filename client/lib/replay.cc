@@ -41,17 +41,6 @@ int64_t Arg(const Event& e, const char* k) {
   return it == e.args.end() ? 0 : it->second;
 }
 
-const char* AdviceName(int64_t a) {
-  static const std::map<int64_t, const char*> names = {
-      {0, "NORMAL"},        {1, "RANDOM"},       {2, "SEQUENTIAL"},     {3, "WILLNEED"},  {4, "DONTNEED"},
-      {8, "FREE"},          {9, "REMOVE"},       {10, "DONTFORK"},      {11, "DOFORK"},   {12, "MERGEABLE"},
-      {13, "UNMERGEABLE"},  {14, "HUGEPAGE"},    {15, "NOHUGEPAGE"},    {16, "DONTDUMP"}, {17, "DODUMP"},
-      {18, "WIPEONFORK"},   {19, "KEEPONFORK"},  {20, "COLD"},          {21, "PAGEOUT"},  {22, "POPULATE_READ"},
-      {23, "POPULATE_WRITE"}, {24, "DONTNEED_LOCKED"}, {25, "COLLAPSE"}, {100, "HWPOISON"}};
-  auto it = names.find(a);
-  return it == names.end() ? "?" : it->second;
-}
-
 int ProtOf(const std::string& perms) {
   return (perms.size() > 0 && perms[0] == 'r' ? PROT_READ : 0) | (perms.size() > 1 && perms[1] == 'w' ? PROT_WRITE : 0) |
          (perms.size() > 2 && perms[2] == 'x' ? PROT_EXEC : 0);
@@ -117,7 +106,7 @@ class Replayer {
   ReplayResult r_;
   std::mutex mu_;  // r_ from the call threads
   std::map<uint64_t, uint64_t> files_;  // trace File::id -> daemon file id
-  std::map<uint64_t, uint64_t> files_ro_;  // trace File::id -> a read-only daemon id (host files)
+  std::map<uint64_t, uint64_t> files_ro_;  // trace File::id -> a read-only daemon id of its file
   std::map<std::string, uint64_t> file_of_daemon_;  // "dev:inode" of a daemon file -> trace File::id
   std::map<uint64_t, std::unique_ptr<Space>> spaces_;  // by mm
   // --check: calls run in trace order; turn_ is the index in call_order_ that may run.
@@ -177,6 +166,11 @@ bool Replayer::SetUpFiles() {
       req.set_truncate(false);
       auto ro = setup_.OpenFile(req);
       if (ro.ok()) files_ro_[id] = ro.value();
+    } else {
+      // A read-only descriptor of the memfd (ReopenFile, as open("/proc/self/fd/N",
+      // O_RDONLY)): a MAP_SHARED mapping of it has no VM_MAYWRITE, as the program's had.
+      auto ro = setup_.ReopenFile(fid.value(), v1::FILE_ACCESS_RDONLY);
+      if (ro.ok()) files_ro_[id] = ro.value();
     }
     auto st = setup_.StatFile(fid.value());
     if (st.ok()) file_of_daemon_[st.value().dev() + ":" + std::to_string(st.value().inode())] = id;
@@ -205,6 +199,9 @@ bool Replayer::SetUpSpace(Space& s) {
   set.set_mmap_min_addr(t_.header.mmap_min_addr);
   set.set_max_map_count(t_.header.max_map_count);
   set.set_locking_profile(o_.locking_profile);
+  // mm->start_brk of the exec: brk calls then move the same break as on the kernel.
+  if (s.layout != nullptr && s.layout->snap.start_brk != 0 && (s.layout->snap.start_brk & (kPage - 1)) == 0)
+    set.set_start_brk(s.layout->snap.start_brk);
   auto id = setup_.CreateSpace(set, "replay mm " + std::to_string(s.mm));
   if (!id.ok()) {
     r_.error = "CreateSpace: " + id.error().ToString();
@@ -262,8 +259,8 @@ bool Replayer::SetUpSpace(Space& s) {
 }
 
 // The one place that says which recorded calls the daemon serves, and how: adding a
-// call the daemon learns (brk, mremap, mlock, mincore, mseal, seals, CloneSpace for
-// fork) is one case here.
+// call the daemon learns (memfd seals; CloneSpace for fork, whose child is recreated
+// from its layout record today) is one case here.
 Outcome Replayer::Issue(Client& c, Space& s, const Event& e) {
   Outcome o;
   auto done = [&](auto r) {
@@ -305,11 +302,26 @@ Outcome Replayer::Issue(Client& c, Space& s, const Event& e) {
     return done(c.Mprotect(s.id, addr, len, static_cast<int>(Arg(e, "prot"))));
   }
   if (sys == "msync") return done(c.Msync(s.id, addr, len, static_cast<int>(Arg(e, "flags"))));
-  if (sys == "madvise") {
-    const int64_t advice = Arg(e, "advice");
-    if (advice == MADV_DONTNEED) return done(c.Madvise(s.id, addr, len, static_cast<int>(advice)));
-    return unsupported(std::string("madvise(") + AdviceName(advice) + ")");
+  if (sys == "madvise") return done(c.Madvise(s.id, addr, len, static_cast<int>(Arg(e, "advice"))));
+  if (sys == "brk") {
+    auto r = c.Brk(s.id, addr);
+    if (r.ok()) o.value = r.value();
+    return done(r);
   }
+  if (sys == "mremap") {
+    auto r = c.Mremap(s.id, static_cast<uint64_t>(Arg(e, "old_addr")), static_cast<uint64_t>(Arg(e, "old_len")),
+                      static_cast<uint64_t>(Arg(e, "new_len")), static_cast<uint64_t>(Arg(e, "flags")),
+                      static_cast<uint64_t>(Arg(e, "new_addr")));
+    if (r.ok()) o.value = r.value();
+    return done(r);
+  }
+  if (sys == "mlock") return done(c.Mlock(s.id, addr, len, 0));
+  if (sys == "mlock2") return done(c.Mlock(s.id, addr, len, static_cast<int>(Arg(e, "flags"))));
+  if (sys == "munlock") return done(c.Munlock(s.id, addr, len));
+  if (sys == "mlockall") return done(c.Mlockall(s.id, static_cast<int>(Arg(e, "flags"))));
+  if (sys == "munlockall") return done(c.Munlockall(s.id));
+  if (sys == "mseal") return done(c.Mseal(s.id, addr, len, static_cast<uint64_t>(Arg(e, "flags"))));
+  if (sys == "mincore") return done(c.Mincore(s.id, addr, len));
   if (sys == "ftruncate" && DaemonFile(e)) return done(c.TruncateFile(DaemonFile(e), static_cast<uint64_t>(Arg(e, "len"))));
   if (sys == "fallocate" && DaemonFile(e)) {
     if (Arg(e, "mode") != 0) return unsupported("fallocate(mode " + std::to_string(Arg(e, "mode")) + ")");
@@ -334,9 +346,6 @@ Outcome Replayer::Issue(Client& c, Space& s, const Event& e) {
     return unsupported("fork");
   }
   if (sys == "fcntl") return unsupported("seals");
-  if (sys == "brk" || sys == "mremap" || sys == "mlock" || sys == "mlock2" || sys == "munlock" || sys == "mlockall" ||
-      sys == "munlockall" || sys == "mincore" || sys == "mseal")
-    return unsupported(sys);
   // open, openat, close, dup*, memfd_create (its file was made at setup), vfork, execve,
   // exit_group and fd calls on what is not a regular file: nothing to send.
   return recorded_only();
@@ -359,8 +368,9 @@ void Replayer::Check(Space& s, const Event& e, const Outcome& out, Client& c) {
     what = e.sys + " succeeded" + (e.sys == "mmap" ? " (" + Hex(out.value) + ")" : "") + ", the kernel failed " + e.err;
   } else if (!kernel_ok && out.error.Name() != e.err) {
     what = e.sys + " failed " + out.error.Name() + ", the kernel " + e.err;
-  } else if (kernel_ok && e.sys == "mmap" && out.value != static_cast<uint64_t>(e.ret)) {
-    what = "mmap returned " + Hex(out.value) + ", the kernel " + Hex(e.ret);
+  } else if (kernel_ok && (e.sys == "mmap" || e.sys == "mremap" || e.sys == "brk") &&
+             out.value != static_cast<uint64_t>(e.ret)) {
+    what = e.sys + " returned " + Hex(out.value) + ", the kernel " + Hex(e.ret);
   }
   if (what.empty()) return;
   Difference d;
