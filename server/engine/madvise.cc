@@ -199,7 +199,7 @@ int VisitVma(Walk& w, Vma** vp, uint64_t s, uint64_t e) ABSL_SHARED_LOCKS_REQUIR
       return CollapseCheck(w, v, s, e);
     case MADV_GUARD_INSTALL:  // is_valid_guard_vma(allow_locked = false)
       if (v->vm_flags & (VM_SPECIAL | VM_HUGETLB | VM_LOCKED)) return EINVAL;
-      m.mmap_lock.AssertHeld();
+      m.mmap_lock.AssertWriteHeld();  // NeedMmapWrite: the guard advices take it for write
       VmaStartWriteLocked(m, v);  // no fault runs in v meanwhile
       v->vm_flags |= VM_MAYBE_GUARD;  // the whole VMA, no split (vma_flag_set_atomic)
       // An anonymous VMA that gets page-table entries ought to have an anon_vma (fork
@@ -243,7 +243,7 @@ int VisitVma(Walk& w, Vma** vp, uint64_t s, uint64_t e) ABSL_SHARED_LOCKS_REQUIR
     default: return EINVAL;
   }
   if (nf == v->vm_flags) return 0;
-  m.mmap_lock.AssertHeld();
+  m.mmap_lock.AssertWriteHeld();  // NeedMmapWrite: the flag advices take it for write
   int err = 0;
   Vma* r = VmaModifyFlagsLocked(m, v, s, e, nf, &err);
   // "madvise() returns EAGAIN if kernel resources, such as slab, are temporarily
@@ -404,12 +404,14 @@ SysResult AddressSpace::Madvise(uint64_t start, uint64_t len_in, int advice) {
     err = RetryAfterReclaim(m, [&] {  // a split the budget refused
       w.deferred.clear();
       MmapWriteLock(m);
+      w.m.mmap_lock.AssertHeld();  // w.m is m (the analysis does not see the alias)
       const int e = WalkVmas(w, start, end);
       MmapWriteUnlock(m);
       return e;
     });
   } else {
     m.mmap_lock.LockRead();
+    w.m.mmap_lock.AssertHeld();  // w.m is m (the analysis does not see the alias)
     err = WalkVmas(w, start, end);
     m.mmap_lock.UnlockRead();
   }
