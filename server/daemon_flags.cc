@@ -134,10 +134,6 @@ uint64_t RaiseNofileLimit() {
   return rl.rlim_cur == RLIM_INFINITY ? (1u << 20) : rl.rlim_cur;
 }
 
-}  // namespace
-
-namespace {
-
 // Abseil flag names are identifiers (max_spaces); accept the documented dashed
 // spelling (--max-spaces) by rewriting dashes in the name part of "--name[=value]".
 std::vector<char*> DashesToUnderscores(int argc, char** argv, std::vector<std::string>& store) {

@@ -35,7 +35,6 @@ namespace vmspace {
 namespace {
 
 constexpr uint64_t kMremapMaymove = 1, kMremapFixed = 2, kMremapDontunmap = 4;  // include/uapi/linux/mman.h
-constexpr uint64_t kVmLockedMask = VM_LOCKED_MASK;
 
 bool AnonCompatible(AnonVma* a, AnonVma* b) { return !a || !b || a == b; }
 /// is_mergeable_vma(): same flags, same struct file.
@@ -176,7 +175,7 @@ int MoveVmaLocked(MmStruct& m, VmaRemap& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap
     VmaStartWriteLocked(m, old);
     if (old->vm_flags & VM_LOCKED)  // its pages are counted at the destination now
       m.locked_vm.store(m.locked_vm.load(std::memory_order_relaxed) - old->pages(), std::memory_order_relaxed);
-    old->vm_flags &= ~kVmLockedMask;
+    old->vm_flags &= ~VM_LOCKED_MASK;
     if (new_vma != old && r.addr == old_start && r.addr + r.old_len == old_end && old->anon())
       old->set_anon(nullptr);  // unlink_anon_vmas()
   } else if (r.old_len) {
