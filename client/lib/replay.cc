@@ -419,7 +419,7 @@ void Replayer::Check(Space& s, const Event& e, const Outcome& out, Client& c) {
   if (e.sys == "mmap" && kernel_ok) lo = static_cast<uint64_t>(e.ret);
   d.cause = CauseOf(s, lo, lo + std::max<uint64_t>(len, 1));
   if (d.cause.empty() && e.sys == "mmap" && out.ok) d.cause = CauseOf(s, out.value, out.value + std::max<uint64_t>(len, 1));
-  if (d.cause.empty() && e.sys == "mmap" && !(Arg(e, "flags") & MAP_FIXED)) {
+  if (d.cause.empty()) {  // the space has diverged: placements and ranges after it differ
     std::lock_guard<std::mutex> l(s.mu);
     if (!s.taints.empty()) d.cause = "may follow from " + s.taints.front().why;
   }
@@ -521,6 +521,10 @@ void Replayer::CompareMaps(Client& c, Space& s, const Event& snap, const std::st
     d.seq = snap.seq;
     d.what = (snap.kind == Event::Kind::kLayout ? "layout of mm " : "final maps of mm ") + std::to_string(s.mm) + ": " + what;
     d.cause = cause_all == "the layout replica" ? cause_all : CauseOf(s, lo, hi);
+    if (d.cause.empty()) {
+      std::lock_guard<std::mutex> l(s.mu);
+      if (!s.taints.empty()) d.cause = "may follow from " + s.taints.front().why;
+    }
     if (first) {
       d.context = "  the kernel's VMAs:\n" + around(k, i > 0 ? i - 1 : 0) + "  the replay's VMAs:\n" + around(r, j > 0 ? j - 1 : 0);
       first = false;
@@ -644,7 +648,10 @@ void Replayer::RunThread(int tid, const std::vector<const Event*>& events) {
     }
     if (!out.differs.empty() && out.ok) {
       std::lock_guard<std::mutex> l(s.mu);
-      s.taints.push_back({out.value, out.value + static_cast<uint64_t>(Arg(*e, "len")), out.differs + " at #" + std::to_string(e->seq)});
+      const uint64_t len = static_cast<uint64_t>(Arg(*e, "len"));
+      s.taints.push_back({out.value, out.value + len, out.differs + " at #" + std::to_string(e->seq)});
+      if (e->sys == "mmap" && e->err.empty() && static_cast<uint64_t>(e->ret) != out.value)  // and where the kernel put it
+        s.taints.push_back({static_cast<uint64_t>(e->ret), static_cast<uint64_t>(e->ret) + len, s.taints.back().why});
     }
     if (o_.check && out.kind == Outcome::Kind::kIssued) Check(s, *e, out, c);
     {
