@@ -102,6 +102,7 @@ class Replayer {
   void Check(Space& s, const Event& e, const Outcome& out, Client& c);
   void CompareMaps(Client& c, Space& s, const Event& snap, const std::string& cause_all);
   std::string CauseOf(Space& s, uint64_t lo, uint64_t hi);
+  std::string Concurrent(const Space& s, const Event& e) const;
   void AddDifference(Difference d) {
     std::lock_guard<std::mutex> l(mu_);
     r_.differences.push_back(std::move(d));
@@ -121,6 +122,7 @@ class Replayer {
   std::map<uint64_t, uint64_t> files_ro_;  // trace File::id -> a read-only daemon id of its file
   std::map<std::string, uint64_t> file_of_daemon_;  // "dev:inode" of a daemon file -> trace File::id
   std::map<uint64_t, std::unique_ptr<Space>> spaces_;  // by mm
+  std::map<uint64_t, std::vector<const Event*>> calls_of_mm_;  // each space's calls, in trace order
   std::mutex ready_mu_;  // Space::ready
   std::condition_variable ready_cv_;
   // --check: calls run in trace order; turn_ is the index in call_order_ that may run.
@@ -387,6 +389,24 @@ Outcome Replayer::Issue(Client& c, Space& s, const Event& e) {
   return recorded_only();
 }
 
+/// A call of another thread of the space that ran at the same time as `e` on the kernel
+/// (their entry-to-exit intervals overlap) and changes VMAs: which of the two took
+/// mmap_lock first is not recorded (the trace orders calls by when the recorder saw
+/// them return), so the replay's order may be the other. "" if none.
+std::string Replayer::Concurrent(const Space& s, const Event& e) const {
+  static const std::set<std::string> kChanges = {"mmap",  "munmap", "mremap",  "mprotect", "brk",        "madvise",
+                                                 "mlock", "mlock2", "munlock", "mlockall", "munlockall", "mseal"};
+  auto it = calls_of_mm_.find(s.mm);
+  if (it == calls_of_mm_.end()) return "";
+  for (const Event* o : it->second) {
+    if (o == &e || o->tid == e.tid || !kChanges.count(o->sys)) continue;
+    if (o->t_ns < e.t_ns + e.dur_ns && e.t_ns < o->t_ns + o->dur_ns)
+      return "the order across threads: " + o->sys + " #" + std::to_string(o->seq) + " of tid " + std::to_string(o->tid) +
+             " ran at the same time on the kernel";
+  }
+  return "";
+}
+
 std::string Replayer::CauseOf(Space& s, uint64_t lo, uint64_t hi) {
   std::lock_guard<std::mutex> l(s.mu);
   for (const Taint& t : s.taints) {
@@ -422,6 +442,13 @@ void Replayer::Check(Space& s, const Event& e, const Outcome& out, Client& c) {
   if (d.cause.empty()) {  // the space has diverged: placements and ranges after it differ
     std::lock_guard<std::mutex> l(s.mu);
     if (!s.taints.empty()) d.cause = "may follow from " + s.taints.front().why;
+  }
+  if (d.cause.empty() && (d.cause = Concurrent(s, e)) != "") {
+    // The space diverges from here: where the kernel and the replay put the range.
+    std::lock_guard<std::mutex> l(s.mu);
+    const std::string why = d.cause + " (#" + std::to_string(e.seq) + ")";
+    s.taints.push_back({lo, lo + std::max<uint64_t>(len, 1), why});
+    if (out.ok && e.sys != "brk") s.taints.push_back({out.value, out.value + std::max<uint64_t>(len, 1), why});
   }
   std::ostringstream ctx;
   {
@@ -718,6 +745,7 @@ ReplayResult Replayer::Run() {
     if (e.kind != Event::Kind::kCall) continue;
     by_tid[e.tid].push_back(&e);
     call_order_.push_back(e.seq);
+    calls_of_mm_[e.mm].push_back(&e);
   }
   r_.threads = by_tid.size();
   const std::string stats_profile = ProfileForStats(o_.locking_profile);
