@@ -22,6 +22,9 @@ PKGS=(
   python3-yaml         # the deploy tests read compose, rule and manifest files
   docker-compose       # `docker-compose config` validates deploy/compose.yaml (no engine needed)
   python3-kubernetes   # offline schema of the Kubernetes API objects in deploy/k8s
+  # The programs of the corpus (ctest -L corpus: recorded on this kernel, replayed with
+  # --check): besides python3, perl, gcc and coreutils of build-essential
+  sqlite3 nodejs git xz-utils zstd
 )
 missing=()
 for p in "${PKGS[@]}"; do

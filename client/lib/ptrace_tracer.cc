@@ -380,7 +380,12 @@ void Recorder::OnEntry(Task& t, const __ptrace_syscall_info& si) {
   if (spec == Specs().end()) return;
   if (spec->second.path_arg >= 0) t.path = ReadString(t.tid, t.args[spec->second.path_arg]);
   if (t.mm == 0) return;
-  if (t.nr == SYS_mprotect) {
+  // The anonymous pages the program wrote in the range before a call that changes a
+  // VMA's flags or moves it: they give its VMAs their anon_vma, which decides merges
+  // (ranges above 1 GiB are left out, as a VMA's resident runs are).
+  const bool range_call = t.nr == SYS_mprotect || t.nr == SYS_mremap || t.nr == SYS_madvise || t.nr == SYS_mlock ||
+                          t.nr == SYS_mlock2 || t.nr == SYS_munlock || t.nr == kSysMseal;
+  if (range_call && t.args[1] <= (uint64_t{1} << 30)) {
     int pm = open(("/proc/" + std::to_string(t.tid) + "/pagemap").c_str(), O_RDONLY | O_CLOEXEC);
     const uint64_t a = t.args[0] & ~(kPage - 1);
     for (ResidentRun r : ResidentRuns(pm, a, (t.args[0] + t.args[1] + kPage - 1) & ~(kPage - 1))) {
@@ -449,8 +454,10 @@ void Recorder::OnExit(Task& t, const __ptrace_syscall_info& si) {
       e.info["child_tgid"] = c.tgid;
       e.info["child_mm"] = static_cast<int64_t>(c.mm);
     }
-  } else if (t.nr == SYS_pwrite64 || t.nr == SYS_ftruncate || t.nr == SYS_fallocate) {
+  } else if (t.nr == SYS_pwrite64 || t.nr == SYS_ftruncate || t.nr == SYS_fallocate || t.nr == SYS_fcntl) {
     e.file = FileOfFd(t.tid, static_cast<int32_t>(t.args[0]), &size);
+  } else if (t.nr == SYS_mmap && !(t.args[3] & MAP_ANONYMOUS)) {  // refused (EPERM of a seal, EACCES): still its file's
+    e.file = FileOfFd(t.tid, static_cast<int32_t>(t.args[4]), &size);
     if (t.nr == SYS_pwrite64 && !e.file) return;
   }
   if (e.file && size >= 0) e.info["size"] = size;

@@ -66,8 +66,13 @@ struct Taint {
 
 struct Space {
   uint64_t mm = 0;
-  uint64_t id = 0;
+  /// The daemon's space; 0 until made. A fork child's is made by CloneSpace when its
+  /// parent's thread reaches the fork (read by the child's threads meanwhile).
+  std::atomic<uint64_t> id{0};
   const Event* layout = nullptr;
+  uint64_t parent_mm = 0;  // a fork child's: the space CloneSpace copies (0: rebuilt from its layout)
+  bool ready = false;      // the space exists (under Replayer::ready_mu_)
+  std::atomic<bool> gone{false};  // destroyed when its process exec'd
   const Event* exit = nullptr;
   std::mutex mu;
   std::vector<Taint> taints;
@@ -86,10 +91,18 @@ class Replayer {
   bool SetUpSpace(Space& s);
   void FaultIn(Client& c, Space& s, const std::vector<Vma>& vmas);
   void RunThread(int tid, const std::vector<const Event*>& events);
+  /// A fork: the child's space as CloneSpace of its parent's (kernel/fork.c dup_mmap),
+  /// at its fork record, by the thread that forked; --check compares it with the record.
+  void Fork(Client& c, const Event& layout);
+  /// The space of `mm`, once it exists (a fork child's threads wait for the fork).
+  Space& Ready(uint64_t mm);
+  /// An exec left the space of `mm`: it goes, as exec_mmap drops the old mm.
+  void LeftByExec(Client& c, uint64_t mm);
   Outcome Issue(Client& c, Space& s, const Event& e);
   void Check(Space& s, const Event& e, const Outcome& out, Client& c);
   void CompareMaps(Client& c, Space& s, const Event& snap, const std::string& cause_all);
   std::string CauseOf(Space& s, uint64_t lo, uint64_t hi);
+  std::string Concurrent(const Space& s, const Event& e) const;
   void AddDifference(Difference d) {
     std::lock_guard<std::mutex> l(mu_);
     r_.differences.push_back(std::move(d));
@@ -109,6 +122,9 @@ class Replayer {
   std::map<uint64_t, uint64_t> files_ro_;  // trace File::id -> a read-only daemon id of its file
   std::map<std::string, uint64_t> file_of_daemon_;  // "dev:inode" of a daemon file -> trace File::id
   std::map<uint64_t, std::unique_ptr<Space>> spaces_;  // by mm
+  std::map<uint64_t, std::vector<const Event*>> calls_of_mm_;  // each space's calls, in trace order
+  std::mutex ready_mu_;  // Space::ready
+  std::condition_variable ready_cv_;
   // --check: calls run in trace order; turn_ is the index in call_order_ that may run.
   std::vector<uint64_t> call_order_;
   std::mutex turn_mu_;
@@ -118,6 +134,12 @@ class Replayer {
 };
 
 bool Replayer::SetUpFiles() {
+  // A memfd that the program made: MFD_ALLOW_SEALING as its memfd_create asked.
+  std::set<uint64_t> sealable;
+  for (const Event& e : t_.events) {
+    if (e.kind == Event::Kind::kCall && e.sys == "memfd_create" && e.file && (Arg(e, "flags") & 2 /* MFD_ALLOW_SEALING */))
+      sealable.insert(*e.file);
+  }
   for (const auto& [id, f] : t_.files) {
     std::string name = std::filesystem::path(f.path).filename().string();
     if (name.rfind("memfd:", 0) == 0) name = name.substr(6);
@@ -126,7 +148,8 @@ bool Replayer::SetUpFiles() {
     name = name.substr(0, 200);
     client::Result<uint64_t> fid = uint64_t{0};
     v1::OpenFileRequest req;
-    if (o_.host_files) {
+    const bool host = o_.host_files && !f.shmem;  // a memfd stays one (its seals, its placement)
+    if (host) {
       req.set_path("vmspace-replay-" + std::to_string(getpid()) + "-" + std::to_string(id) + "-" + name);
       req.set_write(true);
       req.set_create(true);
@@ -137,10 +160,10 @@ bool Replayer::SetUpFiles() {
         if (!tr.ok()) fid = tr.error();
       }
     } else {
-      fid = setup_.CreateShmemFile(name, f.size);
+      fid = setup_.CreateShmemFile(name, f.size, 0, sealable.count(id) > 0);
     }
     if (!fid.ok()) {
-      r_.error = std::string(o_.host_files ? "OpenFile(" + req.path() + ")" : "CreateShmemFile(" + name + ")") + ": " +
+      r_.error = std::string(host ? "OpenFile(" + req.path() + ")" : "CreateShmemFile(" + name + ")") + ": " +
                  fid.error().ToString();
       return false;
     }
@@ -160,7 +183,7 @@ bool Replayer::SetUpFiles() {
         off += n;
       }
     }
-    if (o_.host_files) {
+    if (host) {
       req.set_write(false);
       req.set_create(false);
       req.set_truncate(false);
@@ -223,6 +246,10 @@ bool Replayer::SetUpSpace(Space& s) {
     } else if (v.file) {
       file = files_.at(*v.file);
       flags |= v.perms[3] == 's' ? MAP_SHARED : MAP_PRIVATE;
+      // A shared mapping without VM_MAYWRITE was of a read-only fd.
+      if (v.perms[3] == 's' && (" " + v.vmflags + " ").find(" mw ") == std::string::npos) {
+        if (auto ro = files_ro_.find(*v.file); ro != files_ro_.end()) file = ro->second;
+      }
     } else {
       flags |= (v.perms[3] == 's' ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS;
       if (v.name == "[stack]") flags |= MAP_GROWSDOWN;
@@ -287,20 +314,28 @@ Outcome Replayer::Issue(Client& c, Space& s, const Event& e) {
       if (auto ro = files_ro_.find(*e.file); ro != files_ro_.end()) file = ro->second;
       else if ((flags & MAP_TYPE) != MAP_PRIVATE) o.differs = "a MAP_SHARED mapping of a read-only fd (the replay's memfd is writable; try --files host)";
     }
+    // thp_get_unmapped_area (mm/huge_memory.c __thp_get_unmapped_area): the kernel
+    // places a regular file's mapping that spans a whole aligned PMD of the file so that
+    // the PMD lands aligned; a memfd (shmem, no huge pages) is not aligned.
+    const uint64_t off = static_cast<uint64_t>(Arg(e, "off")), pmd = uint64_t{2} << 20;
+    const uint64_t off_align = (off + pmd - 1) & ~(pmd - 1);
+    if (file != 0 && !o_.host_files && !t_.files.at(*e.file).shmem && !(flags & MAP_FIXED) && off + len > off_align &&
+        off + len - off_align >= pmd && o.differs.empty())
+      o.differs = "the THP alignment of a file mapping of 2 MiB or more (the replay's file is a memfd, which is not aligned; --files host is)";
     auto r = c.Mmap(s.id, addr, len, static_cast<int>(Arg(e, "prot")), flags,
                     static_cast<uint64_t>(Arg(e, "off")), file);
     if (r.ok()) o.value = r.value();
     return done(r);
   }
   if (sys == "munmap") return done(c.Munmap(s.id, addr, len));
-  if (sys == "mprotect") {
-    // The pages the program had written in the range before the call: they give its
-    // VMAs their anon_vma, which decides merges and VM_ACCOUNT.
-    for (const ResidentRun& run : e.touched) {
-      (void)c.Access(s.id, (addr & ~(kPage - 1)) + run.first * kPage, run.count * kPage, kPage, v1::ACCESS_WRITE);
-    }
-    return done(c.Mprotect(s.id, addr, len, static_cast<int>(Arg(e, "prot"))));
+  // The pages the program had written in the range before the call (mprotect, mremap,
+  // madvise, the mlock family, mseal): they give its VMAs their anon_vma, which decides
+  // merges and VM_ACCOUNT.
+  const uint64_t range = static_cast<uint64_t>(Arg(e, sys == "mremap" ? "old_addr" : "addr")) & ~(kPage - 1);
+  for (const ResidentRun& run : e.touched) {
+    (void)c.Access(s.id, range + run.first * kPage, run.count * kPage, kPage, v1::ACCESS_WRITE);
   }
+  if (sys == "mprotect") return done(c.Mprotect(s.id, addr, len, static_cast<int>(Arg(e, "prot"))));
   if (sys == "msync") return done(c.Msync(s.id, addr, len, static_cast<int>(Arg(e, "flags"))));
   if (sys == "madvise") return done(c.Madvise(s.id, addr, len, static_cast<int>(Arg(e, "advice"))));
   if (sys == "brk") {
@@ -339,16 +374,37 @@ Outcome Replayer::Issue(Client& c, Space& s, const Event& e) {
     if (r.ok()) o.value = r.value();
     return done(r);
   }
-  if (sys == "clone" || sys == "clone3" || sys == "fork") {
-    const bool shares_vm = sys != "fork" && (Arg(e, "flags") & 0x100 /* CLONE_VM */);
-    if (shares_vm || e.ret < 0) return recorded_only();
-    // CloneSpace: the child's space is recreated from its layout record meanwhile.
-    return unsupported("fork");
+  // clone, clone3, fork: a child with a space of its own was made by CloneSpace at its
+  // fork record (Fork), just before; a thread or a vfork child shares its parent's.
+  if (sys == "fcntl" && DaemonFile(e)) {
+    if (Arg(e, "cmd") == 1033 /* F_ADD_SEALS */) return done(c.AddFileSeals(DaemonFile(e), static_cast<uint32_t>(Arg(e, "arg"))));
+    if (Arg(e, "cmd") == 1034 /* F_GET_SEALS */) {
+      auto r = c.GetFileSeals(DaemonFile(e));
+      if (r.ok()) o.value = r.value();
+      return done(r);
+    }
   }
-  if (sys == "fcntl") return unsupported("seals");
   // open, openat, close, dup*, memfd_create (its file was made at setup), vfork, execve,
   // exit_group and fd calls on what is not a regular file: nothing to send.
   return recorded_only();
+}
+
+/// A call of another thread of the space that ran at the same time as `e` on the kernel
+/// (their entry-to-exit intervals overlap) and changes VMAs: which of the two took
+/// mmap_lock first is not recorded (the trace orders calls by when the recorder saw
+/// them return), so the replay's order may be the other. "" if none.
+std::string Replayer::Concurrent(const Space& s, const Event& e) const {
+  static const std::set<std::string> kChanges = {"mmap",  "munmap", "mremap",  "mprotect", "brk",        "madvise",
+                                                 "mlock", "mlock2", "munlock", "mlockall", "munlockall", "mseal"};
+  auto it = calls_of_mm_.find(s.mm);
+  if (it == calls_of_mm_.end()) return "";
+  for (const Event* o : it->second) {
+    if (o == &e || o->tid == e.tid || !kChanges.count(o->sys)) continue;
+    if (o->t_ns < e.t_ns + e.dur_ns && e.t_ns < o->t_ns + o->dur_ns)
+      return "the order across threads: " + o->sys + " #" + std::to_string(o->seq) + " of tid " + std::to_string(o->tid) +
+             " ran at the same time on the kernel";
+  }
+  return "";
 }
 
 std::string Replayer::CauseOf(Space& s, uint64_t lo, uint64_t hi) {
@@ -371,6 +427,8 @@ void Replayer::Check(Space& s, const Event& e, const Outcome& out, Client& c) {
   } else if (kernel_ok && (e.sys == "mmap" || e.sys == "mremap" || e.sys == "brk") &&
              out.value != static_cast<uint64_t>(e.ret)) {
     what = e.sys + " returned " + Hex(out.value) + ", the kernel " + Hex(e.ret);
+  } else if (kernel_ok && e.sys == "fcntl" && out.value != static_cast<uint64_t>(e.ret)) {
+    what = e.sys + " returned " + std::to_string(out.value) + ", the kernel " + std::to_string(e.ret);
   }
   if (what.empty()) return;
   Difference d;
@@ -381,9 +439,16 @@ void Replayer::Check(Space& s, const Event& e, const Outcome& out, Client& c) {
   if (e.sys == "mmap" && kernel_ok) lo = static_cast<uint64_t>(e.ret);
   d.cause = CauseOf(s, lo, lo + std::max<uint64_t>(len, 1));
   if (d.cause.empty() && e.sys == "mmap" && out.ok) d.cause = CauseOf(s, out.value, out.value + std::max<uint64_t>(len, 1));
-  if (d.cause.empty() && e.sys == "mmap" && !(Arg(e, "flags") & MAP_FIXED)) {
+  if (d.cause.empty()) {  // the space has diverged: placements and ranges after it differ
     std::lock_guard<std::mutex> l(s.mu);
     if (!s.taints.empty()) d.cause = "may follow from " + s.taints.front().why;
+  }
+  if (d.cause.empty() && (d.cause = Concurrent(s, e)) != "") {
+    // The space diverges from here: where the kernel and the replay put the range.
+    std::lock_guard<std::mutex> l(s.mu);
+    const std::string why = d.cause + " (#" + std::to_string(e.seq) + ")";
+    s.taints.push_back({lo, lo + std::max<uint64_t>(len, 1), why});
+    if (out.ok && e.sys != "brk") s.taints.push_back({out.value, out.value + std::max<uint64_t>(len, 1), why});
   }
   std::ostringstream ctx;
   {
@@ -483,6 +548,10 @@ void Replayer::CompareMaps(Client& c, Space& s, const Event& snap, const std::st
     d.seq = snap.seq;
     d.what = (snap.kind == Event::Kind::kLayout ? "layout of mm " : "final maps of mm ") + std::to_string(s.mm) + ": " + what;
     d.cause = cause_all == "the layout replica" ? cause_all : CauseOf(s, lo, hi);
+    if (d.cause.empty()) {
+      std::lock_guard<std::mutex> l(s.mu);
+      if (!s.taints.empty()) d.cause = "may follow from " + s.taints.front().why;
+    }
     if (first) {
       d.context = "  the kernel's VMAs:\n" + around(k, i > 0 ? i - 1 : 0) + "  the replay's VMAs:\n" + around(r, j > 0 ? j - 1 : 0);
       first = false;
@@ -491,12 +560,64 @@ void Replayer::CompareMaps(Client& c, Space& s, const Event& snap, const std::st
   }
 }
 
+Space& Replayer::Ready(uint64_t mm) {
+  Space& s = *spaces_.at(mm);
+  std::unique_lock<std::mutex> l(ready_mu_);
+  ready_cv_.wait(l, [&] { return s.ready; });
+  return s;
+}
+
+void Replayer::Fork(Client& c, const Event& layout) {
+  Space& child = *spaces_.at(layout.mm);
+  Space& parent = Ready(child.parent_mm);
+  // The pages the parent had written by the fork (the child's layout shows them, shared
+  // copy-on-write): they give the parent's VMAs, and so the child's, their anon_vmas.
+  for (const Vma& v : layout.snap.vmas) {
+    if (v.perms.size() < 2 || v.perms[1] != 'w' || SpecialName(v.name)) continue;
+    for (const ResidentRun& run : v.resident) {
+      if (run.anon) (void)c.Access(parent.id, v.start + run.first * kPage, run.count * kPage, kPage, v1::ACCESS_WRITE);
+    }
+  }
+  auto id = c.CloneSpace(parent.id);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ++r_.issued;
+    ++r_.by_sys["fork (CloneSpace)"];
+    if (id.ok()) ++r_.spaces;
+  }
+  {
+    std::lock_guard<std::mutex> l(parent.mu);
+    parent.history.push_back("#" + std::to_string(layout.seq) + " fork of mm " + std::to_string(layout.mm) + "; replay: " +
+                             (id.ok() ? "CloneSpace " + std::to_string(id.value()) : id.error().Name()));
+  }
+  child.brk_lo = child.brk_hi = layout.snap.start_brk;
+  if (!id.ok()) {
+    AddDifference({layout.seq, "CloneSpace of mm " + std::to_string(parent.mm) + " for mm " + std::to_string(layout.mm) +
+                                   " failed: " + id.error().ToString(), "", ""});
+  } else {
+    child.id = id.value();
+    if (o_.check) CompareMaps(c, child, layout, "");
+  }
+  {
+    std::lock_guard<std::mutex> l(ready_mu_);
+    child.ready = true;
+  }
+  ready_cv_.notify_all();
+}
+
+void Replayer::LeftByExec(Client& c, uint64_t mm) {
+  Space& s = *spaces_.at(mm);
+  if (s.exit != nullptr || s.gone.exchange(true)) return;
+  (void)c.DestroySpace(s.id);
+}
+
 void Replayer::RunThread(int tid, const std::vector<const Event*>& events) {
   client::ClientOptions co = o_.client;
   co.own_connection = true;
   Client c(co);
   (void)tid;
   const uint64_t t_first = t_.events.empty() ? 0 : t_.events.front().t_ns;
+  uint64_t mm = 0;  // the thread's address space so far
   for (const Event* e : events) {
     size_t pos = 0;
     if (o_.check) {
@@ -505,7 +626,18 @@ void Replayer::RunThread(int tid, const std::vector<const Event*>& events) {
       turn_cv_.wait(l, [&] { return turn_ == pos; });
     }
     if (o_.paced) std::this_thread::sleep_until(start_ + std::chrono::nanoseconds(e->t_ns - std::min(e->t_ns, t_first)));
-    Space& s = *spaces_.at(e->mm);
+    if (e->kind == Event::Kind::kLayout) {
+      Fork(c, *e);
+      if (o_.check) {
+        std::lock_guard<std::mutex> l(turn_mu_);
+        ++turn_;
+        turn_cv_.notify_all();
+      }
+      continue;
+    }
+    if ((e->sys == "execve" || e->sys == "execveat") && e->err.empty() && mm != 0 && mm != e->mm) LeftByExec(c, mm);
+    mm = e->mm;
+    Space& s = Ready(e->mm);
     Outcome out = Issue(c, s, *e);
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -543,7 +675,10 @@ void Replayer::RunThread(int tid, const std::vector<const Event*>& events) {
     }
     if (!out.differs.empty() && out.ok) {
       std::lock_guard<std::mutex> l(s.mu);
-      s.taints.push_back({out.value, out.value + static_cast<uint64_t>(Arg(*e, "len")), out.differs + " at #" + std::to_string(e->seq)});
+      const uint64_t len = static_cast<uint64_t>(Arg(*e, "len"));
+      s.taints.push_back({out.value, out.value + len, out.differs + " at #" + std::to_string(e->seq)});
+      if (e->sys == "mmap" && e->err.empty() && static_cast<uint64_t>(e->ret) != out.value)  // and where the kernel put it
+        s.taints.push_back({static_cast<uint64_t>(e->ret), static_cast<uint64_t>(e->ret) + len, s.taints.back().why});
     }
     if (o_.check && out.kind == Outcome::Kind::kIssued) Check(s, *e, out, c);
     {
@@ -579,15 +714,38 @@ ReplayResult Replayer::Run() {
     if (e.kind == Event::Kind::kLayout && s->layout == nullptr) s->layout = &e;
     if (e.kind == Event::Kind::kExit) s->exit = &e;
   }
+  // A fork child's space is CloneSpace of its parent's, made when the thread that
+  // forked reaches the child's fork record (before the clone call's own record).
+  std::map<uint64_t, const Event*> fork_of;  // child mm -> the clone/fork call that made it
+  for (const Event& e : t_.events) {
+    if (e.kind != Event::Kind::kCall || e.ret <= 0 || (e.sys != "clone" && e.sys != "clone3" && e.sys != "fork")) continue;
+    auto cm = e.info.find("child_mm");
+    if (cm != e.info.end() && static_cast<uint64_t>(cm->second) != e.mm && spaces_.count(static_cast<uint64_t>(cm->second)))
+      fork_of[static_cast<uint64_t>(cm->second)] = &e;
+  }
+  for (auto& [mm, s] : spaces_) {
+    auto f = fork_of.find(mm);
+    if (s->layout != nullptr && s->layout->snap.reason == "fork" && f != fork_of.end() && spaces_.count(f->second->mm))
+      s->parent_mm = f->second->mm;
+  }
   if (!SetUpFiles()) return r_;
   for (auto& [mm, s] : spaces_) {
+    if (s->parent_mm != 0) continue;
     if (!SetUpSpace(*s)) return r_;
+    s->ready = true;
   }
   std::map<int, std::vector<const Event*>> by_tid;
   for (const Event& e : t_.events) {
-    if (e.kind != Event::Kind::kCall || e.mm == 0) continue;
+    if (e.mm == 0) continue;
+    if (e.kind == Event::Kind::kLayout && e.snap.reason == "fork" && spaces_.at(e.mm)->parent_mm != 0 &&
+        spaces_.at(e.mm)->layout == &e) {
+      by_tid[fork_of.at(e.mm)->tid].push_back(&e);
+      call_order_.push_back(e.seq);
+    }
+    if (e.kind != Event::Kind::kCall) continue;
     by_tid[e.tid].push_back(&e);
     call_order_.push_back(e.seq);
+    calls_of_mm_[e.mm].push_back(&e);
   }
   r_.threads = by_tid.size();
   const std::string stats_profile = ProfileForStats(o_.locking_profile);
@@ -610,11 +768,13 @@ ReplayResult Replayer::Run() {
     }
   }
   for (auto& [mm, s] : spaces_) {
-    if (s->exit == nullptr) continue;
+    if (s->exit == nullptr || s->id == 0) continue;
     FaultIn(setup_, *s, s->exit->snap.vmas);
     if (o_.check) CompareMaps(setup_, *s, *s->exit, "");
   }
-  for (auto& [mm, s] : spaces_) (void)setup_.DestroySpace(s->id);
+  for (auto& [mm, s] : spaces_) {
+    if (s->id != 0 && !s->gone) (void)setup_.DestroySpace(s->id);
+  }
   for (auto& [id, fid] : files_) (void)setup_.CloseFile(fid);
   std::stable_sort(r_.differences.begin(), r_.differences.end(),
                    [](const Difference& a, const Difference& b) { return a.seq < b.seq; });

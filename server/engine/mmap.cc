@@ -445,7 +445,7 @@ int DoBrkFlagsLocked(MmStruct& m, Vma* brkvma, uint64_t addr, uint64_t len) ABSL
   if (!MayAddVmaLocked(m, /*over=*/true)) return ENOMEM;  // map_count > sysctl_max_map_count
   if (pages > m.commit_limit_pages) return ENOMEM;        // security_vm_enough_memory_mm
   if (brkvma && brkvma->vm_end == addr && brkvma->vm_flags == flags && !brkvma->vm_file &&
-      brkvma->vm_pgoff + brkvma->pages() == (addr >> kPageShift)) {
+      brkvma->vm_pgoff + brkvma->pages() == (addr >> kPageShift) && IsMergeableAnonVma(brkvma, nullptr, nullptr)) {
     VmaSetRangeLocked(m, brkvma, brkvma->vm_start, addr + len);  // vma_expand
   } else {
     Vma* v = VmaAllocLocked(m);

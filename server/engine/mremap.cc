@@ -335,9 +335,9 @@ Vma* CopyVmaLocked(MmStruct& mm, Vma** vmap, uint64_t addr, uint64_t len, uint64
     Vma* next = FindVmaLocked(mm, addr);
     if (next && next->vm_start != end) next = nullptr;
     const uint64_t pages = len >> kPageShift;
-    const bool left = prev && Mergeable(prev, flags, file) && AnonCompatible(prev->anon(), anon) &&
+    const bool left = prev && Mergeable(prev, flags, file) && IsMergeableAnonVma(prev, nullptr, anon, vma) &&
                       prev->vm_pgoff + prev->pages() == pgoff;
-    bool right = next && Mergeable(next, flags, file) && AnonCompatible(next->anon(), anon) &&
+    bool right = next && Mergeable(next, flags, file) && IsMergeableAnonVma(next, nullptr, anon, vma) &&
                  next->vm_pgoff == pgoff + pages;
     if (left && right && !AnonCompatible(prev->anon(), next->anon())) right = false;
     if (left && right) {

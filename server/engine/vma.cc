@@ -23,6 +23,12 @@ constexpr uint64_t kUserPgtablesCeiling = 1ull << 48;
 
 bool AnonCompatible(AnonVma* a, AnonVma* b) { return !a || !b || a == b; }
 
+/// vma_had_uncowed_parents() (mm/vma.c, Linux 6.18; the list_is_singular() test of
+/// "mmap: avoid merging cloned VMAs", 3.3): an anon_vma and more than one AVC.
+bool HadUncowedParents(const Vma* v) {
+  return v && v->anon() && v->anon_vma_chain && v->anon_vma_chain->same_vma != nullptr;
+}
+
 /// is_mergeable_vma(): same flags but VM_IGNORE_MERGE (VM_MAYBE_GUARD; no
 /// VM_SOFTDIRTY here), same struct file.
 bool Mergeable(const Vma* v, uint64_t flags, const OpenFile* file) {
@@ -174,6 +180,13 @@ Vma* SplitVmaLocked(MmStruct& mm, Vma* v, uint64_t addr, bool new_below) {
   return n;
 }
 
+bool IsMergeableAnonVma(const Vma* tgt, const Vma* src, AnonVma* src_anon, const Vma* copied_from) {
+  AnonVma* tgt_anon = tgt->anon();
+  if (!tgt_anon && src_anon) return !HadUncowedParents(src) && !HadUncowedParents(copied_from);  // dup_anon_vma into tgt
+  if (tgt_anon && !src_anon) return !HadUncowedParents(tgt);  // the range takes tgt's
+  return tgt_anon == src_anon;
+}
+
 Vma* VmaMergeNewRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
                             const OpenFile* file, Vma* next) {
   if (flags & VM_SPECIAL) return nullptr;
@@ -181,8 +194,10 @@ Vma* VmaMergeNewRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, uint64_t
   if (prev && prev->vm_end != start) prev = nullptr;
   if (next && next->vm_start != end) next = nullptr;
   const uint64_t pages = (end - start) >> kPageShift;
-  bool left = prev && Mergeable(prev, flags, file) && prev->vm_pgoff + prev->pages() == pgoff;
-  bool right = next && Mergeable(next, flags, file) && next->vm_pgoff == pgoff + pages;
+  bool left = prev && Mergeable(prev, flags, file) && prev->vm_pgoff + prev->pages() == pgoff &&
+              IsMergeableAnonVma(prev, nullptr, nullptr);
+  bool right = next && Mergeable(next, flags, file) && next->vm_pgoff == pgoff + pages &&
+               IsMergeableAnonVma(next, nullptr, nullptr);
   if (left && right && !AnonCompatible(prev->anon(), next->anon())) right = false;
   if (left && right) {
     const uint64_t next_end = next->vm_end;
@@ -219,10 +234,10 @@ Vma* VmaModifyFlagsLocked(MmStruct& mm, Vma* middle, uint64_t start, uint64_t en
     Vma* next = right_side ? VmaNextFromLocked(mm, end) : nullptr;
     if (next && next->vm_start != end) next = nullptr;
     const bool merge_left = prev && Mergeable(prev, newflags, file) &&
-                            AnonCompatible(prev->anon(), anon) &&
+                            IsMergeableAnonVma(prev, middle, anon) &&
                             prev->vm_pgoff + prev->pages() == pgoff;
     bool merge_right = next && Mergeable(next, newflags, file) &&
-                       AnonCompatible(next->anon(), anon) && next->vm_pgoff == pgoff + pages;
+                       IsMergeableAnonVma(next, middle, anon) && next->vm_pgoff == pgoff + pages;
     if (merge_left && merge_right && !AnonCompatible(prev->anon(), next->anon()))
       merge_right = false;
     const bool delete_middle = left_side && right_side;

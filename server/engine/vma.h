@@ -70,6 +70,14 @@ void VmaSetRangeLocked(MmStruct& mm, Vma* v, uint64_t start, uint64_t end) ABSL_
 /// Returns the new VMA. No map_count check (callers check, as split_vma does).
 Vma* SplitVmaLocked(MmStruct& mm, Vma* v, uint64_t addr, bool new_below) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
 
+/// is_mergeable_anon_vma() (mm/vma.c, Linux 6.18): may the range of `src` (null for a
+/// new range; `copied_from` the VMA an mremap moves), which brings `src_anon`, merge
+/// into its neighbour `tgt`? Not when it would join the anon_vma of a VMA that a fork
+/// made and that still has its parents' anon_vmas in its chain
+/// (vma_had_uncowed_parents: more than one anon_vma_chain), else when at most one of
+/// the two has an anon_vma, or both the same. Needs mmap_lock (read or write).
+bool IsMergeableAnonVma(const Vma* tgt, const Vma* src, AnonVma* src_anon, const Vma* copied_from = nullptr);
+
 /// vma_merge_new_range(): merges the new range [start, end) (free) with flags, pgoff
 /// and no anon_vma into prev and/or next if compatible. `next` is find_vma(start),
 /// which the caller has already looked up (__mmap_region's vma_find: the first VMA

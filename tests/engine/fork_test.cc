@@ -268,6 +268,25 @@ TEST_P(ForkTest, SplitAndMergeKeepTheChains) {
   for (int i : {0, 1, 3, 4, 6, 7}) EXPECT_EQ(Read(*child_, kBase + i * P), i);
 }
 
+// is_mergeable_anon_vma (mm/vma.c vma_had_uncowed_parents): a child's VMA still chained
+// to its parent's anon_vma takes no new neighbour, where the parent's VMA does; a
+// neighbour with the same anon_vma still merges.
+TEST_P(ForkTest, AForkedVmaWithItsParentsAnonVmaTakesNoNewNeighbour) {
+  ASSERT_TRUE(as_->Mmap(kBase, 4 * P, kRW, kAnon).ok());
+  ASSERT_TRUE(Write(*as_, kBase, 1));
+  child_ = Fork(*as_);
+  ASSERT_TRUE(child_);
+  ASSERT_TRUE(child_->Mmap(kBase + 4 * P, 4 * P, kRW, kAnon).ok());
+  EXPECT_EQ(child_->Counters().map_count, 2u);
+  ASSERT_TRUE(as_->Mmap(kBase + 4 * P, 4 * P, kRW, kAnon).ok());
+  EXPECT_EQ(as_->Counters().map_count, 1u);
+  // The child's own VMA, split and made alike again, merges (one anon_vma).
+  ASSERT_TRUE(child_->Mprotect(kBase + P, P, PROT_READ).ok());
+  EXPECT_EQ(child_->Counters().map_count, 4u);
+  ASSERT_TRUE(child_->Mprotect(kBase + P, P, kRW).ok());
+  EXPECT_EQ(child_->Counters().map_count, 2u);
+}
+
 /// Private file pages after fork: the parent's private copy is shared copy-on-write, a
 /// page-cache page stays the file's; a shared mapping stays shared.
 class ForkFileTest : public ForkTest {
