@@ -538,12 +538,12 @@ std::string Text(const Json& prov, const std::vector<Study>& studies, const std:
     const Study& st = studies[s];
     const StudyFigures& f = figs[s];
     o << "\n" << st.seed << ": " << st.title << "\n  " << st.setting << "\n  thread: " << st.thread << "\n";
-    snprintf(line, sizeof line, "  %-12s %8s %8s %12s  %s\n", "ratio", "thread", "ours", "range", "verdict");
+    snprintf(line, sizeof line, "  %-16s %8s %8s %12s  %s\n", "ratio", "thread", "ours", "range", "verdict");
     o << line;
     for (size_t i = 0; i < st.claims.size(); ++i) {
       const ClaimFigures& c = f.claims[i];
       const std::string range = c.lo ? Fixed(*c.lo, 2) + "-" + Fixed(*c.hi, 2) : "-";
-      snprintf(line, sizeof line, "  %-12s %8.2f %8s %12s  %s\n", ClaimName(st.claims[i]).c_str(), st.claims[i].thread,
+      snprintf(line, sizeof line, "  %-16s %8.2f %8s %12s  %s\n", ClaimName(st.claims[i]).c_str(), st.claims[i].thread,
                Num(c.median, "%.2f").c_str(), range.c_str(), c.verdict.c_str());
       o << line;
       o << "    (thread: " << st.claims[i].source << ")\n";
