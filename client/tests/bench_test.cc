@@ -755,8 +755,9 @@ TEST(Reproduce, Seed004QuickWritesProvenanceCsvAndChart) {
   EXPECT_TRUE(std::regex_match(p["date"].get<std::string>(), std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")))
       << p["date"];
   EXPECT_EQ(p["command_line"].get<std::string>().rfind("vmspace reproduce seed-004 --quick", 0), 0u) << p["command_line"];
-  if (std::ifstream("/proc/cpuinfo").good() && std::string(u.machine) == "x86_64")
+  if (std::ifstream("/proc/cpuinfo").good() && std::string(u.machine) == "x86_64") {
     EXPECT_FALSE(p["cpu_model"].get<std::string>().empty());
+  }
 
   // One study, two repetitions of the three profiles alternating, each beside the kernel.
   ASSERT_EQ(j["studies"].size(), 1u);
