@@ -16,6 +16,7 @@
 #include "engine/types.h"
 #include "engine/writeback.h"
 #include "metrics/rpc_stats.h"
+#include "peers.h"
 #include "rpc/log.h"
 #include "vmspace_version.h"
 
@@ -129,6 +130,13 @@ bool Daemon::StartMetrics(std::string* err) {
 }
 
 bool Daemon::Start(std::string* err) {
+  // --peers: no live daemon may serve this shard already (before this one listens).
+  if (!cfg_.peers.empty()) {
+    PeerAccess access;
+    if (!PeerAccessFromEnv(&access, err)) return false;
+    *err = CheckPeers(cfg_.peers, cfg_.shard, access);
+    if (!err->empty()) return false;
+  }
   // (Credentials initialise gRPC, which starts threads: only after the signal mask.)
   const std::shared_ptr<grpc::ServerCredentials> creds =
       cfg_.tls_cert.empty() ? grpc::InsecureServerCredentials() : grpc::SslServerCredentials(cfg_.ssl);

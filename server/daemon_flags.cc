@@ -16,6 +16,7 @@
 #include <absl/strings/match.h>
 
 #include "engine/stats.h"
+#include "peers.h"
 #include "engine/types.h"
 #include "engine/writeback.h"
 #include "rpc/log.h"
@@ -115,6 +116,13 @@ ABSL_FLAG(std::string, shard, "0",
           "This daemon's shard among several, 0..8191: the high bits of its space ids "
           "(id = shard << 40 | n). \"hostname\": the number ending the host name, as a "
           "StatefulSet pod's ordinal (vmspaced-2 -> 2)");
+
+ABSL_FLAG(std::string, peers, "",
+          "The other daemons, A:PORT,B:PORT or shards:NAME:PORT (every address of NAME, e.g. the "
+          "headless Service): at start-up each is asked its shard (GetServerInfo), and the daemon "
+          "exits with an error if a live one already serves --shard; unreachable ones are left "
+          "out. Token and TLS of the check: $VMSPACE_TOKEN, $VMSPACE_TLS_CA, $VMSPACE_TLS_CERT, "
+          "$VMSPACE_TLS_KEY");
 
 namespace vmspace::daemon {
 
@@ -288,6 +296,7 @@ bool ReadConfig(DaemonConfig* cfg, std::string* err) {
   {
     std::string e;
     if (!ParseShard(absl::GetFlag(FLAGS_shard), &cfg->shard, &e)) return fail("--shard: " + e);
+    if (!ParsePeers(absl::GetFlag(FLAGS_peers), &cfg->peers, &e)) return fail("--peers: " + e);
   }
   options.version = VMSPACE_VERSION;
   options.fault_around_bytes = absl::GetFlag(FLAGS_fault_around_bytes);

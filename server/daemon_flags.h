@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "rpc/auth.h"
 #include "rpc/service.h"
@@ -35,6 +36,7 @@ struct DaemonConfig {
   bool reflection = true;
   uint64_t max_open_files = 0;         // --max-open-files, resolved (never 0)
   int64_t max_connection_idle_ms = 0;  // --max-connection-idle-ms (0 = never)
+  std::vector<std::string> peers;      // --peers, as gRPC targets (peers.h)
 };
 
 /// --help / -h: the usage message and the daemon's flags (spelt with dashes), with

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iomanip>
 #include <optional>
 #include <sstream>
@@ -154,5 +155,36 @@ int BenchStressCompare(Ctx& c, const StressSetup& s);
 /// bench stress --scaling --clients C [--repeat N]: how C clients scale against one,
 /// ours and the kernel's, per repetition and as medians (bench_stress_scaling.cc).
 int BenchStressScaling(Ctx& c, const StressSetup& s);
+
+/// What one run of a sweep gives: the aggregate rate (ops/s) or the error.
+struct SweepRun {
+  double rate = 0;
+  std::string error;
+};
+
+/// `bench WORKLOAD --sweep 1..N` (bench_sweep.cc): at each task count, each profile's
+/// run and the kernel's, as will-it-scale's runtest does; the workload's command fills in
+/// how a run is made.
+struct SweepSpec {
+  std::string workload;               // "page_fault4", "stress"
+  std::string unit;                   // "pages/s"
+  std::string mode;                   // "threads (one space)" / "processes (a space each)"
+  std::string setting;                // the rest of the setting, in words ("1 s per run")
+  std::vector<int> tasks;             // ParseSweep
+  std::vector<std::string> profiles;  // one series each ("" = the default)
+  bool native = true;                 // a series of the kernel's runs too
+  bool progress = true;
+  std::function<SweepRun(const std::string& profile, int tasks)> ours;
+  std::function<SweepRun(int tasks)> kernel;
+};
+
+/// The task counts of --sweep: "A..B" (every count from A to B) or an increasing list
+/// "1,2,4"; each 1..1024. Throws UsageError.
+std::vector<int> ParseSweep(const std::string& v);
+
+/// Runs the sweep and prints it: a table of ops/s and per-task scaling (ops/s at N /
+/// (N x ops/s at the first count)) per series, or JSON; --csv FILE writes the CSV
+/// (tasks,series,ops_per_s,per_task_scaling), --plot FILE the chart. Returns the exit code.
+int RunSweep(Ctx& c, const SweepSpec& s);
 
 }  // namespace vmspace::cli

@@ -219,6 +219,36 @@ int CmdBenchStress(Ctx& c) {
   const uint64_t repeat = c.U64("repeat", 1);
   if (repeat < 1 || repeat > 100) throw UsageError{"--repeat must be 1..100"};
   s.repeat = static_cast<int>(repeat);
+  if (c.args.Has("sweep")) {
+    if (c.args.Flag("scaling") || c.args.Has("repeat") || c.args.Has("clients"))
+      throw UsageError{"--sweep gives the task counts: leave --clients, --scaling and --repeat out (its point at C "
+                       "tasks over its point at 1 is --scaling's ratio)"};
+    SweepSpec sw;
+    sw.workload = "stress";
+    sw.unit = "rounds/s";
+    sw.mode = cfg.shared_space ? "threads (one shared space; the kernel: threads of one process)"
+                               : "processes (a space each; the kernel: a process each)";
+    sw.setting = std::to_string(cfg.rounds) + " rounds per task, transport " + s.transport + ", page faults " +
+                 (cfg.page_fault ? "on" : "off");
+    sw.tasks = ParseSweep(c.args.Get("sweep"));
+    sw.profiles = ProfilesToRun(c, cfg.locking_profile);
+    sw.native = s.native;
+    sw.progress = s.progress;
+    sw.ours = [s](const std::string& p, int tasks) {
+      stress::StressConfig one = s.cfg;
+      one.locking_profile = p;
+      one.clients = tasks;
+      const stress::StressStats r = RunOurStress(s, one);
+      return SweepRun{r.rounds_per_sec(), r.error};
+    };
+    sw.kernel = [s](int tasks) {
+      stress::StressConfig one = s.cfg;
+      one.clients = tasks;
+      const stress::StressStats r = stress::RunNativeStress(one);
+      return SweepRun{r.rounds_per_sec(), r.error};
+    };
+    return RunSweep(c, sw);
+  }
   if (c.args.Has("plot") && !c.args.Has("compare") && !c.args.Flag("scaling"))
     throw UsageError{"--plot needs --compare (a chart of the profiles) or --scaling (a chart of the repetitions)"};
   if (c.args.Flag("scaling")) {

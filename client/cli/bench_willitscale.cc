@@ -316,6 +316,40 @@ int CmdBenchWorkload(Ctx& c) {
   s.progress = !c.args.Flag("quiet");
   s.native = !c.args.Flag("skip-native");
   cfg.pin = c.args.Has("pin") ? c.args.Flag("pin") : s.transport == "inprocess";
+  if (c.args.Has("sweep")) {
+    if (mixed) throw UsageError{"--sweep: mixed splits its clients into faulters and a churner; sweep another workload"};
+    if (c.args.Has("clients")) throw UsageError{"--sweep gives the task counts: leave --clients out"};
+    SweepSpec sw;
+    sw.workload = s.name;
+    sw.unit = s.name == "mmap1" || s.name == "mmap2" ? "ops/s (mmap+munmap pairs)" : "ops/s (pages)";
+    sw.mode = cfg.mode == bench::Mode::kThreads ? "threads (one space; the kernel: threads of one process)"
+                                                : "processes (a space each; the kernel: a process each)";
+    std::ostringstream set;
+    set << std::setprecision(3) << cfg.duration_s << " s per run, transport " << s.transport
+        << (cfg.pin ? ", tasks pinned to CPUs" : "");
+    sw.setting = set.str();
+    sw.tasks = ParseSweep(c.args.Get("sweep"));
+    sw.profiles = s.profiles;
+    sw.native = s.native;
+    sw.progress = s.progress;
+    sw.ours = [s](const std::string& p, int tasks) {
+      bench::BenchConfig one = s.cfg;
+      one.profile = p;
+      one.clients = tasks;
+      std::unique_ptr<bench::Backend> backend = s.transport == "inprocess"
+                                                    ? bench::MakeInprocessBackend()
+                                                    : bench::MakeDaemonBackend(s.client, s.transport == "stream");
+      const bench::BenchResult r = bench::RunBench(one, *backend);
+      return SweepRun{r.ops_per_s(), r.error};
+    };
+    sw.kernel = [s](int tasks) {
+      bench::BenchConfig one = s.cfg;
+      one.clients = tasks;
+      const bench::BenchResult r = bench::RunBenchNative(one);
+      return SweepRun{r.ops_per_s(), r.error};
+    };
+    return RunSweep(c, sw);
+  }
 
   const WorkloadFigures f = MeasureWorkload(c, s);
   std::string error = f.error;

@@ -47,8 +47,11 @@ std::vector<OptionSpec> BenchOptions() {
       {"locking-profile", "P", "same as --profile"},
       {"compare", "LIST", "run each profile in turn: linux-6.0,linux-6.6 | vma_lock=off,anon,all | SPEC;SPEC"},
       {"transport", "T", "inprocess (engine threads in this process, default), unary or stream (vmspaced)"},
-      {"plot", "FILE", "write a bar chart per profile with gnuplot (ops/s, contentions per 1000 faults): FILE.svg SVG, FILE.png PNG"},
+      {"plot", "FILE", "write a bar chart per profile with gnuplot (ops/s, contentions per 1000 faults; --sweep: ops/s per task count): FILE.svg SVG, FILE.png PNG"},
       {"pin", "", "pin client c to CPU c mod ncpus, as will-it-scale (default: on for inprocess; --pin=false)"},
+      {"sweep", "1..N", "will-it-scale's runtest: run at each task count 1..N (or a list 1,2,4), every profile and the "
+                        "kernel; ops/s and per-task scaling per count (with --csv FILE, --plot FILE)"},
+      {"csv", "FILE", "with --sweep: write tasks,series,ops_per_s,per_task_scaling"},
       {"quiet", "", "no progress lines on stderr"},
   };
 }
@@ -241,12 +244,15 @@ const std::vector<Command>& Commands() {
         {"locking-profile", "P", "engine locking profile of the spaces: linux-6.0|6.1|6.4|6.6|6.7|6.15[,switch=v] (default: the engine's/daemon's)"},
         {"profile", "P", "same as --locking-profile (the base of --compare SWITCH=..)"},
         {"compare", "LIST", "run once per profile: linux-6.0,linux-6.6 | vma_lock=off,anon,all | SPEC;SPEC (table; native once)"},
-        {"plot", "FILE", "with --compare: bar chart (rounds/s, contentions); with --scaling: the ratio per repetition and "
+        {"plot", "FILE", "with --compare: bar chart (rounds/s, contentions); with --sweep: rounds/s per task count; with --scaling: the ratio per repetition and "
                          "the median, ours, the kernel's and the map control; drawn by gnuplot: FILE.svg SVG, FILE.png PNG"},
         {"skip-native", "", "do not run the native comparison"},
         {"repeat", "N", "with --compare: N repetitions of every profile, then the kernel; x native = the median of the per-repetition ratios; with --scaling: N repetitions (default 1)"},
         {"scaling", "", "with --clients C: each repetition runs 1 client, then C, then the kernel's 1 and C processes; prints C-client aggregate / 1-client per repetition and the medians, beside two controls in 1 and C threads that share nothing (alu: integer-unit-bound registers; map: a std::map each) and ours over the map's"},
         {"seed-table", "", "with --compare: seed 004's table beside ours (always when it names linux-6.0/6.1/6.7)"},
+        {"sweep", "1..N", "will-it-scale's runtest: run at each client count 1..N (or a list 1,2,4), every profile "
+                          "(--compare) and the kernel; rounds/s and per-task scaling per count (--csv FILE, --plot FILE)"},
+        {"csv", "FILE", "with --sweep: write tasks,series,ops_per_s,per_task_scaling"},
         {"quiet", "", "no progress lines on stderr"}},
        CmdBenchStress},
       {"bench page_fault1", "[options]",
@@ -284,6 +290,17 @@ const std::vector<Command>& Commands() {
                              "static program the kernel loop spawns and execs (default: vmspace-execl-true "
                              "next to this executable)"}}),
        CmdBenchExecl},
+      {"reproduce", "SEED [--quick] [--out DIR] [--repeat N] [--plot FILE.svg|FILE.png]",
+       "reproduce one result (seed-000, seed-002, seed-003, seed-004) or all, beside this machine's kernel, into a "
+       "results folder: JSON with provenance, CSV, chart, and the thread's figures beside ours with a verdict",
+       {{"seed", "SEED", "seed-000 | seed-002 | seed-003 | seed-004 | all"},
+        {"quick", "", "smaller runs and 3 repetitions: about a minute for all on 2 cores"},
+        {"out", "DIR", "the results folder (default vmspace-reproduce-DATE-TIME; made if missing)"},
+        {"repeat", "N", "repetitions of each comparison (default 5, --quick 3)"},
+        {"scale", "X", "multiply the run sizes and durations by X (e.g. 0.1 for a smoke test; default 1)"},
+        {"plot", "FILE", "the chart's name in the folder: .svg SVG (default ratios.svg), .png PNG"},
+        {"quiet", "", "no progress lines on stderr"}},
+       CmdReproduce},
       {"record", "[--out TRACE] [--capture-files [--capture-limit BYTES]] -- CMD ARGS...",
        "run CMD under ptrace (ASLR off, threads and children followed) and write its memory calls as a trace",
        {{"out", "TRACE", "the trace file (default vmspace.trace; JSON lines, docs/replay.md)"},
@@ -493,6 +510,7 @@ int RunCli(const std::vector<std::string>& all_args, std::ostream& out, std::ost
   Ctx ctx(cmd.name, Args(a, &cl.flags), out, err);
   ctx.json = ctx.args.Flag("json");
   ctx.rest = rest;
+  ctx.argv = all_args;
   // An option not given takes its environment variable, if set and not empty.
   auto env = [](const char* name) {
     const char* v = std::getenv(name);

@@ -81,6 +81,8 @@ struct Ctx {
   ClientOptions client;
   /// The words after `--` of a command that runs a program (`record -- CMD ARGS...`).
   std::vector<std::string> rest;
+  /// The whole command line as given, without the program name (for provenance).
+  std::vector<std::string> argv;
 
   uint64_t U64(const std::string& name, std::optional<uint64_t> def = std::nullopt) const {
     if (!args.Has(name)) {

@@ -60,6 +60,10 @@ int CmdBenchWorkload(Ctx& c);    // bench page_fault1..4 | mmap1 | mmap2 | mixed
 int CmdBenchShmemDirty(Ctx& c);  // bench shmem-dirty (bench_shmem_dirty.cc): seed 002
 int CmdBenchExecl(Ctx& c);       // bench execl (bench_execl.cc): seed 003
 
+// One command per reproduced result (reproduce.cc): the seed's comparison over
+// alternating repetitions beside the kernel, into a results folder with provenance.
+int CmdReproduce(Ctx& c);  // reproduce SEED|all [--quick] [--out DIR]
+
 // A program's memory calls on the kernel, and their replay into spaces (docs/replay.md).
 int CmdRecord(Ctx& c);  // record (record.cc): run CMD under ptrace, write its trace
 int CmdReplay(Ctx& c);  // replay (replay.cc): issue a trace's calls through gRPC, --check them

@@ -1,17 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests of the timed workloads (`vmspace bench page_fault1 | mmap1 | mixed`), `bench
 // stress --compare`, --plot and `lockstat` usage: option parsing, --compare expansion,
-// and short in-process runs whose figures must be real (ops, faults, lock counts).
+// and short in-process runs whose figures must be real (ops, faults, lock counts); of
+// `bench ... --sweep` (ops/s per task count) and `vmspace reproduce` (a results folder
+// with provenance, CSV and chart from tiny alternating runs).
 #include <gtest/gtest.h>
 
 #include <elf.h>
 #include <sched.h>
+#include <sys/utsname.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "cli/cli.h"
@@ -19,6 +24,7 @@
 #include "lib/plot.h"
 #include "lib/willitscale.h"
 #include "seed004_replay.h"
+#include "vmspace_version.h"
 
 namespace vmspace::cli {
 namespace {
@@ -706,6 +712,141 @@ TEST(BenchExecl, NativeExecsTheStaticBinary) {
                         "--native-binary", "/nonexistent/true", "--quiet"});
   EXPECT_EQ(missing.code, kExitFailed);
   EXPECT_TRUE(Contains(missing.err, "/nonexistent/true")) << missing.err;
+}
+
+std::vector<std::string> Lines(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+/// A fresh directory under the test's temporary directory.
+std::filesystem::path TempDir(const std::string& name) {
+  const char* t = getenv("TMPDIR");
+  std::filesystem::path d = std::filesystem::path(t != nullptr && *t ? t : "/tmp") /
+                            ("vmspace-" + name + "-" + std::to_string(getpid()));
+  std::filesystem::remove_all(d);
+  return d;
+}
+
+TEST(Reproduce, Seed004QuickWritesProvenanceCsvAndChart) {
+  const std::filesystem::path dir = TempDir("reproduce");
+  const CliRun r = Cli({"reproduce", "seed-004", "--quick", "--scale", "0.05", "--repeat", "2", "--out", dir.string(),
+                        "--quiet", "--json"});
+  const bool gnuplot = !bench::FindGnuplot().empty();
+  ASSERT_EQ(r.code, gnuplot ? kExitOk : kExitFailed) << r.err;
+  const json printed = json::parse(r.out);
+  std::ifstream in(dir / "results.json");
+  ASSERT_TRUE(in) << "no results.json in " << dir;
+  const json j = json::parse(in);
+  EXPECT_EQ(j, printed);
+
+  // Provenance: this build, this host, now, the command line.
+  const json& p = j["provenance"];
+  EXPECT_EQ(p["vmspace_version"], VMSPACE_VERSION);
+  EXPECT_EQ(p["vmspace_commit"], VMSPACE_COMMIT);
+  utsname u{};
+  ASSERT_EQ(uname(&u), 0);
+  EXPECT_EQ(p["host_kernel"], u.release);
+  EXPECT_EQ(p["machine"], u.machine);
+  EXPECT_EQ(p["cores"].get<long>(), sysconf(_SC_NPROCESSORS_ONLN));
+  EXPECT_GE(p["cores_allowed"].get<int>(), 1);
+  EXPECT_TRUE(std::regex_match(p["date"].get<std::string>(), std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")))
+      << p["date"];
+  EXPECT_EQ(p["command_line"].get<std::string>().rfind("vmspace reproduce seed-004 --quick", 0), 0u) << p["command_line"];
+  if (std::ifstream("/proc/cpuinfo").good() && std::string(u.machine) == "x86_64") {
+    EXPECT_FALSE(p["cpu_model"].get<std::string>().empty());
+  }
+
+  // One study, two repetitions of the three profiles alternating, each beside the kernel.
+  ASSERT_EQ(j["studies"].size(), 1u);
+  const json& s = j["studies"][0];
+  EXPECT_EQ(s["seed"], "seed-004");
+  EXPECT_EQ(s["variants"], json({"linux-6.0", "linux-6.1", "linux-6.7"}));
+  ASSERT_EQ(s["repetitions"].size(), 2u);
+  EXPECT_EQ(s["repetitions"][0]["order"], json({"linux-6.0", "linux-6.1", "linux-6.7"}));
+  EXPECT_EQ(s["repetitions"][1]["order"], json({"linux-6.7", "linux-6.1", "linux-6.0"}));
+  for (const json& rep : s["repetitions"]) {
+    EXPECT_GT(rep["kernel"]["value"].get<double>(), 0);
+    for (const auto& [name, v] : rep["variants"].items()) {
+      EXPECT_GT(v["value"].get<double>(), 0) << name;
+      EXPECT_NEAR(v["x_native"].get<double>(), v["value"].get<double>() / rep["kernel"]["value"].get<double>(), 1e-9);
+    }
+  }
+  // The thread's two ratios: 49/13 and 67/49 s, ours from the same repetitions.
+  ASSERT_EQ(s["ratios"].size(), 2u);
+  EXPECT_NEAR(s["ratios"][0]["thread"].get<double>(), 49.0 / 13, 1e-9);
+  EXPECT_NEAR(s["ratios"][1]["thread"].get<double>(), 67.0 / 49, 1e-9);
+  for (const json& c : s["ratios"]) {
+    ASSERT_EQ(c["runs"].size(), 2u);
+    const double lo = c["min"], hi = c["max"];
+    EXPECT_LE(lo, hi);
+    const std::string v = c["verdict"];
+    EXPECT_EQ(v, lo > 1 ? "reproduced" : hi < 1 ? "not reproduced" : "not resolved on this machine");
+  }
+  const double r0 = s["repetitions"][0]["variants"]["linux-6.0"]["value"];
+  const double r1 = s["repetitions"][0]["variants"]["linux-6.1"]["value"];
+  EXPECT_NEAR(s["ratios"][0]["runs"][0].get<double>(), r0 / r1, 1e-9);
+  EXPECT_EQ(s["verdict"].get<std::string>().rfind("linux-6.0 > linux-6.1 > linux-6.7: ", 0), 0u) << s["verdict"];
+
+  // The CSV: a row per run (3 profiles + the kernel, twice).
+  const std::vector<std::string> csv = Lines(dir / "results.csv");
+  ASSERT_EQ(csv.size(), 1u + 2 * 4);
+  EXPECT_EQ(csv[0], "seed,repetition,position,variant,value,unit,kernel_value,x_native,error");
+  EXPECT_EQ(csv[1].rfind("seed-004,1,1,linux-6.0,", 0), 0u) << csv[1];
+  EXPECT_EQ(csv[4].rfind("seed-004,1,4,native,", 0), 0u) << csv[4];
+  EXPECT_EQ(csv[5].rfind("seed-004,2,1,linux-6.7,", 0), 0u) << csv[5];
+  // The text summary and, with gnuplot, the chart.
+  const std::vector<std::string> summary = Lines(dir / "summary.txt");
+  ASSERT_FALSE(summary.empty());
+  EXPECT_EQ(summary[0].rfind("vmspace reproduce seed-004", 0), 0u);
+  if (gnuplot) {
+    EXPECT_EQ(j["files"]["plot"], "ratios.svg");
+    EXPECT_GT(std::filesystem::file_size(dir / "ratios.svg"), 500u);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Reproduce, UsageErrors) {
+  EXPECT_EQ(Cli({"reproduce"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"reproduce", "seed-001"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"reproduce", "all", "--plot", "x.gif"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"reproduce", "all", "--scale", "0"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"reproduce", "all", "--repeat", "0"}).code, kExitUsage);
+}
+
+TEST(BenchSweep, StressEveryTaskCountBesideTheKernel) {
+  const std::filesystem::path dir = TempDir("sweep");
+  std::filesystem::create_directories(dir);
+  const std::string csv = (dir / "sweep.csv").string();
+  const CliRun r = Cli({"bench", "stress", "--sweep", "1..2", "--rounds", "3000", "--compare", "linux-6.0,linux-6.15",
+                        "--csv", csv, "--json", "--quiet"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["sweep"], json({1, 2}));
+  EXPECT_EQ(j["series"], json({"linux-6.0", "linux-6.15", "native"}));
+  ASSERT_EQ(j["points"].size(), 2u);
+  for (const json& p : j["points"])
+    for (const auto& [series, v] : p["ops_per_s"].items()) EXPECT_GT(v.get<double>(), 0) << series;
+  for (const auto& [series, v] : j["points"][0]["per_task_scaling"].items()) EXPECT_DOUBLE_EQ(v.get<double>(), 1.0);
+  const double one = j["points"][0]["ops_per_s"]["native"], two = j["points"][1]["ops_per_s"]["native"];
+  EXPECT_NEAR(j["points"][1]["per_task_scaling"]["native"].get<double>(), two / one / 2, 1e-9);
+  const std::vector<std::string> lines = Lines(csv);
+  ASSERT_EQ(lines.size(), 1u + 2 * 3);
+  EXPECT_EQ(lines[0], "tasks,series,ops_per_s,per_task_scaling");
+  EXPECT_EQ(lines[1].rfind("1,linux-6.0,", 0), 0u);
+  EXPECT_EQ(lines[6].rfind("2,native,", 0), 0u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BenchSweep, Usage) {
+  EXPECT_EQ(Cli({"bench", "stress", "--sweep", "2..1"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"bench", "stress", "--sweep", "1..2", "--clients", "2"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"bench", "stress", "--sweep", "1..2", "--scaling"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"bench", "mixed", "--sweep", "1..2"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"bench", "page_fault1", "--sweep", "x"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"bench", "page_fault1", "--sweep", "1,2", "--clients", "2"}).code, kExitUsage);
 }
 
 }  // namespace

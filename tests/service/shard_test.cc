@@ -359,6 +359,51 @@ TEST(ShardFlagTest, DuplicateShardIsAnError) {
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.error().code, grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(m.error().message.find("both serve shard 0"), std::string::npos) << m.error().message;
+  // A name with no address yet (a headless Service before its first pod is ready).
+  Daemon first;
+  ASSERT_TRUE(first.Start({"--shard=6", "--peers=shards:no-such-host.invalid:50051"})) << first.stderr_text();
+  EXPECT_NE(first.stderr_text().find("has no address yet"), std::string::npos) << first.stderr_text();
+  EXPECT_EQ(first.Stop(), 0);
+  EXPECT_EQ(a.Stop(), 0);
+  EXPECT_EQ(b.Stop(), 0);
+}
+
+
+// --peers: at start-up a daemon asks each peer its shard and refuses to serve one a live
+// peer already serves (exit 1, naming the peer); a peer that does not answer is left out.
+TEST(ShardFlagTest, PeersRefuseADuplicateShardAtStartUp) {
+  Daemon a;
+  ASSERT_TRUE(a.Start({"--shard=4"})) << a.stderr_text();
+  const std::string nobody = "127.0.0.1:1";  // nothing listens there
+  Daemon dup;
+  EXPECT_FALSE(dup.Start({"--shard=4", "--peers=" + nobody + "," + a.grpc_addr()}));
+  EXPECT_EQ(dup.WaitExit(10000), 1);
+  EXPECT_NE(dup.stderr_text().find("shard 4 is already served by the daemon at " + a.grpc_addr()), std::string::npos)
+      << dup.stderr_text();
+  EXPECT_NE(dup.stderr_text().find(nobody + " does not answer"), std::string::npos) << dup.stderr_text();
+  // Another shard starts, and both then route.
+  Daemon b;
+  ASSERT_TRUE(b.Start({"--shard=5", "--peers=" + nobody + "," + a.grpc_addr()})) << b.stderr_text();
+  EXPECT_NE(b.stderr_text().find(a.grpc_addr() + " serves shard 4"), std::string::npos) << b.stderr_text();
+  ClientOptions o;
+  o.target = a.grpc_addr() + "," + b.grpc_addr();
+  Client c(o);
+  auto info = c.GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.error().ToString();
+  ASSERT_EQ(info.value().size(), 2u);
+  EXPECT_EQ(info.value()[0].shard(), 4u);
+  EXPECT_EQ(info.value()[1].shard(), 5u);
+  for (const char* bad : {"--peers=a:1,,b:2", "--peers=shards:x", "--peers=,"}) {
+    Daemon d;
+    EXPECT_FALSE(d.Start({bad})) << bad;
+    EXPECT_EQ(d.WaitExit(10000), 1) << bad;
+    EXPECT_NE(d.stderr_text().find("--peers: "), std::string::npos) << d.stderr_text();
+  }
+  // A name with no address yet (a headless Service before its first pod is ready).
+  Daemon first;
+  ASSERT_TRUE(first.Start({"--shard=6", "--peers=shards:no-such-host.invalid:50051"})) << first.stderr_text();
+  EXPECT_NE(first.stderr_text().find("has no address yet"), std::string::npos) << first.stderr_text();
+  EXPECT_EQ(first.Stop(), 0);
   EXPECT_EQ(a.Stop(), 0);
   EXPECT_EQ(b.Stop(), 0);
 }
