@@ -32,7 +32,6 @@ namespace vmspace {
 namespace {
 
 constexpr int kSiKernel = 0x80;  // SI_KERNEL: #GP on a non-canonical address
-inline thread_local uint32_t tls_vma_hold_sample = 0;  // hold-time sampling of VMA read locks
 
 FaultResult MapErr(uint64_t addr, LockPath path) {
   CountEvent(Event::kFaultSegvMaperr);
@@ -484,19 +483,12 @@ FaultResult FaultInVma(MmStruct& mm, Vma* v, uint64_t addr, AccessType acc, bool
 FaultResult DoUserAddrFault(MmStruct& mm, uint64_t addr, AccessType acc) {
   bool retried = false;
   if (mm.opts.profile.vma_lock != VmaLockMode::kOff) {
-    if (Vma* v = LockVmaUnderRcu(mm, addr)) {
-      LockdepAcquire(LockRank::kVmaLock, v);
-      RecordLock(LockClass::kVmaLock, LockMode::kRead, false, 0, 0);
-      const bool sample = LockStatsEnabled() &&
-                          (++tls_vma_hold_sample & (sync_internal::kHoldSampleEvery - 1)) == 0;
-      const uint64_t t0 = sample ? NowTicks() : 0;
+    VmaFaultReadLock lock(mm, addr);
+    if (Vma* v = lock.vma()) {
       bool retry = false;
       std::shared_ptr<OpenFile> fpin;
       FaultResult r = FaultInVma(mm, v, addr, acc, /*vma_locked=*/true, &retry, &fpin);
-      if (sample)
-        RecordHold(LockClass::kVmaLock, LockMode::kRead, NowTicks() - t0, sync_internal::kHoldSampleEvery);
-      LockdepRelease(LockRank::kVmaLock, v);
-      VmaEndRead(mm, v);
+      lock.Unlock();
       if (fpin) return FinishDirtyFault(mm, r, std::move(fpin), addr, acc);  // VMA lock dropped
       if (!retry) {
         CountEvent(Event::kVmaLockSuccess);
