@@ -193,7 +193,7 @@ def start_prometheus(prometheus, tmp, metrics_addr):
 
 def find_prometheus():
     path = shutil.which("prometheus")
-    if path is None and os.geteuid() == 0:  # the "installs Debian's prometheus when missing"
+    if path is None and os.geteuid() == 0:  # as root, Debian's prometheus is installed when missing
         subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "prometheus"], check=False,
                        timeout=600, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
         path = shutil.which("prometheus")

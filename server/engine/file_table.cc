@@ -23,11 +23,11 @@
 #include <cstring>
 #include <atomic>
 #include <map>
-#include <mutex>
 
 #include "filemap.h"
 #include "memfd.h"
 #include "mm.h"
+#include "sync/mutex.h"
 
 namespace vmspace {
 
@@ -37,21 +37,21 @@ struct FileTable::State {
   std::string data_dir;  // absolute (realpath), "" = none
   int dir_fd = -1;
   /// files_struct->file_lock: the table only (never held while calling into a File).
-  mutable std::mutex mu;
-  std::map<uint64_t, std::shared_ptr<OpenFile>> handles;
+  mutable Mutex mu{LockRank::kFileTable};
+  std::map<uint64_t, std::shared_ptr<OpenFile>> handles ABSL_GUARDED_BY(mu);
   /// The inode cache: one File per host inode, so every open of it shares the page cache.
-  std::map<std::pair<dev_t, ino_t>, std::weak_ptr<File>> inodes;
+  std::map<std::pair<dev_t, ino_t>, std::weak_ptr<File>> inodes ABSL_GUARDED_BY(mu);
   /// memfds created here (Totals counts them while they live).
-  std::vector<std::weak_ptr<File>> memfds;
-  size_t memfds_live = 16;  // memfds' size after its last sweep (at least 16)
-  uint64_t next_id = 1;
+  std::vector<std::weak_ptr<File>> memfds ABSL_GUARDED_BY(mu);
+  size_t memfds_live ABSL_GUARDED_BY(mu) = 16;  // memfds' size after its last sweep (at least 16)
+  uint64_t next_id ABSL_GUARDED_BY(mu) = 1;
   std::atomic<uint64_t> ra_pages{(128 << 10) >> kPageShift};  // VM_READAHEAD_PAGES
   /// SetMaxHandles (0 = no limit).
   std::atomic<uint64_t> max_handles{0};
 
   /// fd_install(): the handle's id, or an error (ENFILE: max_handles handles are open).
   SysResult Install(std::shared_ptr<OpenFile> h) {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     const uint64_t max = max_handles.load(std::memory_order_relaxed);
     if (max != 0 && handles.size() >= max) return SysResult::Err(ENFILE);
     const uint64_t id = next_id++;
@@ -102,7 +102,12 @@ FileTable::FileTable(FrameAllocator& frames, std::string data_dir) : s_(std::mak
 
 FileTable::~FileTable() {
   SyncAll();
-  s_->handles.clear();
+  std::map<uint64_t, std::shared_ptr<OpenFile>> handles;  // released after the table lock
+  {
+    MutexLock l(s_->mu);
+    handles.swap(s_->handles);
+  }
+  handles.clear();
   if (s_->dir_fd >= 0) close(s_->dir_fd);
 }
 
@@ -111,7 +116,7 @@ FrameAllocator& FileTable::frames() const { return s_->frames; }
 void FileTable::SetMaxHandles(uint64_t n) { s_->max_handles.store(n, std::memory_order_relaxed); }
 
 uint64_t FileTable::HandleCount() const {
-  std::lock_guard<std::mutex> l(s_->mu);
+  MutexLock l(s_->mu);
   return s_->handles.size();
 }
 
@@ -152,7 +157,7 @@ SysResult FileTable::Open(const std::string& path, const OpenFlags& flags) {
   }
   std::shared_ptr<File> file;
   {
-    std::lock_guard<std::mutex> l(s_->mu);
+    MutexLock l(s_->mu);
     auto key = std::make_pair(st.st_dev, st.st_ino);
     file = s_->inodes[key].lock();
     if (!file) {
@@ -193,7 +198,7 @@ SysResult FileTable::CreateShmem(const std::string& name, uint64_t size_bytes, u
   std::shared_ptr<File> file = h->file;
   const SysResult r = s_->Install(std::move(h));
   if (!r.ok()) return r;
-  std::lock_guard<std::mutex> l(s_->mu);
+  MutexLock l(s_->mu);
   // Expired entries are dropped once the list has doubled since the last sweep: a
   // create costs O(1) amortised, not a scan of every memfd ever made.
   if (s_->memfds.size() >= 2 * s_->memfds_live) {
@@ -206,7 +211,7 @@ SysResult FileTable::CreateShmem(const std::string& name, uint64_t size_bytes, u
 
 int FileTable::Close(uint64_t id) {
   std::shared_ptr<OpenFile> h;  // released after the table lock: may be the last reference
-  std::lock_guard<std::mutex> l(s_->mu);
+  MutexLock l(s_->mu);
   auto it = s_->handles.find(id);
   if (it == s_->handles.end()) return EBADF;
   h = std::move(it->second);
@@ -230,7 +235,7 @@ SysResult FileTable::Reopen(uint64_t id, int access) {
 }
 
 std::shared_ptr<OpenFile> FileTable::Get(uint64_t id) const {
-  std::lock_guard<std::mutex> l(s_->mu);
+  MutexLock l(s_->mu);
   auto it = s_->handles.find(id);
   return it == s_->handles.end() ? nullptr : it->second;
 }
@@ -381,7 +386,7 @@ std::vector<FileStat> FileTable::List(uint64_t after, size_t max, uint64_t* more
   std::vector<uint64_t> ids;
   if (more) *more = 0;
   {
-    std::lock_guard<std::mutex> l(s_->mu);
+    MutexLock l(s_->mu);
     for (auto it = s_->handles.upper_bound(after); it != s_->handles.end(); ++it) {
       if (ids.size() == max) {
         if (more) *more = ids.back();
@@ -403,7 +408,7 @@ PageCacheTotals FileTable::Totals() const {
   PageCacheTotals t;
   std::vector<std::shared_ptr<File>> live;
   {
-    std::lock_guard<std::mutex> l(s_->mu);
+    MutexLock l(s_->mu);
     for (const auto& [key, w] : s_->inodes)
       if (auto f = w.lock()) live.push_back(std::move(f));
     for (const auto& w : s_->memfds)
@@ -420,7 +425,7 @@ PageCacheTotals FileTable::Totals() const {
 int FileTable::SyncAll() {
   std::vector<std::shared_ptr<File>> files;
   {
-    std::lock_guard<std::mutex> l(s_->mu);
+    MutexLock l(s_->mu);
     for (const auto& [key, w] : s_->inodes)
       if (auto f = w.lock()) files.push_back(f);
   }

@@ -32,15 +32,47 @@ namespace vmspace {
 namespace {
 
 constexpr int kSiKernel = 0x80;  // SI_KERNEL: #GP on a non-canonical address
-inline thread_local uint32_t tls_vma_hold_sample = 0;  // hold-time sampling of VMA read locks
 
+/// force_sig_fault(): `r` (its path, faults and vm_fault kept) ends in `sig`, kSigsegv
+/// or kSigbus, with si_code `code` at si_addr `addr`, counted (fault_segv_maperr for
+/// SEGV_MAPERR and SI_KERNEL, fault_segv_accerr, fault_sigbus). The one place an
+/// access's signal is built.
+FaultResult ForceSigFault(FaultResult r, FaultOutcome sig, int code, uint64_t addr) {
+  if (sig == FaultOutcome::kSigbus) CountEvent(Event::kFaultSigbus);
+  else CountEvent(code == kSegvAccerr ? Event::kFaultSegvAccerr : Event::kFaultSegvMaperr);
+  r.outcome = sig;
+  r.sig_code = code;
+  r.sig_addr = addr;
+  return r;
+}
+
+/// bad_area(): no VMA covers addr.
 FaultResult MapErr(uint64_t addr, LockPath path) {
-  CountEvent(Event::kFaultSegvMaperr);
   FaultResult r;
   r.path = path;
-  r.outcome = FaultOutcome::kSigsegv;
-  r.sig_code = kSegvMaperr;
-  r.sig_addr = addr;
+  return ForceSigFault(r, FaultOutcome::kSigsegv, kSegvMaperr, addr);
+}
+
+/// The result of one handle_mm_fault that answered `ret` for addr under `path`
+/// (mm_fault_error: VM_FAULT_SIGSEGV -> bad_area_nosemaphore, SEGV_MAPERR;
+/// VM_FAULT_SIGBUS -> do_sigbus, BUS_ADRERR; VM_FAULT_OOM). A fetch from a
+/// non-executable VMA (`nx`) was handled as a read and ends SEGV_ACCERR. vm_fault is
+/// `ret`, the engine's bits included; VM_FAULT_RETRY: nothing was done.
+FaultResult MmFaultResult(vm_fault_t ret, uint64_t addr, LockPath path, bool nx) {
+  FaultResult r;
+  r.path = path;
+  r.vm_fault = ret;
+  if (ret & VM_FAULT_RETRY) return r;
+  if (ret & VM_FAULT_SIGSEGV) return ForceSigFault(r, FaultOutcome::kSigsegv, kSegvMaperr, addr);
+  if (ret & VM_FAULT_SIGBUS) return ForceSigFault(r, FaultOutcome::kSigbus, kBusAdrerr, addr);
+  if (ret & VM_FAULT_OOM) {
+    r.outcome = FaultOutcome::kOom;
+    return r;
+  }
+  const bool handled = !(ret & VM_FAULT_SPURIOUS);
+  r.faults = handled ? 1 : 0;
+  if (nx) return ForceSigFault(r, FaultOutcome::kSigsegv, kSegvAccerr, addr);
+  r.outcome = !handled ? FaultOutcome::kNone : (ret & VM_FAULT_MAJOR) ? FaultOutcome::kMajor : FaultOutcome::kMinor;
   return r;
 }
 
@@ -101,19 +133,19 @@ namespace {
 /// map count is 1), else copied into a new frame (wp_page_copy: __wp_page_copy_user,
 /// then under the PTE lock, if the PTE is unchanged, ptep_clear_flush and the new PTE,
 /// then folio_remove_rmap_pte of the old frame, freed if that was its last mapping).
-FaultOutcome DoWpAnonShared(MmStruct& mm, Vma* v, PageTable::PteTable* t, int i, uint64_t orig) {
+vm_fault_t DoWpAnonShared(MmStruct& mm, Vma* v, PageTable::PteTable* t, int i, uint64_t orig) {
   void* old = PteFrame(orig);
   if (PageMapcount(old) == 1) {
     SpinGuard l(t->ptl);
     if (t->Get(i) == orig && PageMapcount(old) == 1)
       t->Set(i, MakePte(old, PteBitsFor(*v, false) | kPteSharedAnon));
     CountEvent(Event::kFaultWpReuse);
-    return FaultOutcome::kMinor;
+    return 0;
   }
   void* copy = mm.frames.Alloc();
   if (!copy) {
     CountEvent(Event::kFaultOom);
-    return FaultOutcome::kOom;
+    return VM_FAULT_OOM;
   }
   CopyFrameRacy(copy, old);
   bool used = false;
@@ -127,15 +159,15 @@ FaultOutcome DoWpAnonShared(MmStruct& mm, Vma* v, PageTable::PteTable* t, int i,
   }
   if (!used) {
     mm.frames.Free(copy);
-    return FaultOutcome::kNone;
+    return VM_FAULT_SPURIOUS;
   }
   if (PageRemoveAnonRmap(old)) FreeFrameAfterGracePeriod(mm.frames, old);
   CountEvent(Event::kFaultWpCopy);
-  return FaultOutcome::kMinor;
+  return 0;
 }
 }  // namespace
 
-FaultOutcome HandleMmFault(MmStruct& mm, VmFault& vmf) {
+vm_fault_t HandleMmFault(MmStruct& mm, VmFault& vmf) {
   Vma* v = vmf.vma;
   // VM_FAULT_RETRY before anything is done (not counted as pgfault: mm_account_fault
   // skips incomplete faults). vma_lock=anon: the Linux 6.5 form, where
@@ -153,31 +185,28 @@ FaultOutcome HandleMmFault(MmStruct& mm, VmFault& vmf) {
     else if (write && !(v->vm_flags & VM_SHARED) && !v->anon()) why = Event::kVmaLockRetryAnonVma;
     if (why != Event::kCount) {
       CountEvent(why);
-      vmf.retry = true;
-      return FaultOutcome::kNone;
+      return VM_FAULT_RETRY;
     }
   }
   PageTable::PteTable* t = vmf.pte_table ? vmf.pte_table : mm.pt.Lookup(vmf.address, true);
   if (!t) {
     CountEvent(Event::kPgfault);
     CountEvent(Event::kFaultOom);
-    return FaultOutcome::kOom;
+    return VM_FAULT_OOM;
   }
   const int i = PageTable::PteIndex(vmf.address);
   const uint64_t orig = t->Get(i);  // vmf->orig_pte; every change re-checks it (pte_same)
   if (IsGuardMarker(orig)) {  // handle_pte_marker(): a guard region (MADV_GUARD_INSTALL)
     CountEvent(Event::kPgfault);
-    return FaultOutcome::kSigsegv;
+    return VM_FAULT_SIGSEGV;
   }
   if (v->vm_file) {
-    const FaultOutcome o = DoFileFault(mm, vmf, t, i, orig);
-    if (!vmf.retry) CountEvent(Event::kPgfault);  // a late VM_FAULT_RETRY is not counted either
-    return o;
+    const vm_fault_t ret = DoFileFault(mm, vmf, t, i, orig);
+    if (!(ret & VM_FAULT_RETRY)) CountEvent(Event::kPgfault);  // a late VM_FAULT_RETRY is not counted either
+    return ret;
   }
   CountEvent(Event::kPgfault);
   void* zero = FrameAllocator::ZeroPage();
-
-  if (v->vm_file) return DoFileFault(mm, vmf, t, i, orig);
 
   // Private anonymous.
   auto anon_prepare = [&] {  // vmf_anon_prepare()
@@ -190,12 +219,12 @@ FaultOutcome HandleMmFault(MmStruct& mm, VmFault& vmf) {
   };
   // Installs a new frame in place of `expect` (none or the zero page) if the PTE still
   // holds it; frees the frame otherwise (somebody else handled this fault first).
-  auto install_frame = [&](uint64_t expect) -> FaultOutcome {
+  auto install_frame = [&](uint64_t expect) -> vm_fault_t {
     anon_prepare();
     void* f = mm.frames.Alloc();
     if (!f) {
       CountEvent(Event::kFaultOom);
-      return FaultOutcome::kOom;
+      return VM_FAULT_OOM;
     }
     bool used = false;
     {
@@ -207,7 +236,7 @@ FaultOutcome HandleMmFault(MmStruct& mm, VmFault& vmf) {
     }
     if (used) mm.AddRss(MM_ANONPAGES, 1);
     else mm.frames.Free(f);
-    return FaultOutcome::kMinor;
+    return vm_fault_t{0};
   };
 
   if (!(orig & kPtePresent)) {  // do_anonymous_page
@@ -215,24 +244,24 @@ FaultOutcome HandleMmFault(MmStruct& mm, VmFault& vmf) {
       SpinGuard l(t->ptl);
       if (!(t->Get(i) & kPtePresent)) t->Set(i, MakePte(zero, PteBitsFor(*v, true)));
       CountEvent(Event::kFaultAnonZero);
-      return FaultOutcome::kMinor;
+      return 0;
     }
-    FaultOutcome o = install_frame(orig);
-    if (o == FaultOutcome::kMinor) CountEvent(Event::kFaultAnonWrite);
-    return o;
+    const vm_fault_t ret = install_frame(orig);
+    if (ret == 0) CountEvent(Event::kFaultAnonWrite);
+    return ret;
   }
-  if (PteAllows(orig, vmf.access)) return FaultOutcome::kNone;  // spurious
+  if (PteAllows(orig, vmf.access)) return VM_FAULT_SPURIOUS;
   if (write) {  // do_wp_page
     if (PteFrame(orig) == zero) {
-      FaultOutcome o = install_frame(orig);  // zero-page COW: the new frame is already zero
-      if (o == FaultOutcome::kMinor) CountEvent(Event::kFaultWpZero);
-      return o;
+      const vm_fault_t ret = install_frame(orig);  // zero-page COW: the new frame is already zero
+      if (ret == 0) CountEvent(Event::kFaultWpZero);
+      return ret;
     }
     if (orig & kPteSharedAnon) return DoWpAnonShared(mm, v, t, i, orig);
     SpinGuard l(t->ptl);
     if (t->Get(i) == orig) t->Set(i, MakePte(PteFrame(orig), PteBitsFor(*v, false)));
     CountEvent(Event::kFaultWpReuse);
-    return FaultOutcome::kMinor;
+    return 0;
   }
   // A read or fetch the VMA allows but the PTE's bits do not: refresh them so the
   // re-executed access succeeds (does not happen while PTE bits follow vm_flags).
@@ -240,7 +269,7 @@ FaultOutcome HandleMmFault(MmStruct& mm, VmFault& vmf) {
   const bool ro = PteFrame(orig) == zero || ((orig & kPteSharedAnon) && !(orig & kPteWrite));
   SpinGuard l(t->ptl);
   if (t->Get(i) == orig) t->Set(i, MakePte(PteFrame(orig), PteBitsFor(*v, ro) | (orig & kPteSharedAnon)));
-  return FaultOutcome::kNone;
+  return VM_FAULT_SPURIOUS;
 }
 
 // do_fault() for file VMAs (mm/memory.c do_read_fault, do_cow_fault, do_shared_fault,
@@ -248,7 +277,7 @@ FaultOutcome HandleMmFault(MmStruct& mm, VmFault& vmf) {
 // mm/filemap.c filemap_fault). The folio lock is held from the lookup until the PTE is
 // installed, so truncate either removed the page first (we retry and see i_size) or
 // zaps our PTE in its second unmap pass.
-FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int i, uint64_t orig) {
+vm_fault_t DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int i, uint64_t orig) {
   Vma* v = vmf.vma;
   File* file = v->file();
   const bool write = vmf.access == AccessType::kWrite;
@@ -258,13 +287,9 @@ FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int
   // Shared writable shmem maps its pages writable at once; regular files track dirty
   // pages (vma_wants_writenotify: read faults map read-only, the first store faults).
   const bool map_writable = shared && (v->vm_flags & VM_WRITE) && file->shmem();
-  auto sigbus = [] {
-    CountEvent(Event::kFaultSigbus);
-    return FaultOutcome::kSigbus;
-  };
   auto oom = [] {
     CountEvent(Event::kFaultOom);
-    return FaultOutcome::kOom;
+    return VM_FAULT_OOM;
   };
   // The folio at pgoff, locked, as the fault saw it mapped at `frame` (null: the PTE
   // changed under us; re-execute the access).
@@ -289,32 +314,32 @@ FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int
   };
 
   if (orig & kPtePresent) {
-    if (PteAllows(orig, vmf.access)) return FaultOutcome::kNone;  // spurious
+    if (PteAllows(orig, vmf.access)) return VM_FAULT_SPURIOUS;
     void* frame = PteFrame(orig);
     if (!write) {  // a read the bits did not allow: refresh them, keeping write state
       SpinGuard l(t->ptl);
       if (t->Get(i) == orig)
         t->Set(i, MakePte(frame, PteBitsFor(*v, !(orig & kPteWrite)) | (orig & (kPteFile | kPteSharedAnon))));
-      return FaultOutcome::kNone;
+      return VM_FAULT_SPURIOUS;
     }
     if (orig & kPteSharedAnon) return DoWpAnonShared(mm, v, t, i, orig);  // a private copy fork shared
     if (!(orig & kPteFile)) {  // this VMA's own private copy: do_wp_page reuse
       SpinGuard l(t->ptl);
       if (t->Get(i) == orig) t->Set(i, MakePte(frame, PteBitsFor(*v, false)));
       CountEvent(Event::kFaultWpReuse);
-      return FaultOutcome::kMinor;
+      return 0;
     }
     if (shared) {  // wp_page_shared: the page becomes dirty, the PTE writable
       Folio* f = lock_mapped(frame);
-      if (!f) return FaultOutcome::kNone;
-      vmf.dirtied = file->MarkDirty(f);
+      if (!f) return VM_FAULT_SPURIOUS;
+      const bool dirtied = file->MarkDirty(f);
       {
         SpinGuard l(t->ptl);
         if (t->Get(i) == orig) t->Set(i, MakePte(frame, PteBitsFor(*v, false) | kPteFile));
       }
       f->Unlock();
       CountEvent(kind);
-      return FaultOutcome::kMinor;
+      return dirtied ? VM_FAULT_DIRTY_SHARED : 0;
     }
     // wp_page_copy of a page-cache page mapped read-only in a private VMA.
     cow_prepare();
@@ -335,10 +360,10 @@ FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int
       mm.AddRss(MM_ANONPAGES, 1);
       mm.AddRss(FileCounter(v), -1);
       CountEvent(Event::kFaultFileCow);
-      return FaultOutcome::kMinor;
+      return 0;
     }
     mm.frames.Free(copy);
-    return FaultOutcome::kNone;
+    return VM_FAULT_SPURIOUS;
   }
 
   // do_fault(): no PTE yet.
@@ -346,20 +371,19 @@ FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int
   // do_cow_fault: vmf_anon_prepare() comes before __do_fault(), so a write fault that
   // then finds the page beyond EOF (SIGBUS) has prepared the VMA's anon_vma anyway.
   if (cow) cow_prepare();
-  if (pgoff >= file->size_pages()) return sigbus();  // filemap_fault: beyond EOF
+  if (pgoff >= file->size_pages()) return VM_FAULT_SIGBUS;  // filemap_fault: beyond EOF
   if (!write && mm.opts.fault_around_bytes > kPageSize) {  // do_read_fault -> do_fault_around
     DoFaultAround(mm, vmf, t);
     if (t->Get(i) & kPtePresent) {
       CountEvent(kind);
-      return FaultOutcome::kMinor;  // VM_FAULT_NOPAGE: the page was cached
+      return VM_FAULT_NOPAGE;  // the page was cached
     }
   }
   // vma_lock=around (Linux 6.6 do_read_fault): under the VMA lock, only fault-around;
   // ->fault (a miss, or fault-around off) needs mmap_lock: VM_FAULT_RETRY.
   if (vmf.vma_locked && mm.opts.profile.vma_lock == VmaLockMode::kAround) {
     CountEvent(Event::kVmaLockRetryFile);
-    vmf.retry = true;
-    return FaultOutcome::kNone;
+    return VM_FAULT_RETRY;
   }
   // filemap_fault(): a miss on a host file reads the read-around window in
   // (do_sync_mmap_readahead), drops the lock and answers VM_FAULT_RETRY; the retry
@@ -378,7 +402,7 @@ FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int
       if (t->Get(i) & kPtePresent) {
         CountEvent(Event::kPgmajfault);
         CountEvent(kind);
-        return FaultOutcome::kMajor;
+        return VM_FAULT_MAJOR | VM_FAULT_NOPAGE;
       }
     }
   }
@@ -392,17 +416,17 @@ FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int
   Folio* f = file->GetLockedFolio(pgoff, &read_in, &err);
   if (!f) {
     if (copy) mm.frames.Free(copy);
-    return err == ENOMEM ? oom() : sigbus();
+    return err == ENOMEM ? oom() : VM_FAULT_SIGBUS;
   }
   major |= read_in;
   if (major) CountEvent(Event::kPgmajfault);
   if (pgoff >= file->size_pages()) {  // truncated while we read it in
     f->Unlock();
     if (copy) mm.frames.Free(copy);
-    return sigbus();
+    return VM_FAULT_SIGBUS;
   }
   if (copy) CopyFrameRacy(copy, f->frame);
-  if (write && shared) vmf.dirtied = file->MarkDirty(f);
+  const bool dirtied = write && shared && file->MarkDirty(f);
   bool installed = false;
   {
     SpinGuard l(t->ptl);  // finish_fault
@@ -416,20 +440,11 @@ FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int
   if (installed) mm.AddRss(copy ? MM_ANONPAGES : FileCounter(v), 1);
   else if (copy) mm.frames.Free(copy);
   CountEvent(cow ? Event::kFaultFileCow : kind);
-  return major ? FaultOutcome::kMajor : FaultOutcome::kMinor;
+  return (major ? VM_FAULT_MAJOR : 0) | (dirtied ? VM_FAULT_DIRTY_SHARED : 0);
 }
 
-FaultResult FaultInVma(MmStruct& mm, Vma* v, uint64_t addr, AccessType acc, bool vma_locked, bool* retry,
-                       std::shared_ptr<OpenFile>* fpin) {
-  FaultResult r;
-  r.path = vma_locked ? LockPath::kVmaLock : LockPath::kMmapLock;
-  auto segv = [&](int code) {
-    CountEvent(code == kSegvMaperr ? Event::kFaultSegvMaperr : Event::kFaultSegvAccerr);
-    r.outcome = FaultOutcome::kSigsegv;
-    r.sig_code = code;
-    r.sig_addr = addr;
-    return r;
-  };
+FaultResult FaultInVma(MmStruct& mm, Vma* v, uint64_t addr, AccessType acc, bool vma_locked) {
+  const LockPath path = vma_locked ? LockPath::kVmaLock : LockPath::kMmapLock;
   // access_error() (arch/x86/mm/fault.c)
   PageTable::PteTable* t = mm.pt.Lookup(addr, false);
   const uint64_t cur = t ? t->Get(PageTable::PteIndex(addr)) : 0;
@@ -443,62 +458,33 @@ FaultResult FaultInVma(MmStruct& mm, Vma* v, uint64_t addr, AccessType acc, bool
   } else {
     bad = !(v->vm_flags & VM_ACCESS_FLAGS);
   }
-  if (bad) return segv(kSegvAccerr);
+  if (bad) {  // bad_area_access_error()
+    FaultResult r;
+    r.path = path;
+    return ForceSigFault(r, FaultOutcome::kSigsegv, kSegvAccerr, addr);
+  }
   // An instruction fetch from a non-executable VMA first faults the page in (as a
   // read), then takes the NX protection fault.
   const bool nx = acc == AccessType::kExec && !(v->vm_flags & VM_EXEC);
   VmFault vmf{v, addr, nx ? AccessType::kRead : acc, vma_locked};
   vmf.pte_table = t;
-  const FaultOutcome o = HandleMmFault(mm, vmf);
-  if (vmf.retry) {
-    VMSPACE_LOCK_ASSERT(vma_locked && retry, "VM_FAULT_RETRY outside the VMA-lock path");
-    *retry = true;
-    return r;
-  }
-  // fault_dirty_shared_page(): the PTE is installed; the caller drops its lock and
-  // throttles (a second attempt, FAULT_FLAG_TRIED, keeps its lock and does not).
-  if (vmf.dirtied && fpin) *fpin = v->vm_file;
-  if (o == FaultOutcome::kSigsegv) {  // VM_FAULT_SIGSEGV (a guard marker): bad_area_nosemaphore
-    r.vm_fault = VM_FAULT_SIGSEGV;
-    return segv(kSegvMaperr);
-  }
-  if (o == FaultOutcome::kSigbus) {
-    r.vm_fault = VM_FAULT_SIGBUS;
-    r.outcome = o;
-    r.sig_code = kBusAdrerr;
-    r.sig_addr = addr;
-    return r;
-  }
-  if (o == FaultOutcome::kOom) {
-    r.vm_fault = VM_FAULT_OOM;
-    r.outcome = o;
-    return r;
-  }
-  if (o == FaultOutcome::kMajor) r.vm_fault = VM_FAULT_MAJOR;
-  r.faults = (o == FaultOutcome::kMinor || o == FaultOutcome::kMajor) ? 1 : 0;
-  if (nx) return segv(kSegvAccerr);
-  r.outcome = o;
-  return r;
+  const vm_fault_t ret = HandleMmFault(mm, vmf);
+  VMSPACE_LOCK_ASSERT(vma_locked || !(ret & VM_FAULT_RETRY), "VM_FAULT_RETRY outside the VMA-lock path");
+  return MmFaultResult(ret, addr, path, nx);
 }
 
 FaultResult DoUserAddrFault(MmStruct& mm, uint64_t addr, AccessType acc) {
   bool retried = false;
   if (mm.opts.profile.vma_lock != VmaLockMode::kOff) {
-    if (Vma* v = LockVmaUnderRcu(mm, addr)) {
-      LockdepAcquire(LockRank::kVmaLock, v);
-      RecordLock(LockClass::kVmaLock, LockMode::kRead, false, 0, 0);
-      const bool sample = LockStatsEnabled() &&
-                          (++tls_vma_hold_sample & (sync_internal::kHoldSampleEvery - 1)) == 0;
-      const uint64_t t0 = sample ? NowTicks() : 0;
-      bool retry = false;
-      std::shared_ptr<OpenFile> fpin;
-      FaultResult r = FaultInVma(mm, v, addr, acc, /*vma_locked=*/true, &retry, &fpin);
-      if (sample)
-        RecordHold(LockClass::kVmaLock, LockMode::kRead, NowTicks() - t0, sync_internal::kHoldSampleEvery);
-      LockdepRelease(LockRank::kVmaLock, v);
-      VmaEndRead(mm, v);
+    VmaFaultReadLock lock(mm, addr);
+    if (Vma* v = lock.vma()) {
+      FaultResult r = FaultInVma(mm, v, addr, acc, /*vma_locked=*/true);
+      // fault_dirty_shared_page(): the PTE is installed; pin the file (get_file), drop
+      // the lock, then throttle.
+      std::shared_ptr<OpenFile> fpin = (r.vm_fault & VM_FAULT_DIRTY_SHARED) ? v->vm_file : nullptr;
+      lock.Unlock();
       if (fpin) return FinishDirtyFault(mm, r, std::move(fpin), addr, acc);  // VMA lock dropped
-      if (!retry) {
+      if (!(r.vm_fault & VM_FAULT_RETRY)) {
         CountEvent(Event::kVmaLockSuccess);
         return r;
       }
@@ -550,10 +536,11 @@ FaultResult FaultUnderMmapLock(MmStruct& mm, uint64_t addr, AccessType acc, bool
     MmapWriteUnlock(mm);
     return r;
   }
-  std::shared_ptr<OpenFile> fpin;
-  FaultResult r = (!v || v->vm_start > addr)
-                      ? MapErr(addr, LockPath::kMmapLock)
-                      : FaultInVma(mm, v, addr, acc, /*vma_locked=*/false, nullptr, tried ? nullptr : &fpin);
+  FaultResult r = (!v || v->vm_start > addr) ? MapErr(addr, LockPath::kMmapLock)
+                                             : FaultInVma(mm, v, addr, acc, /*vma_locked=*/false);
+  // fault_dirty_shared_page() drops the lock to throttle only on the first attempt
+  // (FAULT_FLAG_ALLOW_RETRY without FAULT_FLAG_TRIED).
+  std::shared_ptr<OpenFile> fpin = (!tried && (r.vm_fault & VM_FAULT_DIRTY_SHARED)) ? v->vm_file : nullptr;
   mm.mmap_lock.UnlockRead();
   if (fpin) return FinishDirtyFault(mm, r, std::move(fpin), addr, acc);
   return r;
@@ -573,13 +560,9 @@ namespace {
 template <typename Touch>
 FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch) {
   if (addr >= kTaskSize) {
-    FaultResult r;
-    r.outcome = FaultOutcome::kSigsegv;
     const bool canonical = addr < (1ull << 47) || addr >= 0xffff800000000000ull;
-    r.sig_code = canonical ? kSegvMaperr : kSiKernel;
-    r.sig_addr = canonical ? addr : 0;
-    CountEvent(Event::kFaultSegvMaperr);
-    return r;
+    return ForceSigFault(FaultResult{}, FaultOutcome::kSigsegv, canonical ? kSegvMaperr : kSiKernel,
+                         canonical ? addr : 0);
   }
   FaultResult res;
   bool reclaimed = false;
@@ -618,6 +601,7 @@ FaultResult AccessPage(MmStruct& m, uint64_t addr, AccessType acc, Touch&& touch
       return res;
     }
     FaultResult r = DoUserAddrFault(m, addr, acc);
+    r.vm_fault &= ~kVmFaultEngineBits;  // FaultResult::vm_fault reports Linux's bits
     if (r.outcome == FaultOutcome::kOom && !reclaimed) {
       reclaimed = true;
       ShrinkLazyFree(m);  // memory pressure: MADV_FREE pages not written since go first

@@ -24,18 +24,34 @@ inline bool StopAtTable(uint64_t prev, uint64_t addr) {
   return (prev / kPmdSize) != (addr / kPmdSize) && CancelScope::StopRequested();
 }
 
+/// vm_fault_t (include/linux/mm_types.h): what a fault handler answers, the VmFaultBits
+/// of engine/types.h (Linux's values) and the engine's own bits below, carried from
+/// HandleMmFault to do_user_addr_fault (DoUserAddrFault) as handle_mm_fault returns it.
+/// 0: a page was installed or fixed (a minor fault); VM_FAULT_MAJOR: read from the
+/// backing store; VM_FAULT_NOPAGE: fault-around mapped the page from the page cache;
+/// VM_FAULT_RETRY: nothing was done, redo the fault under mmap_lock (only under the VMA
+/// lock; the event names the reason); VM_FAULT_SIGSEGV (a guard marker),
+/// VM_FAULT_SIGBUS (beyond EOF, or the read failed), VM_FAULT_OOM: the access fails.
+using vm_fault_t = uint32_t;
+
+/// Engine bits of vm_fault_t, above Linux's (bit 20 up; FaultResult::vm_fault never
+/// carries them). VM_FAULT_SPURIOUS: nothing to install: the PTE already allowed the
+/// access or only needed its bits refreshed, or a racing fault changed it first (Linux
+/// answers 0; the engine does not count it as a fault in min_flt).
+/// VM_FAULT_DIRTY_SHARED: a shared write dirtied a clean page-cache page and its PTE
+/// is installed: the caller pins the file, drops its lock and throttles
+/// (fault_dirty_shared_page), then answers VM_FAULT_COMPLETED or VM_FAULT_RETRY
+/// (FinishDirtyFault).
+inline constexpr vm_fault_t VM_FAULT_SPURIOUS = 0x100000;
+inline constexpr vm_fault_t VM_FAULT_DIRTY_SHARED = 0x200000;
+inline constexpr vm_fault_t kVmFaultEngineBits = VM_FAULT_SPURIOUS | VM_FAULT_DIRTY_SHARED;
+
 /// One page fault being handled (struct vm_fault).
 struct VmFault {
   Vma* vma;
   uint64_t address;      // the faulting byte
   AccessType access;     // as handled (an NX fetch is handled as a read)
   bool vma_locked;       // FAULT_FLAG_VMA_LOCK: under the VMA read lock, not mmap_lock
-  /// Set by the handler with outcome kNone: VM_FAULT_RETRY, the fault needs mmap_lock
-  /// (only with vma_locked); the event names the reason.
-  bool retry = false;
-  /// Set by the handler: a shared write dirtied a clean page-cache page, its PTE is
-  /// installed (fault_dirty_shared_page: the caller drops its lock and throttles).
-  bool dirtied = false;
   /// The PTE table covering `address` if the caller's walk found one (under the same
   /// lock, so it stays), else null: the handler walks again, allocating (vmf->pmd).
   PageTable::PteTable* pte_table = nullptr;
@@ -86,27 +102,23 @@ bool FreeZappedPagesIfUnused(MmStruct& mm, std::vector<void*>& pages);
 
 /// do_fault() for file VMAs (do_read_fault with do_fault_around, do_cow_fault,
 /// do_shared_fault, and do_wp_page / wp_page_shared / wp_page_copy of file pages):
-/// `t`, `i` the PTE slot, `orig` its value when the fault began. kMinor, kMajor (the
-/// page was read from the backing store), kNone (spurious), kSigbus (beyond EOF, or
-/// the read failed), kOom. Locks as HandleMmFault, plus the folio lock; under the VMA
-/// lock only when HandleMmFault did not answer VM_FAULT_RETRY.
-FaultOutcome DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int i, uint64_t orig);
+/// `t`, `i` the PTE slot, `orig` its value when the fault began. Answers a vm_fault_t:
+/// 0, VM_FAULT_MAJOR, VM_FAULT_NOPAGE, VM_FAULT_SPURIOUS, VM_FAULT_DIRTY_SHARED,
+/// VM_FAULT_SIGBUS, VM_FAULT_OOM, and under the VMA lock of vma_lock=around
+/// VM_FAULT_RETRY. Locks as HandleMmFault, plus the folio lock.
+vm_fault_t DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int i, uint64_t orig);
 
 /// handle_mm_fault() for one page of vmf.vma (access_error already checked).
-/// Installs what the access needs: kMinor, kNone (spurious: the PTE already allows
-/// it, or it only needed its bits refreshed), kSigbus, kOom. Caller holds mmap_lock
-/// (read or write) or, with vmf.vma_locked, the VMA's read lock.
-FaultOutcome HandleMmFault(MmStruct& mm, VmFault& vmf);
+/// Installs what the access needs and answers a vm_fault_t (above). Caller holds
+/// mmap_lock (read or write) or, with vmf.vma_locked, the VMA's read lock.
+vm_fault_t HandleMmFault(MmStruct& mm, VmFault& vmf);
 
 /// access_error() + handle_mm_fault() for a VMA covering addr, pinned by the caller's
-/// lock (as HandleMmFault). Does not perform the access.
-/// With vma_locked, *retry (if given) is set when the fault must be redone under
-/// mmap_lock (VM_FAULT_RETRY); nothing was done then. With `fpin` (the caller may
-/// drop its lock: FAULT_FLAG_ALLOW_RETRY without FAULT_FLAG_TRIED), a fault that
-/// dirtied a shared page sets *fpin to the VMA's file (get_file), for
-/// FinishDirtyFault after the caller's unlock (maybe_unlock_mmap_for_io).
-FaultResult FaultInVma(MmStruct& mm, Vma* v, uint64_t addr, AccessType acc, bool vma_locked, bool* retry = nullptr,
-                       std::shared_ptr<OpenFile>* fpin = nullptr);
+/// lock (as HandleMmFault). Does not perform the access. The result's vm_fault is the
+/// handler's vm_fault_t, the engine's bits included: the caller acts on
+/// VM_FAULT_RETRY (with vma_locked: redo under mmap_lock; nothing was done) and
+/// VM_FAULT_DIRTY_SHARED (FinishDirtyFault after its unlock).
+FaultResult FaultInVma(MmStruct& mm, Vma* v, uint64_t addr, AccessType acc, bool vma_locked);
 
 /// The mmap_lock part of do_user_addr_fault (lock_mm_and_find_vma, handle_mm_fault);
 /// `tried`: FAULT_FLAG_TRIED, the second attempt after VM_FAULT_RETRY (it never
@@ -122,7 +134,8 @@ FaultResult FinishDirtyFault(MmStruct& mm, FaultResult r, std::shared_ptr<OpenFi
 
 /// do_user_addr_fault(): one fault at addr, under the VMA read lock when the profile
 /// allows, else (or on VMA_LOCK_ABORT) under mmap_lock read, expanding a stack under
-/// mmap_lock write. Takes and releases every lock itself.
+/// mmap_lock write. Takes and releases every lock itself. The result's vm_fault may
+/// carry the engine's bits (kVmFaultEngineBits; AccessPage clears them).
 FaultResult DoUserAddrFault(MmStruct& mm, uint64_t addr, AccessType acc) ABSL_LOCKS_EXCLUDED(mm.mmap_lock);
 
 /// One access of the page holding addr with no data transfer (MAP_POPULATE,

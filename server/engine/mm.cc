@@ -18,27 +18,6 @@
 
 namespace vmspace {
 
-const char* SharedFaultCompletionName(SharedFaultCompletion c) {
-  return c == SharedFaultCompletion::kRetry ? "retry" : "completed";
-}
-
-const char* IMmapScopeName(IMmapScope s) { return s == IMmapScope::kWide ? "wide" : "narrow"; }
-
-bool ParseIMmapScope(const std::string& s, IMmapScope* out) {
-  if (s == "wide") *out = IMmapScope::kWide;
-  else if (s == "narrow") *out = IMmapScope::kNarrow;
-  else return false;
-  return true;
-}
-
-bool ParseSharedFaultCompletion(const std::string& s, SharedFaultCompletion* out) {
-  if (s == "retry") *out = SharedFaultCompletion::kRetry;
-  else if (s == "completed") *out = SharedFaultCompletion::kCompleted;
-  else return false;
-  return true;
-}
-
-
 MmStruct::MmStruct(FrameAllocator& f, const SpaceOptions& o)
     : frames(f),
       opts(o),

@@ -37,12 +37,13 @@ struct Domain {
   Mutex mu{LockRank::kWbListLock, LockClass::kWbListLock};
   std::condition_variable_any work_cv;  // the thread waits here for work
   std::condition_variable_any done_cv;  // throttled writers wait here for a pass to end
-  std::vector<std::weak_ptr<File>> b_dirty;  // files with dirty pages (inode b_dirty list)
-  std::thread thread;
-  bool running = false, stop = false;
-  bool kick = false;     // a throttled writer (or new limits) asks for a pass
-  bool stalled = false;  // the last pass cleaned nothing: wait for a kick
-  uint64_t last_cleaned = 0;
+  std::vector<std::weak_ptr<File>> b_dirty ABSL_GUARDED_BY(mu);  // files with dirty pages (inode b_dirty list)
+  std::thread thread ABSL_GUARDED_BY(mu);
+  bool running ABSL_GUARDED_BY(mu) = false;
+  bool stop ABSL_GUARDED_BY(mu) = false;
+  bool kick ABSL_GUARDED_BY(mu) = false;     // a throttled writer (or new limits) asks for a pass
+  bool stalled ABSL_GUARDED_BY(mu) = false;  // the last pass cleaned nothing: wait for a kick
+  uint64_t last_cleaned ABSL_GUARDED_BY(mu) = 0;
   std::atomic<uint64_t> passes{0}, throttled{0};  // written under mu
 };
 // Never destroyed: the thread may still run while static destructors do.
@@ -68,14 +69,14 @@ void WritebackThread() {
   KthreadAffinity();  // not the CPU of the pinned thread that dirtied the first page
   RcuThread();  // WriteRange reads the page cache under RCU and waits for grace periods
   Domain& d = D();
-  std::unique_lock<Mutex> l(d.mu);
+  d.mu.Lock();
   for (;;) {
-    d.work_cv.wait(l, [&] { return d.stop || d.kick || (OverBackground() && !d.b_dirty.empty() && !d.stalled); });
+    while (!(d.stop || d.kick || (OverBackground() && !d.b_dirty.empty() && !d.stalled))) d.work_cv.wait(d.mu);
     if (d.stop) break;
     d.kick = false;
     std::vector<std::weak_ptr<File>> list;
     list.swap(d.b_dirty);
-    l.unlock();
+    d.mu.Unlock();
     uint64_t cleaned = 0;
     for (auto& w : list) {
       std::shared_ptr<File> f = w.lock();  // __iget: the inode stays while we write it
@@ -87,16 +88,17 @@ void WritebackThread() {
       cleaned += before - std::min(before, after);
     }
     if (cleaned) CountEvent(Event::kWritebackPages, cleaned);
-    l.lock();
+    d.mu.Lock();
     d.passes.fetch_add(1, std::memory_order_relaxed);
     d.last_cleaned = cleaned;
     d.stalled = cleaned == 0;
     d.done_cv.notify_all();
   }
+  d.mu.Unlock();
 }
 
-/// Starts the thread if needed and wakes it. Caller holds d.mu.
-void WakeLocked(Domain& d, bool kick) {
+/// Starts the thread if needed and wakes it.
+void WakeLocked(Domain& d, bool kick) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu) {
   if (!d.running) {
     d.running = true;
     d.thread = std::thread(WritebackThread);
@@ -114,7 +116,7 @@ void AccountDirtied(File& f) {
   g_nr_dirty.fetch_add(1, std::memory_order_relaxed);
   if (!f.on_dirty_list.exchange(true, std::memory_order_acq_rel)) {  // __mark_inode_dirty
     Domain& d = D();
-    std::lock_guard<Mutex> l(d.mu);
+    MutexLock l(d.mu);
     d.b_dirty.push_back(f.weak_from_this());
     if (OverBackground()) WakeLocked(d, false);
   }
@@ -131,7 +133,7 @@ void BalanceDirtyPagesRatelimited(File& f) {
   VMSPACE_LOCK_ASSERT(LockdepDepth() == 0, "balance_dirty_pages with an engine lock held");
   if (!OverBackground()) return;  // the free-run zone below (bg + limit) / 2 is not modelled
   Domain& d = D();
-  std::unique_lock<Mutex> l(d.mu);
+  MutexLock l(d.mu);
   if (!OverLimit()) {
     WakeLocked(d, false);  // wb_start_background_writeback
     return;
@@ -142,7 +144,7 @@ void BalanceDirtyPagesRatelimited(File& f) {
     WakeLocked(d, true);
     const uint64_t gen = d.passes.load(std::memory_order_relaxed);
     RcuSleep sleep;
-    d.done_cv.wait(l, [&] { return d.passes.load(std::memory_order_relaxed) != gen || !OverLimit() || d.stop; });
+    while (!(d.passes.load(std::memory_order_relaxed) != gen || !OverLimit() || d.stop)) d.done_cv.wait(d.mu);
     if (d.passes.load(std::memory_order_relaxed) != gen && d.last_cleaned == 0) break;  // no progress (EIO)
   }
   d.throttled.fetch_sub(1, std::memory_order_relaxed);
@@ -153,7 +155,7 @@ void SetDirtyLimits(const DirtyLimits& in) {
   l.dirty_bytes = std::max<uint64_t>(l.dirty_bytes, kPageSize);
   if (l.dirty_background_bytes >= l.dirty_bytes) l.dirty_background_bytes = l.dirty_bytes / 2;  // domain_dirty_limits
   Domain& d = D();
-  std::lock_guard<Mutex> g(d.mu);
+  MutexLock g(d.mu);
   g_limit_bytes.store(l.dirty_bytes, std::memory_order_relaxed);
   g_bg_bytes.store(l.dirty_background_bytes, std::memory_order_relaxed);
   if (d.running || OverBackground()) WakeLocked(d, true);
@@ -174,7 +176,7 @@ void StopWriteback() {
   Domain& d = D();
   std::thread t;
   {
-    std::lock_guard<Mutex> g(d.mu);
+    MutexLock g(d.mu);
     if (!d.running) return;
     d.stop = true;
     d.work_cv.notify_all();
@@ -182,7 +184,7 @@ void StopWriteback() {
     t = std::move(d.thread);
   }
   t.join();
-  std::lock_guard<Mutex> g(d.mu);
+  MutexLock g(d.mu);
   d.running = false;
   d.stop = false;
 }

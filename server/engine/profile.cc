@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Locking profiles: named sets of design switches, one per modelled kernel era.
+// Locking profiles: named sets of design switches, one per modelled kernel era; the
+// names and parsers of the per-space settings (SpaceOptions, engine/address_space.h).
 #include <sstream>
 
+#include "engine/address_space.h"
 #include "engine/profile.h"
 #include "engine/stats.h"
 
@@ -195,6 +197,26 @@ int LockingProfile::stats_slot() const {
   for (int i = 0; i < kNamedCount; i++)
     if (name == kNames[i]) return i;
   return kNamedCount;
+}
+
+const char* SharedFaultCompletionName(SharedFaultCompletion c) {
+  return c == SharedFaultCompletion::kRetry ? "retry" : "completed";
+}
+
+const char* IMmapScopeName(IMmapScope s) { return s == IMmapScope::kWide ? "wide" : "narrow"; }
+
+bool ParseIMmapScope(const std::string& s, IMmapScope* out) {
+  if (s == "wide") *out = IMmapScope::kWide;
+  else if (s == "narrow") *out = IMmapScope::kNarrow;
+  else return false;
+  return true;
+}
+
+bool ParseSharedFaultCompletion(const std::string& s, SharedFaultCompletion* out) {
+  if (s == "retry") *out = SharedFaultCompletion::kRetry;
+  else if (s == "completed") *out = SharedFaultCompletion::kCompleted;
+  else return false;
+  return true;
 }
 
 }  // namespace vmspace

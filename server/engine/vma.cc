@@ -37,15 +37,17 @@ bool Mergeable(const Vma* v, uint64_t flags, const OpenFile* file) {
 
 // i_mmap updates (vma_prepare() .. vma_complete()): under the File's i_mmap_rwsem for
 // write, unless this write section already holds it across a change of several VMAs
-// (MmStruct::i_mmap_held). The analysis cannot follow "held by me or by my caller".
-void IMmapLock(MmStruct& m, File* f) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+// (MmStruct::i_mmap_held). To the analysis IMmapLock acquires f->i_mmap_rwsem and
+// IMmapUnlock releases it (their bodies cannot show "held by me or by my caller"), so
+// the i_mmap writes between them are checked.
+void IMmapLock(MmStruct& m, File* f) ABSL_EXCLUSIVE_LOCK_FUNCTION(f->i_mmap_rwsem) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (f && f != m.i_mmap_held) f->i_mmap_rwsem.LockWrite();
 }
-void IMmapUnlock(MmStruct& m, File* f) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+void IMmapUnlock(MmStruct& m, File* f) ABSL_UNLOCK_FUNCTION(f->i_mmap_rwsem) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (f && f != m.i_mmap_held) f->i_mmap_rwsem.UnlockWrite();
 }
-void IMmapErase(File* f, Vma* v) ABSL_NO_THREAD_SAFETY_ANALYSIS { f->i_mmap.erase({v->vm_pgoff, v}); }
-void IMmapInsert(File* f, Vma* v) ABSL_NO_THREAD_SAFETY_ANALYSIS { f->i_mmap.emplace(v->vm_pgoff, v); }
+void IMmapErase(File* f, Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(f->i_mmap_rwsem) { f->i_mmap.erase({v->vm_pgoff, v}); }
+void IMmapInsert(File* f, Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(f->i_mmap_rwsem) { f->i_mmap.emplace(v->vm_pgoff, v); }
 /// vma_is_shared_maywrite(): a VMA that counts in its file's i_mmap_writable.
 bool SharedMaywrite(const Vma* v) { return (v->vm_flags & (VM_SHARED | VM_MAYWRITE)) == (VM_SHARED | VM_MAYWRITE); }
 
@@ -84,26 +86,35 @@ void VmaLinkFileLocked(MmStruct& mm, Vma* v) {
   IMmapUnlock(mm, f);
 }
 
+namespace {
+/// vma_iter_store() of mmap_region's new VMA: visible to lockless lookups from here
+/// (then the test hook, g_mmap_region_test_hook, with v write-locked by an older
+/// section so that a lockless fault may take it).
+void VmaStoreVisibleLocked(MmStruct& mm, Vma* v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock) {
+  VmaInsertLocked(mm, v);
+  if (auto hook = g_mmap_region_test_hook.load(std::memory_order_acquire)) {
+    v->vm_lock_seq.store(mm.mm_lock_seq.load(std::memory_order_relaxed) - 1, std::memory_order_seq_cst);
+    hook(&mm, v->vm_start);
+  }
+}
+}  // namespace
+
 void VmaLinkNewLocked(MmStruct& mm, Vma* v) {
   File* f = v->file();
   if (!f) {
     VmaInsertLocked(mm, v);
     return;
   }
-  const bool narrow = mm.opts.i_mmap_scope == IMmapScope::kNarrow;
   v->vm_mm = &mm;
-  if (narrow) f->unlinked_visible.fetch_add(1, std::memory_order_seq_cst);
-  else IMmapLock(mm, f);  // i_mmap_lock_write(vma->vm_file->f_mapping) across both inserts
-  VmaInsertLocked(mm, v);        // vma_iter_store: visible to lockless lookups from here
-  if (auto hook = g_mmap_region_test_hook.load(std::memory_order_acquire)) {
-    v->vm_lock_seq.store(mm.mm_lock_seq.load(std::memory_order_relaxed) - 1, std::memory_order_seq_cst);
-    hook(&mm, v->vm_start);
-  }
-  if (narrow) {
+  if (mm.opts.i_mmap_scope == IMmapScope::kNarrow) {
+    f->unlinked_visible.fetch_add(1, std::memory_order_seq_cst);
+    VmaStoreVisibleLocked(mm, v);
     VmaLinkFileLocked(mm, v);  // the lock for the file side only
     f->unlinked_visible.fetch_sub(1, std::memory_order_seq_cst);
     return;
   }
+  IMmapLock(mm, f);  // i_mmap_lock_write(vma->vm_file->f_mapping) across both inserts
+  VmaStoreVisibleLocked(mm, v);
   if (SharedMaywrite(v)) f->i_mmap_writable.fetch_add(1, std::memory_order_acq_rel);
   IMmapInsert(f, v);
   IMmapUnlock(mm, f);

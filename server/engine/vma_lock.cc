@@ -18,6 +18,8 @@ namespace {
 inline bool IsVmaWriterOnly(uint32_t refcnt) {
   return (refcnt & Vma::kVmaLockOffset) && refcnt <= Vma::kVmaLockOffset + 1;
 }
+
+inline thread_local uint32_t tls_vma_hold_sample = 0;  // hold-time sampling of VMA read locks
 }  // namespace
 
 void WaitForVmaReadersLocked(MmStruct& mm, Vma* v, uint32_t target) {
@@ -195,6 +197,23 @@ Vma* LockVmaUnderRcu(MmStruct& mm, uint64_t addr) {
     CountEvent(Event::kVmaLockAbort);
     return nullptr;
   }
+}
+
+VmaFaultReadLock::VmaFaultReadLock(MmStruct& mm, uint64_t addr) : mm_(mm), v_(LockVmaUnderRcu(mm, addr)) {
+  if (!v_) return;
+  LockdepAcquire(LockRank::kVmaLock, v_);
+  RecordLock(LockClass::kVmaLock, LockMode::kRead, false, 0, 0);
+  const bool sample = LockStatsEnabled() &&
+                      (++tls_vma_hold_sample & (sync_internal::kHoldSampleEvery - 1)) == 0;
+  if (sample) hold_start_ = NowTicks();
+}
+
+void VmaFaultReadLock::Unlock() {
+  if (hold_start_)
+    RecordHold(LockClass::kVmaLock, LockMode::kRead, NowTicks() - hold_start_, sync_internal::kHoldSampleEvery);
+  LockdepRelease(LockRank::kVmaLock, v_);
+  VmaEndRead(mm_, v_);
+  v_ = nullptr;
 }
 
 }  // namespace vmspace

@@ -64,6 +64,30 @@ VmaLockResult LockFoundVmaRcu(MmStruct& mm, Vma* v, uint64_t addr);
 /// use mmap_lock). Retries a lookup that found a detached VMA (VMA_LOCK_MISS).
 Vma* LockVmaUnderRcu(MmStruct& mm, uint64_t addr);
 
+/// A VMA read lock held for one fault (do_user_addr_fault's lock_vma_under_rcu ...
+/// vma_end_read) with its bookkeeping: the lockdep acquisition (LockRank::kVmaLock),
+/// the lock statistics (vma_lock, read: one uncontended acquisition; a failed trylock
+/// is counted contended by LockVmaUnderRcu) and a sampled hold time
+/// (sync_internal::kHoldSampleEvery). vma() is null when LockVmaUnderRcu answered
+/// VMA_LOCK_ABORT (use mmap_lock). Unlock (or the destructor) ends the read; v may be
+/// reused after. One thread, no other lock held.
+class VmaFaultReadLock {
+ public:
+  VmaFaultReadLock(MmStruct& mm, uint64_t addr);
+  ~VmaFaultReadLock() {
+    if (v_) Unlock();
+  }
+  VmaFaultReadLock(const VmaFaultReadLock&) = delete;
+  VmaFaultReadLock& operator=(const VmaFaultReadLock&) = delete;
+  Vma* vma() const { return v_; }
+  void Unlock();
+
+ private:
+  MmStruct& mm_;
+  Vma* v_;
+  uint64_t hold_start_ = 0;  // NowTicks() when the hold is sampled, else 0
+};
+
 /// The VMA whose stored range holds addr, from the RCU-published index (maple only).
 /// Caller is in an RCU read-side section: RCU, not mmap_lock, keeps it alive.
 inline Vma* VmaLookupRcu(MmStruct& mm, uint64_t addr) ABSL_NO_THREAD_SAFETY_ANALYSIS { return mm.idx->LookupRcu(addr); }

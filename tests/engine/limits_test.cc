@@ -31,7 +31,7 @@ TEST(Limits, AccessStrideNearTwoToTheSixtyFourTouchesOnce) {
   FrameAllocator frames(1ull << 24);
   auto as = std::make_unique<AddressSpace>(frames);
   const uint64_t a = as->Mmap(0, P, RW, PA).value;
-  // The issue's repros: the touch count wrapped to 0 and the walk never advanced.
+  // A stride near 2^64 once wrapped the touch count to 0 and the walk never advanced.
   AccessResult r = as->Access(a, 2, ~0ull, AccessType::kWrite);
   EXPECT_TRUE(r.ok());
   EXPECT_EQ(r.accesses, 1u);
@@ -89,8 +89,8 @@ TEST(Limits, CancelScopeStopsWalksAtThePageTableBoundary) {
 }
 
 TEST(Limits, PageTablesCountAgainstTheFrameLimit) {
-  // The issue: a 1 MiB limit, 512 GiB MAP_NORESERVE, one byte read every 2 MiB (the
-  // zero page: no frames) grew the daemon by 1 GiB of page tables.
+  // A 1 MiB limit, 512 GiB MAP_NORESERVE, one byte read every 2 MiB (the zero page:
+  // no frames) once grew the daemon by 1 GiB of page tables.
   FrameAllocator frames(1ull << 20);
   auto as = std::make_unique<AddressSpace>(frames);
   const uint64_t len = 512ull << 30;
@@ -112,8 +112,8 @@ TEST(Limits, PageTablesCountAgainstTheFrameLimit) {
 }
 
 TEST(Limits, FreedFramesAreReusableAtOnce) {
-  // The issue's repro: a 64 MiB limit, write 48 MiB, MADV_DONTNEED it all, write it
-  // again: the frees waited for a grace period and the second write failed 7 in 8.
+  // A 64 MiB limit, write 48 MiB, MADV_DONTNEED it all, write it again: when the
+  // frees waited for a grace period the second write failed 7 in 8.
   FrameAllocator frames(64ull << 20);
   auto as = std::make_unique<AddressSpace>(frames);
   const uint64_t len = 48ull << 20;

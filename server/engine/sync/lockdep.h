@@ -16,6 +16,8 @@ namespace vmspace {
 /// lock, i_mmap_rwsem) fit where the comment at the top of mm/rmap.c (Linux 6.18)
 /// orders them. Lower ranks are taken first.
 enum class LockRank : uint8_t {
+  kFileTable = 2,       // the file table's lock (files_struct->file_lock): taken with no
+                        // other engine lock held; nothing is taken under it
   kIRwsem = 4,          // inode->i_rwsem (truncate, extending writes): above mmap_lock
   kReclaim = 6,         // the frame allocator's list of deferred-free sources (Reclaim):
                         // held while each source flushes under its mmap_lock

@@ -200,9 +200,10 @@ struct FaultResult {
   /// re-executed after a racing change (e.g. a concurrent read installed the zero page
   /// before this write's PTE: the write then takes the zero-page copy-on-write fault).
   uint32_t faults = 0;
-  /// VmFaultBits of the last fault: MAJOR, SIGBUS, OOM, and RETRY or COMPLETED when a
-  /// shared write fault dropped its lock to throttle for dirty pages (RETRY: the
-  /// fault was handled a second time; `faults` still counts it once, as min_flt).
+  /// VmFaultBits of the last fault: MAJOR, NOPAGE, SIGSEGV, SIGBUS, OOM, and RETRY or
+  /// COMPLETED when a shared write fault dropped its lock to throttle for dirty pages
+  /// (RETRY: the fault was handled a second time; `faults` still counts it once, as
+  /// min_flt).
   uint32_t vm_fault = 0;
   /// A per-VMA-lock attempt of the last fault answered VM_FAULT_RETRY and the fault was
   /// redone under mmap_lock (events vma_lock_retry_file, vma_lock_retry_anon_vma).
