@@ -63,6 +63,11 @@ ABSL_FLAG(int64_t, deferred_flush_ms, 200,
           "last batch is uncharged within this plus a grace period)");
 ABSL_FLAG(uint64_t, max_message_bytes, 16ull << 20,
           "Largest gRPC message received or sent, bytes");
+ABSL_FLAG(uint64_t, max_transport_bytes, 0,
+          "Most bytes gRPC may hold of messages received and not yet taken by a call (its "
+          "resource quota): beyond it connections read less and calls are cancelled "
+          "RESOURCE_EXHAUSTED. Outside --max-memory-bytes; at least --max-message-bytes "
+          "(0 = 2 x --max-message-bytes)");
 ABSL_FLAG(std::string, lock_stats, "on", "Lock wait/hold timing: on|off");
 ABSL_FLAG(std::string, log_level, "info", "error|warn|info|debug");
 ABSL_FLAG(int64_t, shutdown_grace_ms, 5000,
@@ -278,6 +283,10 @@ bool ReadConfig(DaemonConfig* cfg, std::string* err) {
     return fail("--max-message-bytes must be in [4096, 2^31)");
   if (options.max_io_bytes > options.max_message_bytes - 4096)
     return fail("--max-io-bytes must be at least 4 KiB below --max-message-bytes");
+  cfg->max_transport_bytes = absl::GetFlag(FLAGS_max_transport_bytes);
+  if (cfg->max_transport_bytes == 0) cfg->max_transport_bytes = 2 * options.max_message_bytes;
+  if (cfg->max_transport_bytes < options.max_message_bytes)
+    return fail("--max-transport-bytes must be at least --max-message-bytes (one message must fit)");
   {
     std::string e;
     if (!vmspace::LockingProfile::Parse(absl::GetFlag(FLAGS_locking_profile),

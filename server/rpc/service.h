@@ -211,6 +211,14 @@ class VmSpaceService final : public v1::VmSpace::Service {
   template <typename Fn>
   grpc::Status OnSpace(metrics::RpcMethod m, grpc::ServerContext* ctx, uint64_t id,
                        bool stoppable, bool allocates, Fn&& fn);
+  // Replaces the generated handler of every unary method by a BudgetedUnaryHandler
+  // (call_buffers.h): requests refused before parsing beyond their method's largest
+  // size or the memory budget, messages charged until the response is sent.
+  void BudgetUnaryCalls();
+  template <class Req, class Resp>
+  void Budgeted(const char* method,
+                grpc::Status (VmSpaceService::*fn)(grpc::ServerContext*, const Req*, Resp*),
+                uint64_t max_request, const char* limit);
   // RESOURCE_EXHAUSTED if the caller's tenant is at --tenant-max-memory-bytes.
   OpStatus CheckMemoryQuota(const Caller& c) const;
   // The caller's space `id`, or null (unknown, or another tenant's).
