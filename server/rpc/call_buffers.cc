@@ -17,8 +17,9 @@ OpStatus AdmitRequest(CallCharge& cc, std::string_view method, uint64_t bytes, u
   if (cc.charge().Resize(2 * bytes)) return {};
   const MemoryBudget& b = cc.frames().budget();
   return ErrnoErrorDetail(ENOMEM, method,
-                          "a request of " + std::to_string(bytes) +
-                              " bytes exceeds the memory budget (" + std::to_string(b.usage()) +
+                          "buffers of " + std::to_string(2 * bytes) + " bytes (a request of " +
+                              std::to_string(bytes) + " bytes and its parsed copy) exceed the memory budget (" +
+                              std::to_string(b.usage()) +
                               " of --max-memory-bytes=" + std::to_string(b.limit_bytes()) +
                               " in use); try again later");
 }
