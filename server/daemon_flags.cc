@@ -89,6 +89,12 @@ ABSL_FLAG(std::string, token_file, "",
           "call then needs \"authorization: Bearer TOKEN\" (health and reflection stay open). "
           "Re-read on SIGHUP");
 ABSL_FLAG(uint64_t, tenant_max_spaces, 0, "Most spaces one tenant may own (0 = no limit)");
+ABSL_FLAG(uint64_t, tenant_max_streams, 0,
+          "Most Batch streams one tenant may have open, its share of --max-streams; one "
+          "more is RESOURCE_EXHAUSTED (0 = no share)");
+ABSL_FLAG(uint64_t, tenant_max_calls, 0,
+          "Most space calls and Batch streams of one tenant in flight, its share of the "
+          "daemon's threads; one more is RESOURCE_EXHAUSTED (0 = no limit)");
 ABSL_FLAG(uint64_t, tenant_max_open_files, 0,
           "Most files (OpenFile/CreateShmemFile ids) one tenant may have open; one more is "
           "EMFILE (0 = no limit)");
@@ -313,6 +319,8 @@ bool ReadConfig(DaemonConfig* cfg, std::string* err) {
   options.tenant_max_spaces = absl::GetFlag(FLAGS_tenant_max_spaces);
   options.tenant_max_memory_bytes = absl::GetFlag(FLAGS_tenant_max_memory_bytes);
   options.tenant_max_open_files = absl::GetFlag(FLAGS_tenant_max_open_files);
+  options.tenant_max_streams = absl::GetFlag(FLAGS_tenant_max_streams);
+  options.tenant_max_calls = absl::GetFlag(FLAGS_tenant_max_calls);
   cfg->max_connection_idle_ms = absl::GetFlag(FLAGS_max_connection_idle_ms);
   if (cfg->max_connection_idle_ms < 0 || cfg->max_connection_idle_ms > INT32_MAX)
     return fail("--max-connection-idle-ms must be in [0, 2^31)");

@@ -70,6 +70,12 @@ struct ServiceOptions {
   /// open (--tenant-max-open-files; 0 = no limit); one more is EMFILE, as open(2) at
   /// RLIMIT_NOFILE. The daemon-wide limit is the FileTable's (--max-open-files: ENFILE).
   uint64_t tenant_max_open_files = 0;
+  /// One tenant's share of --max-streams (--tenant-max-streams; 0 = no share): one more
+  /// Batch stream of the tenant is RESOURCE_EXHAUSTED (EAGAIN).
+  uint64_t tenant_max_streams = 0;
+  /// Most space calls (as --max-calls-per-peer counts them) of one tenant in flight
+  /// (--tenant-max-calls; 0 = no limit): one more is RESOURCE_EXHAUSTED (EAGAIN).
+  uint64_t tenant_max_calls = 0;
   /// Version reported by GetServerInfo.
   std::string version = "unknown";
 };
@@ -229,6 +235,8 @@ class VmSpaceService final : public v1::VmSpace::Service {
   const ServiceOptions opts_;
   std::atomic<uint64_t> streams_{0};  // Batch handlers running
   PeerCalls peer_calls_;
+  PeerCalls tenant_streams_;  // Batch streams per tenant (--tenant-max-streams)
+  PeerCalls tenant_calls_;    // space calls per tenant (--tenant-max-calls)
 };
 
 }  // namespace vmspace::rpc

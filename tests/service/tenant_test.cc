@@ -393,6 +393,25 @@ TEST_F(TenantTest, UnauthenticatedBatchStreamsLeaveTheStreamLimitAlone) {
   EXPECT_TRUE(bob_.Batch(EveryOp(bob_.Create()), &resp).ok());
 }
 
+// --tenant-max-streams: one tenant's streams cannot take every --max-streams place.
+TEST_F(TenantTest, EachTenantHasItsShareOfStreams) {
+  StartDaemon({"--max-streams=4", "--tenant-max-streams=2"});
+  OpenStreams open;
+  grpc::Status refused;
+  ASSERT_TRUE(open.Open(*alice_.stub, &refused, alice_.token)) << refused.error_message();
+  ASSERT_TRUE(open.Open(*alice_.stub, &refused, alice_.token)) << refused.error_message();
+  EXPECT_FALSE(open.Open(*alice_.stub, &refused, alice_.token));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(refused.error_message(),
+            "EAGAIN: call: --tenant-max-streams=2 of tenant 'alice' are in flight; try again later");
+  // Bob's share is untouched by alice's refused stream.
+  EXPECT_TRUE(open.Open(*bob_.stub, &refused, bob_.token)) << refused.error_message();
+  EXPECT_TRUE(open.Open(*bob_.stub, &refused, bob_.token)) << refused.error_message();
+  open.CloseAll();
+  EXPECT_TRUE(open.Open(*alice_.stub, &refused, alice_.token)) << refused.error_message();
+  open.CloseAll();
+}
+
 // Ids tell one tenant nothing of another's creates: neither their order nor their
 // gaps follow the daemon's count, and a file id never equals a space id.
 TEST_F(TenantTest, IdsAreUnguessableAndSpaceAndFileIdsNeverCoincide) {
