@@ -157,6 +157,9 @@ bool Daemon::Start(std::string* err) {
   builder.experimental().SetInterceptorCreators(vmspace::rpc::ServiceInterceptors());
   grpc::ResourceQuota quota("vmspaced");
   quota.SetMaxThreads(static_cast<int>(cfg_.max_threads));
+  // Bytes read from connections and not yet taken by a call: gRPC's own buffers, outside
+  // the memory budget (a call charges its messages once it takes them: call_buffers.h).
+  quota.Resize(static_cast<size_t>(cfg_.max_transport_bytes));
   builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(static_cast<int>(cfg_.options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(cfg_.options.max_message_bytes));
@@ -187,9 +190,11 @@ bool Daemon::Start(std::string* err) {
        static_cast<unsigned long long>(options.max_batch),
        static_cast<unsigned long long>(options.max_message_bytes), cfg_.lock_stats.c_str(),
        options.default_profile.Describe().c_str(), cfg_.data_dir.empty() ? "(none)" : cfg_.data_dir.c_str());
-  Logf(LogLevel::kInfo, "max-open-files=%llu (RLIMIT_NOFILE %llu) max-connection-idle-ms=%lld",
+  Logf(LogLevel::kInfo, "max-open-files=%llu (RLIMIT_NOFILE %llu) max-connection-idle-ms=%lld "
+       "max-transport-bytes=%llu",
        static_cast<unsigned long long>(cfg_.max_open_files), static_cast<unsigned long long>(NofileLimit()),
-       static_cast<long long>(cfg_.max_connection_idle_ms));
+       static_cast<long long>(cfg_.max_connection_idle_ms),
+       static_cast<unsigned long long>(cfg_.max_transport_bytes));
   Logf(LogLevel::kInfo, "auth: %s, tls=%s, tenant-max-spaces=%llu tenant-max-memory-bytes=%llu "
        "tenant-max-open-files=%llu",
        auth.token_file().empty() ? (tls_client_ca.empty() ? "none (open)" : "mTLS client CN")

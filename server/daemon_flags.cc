@@ -64,6 +64,11 @@ ABSL_FLAG(int64_t, deferred_flush_ms, 200,
           "last batch is uncharged within this plus a grace period)");
 ABSL_FLAG(uint64_t, max_message_bytes, 16ull << 20,
           "Largest gRPC message received or sent, bytes");
+ABSL_FLAG(uint64_t, max_transport_bytes, 0,
+          "Most bytes gRPC may hold of messages received and not yet taken by a call (its "
+          "resource quota): beyond it connections read less and calls are cancelled "
+          "RESOURCE_EXHAUSTED. Outside --max-memory-bytes; at least --max-message-bytes "
+          "(0 = 2 x --max-message-bytes)");
 ABSL_FLAG(std::string, lock_stats, "on", "Lock wait/hold timing: on|off");
 ABSL_FLAG(std::string, log_level, "info", "error|warn|info|debug");
 ABSL_FLAG(int64_t, shutdown_grace_ms, 5000,
@@ -85,6 +90,12 @@ ABSL_FLAG(std::string, token_file, "",
           "call then needs \"authorization: Bearer TOKEN\" (health and reflection stay open). "
           "Re-read on SIGHUP");
 ABSL_FLAG(uint64_t, tenant_max_spaces, 0, "Most spaces one tenant may own (0 = no limit)");
+ABSL_FLAG(uint64_t, tenant_max_streams, 0,
+          "Most Batch streams one tenant may have open, its share of --max-streams; one "
+          "more is RESOURCE_EXHAUSTED (0 = no share)");
+ABSL_FLAG(uint64_t, tenant_max_calls, 0,
+          "Most space calls and Batch streams of one tenant in flight, its share of the "
+          "daemon's threads; one more is RESOURCE_EXHAUSTED (0 = no limit)");
 ABSL_FLAG(uint64_t, tenant_max_open_files, 0,
           "Most files (OpenFile/CreateShmemFile ids) one tenant may have open; one more is "
           "EMFILE (0 = no limit)");
@@ -286,6 +297,10 @@ bool ReadConfig(DaemonConfig* cfg, std::string* err) {
     return fail("--max-message-bytes must be in [4096, 2^31)");
   if (options.max_io_bytes > options.max_message_bytes - 4096)
     return fail("--max-io-bytes must be at least 4 KiB below --max-message-bytes");
+  cfg->max_transport_bytes = absl::GetFlag(FLAGS_max_transport_bytes);
+  if (cfg->max_transport_bytes == 0) cfg->max_transport_bytes = 2 * options.max_message_bytes;
+  if (cfg->max_transport_bytes < options.max_message_bytes)
+    return fail("--max-transport-bytes must be at least --max-message-bytes (one message must fit)");
   {
     std::string e;
     if (!vmspace::LockingProfile::Parse(absl::GetFlag(FLAGS_locking_profile),
@@ -313,6 +328,8 @@ bool ReadConfig(DaemonConfig* cfg, std::string* err) {
   options.tenant_max_spaces = absl::GetFlag(FLAGS_tenant_max_spaces);
   options.tenant_max_memory_bytes = absl::GetFlag(FLAGS_tenant_max_memory_bytes);
   options.tenant_max_open_files = absl::GetFlag(FLAGS_tenant_max_open_files);
+  options.tenant_max_streams = absl::GetFlag(FLAGS_tenant_max_streams);
+  options.tenant_max_calls = absl::GetFlag(FLAGS_tenant_max_calls);
   cfg->max_connection_idle_ms = absl::GetFlag(FLAGS_max_connection_idle_ms);
   if (cfg->max_connection_idle_ms < 0 || cfg->max_connection_idle_ms > INT32_MAX)
     return fail("--max-connection-idle-ms must be in [0, 2^31)");

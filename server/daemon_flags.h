@@ -37,6 +37,7 @@ struct DaemonConfig {
   uint64_t max_open_files = 0;         // --max-open-files, resolved (never 0)
   int64_t max_connection_idle_ms = 0;  // --max-connection-idle-ms (0 = never)
   std::vector<std::string> peers;      // --peers, as gRPC targets (peers.h)
+  uint64_t max_transport_bytes = 0;    // --max-transport-bytes, resolved (never 0)
 };
 
 /// --help / -h: the usage message and the daemon's flags (spelt with dashes), with

@@ -20,6 +20,8 @@
 // daemon.h (the server, the signals and the drain).
 #include <string>
 
+#include <malloc.h>
+
 #include <absl/flags/usage.h>
 #include <absl/synchronization/mutex.h>
 
@@ -43,6 +45,11 @@ int main(int argc, char** argv) {
       "Flags may be spelt with dashes or underscores (--max-spaces = --max_spaces).");
   if (daemon::HandleHelp(argc, argv)) return 0;
   daemon::ParseFlags(argc, argv);
+  // Buffers of 128 KiB and more (messages, their copies) come from mmap and go back to
+  // the host when freed. glibc's default raises this threshold to the largest block
+  // freed so far, after which such buffers stay in per-thread arenas: under a burst of
+  // 1 MiB calls RSS then grew past the memory budget with memory no call held.
+  mallopt(M_MMAP_THRESHOLD, 128 << 10);
   // Debian's Abseil checks Mutex lock order on every lock (gRPC uses absl::Mutex).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 

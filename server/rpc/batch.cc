@@ -398,6 +398,8 @@ grpc::Status VmSpaceService::Batch(
     return finish(ErrnoErrorDetail(EAGAIN, "Batch",
                                    "--max-streams=" + std::to_string(opts_.max_streams) +
                                        " Batch streams are open; try again later"));
+  TenantSlot share(&tenant_streams_, caller.tenant, opts_.tenant_max_streams, "--tenant-max-streams");
+  if (!share.admitted()) return finish(share.refusal());
   PeerSlot peer(&peer_calls_, ctx, opts_.max_calls_per_peer);
   if (!peer.admitted()) return finish(peer.refusal());
   CallScope call(ctx);

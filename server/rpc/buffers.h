@@ -8,15 +8,21 @@
 #include <string_view>
 
 #include "engine/frame_allocator.h"
+#include "rpc/call_buffers.h"
 #include "rpc/errors.h"
 
 namespace vmspace::rpc {
 
 /// The buffers of one call or stream (request and response data the service holds),
-/// charged to the memory budget as kBuffers while the call runs.
+/// charged to the memory budget as kBuffers while the call runs. Inside a budgeted
+/// unary call (CallCharge::Current) they are that call's charge, which lasts until the
+/// response is sent; elsewhere (a Batch stream) their own, given back when destroyed.
 class Buffers {
  public:
-  explicit Buffers(FrameAllocator& f) : frames_(f), charge_(&f.budget(), MemKind::kBuffers) {}
+  explicit Buffers(FrameAllocator& f)
+      : frames_(f),
+        own_(&f.budget(), MemKind::kBuffers),
+        charge_(CallCharge::Current() ? CallCharge::Current()->charge() : own_) {}
   /// Makes the charge `bytes` (`force`: even beyond the budget, for bytes already
   /// received that only free). If the budget refuses, waits for the frees already
   /// queued (FrameAllocator::Reclaim) and tries once more; then RESOURCE_EXHAUSTED
@@ -36,7 +42,8 @@ class Buffers {
 
  private:
   FrameAllocator& frames_;
-  ScopedCharge charge_;
+  ScopedCharge own_;
+  ScopedCharge& charge_;  // own_ or the call's
 };
 
 }  // namespace vmspace::rpc

@@ -19,6 +19,16 @@ bool PeerCalls::Enter(const std::string& peer, uint64_t max, std::string* host) 
   return true;
 }
 
+bool PeerCalls::EnterKey(const std::string& key, uint64_t max) {
+  Shard& sh = ShardOf(key);
+  absl::MutexLock l(&sh.mu);
+  auto it = sh.n.find(key);
+  if (it != sh.n.end() && it->second >= max) return false;
+  if (max == 0) return false;
+  sh.n[key]++;
+  return true;
+}
+
 void PeerCalls::Leave(const std::string& host) {
   Shard& sh = ShardOf(host);
   absl::MutexLock l(&sh.mu);

@@ -29,6 +29,9 @@ class PeerCalls {
   bool Enter(const std::string& peer, uint64_t max, std::string* host);
   /// Ends a call counted by Enter.
   void Leave(const std::string& host);
+  /// Counts one more under `key` itself (a tenant); false (nothing counted) if `max`
+  /// are already in. Ended by Leave(key).
+  bool EnterKey(const std::string& key, uint64_t max);
 
  private:
   struct alignas(kDestructiveInterferenceBytes) Shard {
@@ -64,6 +67,35 @@ class PeerSlot {
   PeerCalls* const calls_;
   std::string host_;
   bool entered_ = false;  // counted in calls_ under host_
+  bool admitted_ = false;
+  OpStatus refusal_;
+};
+
+// One call's or stream's place in its tenant's share (a PeerCalls keyed by tenant)
+// for its lifetime; `max` 0: uncounted (no per-tenant limit). Leaves exactly what it
+// entered.
+class TenantSlot {
+ public:
+  TenantSlot(PeerCalls* counts, const std::string& tenant, uint64_t max, const char* flag)
+      : counts_(counts), tenant_(tenant) {
+    entered_ = max != 0 && counts->EnterKey(tenant, max);
+    admitted_ = max == 0 || entered_;
+    if (!admitted_)
+      refusal_ = ErrnoErrorDetail(EAGAIN, "call", std::string(flag) + "=" + std::to_string(max) +
+                                                      " of tenant '" + tenant + "' are in flight; try again later");
+  }
+  ~TenantSlot() {
+    if (entered_) counts_->Leave(tenant_);
+  }
+  TenantSlot(const TenantSlot&) = delete;
+  TenantSlot& operator=(const TenantSlot&) = delete;
+  bool admitted() const { return admitted_; }
+  const OpStatus& refusal() const { return refusal_; }
+
+ private:
+  PeerCalls* const counts_;
+  const std::string tenant_;
+  bool entered_ = false;
   bool admitted_ = false;
   OpStatus refusal_;
 };

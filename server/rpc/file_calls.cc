@@ -145,7 +145,11 @@ grpc::Status VmSpaceService::ListFiles(grpc::ServerContext* ctx, const v1::ListF
     const size_t page = req->page_size() == 0 ? kListFilesPageDefault
                                               : std::min<size_t>(req->page_size(), kListFilesPageMax);
     uint64_t next = 0;
-    for (const FileStat& st : registry_.files().List(req->page_token(), page, &next)) {
+    // Tokens are file ids (PublicFileId), not the table's count of opens.
+    const uint64_t from = req->page_token() == 0 ? 0 : registry_.TableIdOf(req->page_token());
+    if (req->page_token() != 0 && from == 0)
+      return ErrnoErrorDetail(EINVAL, "ListFiles", "page_token is not a next_page_token of this daemon");
+    for (const FileStat& st : registry_.files().List(from, page, &next)) {
       const uint64_t public_id = registry_.PublicFileId(st.file_id);
       if (registry_.TableFileId(public_id, c.tenant, c.admin) == 0) continue;  // not the caller's
       const std::shared_ptr<vmspace::OpenFile> f = registry_.files().Get(st.file_id);
@@ -155,7 +159,7 @@ grpc::Status VmSpaceService::ListFiles(grpc::ServerContext* ctx, const v1::ListF
       resp->Clear();
       return ErrnoErrorDetail(ENOMEM, "ListFiles", "response exceeds --max-message-bytes");
     }
-    resp->set_next_page_token(next);
+    resp->set_next_page_token(next == 0 ? 0 : registry_.PublicFileId(next));
     return {};
   });
 }

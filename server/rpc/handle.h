@@ -29,6 +29,8 @@ grpc::Status VmSpaceService::OnSpace(metrics::RpcMethod m, grpc::ServerContext* 
   return Handle(m, ctx, [&](const Caller& c) -> OpStatus {
     PeerSlot peer(&peer_calls_, ctx, opts_.max_calls_per_peer);
     if (!peer.admitted()) return peer.refusal();
+    TenantSlot share(&tenant_calls_, c.tenant, opts_.tenant_max_calls, "--tenant-max-calls");
+    if (!share.admitted()) return share.refusal();
     if (allocates)
       if (OpStatus q = CheckMemoryQuota(c); !q.ok()) return q;
     std::shared_ptr<Space> sp = FindOwn(c, id);

@@ -13,7 +13,11 @@ using metrics::RpcScope;
 grpc::Status VmSpaceService::GetLockStats(grpc::ServerContext* ctx,
                                           const v1::GetLockStatsRequest* req,
                                           v1::GetLockStatsResponse* resp) {
-  return Handle(RpcMethod::kGetLockStats, ctx, [&](const Caller&) -> OpStatus {
+  return Handle(RpcMethod::kGetLockStats, ctx, [&](const Caller& c) -> OpStatus {
+    // The statistics are the daemon's, every tenant's work summed: only the admin's.
+    if (!c.admin)
+      return ErrnoErrorDetail(EPERM, "GetLockStats",
+                              "lock statistics cover every tenant's spaces; they need the admin role");
     OpStatus s;
     int slot = -1;
     const std::string& name = req->locking_profile();
@@ -70,18 +74,24 @@ grpc::Status VmSpaceService::Ping(grpc::ServerContext* ctx, const v1::PingReques
 
 grpc::Status VmSpaceService::GetServerInfo(grpc::ServerContext* ctx, const v1::GetServerInfoRequest*,
                                            v1::GetServerInfoResponse* resp) {
-  return Handle(RpcMethod::kGetServerInfo, ctx, [&](const Caller&) {
+  return Handle(RpcMethod::kGetServerInfo, ctx, [&](const Caller& c) {
     resp->set_shard(registry_.shard());
-    resp->set_spaces(registry_.size());
     resp->set_max_spaces(registry_.max_spaces());
     resp->set_version(opts_.version);
     const MemoryBudget& b = registry_.frames().budget();
+    resp->set_memory_limit_bytes(b.limit_bytes());
+    if (!c.admin) {
+      // Another tenant's activity is not the caller's to see: its own spaces, no
+      // daemon-wide memory figures.
+      resp->set_spaces(registry_.Usage(c.tenant).spaces);
+      return OpStatus{};
+    }
+    resp->set_spaces(registry_.size());
     for (int k = 0; k < kMemKinds; k++) {
       v1::MemoryUsage* u = resp->add_memory();
       u->set_kind(MemKindName(static_cast<MemKind>(k)));
       u->set_bytes(b.usage(static_cast<MemKind>(k)));
     }
-    resp->set_memory_limit_bytes(b.limit_bytes());
     return OpStatus{};
   });
 }

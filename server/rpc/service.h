@@ -70,6 +70,12 @@ struct ServiceOptions {
   /// open (--tenant-max-open-files; 0 = no limit); one more is EMFILE, as open(2) at
   /// RLIMIT_NOFILE. The daemon-wide limit is the FileTable's (--max-open-files: ENFILE).
   uint64_t tenant_max_open_files = 0;
+  /// One tenant's share of --max-streams (--tenant-max-streams; 0 = no share): one more
+  /// Batch stream of the tenant is RESOURCE_EXHAUSTED (EAGAIN).
+  uint64_t tenant_max_streams = 0;
+  /// Most space calls (as --max-calls-per-peer counts them) of one tenant in flight
+  /// (--tenant-max-calls; 0 = no limit): one more is RESOURCE_EXHAUSTED (EAGAIN).
+  uint64_t tenant_max_calls = 0;
   /// Version reported by GetServerInfo.
   std::string version = "unknown";
 };
@@ -211,6 +217,14 @@ class VmSpaceService final : public v1::VmSpace::Service {
   template <typename Fn>
   grpc::Status OnSpace(metrics::RpcMethod m, grpc::ServerContext* ctx, uint64_t id,
                        bool stoppable, bool allocates, Fn&& fn);
+  // Replaces the generated handler of every unary method by a BudgetedUnaryHandler
+  // (call_buffers.h): requests refused before parsing beyond their method's largest
+  // size or the memory budget, messages charged until the response is sent.
+  void BudgetUnaryCalls();
+  template <class Req, class Resp>
+  void Budgeted(const char* method,
+                grpc::Status (VmSpaceService::*fn)(grpc::ServerContext*, const Req*, Resp*),
+                uint64_t max_request, const char* limit);
   // RESOURCE_EXHAUSTED if the caller's tenant is at --tenant-max-memory-bytes.
   OpStatus CheckMemoryQuota(const Caller& c) const;
   // The caller's space `id`, or null (unknown, or another tenant's).
@@ -221,6 +235,8 @@ class VmSpaceService final : public v1::VmSpace::Service {
   const ServiceOptions opts_;
   std::atomic<uint64_t> streams_{0};  // Batch handlers running
   PeerCalls peer_calls_;
+  PeerCalls tenant_streams_;  // Batch streams per tenant (--tenant-max-streams)
+  PeerCalls tenant_calls_;    // space calls per tenant (--tenant-max-calls)
 };
 
 }  // namespace vmspace::rpc

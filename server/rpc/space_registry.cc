@@ -3,28 +3,28 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <random>
 #include <set>
 #include <tuple>
 
 namespace vmspace::rpc {
 
-namespace {
+SpaceRegistry::SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces, uint32_t shard,
+                             std::string data_dir, uint64_t id_key)
+    : frames_(frames), data_dir_(std::move(data_dir)), files_(frames, data_dir_),
+      max_spaces_(max_spaces), shard_(shard), ids_(id_key) {}
 
-// A boot epoch in [1, 2^39).
-uint64_t DrawEpoch() {
-  std::random_device rd;
-  const uint64_t r = (static_cast<uint64_t>(rd()) << 32) | rd();
-  return 1 + r % ((uint64_t{1} << 39) - 1);
+uint64_t SpaceRegistry::NextSpaceId() {
+  uint64_t local = 0;
+  while (local == 0) local = ids_.Encrypt(next_id_.fetch_add(1, std::memory_order_relaxed) & (kFileIdBit - 1));
+  return (static_cast<uint64_t>(shard_) << kShardShift) | local;
 }
 
-}  // namespace
-
-SpaceRegistry::SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces, uint32_t shard,
-                             std::string data_dir, uint64_t epoch)
-    : frames_(frames), data_dir_(std::move(data_dir)), files_(frames, data_dir_),
-      max_spaces_(max_spaces), shard_(shard), epoch_(epoch != 0 ? epoch : DrawEpoch()),
-      next_id_((static_cast<uint64_t>(shard) << kShardShift) + epoch_ + 1) {}
+uint64_t SpaceRegistry::TableIdOf(uint64_t public_id) const {
+  const uint64_t n = public_id & kLocalIdMask;
+  if (ShardOfSpace(public_id) != shard_ || n == 0) return 0;
+  const uint64_t seq = ids_.Decrypt(n);
+  return (seq & kFileIdBit) != 0 ? seq & (kFileIdBit - 1) : 0;
+}
 
 SpaceRegistry::~SpaceRegistry() = default;
 
@@ -66,7 +66,7 @@ uint64_t SpaceRegistry::Create(const SpaceOptions& opts, std::string tenant, std
                                std::string locking_profile, uint64_t tenant_max_spaces,
                                bool* tenant_full) {
   if (!ReserveSpace(tenant, tenant_max_spaces, tenant_full)) return 0;
-  const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t id = NextSpaceId();
   Insert(std::make_shared<Space>(id, std::move(tenant), std::move(label),
                                  std::move(locking_profile), frames_, opts));
   return id;
@@ -86,7 +86,7 @@ uint64_t SpaceRegistry::Fork(Space& parent, std::string tenant, std::string labe
     if (error) *error = err != 0 ? err : ENOMEM;
     return 0;
   }
-  const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t id = NextSpaceId();
   Insert(std::make_shared<Space>(id, std::move(tenant), std::move(label),
                                  std::move(locking_profile), std::move(child)));
   return id;
@@ -177,9 +177,8 @@ uint64_t SpaceRegistry::TenantFiles(const std::string& tenant) const {
 
 uint64_t SpaceRegistry::TableFileId(uint64_t public_id, const std::string& tenant,
                                     bool any_tenant) const {
-  const uint64_t n = public_id & kLocalIdMask;
-  if (ShardOfSpace(public_id) != shard_ || n <= epoch_) return 0;
-  const uint64_t table_id = n - epoch_;
+  const uint64_t table_id = TableIdOf(public_id);
+  if (table_id == 0) return 0;
   absl::ReaderMutexLock lock(&file_mu_);
   auto it = file_owner_.find(table_id);
   if (it == file_owner_.end() || (!any_tenant && it->second != tenant)) return 0;

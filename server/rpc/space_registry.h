@@ -26,6 +26,7 @@
 #include "engine/file.h"
 #include "engine/frame_allocator.h"
 #include "engine/per_thread.h"
+#include "rpc/id_cipher.h"
 
 namespace vmspace::rpc {
 
@@ -71,26 +72,30 @@ struct SpaceTotals {
 };
 
 /// Space ids name the daemon that created them: id = shard << kShardShift | n, with n
-/// counting this daemon's creates from a random boot epoch E + 1, E drawn at start-up
-/// in [1, 2^39): after a restart a stale client's id names no live space (unless 2^39
-/// creates or a 1-in-2^39 draw bring n back to it). Every id stays below 2^53 (exact as
-/// a JSON number); tests may fix E (SpaceRegistry's `epoch`).
+/// (never 0) the image under a keyed permutation of 40 bits (IdCipher, key drawn at
+/// start-up) of this daemon's count of creates: ids are unguessable, and neither
+/// their order nor their gaps tell one tenant how many spaces or files others made.
+/// After a restart (a new key) a stale client's id names no live space unless a
+/// 1-in-2^40 coincidence. Every id stays below 2^53 (exact as a JSON number); tests may
+/// fix the key (SpaceRegistry's `id_key`).
 inline constexpr unsigned kShardShift = 40;
 inline constexpr uint32_t kMaxShard = (1u << (53 - kShardShift)) - 1;  // 8191
 /// The shard a space id belongs to.
 inline constexpr uint32_t ShardOfSpace(uint64_t id) { return static_cast<uint32_t>(id >> kShardShift); }
-/// File ids seen by clients: shard << kShardShift | (E + the FileTable's id), E the
-/// space ids' boot epoch.
+/// File ids seen by clients: shard << kShardShift | the permutation's image of
+/// (kFileIdBit | the FileTable's id). Spaces count below kFileIdBit, so a file id and
+/// a space id never coincide.
 inline constexpr uint64_t kLocalIdMask = (uint64_t{1} << kShardShift) - 1;
+inline constexpr uint64_t kFileIdBit = uint64_t{1} << (kShardShift - 1);
 
 class SpaceRegistry {
  public:
   /// `frames` must outlive the registry. At most `max_spaces` spaces live at once. New
   /// ids carry `shard` (<= kMaxShard) in their high bits. `data_dir` is the FileTable's
-  /// directory of host files ("" = none: opening a host file is EACCES). `epoch` 0 draws
-  /// the boot epoch at random (std::random_device); else it must be below 2^39.
+  /// directory of host files ("" = none: opening a host file is EACCES). `id_key` 0
+  /// draws the ids' permutation key at random (std::random_device).
   SpaceRegistry(FrameAllocator& frames, uint64_t max_spaces, uint32_t shard = 0,
-                std::string data_dir = "", uint64_t epoch = 0);
+                std::string data_dir = "", uint64_t id_key = 0);
   ~SpaceRegistry();
   SpaceRegistry(const SpaceRegistry&) = delete;
   SpaceRegistry& operator=(const SpaceRegistry&) = delete;
@@ -145,10 +150,13 @@ class SpaceRegistry {
   /// The daemon's files, shared by all spaces (thread-safe).
   FileTable& files() { return files_; }
   const std::string& data_dir() const { return data_dir_; }
-  /// A FileTable id as clients see it (the shard in the high bits, the epoch added).
+  /// A FileTable id as clients see it (the shard in the high bits, see kFileIdBit).
   uint64_t PublicFileId(uint64_t table_id) const {
-    return (static_cast<uint64_t>(shard_) << kShardShift) | (epoch_ + table_id);
+    return (static_cast<uint64_t>(shard_) << kShardShift) | ids_.Encrypt(kFileIdBit | table_id);
   }
+  /// The FileTable id a PublicFileId came from whoever owns it; 0 if `public_id` is
+  /// not a file id of this daemon's boot.
+  uint64_t TableIdOf(uint64_t public_id) const;
   /// Takes one of `tenant`'s open-file slots before an OpenFile or CreateShmemFile:
   /// false if it holds `tenant_max` already (0 = no limit; RLIMIT_NOFILE's EMFILE).
   /// Every true is matched by SetFileOwner (the file opened) or UnreserveFile (it was
@@ -194,8 +202,10 @@ class SpaceRegistry {
   FileTable files_;
   const uint64_t max_spaces_;
   const uint32_t shard_;
-  const uint64_t epoch_;
-  std::atomic<uint64_t> next_id_;
+  const IdCipher ids_;
+  std::atomic<uint64_t> next_id_{1};  // spaces created, +1: the permutation's input
+  // A new space's id: the next count's image (skipping the one whose image is 0).
+  uint64_t NextSpaceId();
   mutable absl::Mutex tenant_mu_;
   std::unordered_map<std::string, uint64_t> tenant_spaces_ ABSL_GUARDED_BY(tenant_mu_);
   mutable absl::Mutex file_mu_;

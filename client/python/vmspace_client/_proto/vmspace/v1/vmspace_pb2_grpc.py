@@ -360,7 +360,9 @@ class VmSpaceServicer(object):
 
     def GetLockStats(self, request, context):
         """lock_stat-like statistics of every lock class and mode, per locking profile
-        (/proc/lock_stat analogue), plus the VMA-lock and fault event counters.
+        (/proc/lock_stat analogue), plus the VMA-lock and fault event counters. They sum
+        every tenant's work: with authentication, a caller without the admin role gets
+        PERMISSION_DENIED (EPERM).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -376,6 +378,7 @@ class VmSpaceServicer(object):
     def GetServerInfo(self, request, context):
         """Which shard this daemon is and how many spaces it holds: what a client spreading
         spaces over several daemons needs (routing by space id, placement of CreateSpace).
+        A caller without the admin role sees its own tenant's spaces and no memory figures.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -385,7 +388,7 @@ class VmSpaceServicer(object):
         """---- Files: one table of open files per daemon, shared by all its spaces ----
         A file is a host file under the daemon's --data-dir (no --data-dir: EACCES) or a
         memory-only shmem object. File ids name their daemon like space ids (id = shard << 40
-        | n, n from 1, never reused); an id of another daemon or a closed one is EBADF.
+        | n, n unguessable and never a space's); an id of another daemon or a closed one is EBADF.
 
         open(2) of a path relative to --data-dir; returns a file id. EINVAL: empty or
         absolute path, a ".." component, truncate without write; EACCES: no --data-dir, or a
