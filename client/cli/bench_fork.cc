@@ -52,15 +52,17 @@ std::vector<std::string> WithForkSwitch(const std::vector<std::string>& profiles
 
 ForkFigures MeasureFork(const ForkSetup& s, std::ostream& err) {
   ForkFigures f;
+  // The kernel first: its helper is a fork of this process, which is smallest before
+  // the engine's runs have grown its heap.
+  if (s.native) {
+    if (s.progress) err << "vmspace bench fork: the kernel (fork of a helper process)\n" << std::flush;
+    f.native = bench::RunForkNative(s.cfg);
+  }
   for (size_t i = 0; i < s.profiles.size(); ++i) {
     if (s.progress)
       err << "vmspace bench fork: [" << (i + 1) << "/" << s.profiles.size() << "] " << s.profiles[i] << "\n"
           << std::flush;
     f.rows.push_back(bench::RunForkEngine(s.profiles[i], s.cfg));
-  }
-  if (s.native) {
-    if (s.progress) err << "vmspace bench fork: the kernel (fork of a helper process)\n" << std::flush;
-    f.native = bench::RunForkNative(s.cfg);
   }
   for (const auto& r : f.rows)
     if (!r.ok() && f.error.empty()) f.error = r.setting + ": " + r.error;
