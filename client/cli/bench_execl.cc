@@ -86,8 +86,8 @@ Json ExeclFiguresJson(const ExeclSetup& s, const ExeclFigures& f) {
 std::string ExeclFiguresText(const ExeclSetup& s, const ExeclFigures& f) {
   std::ostringstream o;
   o << "bench execl: " << s.clients << " clients, each a space running " << s.program
-    << " that loops: fork (CloneSpace), exec the program in the child (ExecSpace), touch each segment, exit "
-       "(DestroySpace); "
+    << " that loops: fork (CloneSpace), exec the program in the child (ExecSpace), "
+    << (s.transport == "inprocess" ? "touch each segment, " : "") << "exit (DestroySpace); "
     << std::setprecision(3) << s.seconds << " s per scope ("
     << (s.transport == "inprocess" ? std::string("engine in-process") : s.transport + " to " + s.client.target)
     << ")\n";
