@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// `vmspace bench execl`: UnixBench execl in the engine, per i_mmap_scope, beside the
-// kernel's posix_spawn. Measured into an ExeclFigures, then rendered as JSON or text.
+// `vmspace bench execl`: UnixBench execl as a real fork + exec loop (CloneSpace,
+// ExecSpace, DestroySpace) in the engine or against a daemon, per i_mmap_scope, beside
+// the kernel's posix_spawn. Measured into an ExeclFigures, then rendered as JSON or text.
 #include "cli/commands.h"
 
 #include <iomanip>
@@ -8,6 +9,7 @@
 
 #include "cli/bench.h"
 #include "lib/execl.h"
+#include "lib/execl_grpc.h"
 
 namespace vmspace::cli {
 
@@ -21,6 +23,9 @@ struct ExeclSetup {
   std::string profile;            // "" = linux-6.15
   bool native = true;             // also the kernel's loop
   std::string binary;             // the kernel loop's static program
+  std::string transport = "inprocess";  // inprocess | unary
+  std::string program;            // inprocess: a host path; unary: a path in the daemon's --data-dir
+  client::ClientOptions client;   // unary: the daemon
   bool progress = true;           // progress lines on stderr
 };
 
@@ -35,8 +40,11 @@ struct ExeclFigures {
 ExeclFigures MeasureExecl(const ExeclSetup& s, std::ostream& err) {
   ExeclFigures f;
   for (IMmapScope sc : s.scopes) {
-    if (s.progress) err << "vmspace bench execl: i_mmap_scope=" << IMmapScopeName(sc) << ", " << s.clients << " clients\n" << std::flush;
-    f.rows.push_back(bench::RunExeclEngine(sc, s.profile, s.clients, s.seconds));
+    if (s.progress) err << "vmspace bench execl: i_mmap_scope=" << IMmapScopeName(sc) << ", " << s.clients << " clients, "
+                        << s.transport << "\n" << std::flush;
+    f.rows.push_back(s.transport == "inprocess"
+                         ? bench::RunExeclEngine(sc, s.profile, s.clients, s.seconds, s.program)
+                         : bench::RunExeclDaemon(s.client, sc, s.profile, s.clients, s.seconds, s.program));
   }
   if (s.native) {
     if (s.progress) err << "vmspace bench execl: the kernel (posix_spawn " << s.binary << ")\n" << std::flush;
@@ -62,22 +70,27 @@ Json ExeclJson(const bench::ExeclResult& r) {
                                          {"wait_us_per_iteration", r.i_mmap_wait_s * 1e6 / n}}},
           {"rmap_checks", native ? Json(nullptr) : Json(r.rmap_checks)},
           {"race_hits", native ? Json(nullptr) : Json(r.race_hits)},
-          {"binary", native ? Json(r.binary) : Json(nullptr)},
+          {"binary", Json(r.binary)},
           {"error", r.error.empty() ? Json(nullptr) : Json(r.error)}};
 }
 
 Json ExeclFiguresJson(const ExeclSetup& s, const ExeclFigures& f) {
   Json arr = Json::array();
   for (const auto& r : f.rows) arr.push_back(ExeclJson(r));
-  return Json{{"workload", "execl"}, {"clients", s.clients}, {"duration_s", s.seconds}, {"transport", "inprocess"},
+  return Json{{"workload", "execl"}, {"clients", s.clients}, {"duration_s", s.seconds}, {"transport", s.transport},
+              {"program", s.program}, {"target", s.transport == "inprocess" ? Json(nullptr) : Json(s.client.target)},
               {"results", arr}, {"native", f.native ? ExeclJson(*f.native) : Json(nullptr)},
               {"error", f.error.empty() ? Json(nullptr) : Json(f.error)}};
 }
 
 std::string ExeclFiguresText(const ExeclSetup& s, const ExeclFigures& f) {
   std::ostringstream o;
-  o << "bench execl: " << s.clients << " clients, each: create a space, map one shared binary as ld.so does, touch "
-    << "each segment, destroy; " << std::setprecision(3) << s.seconds << " s per scope (engine in-process)\n";
+  o << "bench execl: " << s.clients << " clients, each a space running " << s.program
+    << " that loops: fork (CloneSpace), exec the program in the child (ExecSpace), "
+    << (s.transport == "inprocess" ? "touch each segment, " : "") << "exit (DestroySpace); "
+    << std::setprecision(3) << s.seconds << " s per scope ("
+    << (s.transport == "inprocess" ? std::string("engine in-process") : s.transport + " to " + s.client.target)
+    << ")\n";
   char line[256];
   snprintf(line, sizeof line, "%-22s %12s %8s %12s %12s %14s %12s\n", "i_mmap_scope", "iter/s", "x first",
            "i_mmap acq/it", "i_mmap cont", "wait-us/iter", "race hits");
@@ -100,7 +113,7 @@ std::string ExeclFiguresText(const ExeclSetup& s, const ExeclFigures& f) {
     o << "native = posix_spawn (vfork + exec) + wait of the static " << f.native->binary << " on this kernel\n";
   }
   o << "race hits = rmap checks (i_mmap_rwsem held for read) that found a VMA already in a space's tree but not "
-       "in the file's i_mmap / checks run; " << kSeed003Thread << ": +12% execl (160 parallel, 224 threads) for narrow\n";
+       "in the file's i_mmap / checks run (in-process only); " << kSeed003Thread << ": +12% execl (160 parallel, 224 threads) for narrow\n";
   return o.str();
 }
 
@@ -122,6 +135,12 @@ int CmdBenchExecl(Ctx& c) {
   s.progress = !c.args.Flag("quiet");
   s.native = !c.args.Flag("skip-native");
   if (s.native) s.binary = c.args.Get("native-binary", bench::DefaultExeclBinary());
+  s.transport = c.args.Get("transport", "inprocess");
+  if (s.transport != "inprocess" && s.transport != "unary") throw UsageError{"--transport must be inprocess or unary"};
+  s.client = c.client;
+  if (s.transport == "inprocess") s.program = c.args.Get("program", c.args.Get("native-binary", bench::DefaultExeclBinary()));
+  else if (!c.args.Has("program")) throw UsageError{"--transport unary needs --program: a static ELF program in the daemon's --data-dir"};
+  else s.program = c.args.Get("program");
   const ExeclFigures f = MeasureExecl(s, c.err);
   c.out << (c.json ? ExeclFiguresJson(s, f).dump() + "\n" : ExeclFiguresText(s, f));
   if (!f.error.empty()) {

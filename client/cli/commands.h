@@ -14,6 +14,7 @@ namespace vmspace::cli {
 int CmdCreate(Ctx& c);    // CreateSpace: prints the new space id
 int CmdDestroy(Ctx& c);   // DestroySpace
 int CmdFork(Ctx& c);      // CloneSpace: prints the child's space id
+int CmdExec(Ctx& c);      // ExecSpace: the program's initial layout replaces the space's
 int CmdList(Ctx& c);      // ListSpaces: one row per space
 int CmdMmap(Ctx& c);      // Mmap: prints the address
 int CmdMunmap(Ctx& c);    // Munmap
@@ -59,6 +60,7 @@ int CmdBenchStress(Ctx& c);      // bench stress (bench_stress.cc): seed 004, be
 int CmdBenchWorkload(Ctx& c);    // bench page_fault1..4 | mmap1 | mmap2 | mixed (bench_willitscale.cc)
 int CmdBenchShmemDirty(Ctx& c);  // bench shmem-dirty (bench_shmem_dirty.cc): seed 002
 int CmdBenchExecl(Ctx& c);       // bench execl (bench_execl.cc): seed 003
+int CmdBenchFork(Ctx& c);        // bench fork (bench_fork.cc): dup_mmap per profile, the 6.4 fork race
 
 // One command per reproduced result (reproduce.cc): the seed's comparison over
 // alternating repetitions beside the kernel, into a results folder with provenance.

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The address-space commands: create, destroy, list, fork, mmap, munmap, mprotect, msync,
+// The address-space commands: create, destroy, list, fork, exec, mmap, munmap, mprotect, msync,
 // brk, mremap, madvise, mincore, mlock, munlock, mlockall, munlockall, mseal, fault,
 // access, read, write, maps. Each is one VmSpace RPC, printed as text or JSON.
 #include "cli/commands.h"
 
 #include "cli/output.h"
+
+#include <absl/strings/str_split.h>
 
 #include <algorithm>
 #include <sstream>
@@ -79,6 +81,31 @@ int CmdFork(Ctx& c) {
   if (!r.ok()) return Fail(c, r.error());
   if (c.json) c.out << Json{{"space_id", r.value()}, {"parent", space}}.dump() << "\n";
   else c.out << r.value() << "\n";
+  return kExitOk;
+}
+
+int CmdExec(Ctx& c) {
+  uint64_t space = c.Space();
+  if (!c.args.Has("path")) throw UsageError{"--path is required"};
+  const std::string path = c.args.Get("path");
+  auto words = [&](const std::string& opt) {
+    std::vector<std::string> out;
+    for (absl::string_view w : absl::StrSplit(c.args.Get(opt), ' ', absl::SkipEmpty())) out.emplace_back(w);
+    return out;
+  };
+  Client cl(c.client);
+  auto r = cl.ExecSpace(space, path, words("argv"), words("env"), c.args.Get("interpreter"));
+  if (!r.ok()) return Fail(c, r.error());
+  const v1::ExecSpaceResponse& e = r.value();
+  if (c.json) {
+    c.out << Json{{"space_id", space}, {"path", path}, {"start_brk", e.start_brk()}, {"map_count", e.map_count()},
+                  {"interpreter", e.interpreter()}}.dump() << "\n";
+  } else {
+    char brk[32];
+    snprintf(brk, sizeof brk, "%#llx", static_cast<unsigned long long>(e.start_brk()));
+    c.out << "space " << space << " now runs " << path << ": " << e.map_count() << " VMAs, start_brk " << brk
+          << (e.interpreter().empty() ? std::string(", static") : ", interpreter " + e.interpreter()) << "\n";
+  }
   return kExitOk;
 }
 

@@ -480,6 +480,21 @@ Result<uint64_t> Client::CloneSpace(uint64_t space_id, const std::string& lockin
   return resp.space_id();
 }
 
+Result<v1::ExecSpaceResponse> Client::ExecSpace(uint64_t space_id, const std::string& path,
+                                                const std::vector<std::string>& argv,
+                                                const std::vector<std::string>& envp,
+                                                const std::string& interpreter_path) {
+  v1::ExecSpaceRequest req;
+  req.set_space_id(space_id);
+  req.set_path(path);
+  req.set_interpreter_path(interpreter_path);
+  for (const std::string& a : argv) req.add_argv(a);
+  for (const std::string& e : envp) req.add_envp(e);
+  v1::ExecSpaceResponse resp;
+  VMSPACE_CALL(ExecSpace, space_id, req, resp);
+  return resp;
+}
+
 Result<Unit> Client::DestroySpace(uint64_t space_id) {
   v1::DestroySpaceRequest req;
   req.set_space_id(space_id);

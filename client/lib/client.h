@@ -183,6 +183,16 @@ class Client {
   /// the budget refuses; INVALID_ARGUMENT bad profile.
   Result<uint64_t> CloneSpace(uint64_t space_id, const std::string& locking_profile = "",
                               const std::string& label = "");
+  /// execve(2) of a space (ExecSpace; as fs/binfmt_elf.c load_elf_binary, Linux 6.18,
+  /// ASLR off): replaces its mappings with the initial layout of the program `path`
+  /// (relative to the daemon's data directory; its PT_INTERP too, or
+  /// `interpreter_path`). `argv` empty = {path}. Returns the new start_brk, VMA count
+  /// and PT_INTERP. NOT_FOUND unknown space; INVALID_ARGUMENT ENOEXEC, ELIBBAD, E2BIG,
+  /// EINVAL; ENOENT missing file; RESOURCE_EXHAUSTED ENOMEM.
+  Result<v1::ExecSpaceResponse> ExecSpace(uint64_t space_id, const std::string& path,
+                                          const std::vector<std::string>& argv = {},
+                                          const std::vector<std::string>& envp = {},
+                                          const std::string& interpreter_path = "");
   Result<Unit> DestroySpace(uint64_t space_id);
   /// Every space of every daemon, ordered by id. The calls on every daemon (ListSpaces,
   /// GetLockStats, Ping, CheckHealth, GetServerInfo), with several daemons, first check

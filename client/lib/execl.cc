@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "engine/exec.h"
 #include "engine/file.h"
 #include "engine/stats.h"
 #include "lib/harness.h"
@@ -23,41 +25,44 @@ namespace vmspace::bench {
 
 namespace {
 constexpr uint64_t P = kPageSize;
-constexpr uint64_t kBinPages = 5;  // ELF header r--, text r-x (2), rodata r--, data rw-
 
-/// One exec: returns "" or what failed.
-std::string ExecOnce(FrameAllocator& frames, const SpaceOptions& o, const std::shared_ptr<OpenFile>& bin) {
-  AddressSpace as(frames, o);
-  SysResult base = as.Mmap(0, kBinPages * P, PROT_READ, MAP_PRIVATE, 0, bin);  // _dl_map_segments: the span
-  if (!base.ok()) return harness::ErrnoText("mmap span", base.error);
-  const uint64_t b = base.value;
-  struct Seg {
-    uint64_t off, pages;
-    int prot;
-  };
-  for (Seg s : {Seg{P, 2, PROT_READ | PROT_EXEC}, Seg{3 * P, 1, PROT_READ}, Seg{4 * P, 1, PROT_READ | PROT_WRITE}}) {
-    SysResult r = as.Mmap(b + s.off, s.pages * P, s.prot, MAP_PRIVATE | MAP_FIXED, s.off, bin);
-    if (!r.ok()) return harness::ErrnoText("mmap segment", r.error);
+/// A page of each part of the program's layout and how the program first touches it:
+/// text executed, data and bss written, rodata read, the stack's top page written.
+std::vector<std::pair<uint64_t, AccessType>> Touches(AddressSpace& as) {
+  std::vector<std::pair<uint64_t, AccessType>> t;
+  for (const VmaInfo& v : as.Maps()) {
+    if (v.name == "[vvar]" || v.name == "[vvar_vclock]" || v.name == "[vdso]") continue;
+    const AccessType a = (v.flags & VM_EXEC) ? AccessType::kExec : (v.flags & VM_WRITE) ? AccessType::kWrite
+                                                                                          : AccessType::kRead;
+    t.push_back({v.name == "[stack]" ? v.end - P : v.start, a});
   }
-  SysResult bss = as.Mmap(b + kBinPages * P, 2 * P, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED);
-  SysResult stack = as.Mmap(0, 32 * P, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_GROWSDOWN);
-  if (!bss.ok() || !stack.ok()) return "mmap bss/stack failed";
-  const std::pair<uint64_t, AccessType> touches[] = {
-      {b, AccessType::kRead},          {b + P, AccessType::kExec},
-      {b + 3 * P, AccessType::kRead},  {b + 4 * P, AccessType::kWrite},
-      {bss.value, AccessType::kWrite}, {stack.value + 31 * P, AccessType::kWrite}};
+  return t;
+}
+
+/// One fork + exec + exit: the parent's copy (dup_mmap), its exec (the child's old mm
+/// dropped), the program's touches, the exit. Returns "" or what failed.
+std::string ForkExecOnce(AddressSpace& parent, const ExecImage& img,
+                         const std::vector<std::pair<uint64_t, AccessType>>& touches) {
+  int err = 0;
+  std::unique_ptr<AddressSpace> child = parent.DupMmap(&err);
+  if (!child) return harness::ErrnoText("fork", err);
+  std::unique_ptr<AddressSpace> exec = child->Exec(img, &err);
+  if (!exec) return harness::ErrnoText("exec", err);
+  child.reset();  // exec_mmap: the old mm goes
   for (auto [addr, acc] : touches) {
-    FaultResult f = as.Fault(addr, acc);
+    FaultResult f = exec->Fault(addr, acc);
     if (f.failed()) return std::string("touch ended in ") + FaultOutcomeName(f.outcome);
   }
   return "";
 }
 }  // namespace
 
-ExeclResult RunExeclEngine(IMmapScope scope, const std::string& profile, int clients, double seconds) {
+ExeclResult RunExeclEngine(IMmapScope scope, const std::string& profile, int clients, double seconds,
+                           const std::string& program) {
   ExeclResult r;
   r.setting = IMmapScopeName(scope);
   r.clients = clients;
+  r.binary = program;
   SpaceOptions o;
   std::string err;
   if (!LockingProfile::Parse(profile.empty() ? "linux-6.15" : profile, &o.profile, &err)) {
@@ -65,44 +70,84 @@ ExeclResult RunExeclEngine(IMmapScope scope, const std::string& profile, int cli
     return r;
   }
   o.i_mmap_scope = scope;
-  FrameAllocator frames;
-  FileTable files(frames, "");
-  SysResult id = files.CreateShmem("execl-binary", kBinPages * P);
-  if (!id.ok()) {
-    r.error = harness::ErrnoText("create binary", id.error);
+  // The program in a data directory of its own (the FileTable opens files beneath it).
+  char tmpl[] = "/tmp/vmspace-execl-XXXXXX";
+  if (!mkdtemp(tmpl)) {
+    r.error = std::string("mkdtemp: ") + strerror(errno);
     return r;
   }
-  std::vector<uint8_t> image(kBinPages * P, 0x90);
-  files.Write(id.value, 0, image.data(), image.size());
-  const std::shared_ptr<OpenFile> bin = files.Get(id.value);
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> iters{0};
+  const std::string dir = tmpl;
+  struct Cleanup {
+    std::string d;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  std::error_code ec;
+  std::filesystem::copy_file(program, dir + "/program", ec);
+  if (ec) {
+    r.error = "copy " + program + ": " + ec.message() + " (build target vmspace-execl-true, or --native-binary)";
+    return r;
+  }
+  FrameAllocator frames;
   std::vector<std::string> errors(clients);
-  const StatsSnapshot before = ReadStats(o.profile.stats_slot());
-  const uint64_t t0 = harness::MonoNs();
-  std::vector<std::thread> ts;
-  for (int c = 0; c < clients; ++c)
-    ts.emplace_back([&, c] {
-      StatsSlotScope slot(o.profile.stats_slot());
+  std::atomic<uint64_t> iters{0};
+  StatsSnapshot before;
+  uint64_t t0 = 0;
+  {
+    FileTable files(frames, dir);
+    ExecImage img;
+    if (int e = OpenExecImage(files, "program", "", &img)) {
+      r.error = harness::ErrnoText(("open " + program).c_str(), e);
+      return r;
+    }
+    img.argv = {"/program"};
+    SysResult id = files.Open("program", OpenFlags{});  // the rmap checker's handle
+    if (!id.ok()) {
+      r.error = harness::ErrnoText(("open " + program).c_str(), id.error);
+      return r;
+    }
+    // Each client is a process that exec'd the program once and then forks and execs.
+    std::vector<std::unique_ptr<AddressSpace>> parents;
+    for (int c = 0; c < clients; ++c) {
+      int e = 0;
+      parents.push_back(AddressSpace(frames, o).Exec(img, &e));
+      if (!parents.back()) {
+        r.error = harness::ErrnoText(("exec " + program).c_str(), e);
+        return r;
+      }
+    }
+    const auto touches = Touches(*parents[0]);
+    std::atomic<bool> stop{false};
+    before = ReadStats(o.profile.stats_slot());
+    t0 = harness::MonoNs();
+    std::vector<std::thread> ts;
+    for (int c = 0; c < clients; ++c)
+      ts.emplace_back([&, c] {
+        StatsSlotScope slot(o.profile.stats_slot());
+        while (!stop.load(std::memory_order_relaxed)) {
+          errors[c] = ForkExecOnce(*parents[c], img, touches);
+          if (!errors[c].empty()) break;
+          iters.fetch_add(1, std::memory_order_relaxed);
+        }
+      });
+    std::thread checker([&] {
       while (!stop.load(std::memory_order_relaxed)) {
-        errors[c] = ExecOnce(frames, o, bin);
-        if (!errors[c].empty()) break;
-        iters.fetch_add(1, std::memory_order_relaxed);
+        SysResult k = files.CheckRmap(id.value);
+        r.rmap_checks++;
+        if (k.ok() && k.value > 0) r.race_hits++;
+        std::this_thread::yield();
       }
     });
-  std::thread checker([&] {
-    while (!stop.load(std::memory_order_relaxed)) {
-      SysResult k = files.CheckRmap(id.value);
-      r.rmap_checks++;
-      if (k.ok() && k.value > 0) r.race_hits++;
-      std::this_thread::yield();
-    }
-  });
-  while (harness::MonoNs() - t0 < static_cast<uint64_t>(seconds * 1e9)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  stop = true;
-  for (auto& t : ts) t.join();
-  checker.join();
-  r.seconds = static_cast<double>(harness::MonoNs() - t0) / 1e9;
+    while (harness::MonoNs() - t0 < static_cast<uint64_t>(seconds * 1e9)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    stop = true;
+    for (auto& t : ts) t.join();
+    checker.join();
+    r.seconds = static_cast<double>(harness::MonoNs() - t0) / 1e9;
+    parents.clear();
+    files.Close(id.value);
+  }
   const StatsSnapshot d = ReadStats(o.profile.stats_slot()).Minus(before);
   for (LockMode m : {LockMode::kRead, LockMode::kWrite}) {
     const LockStatCell& cell = d.lock(LockClass::kIMmapRwsem, m);
@@ -113,7 +158,6 @@ ExeclResult RunExeclEngine(IMmapScope scope, const std::string& profile, int cli
   r.iterations = iters.load();
   for (const std::string& e : errors)
     if (!e.empty() && r.error.empty()) r.error = e;
-  files.Close(id.value);
   return r;
 }
 

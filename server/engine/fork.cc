@@ -86,11 +86,14 @@ int DupMmap(MmStruct& mm, MmStruct& oldmm) {
     mm.next_anon_vma_id = next_id;
   }
   const bool lock_vmas = oldmm.opts.profile.fork_vma_lock;
-  // dup_mm()'s copy of the mm_struct: the heap's bounds and the process's RLIMIT_MEMLOCK
+  // dup_mm()'s copy of the mm_struct: the heap's bounds, start_stack, the special
+  // mappings (their names: vm_special_mapping) and the process's RLIMIT_MEMLOCK
   // and CAP_IPC_LOCK carry over; def_flags does not (mm_init keeps only
   // VM_INIT_DEF_MASK, so mlockall(MCL_FUTURE) is not inherited), nor does locked_vm.
   mm.start_brk = oldmm.start_brk;
   mm.brk = oldmm.brk;
+  mm.start_stack = oldmm.start_stack;
+  mm.special_mappings = oldmm.special_mappings;
   mm.rlimit_memlock.store(oldmm.rlimit_memlock.load(std::memory_order_relaxed), std::memory_order_relaxed);
   mm.cap_ipc_lock.store(oldmm.cap_ipc_lock.load(std::memory_order_relaxed), std::memory_order_relaxed);
   int err = 0;

@@ -178,6 +178,18 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// the one overlapping [start_brk, brk] (brk.cc, proc.cc).
   uint64_t start_brk ABSL_GUARDED_BY(mmap_lock) = 0;
   uint64_t brk ABSL_GUARDED_BY(mmap_lock) = 0;
+  /// mm->start_stack (bytes): where execve left the stack's strings (exec.cc; 0 in a
+  /// space no Exec made). The VMA containing it is [stack] in Maps
+  /// (vma_is_initial_stack).
+  uint64_t start_stack ABSL_GUARDED_BY(mmap_lock) = 0;
+  /// The special mappings execve installed (_install_special_mapping, mm/mmap.c: the
+  /// vDSO's [vvar], [vvar_vclock], [vdso]): a VMA with VM_DONTEXPAND that starts at
+  /// `start` is named `name` in Maps (the vm_special_mapping's name).
+  struct SpecialMapping {
+    uint64_t start;
+    const char* name;  // a string literal
+  };
+  std::vector<SpecialMapping> special_mappings ABSL_GUARDED_BY(mmap_lock);
   /// mm->locked_vm (pages of VM_LOCKED VMAs) and the pages of VM_SEALED VMAs: written
   /// under mmap_lock write, read without locks (Counters).
   std::atomic<uint64_t> locked_vm{0};

@@ -19,6 +19,13 @@ uint64_t RssLocked(MmStruct& mm, uint64_t start, uint64_t end) {
   return n;
 }
 
+const char* SpecialMappingNameLocked(const MmStruct& mm, const Vma* v) {
+  if (!(v->vm_flags & VM_DONTEXPAND) || v->vm_file) return nullptr;
+  for (const MmStruct::SpecialMapping& s : mm.special_mappings)
+    if (s.start == v->vm_start) return s.name;
+  return nullptr;
+}
+
 VmaInfo VmaInfoLocked(MmStruct& mm, const Vma* v) {
   VmaInfo i;
   i.start = v->vm_start;
@@ -33,8 +40,12 @@ VmaInfo VmaInfoLocked(MmStruct& mm, const Vma* v) {
     i.dev_minor = f->dev_minor;
     i.inode = f->ino;
     i.name = f->maps_name;
+  } else if (const char* special = SpecialMappingNameLocked(mm, v)) {
+    i.name = special;  // vma->vm_ops->name
   } else if (v->vm_start < PageAlign(mm.brk) && v->vm_end > mm.start_brk) {
     i.name = "[heap]";  // vma_is_initial_heap()
+  } else if (mm.start_stack && v->vm_start <= mm.start_stack && v->vm_end >= mm.start_stack) {
+    i.name = "[stack]";  // vma_is_initial_stack()
   }
   i.rss_pages = RssLocked(mm, v->vm_start, v->vm_end);
   AnonVma* a = v->anon();

@@ -14,6 +14,10 @@ namespace vmspace {
 /// smaps Rss of one VMA).
 uint64_t RssLocked(MmStruct& mm, uint64_t start, uint64_t end) ABSL_SHARED_LOCKS_REQUIRED(mm.mmap_lock);
 
+/// The name of v if it is one of the space's special mappings (MmStruct::
+/// special_mappings: [vvar], [vdso]...; the vm_special_mapping's name), else null.
+const char* SpecialMappingNameLocked(const MmStruct& mm, const Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mm.mmap_lock);
+
 /// The VmaInfo (maps line data) of v.
 VmaInfo VmaInfoLocked(MmStruct& mm, const Vma* v) ABSL_SHARED_LOCKS_REQUIRED(mm.mmap_lock);
 

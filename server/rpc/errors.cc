@@ -18,6 +18,9 @@ grpc::StatusCode ErrnoToStatusCode(int err) {
     case EINVAL:
     case EBADF:
     case EFAULT: return grpc::StatusCode::INVALID_ARGUMENT;  // mremap: the range is not one mapping
+    case ENOEXEC:
+    case ELIBBAD:
+    case E2BIG: return grpc::StatusCode::INVALID_ARGUMENT;  // execve: not a program, argv too long
     case ENOMEM:
     case EMFILE:
     case ENFILE:

@@ -112,6 +112,8 @@ class VmSpaceService final : public v1::VmSpace::Service {
   /// budget refuses; INVALID_ARGUMENT EINVAL bad locking_profile or label.
   grpc::Status CloneSpace(grpc::ServerContext* ctx, const v1::CloneSpaceRequest* req,
                           v1::CloneSpaceResponse* resp) override;
+  grpc::Status ExecSpace(grpc::ServerContext* ctx, const v1::ExecSpaceRequest* req,
+                         v1::ExecSpaceResponse* resp) override;
   grpc::Status DestroySpace(grpc::ServerContext* ctx, const v1::DestroySpaceRequest* req,
                             v1::DestroySpaceResponse* resp) override;
   grpc::Status ListSpaces(grpc::ServerContext* ctx, const v1::ListSpacesRequest* req,

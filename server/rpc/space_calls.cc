@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The space calls of VmSpaceService: CreateSpace, CloneSpace, DestroySpace, ListSpaces,
-// GetMaps.
+// The space calls of VmSpaceService: CreateSpace, CloneSpace, ExecSpace, DestroySpace,
+// ListSpaces, GetMaps.
 #include <absl/strings/str_split.h>
 
 #include <cerrno>
 #include <string>
 #include <vector>
 
+#include "engine/exec.h"
 #include "rpc/buffers.h"
 #include "rpc/handle.h"
 #include "rpc/log.h"
@@ -152,6 +153,33 @@ grpc::Status VmSpaceService::CloneSpace(grpc::ServerContext* ctx,
     resp->set_space_id(id);
     Logf(LogLevel::kDebug, "tenant '%s' forked space %llu into %llu", c.tenant.c_str(),
          static_cast<unsigned long long>(req->space_id()), static_cast<unsigned long long>(id));
+    return {};
+  });
+}
+
+grpc::Status VmSpaceService::ExecSpace(grpc::ServerContext* ctx, const v1::ExecSpaceRequest* req,
+                                       v1::ExecSpaceResponse* resp) {
+  return Handle(RpcMethod::kExecSpace, ctx, [&](const Caller& c) -> OpStatus {
+    PeerSlot peer(&peer_calls_, ctx, opts_.max_calls_per_peer);
+    if (!peer.admitted()) return peer.refusal();
+    if (OpStatus q = CheckMemoryQuota(c); !q.ok()) return q;
+    const std::shared_ptr<Space> sp = FindOwn(c, req->space_id());
+    if (!sp) return SpaceNotFound(req->space_id());
+    ExecImage img;
+    if (int e = OpenExecImage(registry_.files(), req->path(), req->interpreter_path(), &img))
+      return ErrnoErrorDetail(e, "ExecSpace", "program '" + req->path() + "'");
+    img.argv.assign(req->argv().begin(), req->argv().end());
+    if (img.argv.empty()) img.argv.push_back(req->path());
+    img.envp.assign(req->envp().begin(), req->envp().end());
+    int err = 0;
+    std::unique_ptr<AddressSpace> mm = sp->as.Exec(img, &err);
+    if (!mm) return ErrnoErrorDetail(err, "ExecSpace", "loading '" + req->path() + "'");
+    const SpaceCounters counters = mm->Counters();
+    const uint64_t start_brk = mm->Brk(0);
+    if (!registry_.Exec(*sp, std::move(mm))) return SpaceNotFound(req->space_id());
+    resp->set_start_brk(start_brk);
+    resp->set_map_count(counters.map_count);
+    resp->set_interpreter(img.program.interp);
     return {};
   });
 }

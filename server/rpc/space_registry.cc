@@ -2,6 +2,7 @@
 #include "rpc/space_registry.h"
 
 #include <algorithm>
+#include <utility>
 #include <cerrno>
 #include <set>
 #include <tuple>
@@ -90,6 +91,20 @@ uint64_t SpaceRegistry::Fork(Space& parent, std::string tenant, std::string labe
   Insert(std::make_shared<Space>(id, std::move(tenant), std::move(label),
                                  std::move(locking_profile), std::move(child)));
   return id;
+}
+
+bool SpaceRegistry::Exec(const Space& sp, std::unique_ptr<AddressSpace> mm) {
+  auto fresh = std::make_shared<Space>(sp.id, sp.tenant, sp.label, sp.locking_profile, std::move(mm));
+  std::shared_ptr<Space> old;
+  {
+    Shard& sh = ShardFor(sp.id);
+    absl::MutexLock lock(&sh.mu);
+    auto it = sh.spaces.find(sp.id);
+    if (it == sh.spaces.end() || it->second.get() != &sp) return false;
+    old = std::exchange(it->second, std::move(fresh));
+  }
+  old.reset();  // the old mm goes outside the shard lock (unless in use)
+  return true;
 }
 
 std::shared_ptr<Space> SpaceRegistry::Find(uint64_t id) const {

@@ -121,6 +121,13 @@ class SpaceRegistry {
                 std::string locking_profile, const LockingProfile* profile,
                 uint64_t tenant_max_spaces, bool* tenant_full, int* error);
 
+  /// execve(2)'s exec_mmap (fs/exec.c, Linux 6.18): `sp`'s entry is replaced by a space
+  /// of the same id, owner, label and locking profile around `mm` (AddressSpace::Exec's
+  /// new space); operations in flight finish on the old one, which is freed after them.
+  /// False (mm dropped) if `sp` is no longer registered (destroyed, or replaced by
+  /// another exec meanwhile). Takes the id's shard lock for write.
+  bool Exec(const Space& sp, std::unique_ptr<AddressSpace> mm);
+
   /// The space with this id, or null. Takes the id's shard lock for read.
   std::shared_ptr<Space> Find(uint64_t id) const;
 

@@ -8,8 +8,10 @@ source tree:
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -367,6 +369,60 @@ class ClientTest(unittest.TestCase):
             "read beyond the mapping: Fault(sigsegv, lock_path=mmap_lock, si_code=SEGV_MAPERR)",
             "unaligned munmap: EINVAL (errno 22)",
             "7ffff7ffb000-7ffff7fff000 rw-p 00000000 00:00 0 "])
+
+
+class ExecTest(unittest.TestCase):
+    """exec_space against a daemon with --data-dir holding /bin/true's and ld.so's ELF headers (the engine
+    test's fixtures, padded to the files' sizes): the layout is the one the kernel built (true.maps)."""
+
+    FIXTURES = os.path.join(HERE, "..", "..", "..", "tests", "engine", "exec")
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir)
+        for path, head, size in (("usr/bin/true", "true.elfhead", 35664),
+                                 ("lib64/ld-linux-x86-64.so.2", "ld-linux-x86-64.so.2.elfhead", 215000)):
+            dst = os.path.join(self.dir, path)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copyfile(os.path.join(self.FIXTURES, head), dst)
+            os.truncate(dst, size)
+        self.daemon = Daemon("--data-dir=" + self.dir)
+        self.addCleanup(self.daemon.stop)
+        self.vm = Client(self.daemon.target)
+        self.addCleanup(self.vm.close)
+
+    def test_exec_space(self):
+        space = self.vm.create_space(label="py-exec")
+        self.vm.mmap(space, PAGE)
+        r = self.vm.exec_space(space, "usr/bin/true", argv=["/bin/true"])
+        self.assertEqual((r.start_brk, r.interpreter), (0x55555555E000, "/lib64/ld-linux-x86-64.so.2"))
+        want = []
+        with open(os.path.join(self.FIXTURES, "true.maps")) as f:
+            for line in f:
+                field = line.split()
+                if line.startswith("#") or field[-1] == "[vsyscall]":
+                    continue
+                want.append((field[0], field[1], field[2], os.path.basename(field[5]) if len(field) > 5 else ""))
+        got = [(f"{v.start:08x}-{v.end:08x}", v.perms, f"{v.offset:08x}", os.path.basename(v.name))
+               for v in self.vm.get_maps(space).vmas]
+        self.assertEqual(got, want)
+        self.assertEqual(r.map_count, len(want))
+        # fork + exec: the child runs the program again; the parent keeps its layout.
+        child = self.vm.clone_space(space)
+        self.vm.exec_space(child, "usr/bin/true")
+        self.assertEqual(len(self.vm.get_maps(child).vmas), len(want))
+        self.vm.destroy_space(child)
+        with open(os.path.join(self.dir, "script"), "w") as f:
+            f.write("#!/bin/sh\n")
+        for path, name, code in (("script", "ENOEXEC", grpc.StatusCode.INVALID_ARGUMENT),
+                                 ("usr/bin/false", "ENOENT", None)):
+            with self.assertRaises(VmspaceError) as cm:
+                self.vm.exec_space(space, path)
+            self.assertEqual(cm.exception.errno_name, name)
+            if code:
+                self.assertEqual(cm.exception.code, code)
+        self.assertEqual(len(self.vm.get_maps(space).vmas), len(want))  # a failed exec changes nothing
+        self.vm.destroy_space(space)
 
 
 class ShardedTest(unittest.TestCase):

@@ -174,6 +174,15 @@ class Client:
         return self._call("CloneSpace", pb.CloneSpaceRequest(space_id=space_id, locking_profile=locking_profile,
                                                              label=label), space_id).space_id
 
+    def exec_space(self, space_id, path, argv=(), envp=(), interpreter_path=""):
+        """execve(2) in a space (ExecSpace, as fs/binfmt_elf.c load_elf_binary with ASLR off): its mappings
+        become the initial layout of the ELF program `path` (relative to the daemon's data directory; its
+        PT_INTERP taken there too, or `interpreter_path`). Empty argv = [path]. Returns the ExecSpaceResponse
+        (start_brk, map_count, interpreter)."""
+        return self._call("ExecSpace", pb.ExecSpaceRequest(space_id=space_id, path=path, argv=list(argv),
+                                                           envp=list(envp), interpreter_path=interpreter_path),
+                          space_id)
+
     def destroy_space(self, space_id):
         self._call("DestroySpace", pb.DestroySpaceRequest(space_id=space_id), space_id)
 

@@ -181,6 +181,8 @@ struct RcuStats {
 };
 RcuStats ReadRcuStats();
 
+struct ExecImage;  // engine/exec.h: what AddressSpace::Exec loads
+
 /// One address space (a process's mm). Cache-line aligned, as its MmStruct: spaces
 /// used by different threads share no cache line (mm_struct's slab cache is
 /// SLAB_HWCACHE_ALIGN, kernel/fork.c proc_caches_init).
@@ -408,6 +410,23 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   /// Takes this space's mmap_lock for write (then the child's); with the profile's
   /// fork_vma_lock also each VMA's write lock as it is copied.
   std::unique_ptr<AddressSpace> DupMmap(int* error = nullptr, const LockingProfile* profile = nullptr);
+
+  /// execve(2)'s new address space (fs/exec.c exec_mmap, fs/binfmt_elf.c
+  /// load_elf_binary, Linux 6.18, ASLR off as under `setarch -R`): a new space with
+  /// this one's options (not its mappings, locks or mlockall(MCL_FUTURE)) holding the
+  /// program's initial layout: the [stack] VMA below STACK_TOP (the argument pages
+  /// with `image`'s strings written in, expanded by 128 KiB), the PT_LOAD segments
+  /// mapped privately from the file (an ET_DYN program with an interpreter at
+  /// 0x555555554000, ET_EXEC at its addresses), padzero's write to the end of the
+  /// last file page of a segment with bss and the bss beyond as anonymous memory, the
+  /// interpreter's segments top-down below mmap_base, then [vvar], [vvar_vclock] and
+  /// [vdso] placeholders (special mappings: their flags, no pages) below those; brk
+  /// starts at the page after the program's bss. Returns the space, or null with
+  /// *error: E2BIG (strings beyond a quarter of the 8 MiB stack limit), ENOEXEC (no
+  /// PT_LOAD), ENOENT (PT_INTERP without an interpreter in `image`), EINVAL, EEXIST,
+  /// ENOMEM, EFAULT (as the mappings fail). This space is not changed (the caller
+  /// replaces it, as exec_mmap does). Defined in exec.cc.
+  std::unique_ptr<AddressSpace> Exec(const ExecImage& image, int* error = nullptr) const;
 
   /// Checks the space's invariants (validate_mm): VMAs sorted, non-overlapping, page
   /// aligned, found by the index, attached; map_count and total_vm consistent; every

@@ -34,6 +34,11 @@ class VmSpaceStub(object):
                 request_serializer=vmspace_dot_v1_dot_vmspace__pb2.CloneSpaceRequest.SerializeToString,
                 response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.CloneSpaceResponse.FromString,
                 )
+        self.ExecSpace = channel.unary_unary(
+                '/vmspace.v1.VmSpace/ExecSpace',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.ExecSpaceRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.ExecSpaceResponse.FromString,
+                )
         self.Mmap = channel.unary_unary(
                 '/vmspace.v1.VmSpace/Mmap',
                 request_serializer=vmspace_dot_v1_dot_vmspace__pb2.MmapRequest.SerializeToString,
@@ -241,6 +246,27 @@ class VmSpaceServicer(object):
         budget or the frame limit refuses the copy (nothing of the child is left);
         INVALID_ARGUMENT EINVAL for a bad locking_profile or a label over 64 bytes.
         Not a Batch op.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExecSpace(self, request, context):
+        """execve(2) of a space, as fs/exec.c and fs/binfmt_elf.c load_elf_binary (Linux 6.18)
+        with ASLR off (setarch -R): the space's mappings are replaced (a new mm, as
+        exec_mmap; the id, owner, label, settings and locking profile stay) by the
+        program's initial layout: the [stack] VMA below 0x7ffffffff000 holding the
+        filename, envp and argv strings and 128 KiB below them, the PT_LOAD segments mapped
+        privately from the file (a PIE with an interpreter at 0x555555554000), the bss
+        anonymous, the PT_INTERP interpreter's segments top-down below mmap_base, then the
+        [vvar], [vvar_vclock] and [vdso] placeholders; brk starts at the page after the bss.
+        The program and its interpreter are files of the daemon's data directory, opened
+        read-only as OpenFile does (no file id is left open). Errors: NOT_FOUND unknown
+        space; ENOENT (program or interpreter missing) as OpenFile answers it; INVALID_ARGUMENT EINVAL
+        (a path OpenFile refuses), ENOEXEC (not an x86-64 ELF64 executable), ELIBBAD (the
+        interpreter is not one), E2BIG (argv + envp beyond 2 MiB); PERMISSION_DENIED
+        EACCES; RESOURCE_EXHAUSTED ENOMEM (budget, frame limit). On an error the space is
+        unchanged. Not a Batch op.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -556,6 +582,11 @@ def add_VmSpaceServicer_to_server(servicer, server):
                     request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.CloneSpaceRequest.FromString,
                     response_serializer=vmspace_dot_v1_dot_vmspace__pb2.CloneSpaceResponse.SerializeToString,
             ),
+            'ExecSpace': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExecSpace,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.ExecSpaceRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.ExecSpaceResponse.SerializeToString,
+            ),
             'Mmap': grpc.unary_unary_rpc_method_handler(
                     servicer.Mmap,
                     request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.MmapRequest.FromString,
@@ -801,6 +832,23 @@ class VmSpace(object):
         return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/CloneSpace',
             vmspace_dot_v1_dot_vmspace__pb2.CloneSpaceRequest.SerializeToString,
             vmspace_dot_v1_dot_vmspace__pb2.CloneSpaceResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ExecSpace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/ExecSpace',
+            vmspace_dot_v1_dot_vmspace__pb2.ExecSpaceRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.ExecSpaceResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
