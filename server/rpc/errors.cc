@@ -21,6 +21,11 @@ grpc::StatusCode ErrnoToStatusCode(int err) {
     case ENOEXEC:
     case ELIBBAD:
     case E2BIG: return grpc::StatusCode::INVALID_ARGUMENT;  // execve: not a program, argv too long
+    case ENOTDIR:
+    case EISDIR:
+    case ENAMETOOLONG:
+    case ELOOP: return grpc::StatusCode::INVALID_ARGUMENT;  // a path that cannot name a file
+    case ENOENT: return grpc::StatusCode::NOT_FOUND;         // OpenFile, ExecSpace: no such file
     case ENOMEM:
     case EMFILE:
     case ENFILE:

@@ -133,7 +133,7 @@ TEST_F(FilesTest, OpenPathsAndFlags) {
   fs::create_symlink(outside.path(), dir_.path() + "/out");
   EXPECT_TRUE(Fails(cl_->OpenFile(Open("out/f")), StatusCode::PERMISSION_DENIED, "EACCES"));
   EXPECT_FALSE(fs::exists(outside.path() + "/f"));
-  EXPECT_TRUE(Fails(cl_->OpenFile(Open("missing", true, false)), StatusCode::UNKNOWN, "ENOENT"));
+  EXPECT_TRUE(Fails(cl_->OpenFile(Open("missing", true, false)), StatusCode::NOT_FOUND, "ENOENT"));
   const uint64_t f = OpenOk(Open("a.bin"));
   EXPECT_TRUE(fs::exists(dir_.path() + "/a.bin"));
   v1::OpenFileRequest excl = Open("a.bin");
@@ -143,7 +143,7 @@ TEST_F(FilesTest, OpenPathsAndFlags) {
   trunc_ro.set_truncate(true);
   EXPECT_TRUE(Fails(cl_->OpenFile(trunc_ro), StatusCode::INVALID_ARGUMENT, "EINVAL"));
   fs::create_directory(dir_.path() + "/sub");
-  EXPECT_TRUE(Fails(cl_->OpenFile(Open("sub", false, false)), StatusCode::UNKNOWN, "EISDIR"));
+  EXPECT_TRUE(Fails(cl_->OpenFile(Open("sub", false, false)), StatusCode::INVALID_ARGUMENT, "EISDIR"));
   // A second open of the same file is a second id of one inode.
   const uint64_t g = OpenOk(Open("a.bin", false, false));
   EXPECT_NE(f, g);

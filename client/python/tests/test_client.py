@@ -415,7 +415,7 @@ class ExecTest(unittest.TestCase):
         with open(os.path.join(self.dir, "script"), "w") as f:
             f.write("#!/bin/sh\n")
         for path, name, code in (("script", "ENOEXEC", grpc.StatusCode.INVALID_ARGUMENT),
-                                 ("usr/bin/false", "ENOENT", None)):
+                                 ("usr/bin/false", "ENOENT", grpc.StatusCode.NOT_FOUND)):
             with self.assertRaises(VmspaceError) as cm:
                 self.vm.exec_space(space, path)
             self.assertEqual(cm.exception.errno_name, name)
