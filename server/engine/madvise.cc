@@ -250,7 +250,7 @@ int VisitVma(Walk& w, Vma** vp, uint64_t s, uint64_t e) ABSL_SHARED_LOCKS_REQUIR
   // unavailable": a split refused at max_map_count.
   if (!r) return err == ENOMEM ? EAGAIN : err;
   VmaStartWriteLocked(m, r);
-  r->vm_flags = nf | (r->vm_flags & VM_MAYBE_GUARD);  // vm_flags_reset; sticky flags stay
+  r->vm_flags = nf | (r->vm_flags & kVmSticky);  // vm_flags_reset; sticky flags stay
   *vp = r;
   return 0;
 }

@@ -98,7 +98,7 @@ int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grow
         break;
       }
       VmaStartWriteLocked(m, r);
-      r->vm_flags = newflags;  // vm_flags_reset
+      r->vm_flags = newflags | (r->vm_flags & kVmSticky);  // vm_flags_reset; sticky flags stay
       ChangeProtectionLocked(m, r, nstart, tmp);
       if ((oldflags & (VM_WRITE | VM_SHARED | VM_LOCKED)) == VM_LOCKED && (newflags & VM_WRITE))
         populate->emplace_back(nstart, tmp);
