@@ -34,7 +34,8 @@ void ChangeProtectionLocked(MmStruct& mm, Vma* v, uint64_t start, uint64_t end) 
       const bool file = cur & kPteFile;
       const bool ro = file ? !((v->vm_flags & VM_SHARED) && (v->file()->shmem() || (cur & kPteWrite)))
                            : f == zero || ((cur & kPteSharedAnon) && !(cur & kPteWrite));  // COW stays
-      t.Set(i, MakePte(f, PteBitsFor(*v, ro) | (cur & (kPteFile | kPteSharedAnon))));
+      // MADV_FREE's lazyfree state belongs to the folio (clean + lazyfree): it stays.
+      t.Set(i, MakePte(f, PteBitsFor(*v, ro) | (cur & (kPteFile | kPteSharedAnon | kPteLazyFree))));
     }
   });
 }

@@ -190,6 +190,23 @@ TEST_F(MadviseTest, FreeKeepsDataUntilReclaimUnlessWritten) {
   EXPECT_EQ(as_->ReclaimLazyFree(), 0u);
 }
 
+// The lazyfree state is the folio's (clean and lazyfree), not the PTE's: mprotect
+// rewriting the PTEs keeps it, so reclaim still drops the page (written before, not
+// since); a store after mprotect makes it dirty again.
+TEST_F(MadviseTest, FreeSurvivesMprotect) {
+  Anon(0, 3 * P);
+  for (uint64_t i = 0; i < 3; i++) ASSERT_TRUE(Write(i * P, static_cast<uint8_t>(10 + i)));
+  EXPECT_EQ(Adv(0, 3 * P, MADV_FREE), 0);
+  ASSERT_EQ(as_->Mprotect(kBase, 3 * P, PROT_READ).error, 0);
+  ASSERT_EQ(as_->Mprotect(kBase + 2 * P, P, PROT_READ | PROT_WRITE).error, 0);
+  ASSERT_TRUE(Write(2 * P, 42));  // written after mprotect: kept
+  EXPECT_EQ(Read(0), 10);         // reads do not dirty it
+  EXPECT_EQ(as_->ReclaimLazyFree(), 2u);
+  EXPECT_EQ(Read(0), 0);
+  EXPECT_EQ(Read(P), 0);
+  EXPECT_EQ(Read(2 * P), 42);
+}
+
 TEST_F(MadviseTest, GuardRegions) {
   Anon(0, 3 * P);
   ASSERT_TRUE(Write(P, 5));
