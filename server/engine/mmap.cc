@@ -194,6 +194,8 @@ int ExpandDownwardsLocked(MmStruct& mm, Vma* v, uint64_t addr) {
   mm.total_vm.store(mm.total_vm.load(std::memory_order_relaxed) + grow, std::memory_order_relaxed);
   if (v->vm_flags & VM_LOCKED)
     mm.locked_vm.store(mm.locked_vm.load(std::memory_order_relaxed) + grow, std::memory_order_relaxed);
+  if (v->vm_flags & VM_SEALED)  // mseal does not stop a stack from growing: more sealed pages
+    mm.sealed_vm.store(mm.sealed_vm.load(std::memory_order_relaxed) + grow, std::memory_order_relaxed);
   VmaSetRangeLocked(mm, v, addr, v->vm_end);  // vm_pgoff -= grow
   return 0;
 }

@@ -135,6 +135,8 @@ void VmaInsertLocked(MmStruct& mm, Vma* v) {
   VmaInitLocked(mm, v);
   mm.idx->Insert(v);
   mm.map_count.store(mm.map_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (v->vm_flags & VM_SEALED)
+    mm.sealed_vmas.store(mm.sealed_vmas.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 void VmaRemoveLocked(MmStruct& mm, Vma* v) {
@@ -142,6 +144,8 @@ void VmaRemoveLocked(MmStruct& mm, Vma* v) {
   mm.idx->Erase(v, v->vm_start, v->vm_end);
   VmaMarkDetachedLocked(mm, v);
   mm.map_count.store(mm.map_count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  if (v->vm_flags & VM_SEALED)
+    mm.sealed_vmas.store(mm.sealed_vmas.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   mm.retired_vmas.push_back(v);
 }
 
