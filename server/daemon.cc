@@ -118,7 +118,8 @@ bool Daemon::StartMetrics(std::string* err) {
                                              t.page_cache_pages * vmspace::kPageSize,
                                              t.page_cache_dirty_pages * vmspace::kPageSize,
                                              t.locked_bytes,
-                                             t.sealed_bytes};
+                                             t.sealed_bytes,
+                                             t.sealed_vmas};
       },
       vmspace::metrics::BuildInfo{VMSPACE_VERSION, VMSPACE_COMMIT, cfg_.shard});
   exposer_->RegisterCollectable(collector_, "/metrics");

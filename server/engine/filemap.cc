@@ -229,10 +229,25 @@ Folio* File::GetLockedFolio(uint64_t index, bool* major, int* err) {
   }
 }
 
-bool File::ReadAround(uint64_t index) {
+bool File::ReadAround(uint64_t index, uint64_t vm_flags, uint64_t vma_first, uint64_t vma_end) {
   if (shmem()) return false;
-  const uint64_t start = index > ra_pages / 2 ? index - ra_pages / 2 : 0;
-  const uint64_t end = std::min(start + std::max<uint64_t>(ra_pages, 1), size_pages());
+  constexpr uint64_t kPmdPages = kPmdSize / kPageSize;
+  uint64_t start = index > ra_pages / 2 ? index - ra_pages / 2 : 0;  // mmap read-around
+  uint64_t end = start + std::max<uint64_t>(ra_pages, 1);
+  if (vm_flags & VM_HUGEPAGE) {  // the THP readahead, even with readahead off
+    start = index & ~(kPmdPages - 1);
+    end = start + ((vm_flags & VM_RAND_READ) ? kPmdPages : 2 * kPmdPages);
+  } else if ((vm_flags & (VM_RAND_READ | VM_EXEC)) == VM_RAND_READ || !ra_pages) {
+    start = index;  // no readahead: the filemap_fault read of the page itself
+    end = index + 1;
+  } else if (vm_flags & VM_SEQ_READ) {  // page_cache_sync_ra(ra_pages)
+    start = index;
+    end = index + ra_pages;
+  } else if (vm_flags & VM_EXEC) {  // exec text: forward, within the VMA
+    start = std::max(index, vma_first);
+    end = std::min(start + ra_pages, vma_end);
+  }
+  end = std::min(end, size_pages());
   bool read_target = false;
   for (uint64_t i = start; i < end; i++) {  // page_cache_ra_unbounded: skip what is cached
     {

@@ -220,11 +220,18 @@ struct File : std::enable_shared_from_this<File> {
   /// filemap_add_folio() of a new locked, not uptodate folio at `index`; null with
   /// *err = ENOMEM (no frame) or 0 (a folio is there already). Takes i_pages_lock.
   Folio* AddLockedFolio(uint64_t index, int* err);
-  /// do_sync_mmap_readahead()'s read-around (mm/filemap.c): reads the pages of
-  /// [index - ra_pages/2, + ra_pages) below i_size that are not cached into the page
-  /// cache (host files only). Returns true if it read `index` itself (I/O was done for
-  /// the fault: major). No folio lock may be held (it allocates frames).
-  bool ReadAround(uint64_t index);
+  /// do_sync_mmap_readahead() (mm/filemap.c, Linux 6.18) for a miss at `index` in a
+  /// VMA with `vm_flags` mapping file pages [vma_first, vma_end): reads the pages of
+  /// its window below i_size that are not cached into the page cache (host files
+  /// only). The window: the read-around [index - ra_pages/2, + ra_pages); for VM_EXEC
+  /// [index, index + ra_pages) within the VMA's pages (exec_folio_order 0 on x86); for
+  /// VM_SEQ_READ [index, index + ra_pages) (page_cache_sync_ra's first window); for
+  /// VM_HUGEPAGE two PMD-sized blocks from index rounded down to one; for
+  /// VM_RAND_READ (not VM_EXEC) only `index`. The per-file readahead state (mmap_miss,
+  /// prev_pos, async readahead marks) is not modelled. Returns true if it read `index`
+  /// itself (I/O was done for the fault: major). No folio lock may be held (it
+  /// allocates frames).
+  bool ReadAround(uint64_t index, uint64_t vm_flags, uint64_t vma_first, uint64_t vma_end);
   /// folio_mark_dirty(): sets PG_dirty; true if the folio was clean (the caller then
   /// throttles: fault_dirty_shared_page, balance_dirty_pages_ratelimited). Host
   /// files count the page in nrdirty and the daemon-wide dirty figure and join the

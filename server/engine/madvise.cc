@@ -94,23 +94,59 @@ void MadviseFreeRange(MmStruct& m, uint64_t s, uint64_t e) {
   });
 }
 
-/// madvise_pageout() of a file VMA's range (reclaim_pages -> shrink_folio_list): the
-/// page-cache pages mapped there are unmapped; the clean ones of host files that no
-/// other VMA maps leave the page cache (dirty ones wait for writeback: only kswapd
-/// writes file pages; shmem has no swap to go to). Anonymous pages stay (no swap).
+/// Whether page `index` of f (its frame `frame`) is mapped by a PTE other than the
+/// one at `addr` of `self`: folio_mapcount() > 1, found through i_mmap (every space's
+/// VMAs of the file) as folio_mapped() is in EvictCleanFolio.
+bool MappedElsewhere(File* f, uint64_t index, void* frame, const Vma* self, uint64_t addr) {
+  ReadGuard l(f->i_mmap_rwsem);
+  for (const auto& [pgoff, v] : f->i_mmap) {
+    if (pgoff > index) break;
+    if (pgoff + v->pages() <= index) continue;
+    const uint64_t a = v->vm_start + ((index - pgoff) << kPageShift);
+    if (v == self && a == addr) continue;
+    PageTable::PteTable* t = v->vm_mm->pt.Lookup(a, false);
+    const uint64_t pte = t ? t->Get(PageTable::PteIndex(a)) : 0;
+    if ((pte & kPtePresent) && PteFrame(pte) == frame) return true;
+  }
+  return false;
+}
+
+/// madvise_pageout() of a file VMA's range (madvise_cold_or_pageout_pte_range, then
+/// reclaim_pages -> shrink_folio_list): a page-cache page mapped only here is
+/// unmapped, and if clean and of a host file leaves the page cache (dirty ones wait
+/// for writeback: only kswapd writes file pages; shmem has no swap to go to). A page
+/// that another PTE also maps (another VMA, another space: folio_mapcount() != 1) is
+/// left mapped and cached. Anonymous pages stay (no swap).
 void PageoutFileRange(MmStruct& m, Vma* v, uint64_t s, uint64_t e) {
-  std::vector<uint64_t> indexes;
-  int64_t n = 0;
+  struct Candidate {
+    uint64_t addr, index;
+    void* frame;
+  };
+  std::vector<Candidate> found;
   m.pt.ForEachTable(s, e, [&](PageTable::PteTable& t, int i0, int i1, uint64_t a0) {
     SpinGuard l(t.ptl);
     for (int i = i0; i < i1; i++) {
-      if (!(t.Get(i) & kPtePresent) || !(t.Get(i) & kPteFile)) continue;
-      t.Clear(i);  // a page-cache page: no frame to free
-      n++;
-      indexes.push_back(v->vm_pgoff + ((a0 + static_cast<uint64_t>(i - i0) * kPageSize - v->vm_start) >> kPageShift));
+      const uint64_t pte = t.Get(i);
+      if (!(pte & kPtePresent) || !(pte & kPteFile)) continue;
+      const uint64_t a = a0 + static_cast<uint64_t>(i - i0) * kPageSize;
+      found.push_back({a, v->vm_pgoff + ((a - v->vm_start) >> kPageShift), PteFrame(pte)});
     }
   });
   File* f = v->file();
+  std::vector<uint64_t> indexes;
+  int64_t n = 0;
+  for (const Candidate& c : found) {
+    if (MappedElsewhere(f, c.index, c.frame, v, c.addr)) continue;
+    PageTable::PteTable* t = m.pt.Lookup(c.addr, false);
+    if (!t) continue;
+    SpinGuard l(t->ptl);
+    const int i = PageTable::PteIndex(c.addr);
+    const uint64_t pte = t->Get(i);
+    if (!(pte & kPtePresent) || !(pte & kPteFile) || PteFrame(pte) != c.frame) continue;
+    t->Clear(i);  // a page-cache page: no frame to free
+    n++;
+    indexes.push_back(c.index);
+  }
   if (n) m.AddRss(f->shmem() ? MM_SHMEMPAGES : MM_FILEPAGES, -n);
   if (f->shmem()) return;
   for (uint64_t index : indexes) f->EvictCleanFolio(index);
@@ -167,6 +203,10 @@ int VisitVma(Walk& w, Vma** vp, uint64_t s, uint64_t e) ABSL_SHARED_LOCKS_REQUIR
       if (v->vm_flags & VM_LOCKED) return EINVAL;
       if (!v->vm_file) return EINVAL;
       if ((v->vm_flags & (VM_SHARED | VM_MAYWRITE)) != (VM_SHARED | VM_MAYWRITE)) return EACCES;
+      // vfs_fallocate -> shmem_fallocate: a hole punch in a memfd with a write seal is
+      // EPERM, which ends the walk (the punches of the VMAs before it are done).
+      if (v->file()->shmem() && (v->file()->seals.load(std::memory_order_acquire) & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)))
+        return EPERM;
       const uint64_t first = v->vm_pgoff + ((s - v->vm_start) >> kPageShift);
       w.deferred.push_back({Deferred::kPunch, v->vm_file, first, first + ((e - s) >> kPageShift) - 1});
       return 0;
@@ -250,7 +290,7 @@ int VisitVma(Walk& w, Vma** vp, uint64_t s, uint64_t e) ABSL_SHARED_LOCKS_REQUIR
   // unavailable": a split refused at max_map_count.
   if (!r) return err == ENOMEM ? EAGAIN : err;
   VmaStartWriteLocked(m, r);
-  r->vm_flags = nf | (r->vm_flags & VM_MAYBE_GUARD);  // vm_flags_reset; sticky flags stay
+  r->vm_flags = nf | (r->vm_flags & kVmSticky);  // vm_flags_reset; sticky flags stay
   *vp = r;
   return 0;
 }

@@ -395,7 +395,7 @@ vm_fault_t DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int i
     RcuReadGuard g;
     cached = file->pages.Load(pgoff) != nullptr;
   }
-  if (!cached && file->ReadAround(pgoff)) {
+  if (!cached && file->ReadAround(pgoff, v->vm_flags, v->vm_pgoff, v->vm_pgoff + v->pages())) {
     major = true;
     if (!write && mm.opts.fault_around_bytes > kPageSize) {
       DoFaultAround(mm, vmf, t);

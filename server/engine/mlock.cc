@@ -85,7 +85,7 @@ int MlockFixupLocked(MmStruct& m, Vma* vma, uint64_t start, uint64_t end, uint64
   else if (!(oldflags & VM_LOCKED)) locked += pages;
   m.locked_vm.store(locked, std::memory_order_relaxed);
   VmaStartWriteLocked(m, r);
-  r->vm_flags = newflags;  // vm_flags_reset (mlock_vma_pages_range)
+  r->vm_flags = newflags | (r->vm_flags & kVmSticky);  // vm_flags_reset (mlock_vma_pages_range)
   return 0;
 }
 

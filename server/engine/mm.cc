@@ -67,6 +67,7 @@ MmStruct::~MmStruct() {
   sole_vmas.clear();
   map_count.store(0, std::memory_order_relaxed);
   total_vm.store(0, std::memory_order_relaxed);
+  sealed_vmas.store(0, std::memory_order_relaxed);
   if (gather && MmuGather::Prepare(gather, frames, stats_slot)) MmuGather::FreeNow(gather);
   gather = nullptr;
   while (polled_head) MmuGather::FreeNow(PopPolledLocked(*this));

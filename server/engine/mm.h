@@ -194,6 +194,9 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   /// under mmap_lock write, read without locks (Counters).
   std::atomic<uint64_t> locked_vm{0};
   std::atomic<uint64_t> sealed_vm{0};
+  /// VMAs with VM_SEALED (counted where VMAs enter and leave the tree, and where mseal
+  /// seals one in place); same locking as sealed_vm.
+  std::atomic<uint64_t> sealed_vmas{0};
   /// mm->def_flags: VM_LOCKED / VM_LOCKONFAULT after mlockall(MCL_FUTURE), added to
   /// every new mapping's flags (mlock.cc).
   uint64_t def_flags ABSL_GUARDED_BY(mmap_lock) = 0;

@@ -194,6 +194,8 @@ int ExpandDownwardsLocked(MmStruct& mm, Vma* v, uint64_t addr) {
   mm.total_vm.store(mm.total_vm.load(std::memory_order_relaxed) + grow, std::memory_order_relaxed);
   if (v->vm_flags & VM_LOCKED)
     mm.locked_vm.store(mm.locked_vm.load(std::memory_order_relaxed) + grow, std::memory_order_relaxed);
+  if (v->vm_flags & VM_SEALED)  // mseal does not stop a stack from growing: more sealed pages
+    mm.sealed_vm.store(mm.sealed_vm.load(std::memory_order_relaxed) + grow, std::memory_order_relaxed);
   VmaSetRangeLocked(mm, v, addr, v->vm_end);  // vm_pgoff -= grow
   return 0;
 }
@@ -435,16 +437,18 @@ bool MayExpandVmLocked(MmStruct& mm, uint64_t flags, uint64_t npages) {
 namespace {
 
 /// do_brk_flags() (mm/vma.c): maps [addr, addr+len) as private anonymous VM_ACCOUNT
-/// memory, expanding `brkvma` when it ends at addr (vma_merge_new_range with
-/// just_expand: only the previous VMA), else with a new VMA. Returns 0 or ENOMEM.
+/// memory with mm->def_flags (VM_LOCKED after mlockall(MCL_FUTURE): locked_vm grows),
+/// expanding `brkvma` when it ends at addr (vma_merge_new_range with just_expand: only
+/// the previous VMA; its sticky flags are ignored and kept), else with a new VMA.
+/// Returns 0 or ENOMEM.
 int DoBrkFlagsLocked(MmStruct& m, Vma* brkvma, uint64_t addr, uint64_t len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mmap_lock) {
   // VM_DATA_DEFAULT_FLAGS (x86: VM_DATA_FLAGS_TSK_EXEC without READ_IMPLIES_EXEC).
-  const uint64_t flags = VM_READ | VM_WRITE | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC | VM_ACCOUNT;
+  const uint64_t flags = VM_READ | VM_WRITE | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC | VM_ACCOUNT | m.def_flags;
   const uint64_t pages = len >> kPageShift;
   if (!MayExpandVmLocked(m, flags, pages)) return ENOMEM;
   if (!MayAddVmaLocked(m, /*over=*/true)) return ENOMEM;  // map_count > sysctl_max_map_count
   if (pages > m.commit_limit_pages) return ENOMEM;        // security_vm_enough_memory_mm
-  if (brkvma && brkvma->vm_end == addr && brkvma->vm_flags == flags && !brkvma->vm_file &&
+  if (brkvma && brkvma->vm_end == addr && (brkvma->vm_flags & ~kVmSticky) == flags && !brkvma->vm_file &&
       brkvma->vm_pgoff + brkvma->pages() == (addr >> kPageShift) && IsMergeableAnonVma(brkvma, nullptr, nullptr)) {
     VmaSetRangeLocked(m, brkvma, brkvma->vm_start, addr + len);  // vma_expand
   } else {
@@ -457,6 +461,7 @@ int DoBrkFlagsLocked(MmStruct& m, Vma* brkvma, uint64_t addr, uint64_t len) ABSL
     VmaLinkNewLocked(m, v);
   }
   m.total_vm.store(m.total_vm.load(std::memory_order_relaxed) + pages, std::memory_order_relaxed);
+  if (flags & VM_LOCKED) m.locked_vm.store(m.locked_vm.load(std::memory_order_relaxed) + pages, std::memory_order_relaxed);
   return 0;
 }
 
@@ -488,10 +493,10 @@ int BrkLocked(MmStruct& m, uint64_t brk, uint64_t* unmap_start, uint64_t* unmap_
     return EAGAIN;
   }
   // check_brk_limits(): get_unmapped_area(NULL, oldbrk, len, 0, MAP_FIXED), then
-  // mlock_future_ok() for mm->def_flags (no VM_LOCKED default here: always true).
+  // mlock_future_ok() for mm->def_flags (RLIMIT_MEMLOCK after mlockall(MCL_FUTURE)).
   int err = 0;
   GetUnmappedAreaLocked(m, oldbrk, newbrk - oldbrk, MAP_FIXED | MAP_PRIVATE, false, 0, &err);
-  if (err) return ENOMEM;
+  if (err || !MlockFutureOk(m, m.def_flags, newbrk - oldbrk)) return ENOMEM;
   // vma_find(&vmi, newbrk + PAGE_SIZE + stack_guard_gap) from oldbrk: only a VMA
   // whose guard gap reaches the expansion area (plus a page) refuses it.
   Vma* next = FindVmaLocked(m, oldbrk);
@@ -503,6 +508,12 @@ int BrkLocked(MmStruct& m, uint64_t brk, uint64_t* unmap_start, uint64_t* unmap_
   if (DoBrkFlagsLocked(m, brkvma, oldbrk, newbrk - oldbrk)) return ENOMEM;
   m.brk = brk;
   return 0;
+}
+
+/// The range a successful brk growth populates (mm_populate(oldbrk, newbrk - oldbrk)
+/// when mm->def_flags has VM_LOCKED): [PAGE_ALIGN(old), PAGE_ALIGN(new)).
+bool BrkPopulates(const MmStruct& m, uint64_t old_brk, uint64_t new_brk) ABSL_SHARED_LOCKS_REQUIRED(m.mmap_lock) {
+  return (m.def_flags & VM_LOCKED) && PageAlign(new_brk) > PageAlign(old_brk);
 }
 
 }  // namespace
@@ -523,7 +534,9 @@ uint64_t AddressSpace::Brk(uint64_t brk) {
     MmapWriteLock(m);
   }
   if (e) m.brk = origbrk;
+  const bool populate = !e && BrkPopulates(m, origbrk, brk);
   MmapWriteUnlock(m);
+  if (populate) MmPopulate(m, PageAlign(origbrk), PageAlign(brk) - PageAlign(origbrk), /*ignore_errors=*/true);
   // brk(0) (any break below start_brk) is how a process asks for the break: no error.
   CountOp(OpType::kBrk, e && brk >= m.opts.start_brk ? ENOMEM : 0);
   return e ? origbrk : brk;

@@ -34,7 +34,8 @@ void ChangeProtectionLocked(MmStruct& mm, Vma* v, uint64_t start, uint64_t end) 
       const bool file = cur & kPteFile;
       const bool ro = file ? !((v->vm_flags & VM_SHARED) && (v->file()->shmem() || (cur & kPteWrite)))
                            : f == zero || ((cur & kPteSharedAnon) && !(cur & kPteWrite));  // COW stays
-      t.Set(i, MakePte(f, PteBitsFor(*v, ro) | (cur & (kPteFile | kPteSharedAnon))));
+      // MADV_FREE's lazyfree state belongs to the folio (clean + lazyfree): it stays.
+      t.Set(i, MakePte(f, PteBitsFor(*v, ro) | (cur & (kPteFile | kPteSharedAnon | kPteLazyFree))));
     }
   });
 }
@@ -98,7 +99,7 @@ int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grow
         break;
       }
       VmaStartWriteLocked(m, r);
-      r->vm_flags = newflags;  // vm_flags_reset
+      r->vm_flags = newflags | (r->vm_flags & kVmSticky);  // vm_flags_reset; sticky flags stay
       ChangeProtectionLocked(m, r, nstart, tmp);
       if ((oldflags & (VM_WRITE | VM_SHARED | VM_LOCKED)) == VM_LOCKED && (newflags & VM_WRITE))
         populate->emplace_back(nstart, tmp);

@@ -37,9 +37,10 @@ namespace {
 constexpr uint64_t kMremapMaymove = 1, kMremapFixed = 2, kMremapDontunmap = 4;  // include/uapi/linux/mman.h
 
 bool AnonCompatible(AnonVma* a, AnonVma* b) { return !a || !b || a == b; }
-/// is_mergeable_vma(): same flags, same struct file.
+/// is_mergeable_vma(): same flags but the sticky ones (VM_IGNORE_MERGE), same struct
+/// file.
 bool Mergeable(const Vma* v, uint64_t flags, const OpenFile* file) {
-  return v->vm_flags == flags && v->vm_file.get() == file;
+  return ((v->vm_flags ^ flags) & ~kVmSticky) == 0 && v->vm_file.get() == file;
 }
 
 enum class RemapType { kNoResize, kShrink, kExpand };  // enum mremap_type
@@ -345,6 +346,7 @@ Vma* CopyVmaLocked(MmStruct& mm, Vma** vmap, uint64_t addr, uint64_t len, uint64
       VmaStartWriteLocked(mm, prev);
       // prev takes next's (or the moved VMA's) anon_vma and its whole chain if it has none.
       if (!prev->anon()) DupAnonVma(prev, next->anon() ? next : vma);
+      prev->vm_flags |= (flags | next->vm_flags) & kVmSticky;  // the merged VMA keeps them
       VmaRemoveLocked(mm, next);
       VmaSetRangeLocked(mm, prev, prev->vm_start, next_end);
       VmaUnlinkFileLocked(mm, next);  // prev covers its pages now
@@ -352,11 +354,13 @@ Vma* CopyVmaLocked(MmStruct& mm, Vma** vmap, uint64_t addr, uint64_t len, uint64
     } else if (left) {
       VmaStartWriteLocked(mm, prev);
       DupAnonVma(prev, vma);  // the moved VMA's anon_vma and chain, if prev has none
+      prev->vm_flags |= flags & kVmSticky;
       VmaSetRangeLocked(mm, prev, prev->vm_start, end);
       merged = prev;
     } else if (right) {
       VmaStartWriteLocked(mm, next);
       DupAnonVma(next, vma);
+      next->vm_flags |= flags & kVmSticky;
       VmaSetRangeLocked(mm, next, addr, next->vm_end);  // vm_pgoff follows vm_start down
       merged = next;
     }

@@ -65,6 +65,8 @@ int MsealApplyLocked(MmStruct& m, uint64_t start, uint64_t end) ABSL_EXCLUSIVE_L
       Vma* r = VmaModifyFlagsLocked(m, v, cs, ce, v->vm_flags | VM_SEALED, &err);
       if (!r) return err;
       VmaStartWriteLocked(m, r);
+      if (!(r->vm_flags & VM_SEALED))  // not merged into a sealed neighbour: one more
+        m.sealed_vmas.store(m.sealed_vmas.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       r->vm_flags |= VM_SEALED;
       m.sealed_vm.store(m.sealed_vm.load(std::memory_order_relaxed) + ((ce - cs) >> kPageShift),
                         std::memory_order_relaxed);

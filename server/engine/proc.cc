@@ -97,6 +97,7 @@ SpaceCounters AddressSpace::Counters() const {
   c.pgtable_bytes = m.pt.table_pages() * kPageSize;
   c.locked_vm_pages = m.locked_vm.load(std::memory_order_relaxed);
   c.sealed_pages = m.sealed_vm.load(std::memory_order_relaxed);
+  c.sealed_vmas = m.sealed_vmas.load(std::memory_order_relaxed);
   return c;
 }
 

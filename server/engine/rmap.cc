@@ -15,10 +15,11 @@ namespace vmspace {
 
 namespace {
 
-/// anon_vma_compatible(): a and b adjacent and mergeable but for access flags.
+/// anon_vma_compatible(): a and b adjacent and mergeable but for access flags (and the
+/// sticky flags, VM_IGNORE_MERGE).
 bool AnonVmaCompatible(const Vma* a, const Vma* b) {
   return a->vm_end == b->vm_start && a->vm_file == b->vm_file &&
-         !((a->vm_flags ^ b->vm_flags) & ~VM_ACCESS_FLAGS) &&
+         !((a->vm_flags ^ b->vm_flags) & ~(VM_ACCESS_FLAGS | kVmSticky)) &&
          b->vm_pgoff == a->vm_pgoff + ((b->vm_start - a->vm_start) >> kPageShift);
 }
 

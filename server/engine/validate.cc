@@ -53,7 +53,7 @@ std::string AddressSpace::Validate() {
   for (Vma* v = FindVmaLocked(m, 0); v; v = VmaNextLocked(m, v)) VmaStartWriteLocked(m, v);
 
   std::string err;
-  uint64_t prev_end = 0, count = 0, total = 0, locked = 0, sealed = 0;
+  uint64_t prev_end = 0, count = 0, total = 0, locked = 0, sealed = 0, sealed_count = 0;
   uint64_t anon_frames = 0, shmem_ptes = 0, file_ptes = 0, ptes = 0;
   std::unordered_map<File*, uint64_t> file_vmas;  // this space's VMAs per file
   std::unordered_set<void*> frames_seen;
@@ -77,7 +77,10 @@ std::string AddressSpace::Validate() {
     count++;
     total += v->pages();
     if (v->vm_flags & VM_LOCKED) locked += v->pages();
-    if (v->vm_flags & VM_SEALED) sealed += v->pages();
+    if (v->vm_flags & VM_SEALED) {
+      sealed += v->pages();
+      sealed_count++;
+    }
     File* file = v->file();
     if (file && err.empty()) {
       file_vmas[file]++;
@@ -125,6 +128,8 @@ std::string AddressSpace::Validate() {
     err = fmt::format("locked_vm {} != {} pages of VM_LOCKED VMAs", lv, locked);
   if (const uint64_t sv = m.sealed_vm.load(std::memory_order_relaxed); err.empty() && sv != sealed)
     err = fmt::format("sealed {} != {} pages of VM_SEALED VMAs", sv, sealed);
+  if (const uint64_t sn = m.sealed_vmas.load(std::memory_order_relaxed); err.empty() && sn != sealed_count)
+    err = fmt::format("sealed_vmas {} != {} VM_SEALED VMAs", sn, sealed_count);
   if (err.empty() && all_ptes != ptes)
     err = fmt::format("{} present PTEs outside any VMA", all_ptes - ptes);
   if (err.empty() && rss_anon != static_cast<int64_t>(anon_frames))

@@ -29,11 +29,15 @@ bool HadUncowedParents(const Vma* v) {
   return v && v->anon() && v->anon_vma_chain && v->anon_vma_chain->same_vma != nullptr;
 }
 
-/// is_mergeable_vma(): same flags but VM_IGNORE_MERGE (VM_MAYBE_GUARD; no
+/// is_mergeable_vma(): same flags but VM_IGNORE_MERGE (the sticky flags; no
 /// VM_SOFTDIRTY here), same struct file.
 bool Mergeable(const Vma* v, uint64_t flags, const OpenFile* file) {
-  return ((v->vm_flags ^ flags) & ~uint64_t{VM_MAYBE_GUARD}) == 0 && v->vm_file.get() == file;
+  return ((v->vm_flags ^ flags) & ~kVmSticky) == 0 && v->vm_file.get() == file;
 }
+
+/// The merged VMA keeps the sticky flags of every VMA the merge joins (vma_expand /
+/// vma_merge_existing_range: vm_flags_set(target, sticky_flags)).
+void KeepSticky(Vma* target, const Vma* joined) { target->vm_flags |= joined->vm_flags & kVmSticky; }
 
 // i_mmap updates (vma_prepare() .. vma_complete()): under the File's i_mmap_rwsem for
 // write, unless this write section already holds it across a change of several VMAs
@@ -148,6 +152,8 @@ void VmaInsertLocked(MmStruct& mm, Vma* v) {
   VmaInitLocked(mm, v);
   mm.idx->Insert(v);
   mm.map_count.store(mm.map_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (v->vm_flags & VM_SEALED)
+    mm.sealed_vmas.store(mm.sealed_vmas.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 void VmaRemoveLocked(MmStruct& mm, Vma* v) {
@@ -155,6 +161,8 @@ void VmaRemoveLocked(MmStruct& mm, Vma* v) {
   mm.idx->Erase(v, v->vm_start, v->vm_end);
   VmaMarkDetachedLocked(mm, v);
   mm.map_count.store(mm.map_count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  if (v->vm_flags & VM_SEALED)
+    mm.sealed_vmas.store(mm.sealed_vmas.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   mm.retired_vmas.push_back(v);
 }
 
@@ -214,6 +222,7 @@ Vma* VmaMergeNewRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, uint64_t
     const uint64_t next_end = next->vm_end;
     VmaStartWriteLocked(mm, prev);
     DupAnonVma(prev, next);  // prev takes next's anon_vma and chain if it has none
+    KeepSticky(prev, next);
     VmaRemoveLocked(mm, next);
     VmaSetRangeLocked(mm, prev, prev->vm_start, next_end);
     VmaUnlinkFileLocked(mm, next);  // prev covers its pages now
@@ -256,6 +265,8 @@ Vma* VmaModifyFlagsLocked(MmStruct& mm, Vma* middle, uint64_t start, uint64_t en
       // prev extends over middle and next; both removed.
       VmaStartWriteLocked(mm, prev);
       DupAnonVma(prev, next->anon() ? next : middle);
+      KeepSticky(prev, middle);
+      KeepSticky(prev, next);
       const uint64_t next_end = next->vm_end;
       VmaRemoveLocked(mm, middle);
       VmaRemoveLocked(mm, next);
@@ -268,6 +279,7 @@ Vma* VmaModifyFlagsLocked(MmStruct& mm, Vma* middle, uint64_t start, uint64_t en
       IMmapSection section(mm, middle, prev);
       VmaStartWriteLocked(mm, prev);
       DupAnonVma(prev, middle);
+      KeepSticky(prev, middle);
       if (delete_middle) VmaRemoveLocked(mm, middle);
       else VmaSetRangeLocked(mm, middle, end, middle->vm_end);
       VmaSetRangeLocked(mm, prev, prev->vm_start, end);
@@ -278,6 +290,7 @@ Vma* VmaModifyFlagsLocked(MmStruct& mm, Vma* middle, uint64_t start, uint64_t en
       IMmapSection section(mm, middle, next);
       VmaStartWriteLocked(mm, next);
       DupAnonVma(next, middle);
+      KeepSticky(next, middle);
       if (delete_middle) VmaRemoveLocked(mm, middle);
       else VmaSetRangeLocked(mm, middle, middle->vm_start, start);
       VmaSetRangeLocked(mm, next, start, next->vm_end);

@@ -78,6 +78,10 @@ Vma* SplitVmaLocked(MmStruct& mm, Vma* v, uint64_t addr, bool new_below) ABSL_EX
 /// the two has an anon_vma, or both the same. Needs mmap_lock (read or write).
 bool IsMergeableAnonVma(const Vma* tgt, const Vma* src, AnonVma* src_anon, const Vma* copied_from = nullptr);
 
+/// VM_STICKY (include/linux/mm.h): flags that a merge ignores (VM_IGNORE_MERGE) and
+/// that the merged VMA keeps when any of the VMAs it joins has them.
+constexpr uint64_t kVmSticky = VM_MAYBE_GUARD;
+
 /// vma_merge_new_range(): merges the new range [start, end) (free) with flags, pgoff
 /// and no anon_vma into prev and/or next if compatible. `next` is find_vma(start),
 /// which the caller has already looked up (__mmap_region's vma_find: the first VMA
@@ -96,7 +100,9 @@ inline Vma* VmaMergeNewRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, u
 /// (inside `middle`) the flags `newflags` by merging with prev/next or splitting.
 /// Returns the VMA covering [start, end), or null with *err = ENOMEM (split at
 /// max_map_count; an earlier split of this call stays, as in Linux). Does not set
-/// the flags itself.
+/// the flags itself, but a merge leaves the sticky flags (kVmSticky) of every VMA it
+/// joins on the result: callers set `newflags | (result->vm_flags & kVmSticky)`
+/// (vma_modify_flags' residual flags).
 Vma* VmaModifyFlagsLocked(MmStruct& mm, Vma* middle, uint64_t start, uint64_t end, uint64_t newflags, int* err)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
 

@@ -326,6 +326,7 @@ std::vector<MetricFamily> Collector::Collect() const {
         g.locked_bytes);
   gauge("vmspace_sealed_bytes", "Bytes of sealed VMAs in all spaces (mseal: never unmapped until the space ends).",
         g.sealed_bytes);
+  gauge("vmspace_sealed_vmas", "Sealed VMAs in all spaces (mseal).", g.sealed_vmas);
   gauge("vmspace_page_cache_bytes", "Bytes of file pages in the page caches of the daemon's files.",
         g.page_cache_bytes);
   gauge("vmspace_page_cache_dirty_bytes",

@@ -29,6 +29,7 @@ struct SpaceGauges {
   uint64_t page_cache_dirty_bytes = 0;  // of them not yet written back * 4096
   uint64_t locked_bytes = 0;     // sum of locked_vm * 4096 (mlock, MAP_LOCKED)
   uint64_t sealed_bytes = 0;     // bytes of sealed VMAs (mseal)
+  uint64_t sealed_vmas = 0;      // sealed VMAs (mseal)
 };
 
 /// What vmspace_build_info and vmspace_shard say about this daemon.

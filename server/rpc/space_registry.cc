@@ -210,6 +210,7 @@ SpaceTotals SpaceRegistry::Totals() const {
     t.pagetable_bytes += c.pgtable_bytes;
     t.locked_bytes += c.locked_vm_pages * kPageSize;
     t.sealed_bytes += c.sealed_pages * kPageSize;
+    t.sealed_vmas += c.sealed_vmas;
   }
   std::set<std::tuple<uint32_t, uint32_t, uint64_t>> seen;  // (dev major, minor, inode)
   for (const FileStat& st : files_.List()) {

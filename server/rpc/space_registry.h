@@ -69,6 +69,7 @@ struct SpaceTotals {
   uint64_t pagetable_bytes = 0;  // sum of pgtable_bytes
   uint64_t locked_bytes = 0;     // sum of locked_vm_pages * 4096
   uint64_t sealed_bytes = 0;     // sum of sealed_pages * 4096
+  uint64_t sealed_vmas = 0;      // sum of sealed_vmas
 };
 
 /// Space ids name the daemon that created them: id = shard << kShardShift | n, with n

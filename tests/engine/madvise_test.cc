@@ -190,6 +190,23 @@ TEST_F(MadviseTest, FreeKeepsDataUntilReclaimUnlessWritten) {
   EXPECT_EQ(as_->ReclaimLazyFree(), 0u);
 }
 
+// The lazyfree state is the folio's (clean and lazyfree), not the PTE's: mprotect
+// rewriting the PTEs keeps it, so reclaim still drops the page (written before, not
+// since); a store after mprotect makes it dirty again.
+TEST_F(MadviseTest, FreeSurvivesMprotect) {
+  Anon(0, 3 * P);
+  for (uint64_t i = 0; i < 3; i++) ASSERT_TRUE(Write(i * P, static_cast<uint8_t>(10 + i)));
+  EXPECT_EQ(Adv(0, 3 * P, MADV_FREE), 0);
+  ASSERT_EQ(as_->Mprotect(kBase, 3 * P, PROT_READ).error, 0);
+  ASSERT_EQ(as_->Mprotect(kBase + 2 * P, P, PROT_READ | PROT_WRITE).error, 0);
+  ASSERT_TRUE(Write(2 * P, 42));  // written after mprotect: kept
+  EXPECT_EQ(Read(0), 10);         // reads do not dirty it
+  EXPECT_EQ(as_->ReclaimLazyFree(), 2u);
+  EXPECT_EQ(Read(0), 0);
+  EXPECT_EQ(Read(P), 0);
+  EXPECT_EQ(Read(2 * P), 42);
+}
+
 TEST_F(MadviseTest, GuardRegions) {
   Anon(0, 3 * P);
   ASSERT_TRUE(Write(P, 5));
@@ -272,6 +289,30 @@ TEST_F(MadviseTest, WillneedReadsAndPageoutDrops) {
   ASSERT_TRUE(Write(0x100000, 1));
   EXPECT_EQ(Adv(0x100000, P, MADV_PAGEOUT), 0);
   EXPECT_EQ(Read(0x100000), 1);
+}
+
+// madvise_cold_or_pageout_pte_range() leaves a folio mapped by anyone else alone
+// (folio_mapcount != folio_nr_pages: "do not interfere with other mappings"): a page
+// of a shared file mapping that a second space also maps stays mapped here and cached;
+// a page only this space maps is unmapped and, clean, dropped.
+TEST_F(MadviseTest, PageoutSkipsPagesOtherSpacesMap) {
+  auto f = HostFile("shared", 4 * P);
+  AddressSpace other(frames_);
+  ASSERT_EQ(as_->Mmap(kBase, 4 * P, PROT_READ, MAP_SHARED | MAP_FIXED, 0, f).error, 0);
+  ASSERT_EQ(other.Mmap(kBase, P, PROT_READ, MAP_SHARED | MAP_FIXED, 0, f).error, 0);
+  for (uint64_t i = 0; i < 2; i++) ASSERT_EQ(Read(i * P), 0);
+  ASSERT_TRUE(other.Fault(kBase, AccessType::kRead).outcome != FaultOutcome::kSigsegv);
+  ASSERT_EQ(as_->Maps(kBase, kBase + 1)[0].rss_pages, 4u);  // fault-around mapped all 4
+  EXPECT_EQ(Adv(0, 4 * P, MADV_PAGEOUT), 0);
+  EXPECT_EQ(as_->Maps(kBase, kBase + 1)[0].rss_pages, 1u);  // page 0: the other space maps it
+  EXPECT_EQ(as_->Counters().file_pages, 1u);
+  std::vector<uint8_t> v;
+  ASSERT_EQ(as_->Mincore(kBase, 4 * P, &v).error, 0);
+  EXPECT_EQ(v, (std::vector<uint8_t>{1, 0, 0, 0}));
+  EXPECT_EQ(other.Munmap(kBase, P).error, 0);
+  EXPECT_EQ(Adv(0, 4 * P, MADV_PAGEOUT), 0);  // now this space's own
+  EXPECT_EQ(as_->Counters().file_pages, 0u);
+  EXPECT_EQ(other.Validate(), "");
 }
 
 }  // namespace

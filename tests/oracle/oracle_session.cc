@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -488,6 +489,13 @@ OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
     setup_error_ = "engine brk to the child's break " + Hex(brkbase_) + " refused";
     return;
   }
+  // The child's heap holds its TLS, written at start-up: its VMA has an anon_vma, which
+  // decides whether the heap merges with its growth (anon_vma_compatible, VM_LOCKED
+  // differing). The engine's heap gets one the same way: a write fault.
+  if (heap_end && !engine_->Access(heap_start, heap_end - heap_start, kPageSize, AccessType::kWrite).ok()) {
+    setup_error_ = "engine cannot write its heap";
+    return;
+  }
 
   // Replicate the child's layout: one MAP_SHARED|MAP_ANONYMOUS PROT_NONE placeholder
   // per VMA (shared anonymous VMAs never merge, so the VMA count is preserved).
@@ -873,9 +881,16 @@ bool OracleSession::RunFileOp(const std::vector<std::string>& w, StepResult* res
     SysResult er;
     std::vector<std::string> kr;
     if (op == "file") {
+      // Written a page per write(2): a filesystem with large folios (ext4 since 6.16)
+      // sizes a write's page-cache folio by its length, and a large dirty folio that
+      // truncate cannot split stays cached whole (zeroed past EOF: mincore answers 1
+      // there); the engine models 4 KiB page-cache pages, which page-sized writes give.
       for (const char* side : {"/kernel/", "/engine/"}) {
-        std::ofstream out(tmp_ + side + label, std::ios::binary);
-        out.write(content.data(), static_cast<std::streamsize>(content.size()));
+        const int fd = ::open((tmp_ + side + label).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        for (uint64_t off = 0; fd >= 0 && off < size; off += kPageSize)
+          if (::pwrite(fd, content.data() + off, std::min<uint64_t>(kPageSize, size - off), static_cast<off_t>(off)) < 0)
+            break;
+        if (fd >= 0) ::close(fd);
       }
       const int access = ro ? O_RDONLY : wronly ? O_WRONLY : O_RDWR;
       kr = child_->Call("open " + tmp_ + "/kernel/" + label + " " + H(access));
@@ -891,7 +906,13 @@ bool OracleSession::RunFileOp(const std::vector<std::string>& w, StepResult* res
       }
     } else {
       kr = child_->Call("memfd " + label + " " + H(size) + " " + H(mfd_flags));
-      er = files_->CreateShmem(label, size, mfd_flags);
+      // vm.memfd_noexec 1 or 2 makes a memfd created with neither MFD_EXEC nor
+      // MFD_NOEXEC_SEAL a MFD_NOEXEC_SEAL one (check_sysctl_memfd_noexec); the engine
+      // models the default 0, so the driver applies the sysctl to the engine's flags.
+      unsigned engine_flags = mfd_flags;
+      if (!(mfd_flags & (MFD_EXEC | MFD_NOEXEC_SEAL)) && SysctlU64("/proc/sys/vm/memfd_noexec", 0) >= 1)
+        engine_flags |= MFD_NOEXEC_SEAL;
+      er = files_->CreateShmem(label, size, engine_flags);
       if (er.ok()) files_->Write(er.value, 0, content.data(), size);
     }
     uint64_t fd = 0;

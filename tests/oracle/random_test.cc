@@ -82,8 +82,10 @@ class Generator {
 
   /// The next op line.
   std::string Next() {
-    int k = Pick({22, 8, 12, 6, 14, 3, 12, 10, 5, 4, 6, 8, 12});
+    int k = Pick({22, 8, 12, 6, 14, 3, 12, 10, 5, 4, 6, 8, 12, 6, 6});
     switch (k) {
+      case 14: return HeapOp();
+      case 13: return MemfdOp();
       case 12: return SyscallOp();
       case 11: return FileOp();
       case 10: return Special();
@@ -338,13 +340,16 @@ class Generator {
   // FIXED into the region, DONTUNMAP), madvise with every advice that behaves the same
   // on every machine (not COLLAPSE, which depends on THP, nor HWPOISON/SOFT_OFFLINE,
   // which would poison a page where CONFIG_MEMORY_FAILURE is on), mincore, mlock2 /
-  // munlock, and (rarely: it is for good) mseal. brk stays out: the child's heap holds
-  // its TLS (the brk case files cover it).
+  // munlock, and (rarely: it is for good) mseal.
   std::string SyscallOp() {
-    int k = Pick({6, 8, 3, 4, 1});
     auto [first, pages] = PageRange();
     Where a = AddrOf(first);
     uint64_t len = Len(pages);
+    return SyscallOpAt(a, len);
+  }
+  // SyscallOp's calls on [a, a + len).
+  std::string SyscallOpAt(const Where& a, uint64_t len) {
+    int k = Pick({6, 8, 3, 4, 1});
     if (k == 0) {
       const uint64_t new_len = Len(1 + R(12));
       int f = Pick({4, 3, 4, 2, 1});
@@ -370,6 +375,86 @@ class Generator {
     }
     return "mseal " + a.Text() + " " + Hx(len);
   }
+  // The heap: brk(2) moving the break within 64 pages above the child's break
+  // (`brkbase`, never below it: the child's TLS lies under it; GenerateOps removes the
+  // fence above it first), brk queries (0 and below start_brk), and the other calls on
+  // pages of the brk area (accesses, mprotect, munmap, and SyscallOpAt's mremap out of
+  // it, madvise, mincore, mlock and mseal), so brk meets split, locked, sealed, moved
+  // and unmapped heap VMAs.
+  std::string HeapOp() {
+    constexpr uint64_t kHeapPages = 64;
+    int k = Pick({8, 1, 3, 3, 1, 1, 4});
+    if (k == 0) {
+      uint64_t off = R(kHeapPages + 1) * kPageSize;
+      if (R(4) == 0) off += R(kPageSize);  // an unaligned break is returned as given
+      return "brk " + Where{"brkbase", static_cast<int64_t>(off)}.Text();
+    }
+    if (k == 1) return R(2) ? "brk 0" : "brk brkstart-0x1000";  // queries
+    uint64_t pages = 1 + R(8);
+    uint64_t first = R(kHeapPages - pages + 1);
+    Where a{"brkbase", static_cast<int64_t>(first * kPageSize)};
+    if (k == 2) return AccessAt("read", a.Plus(static_cast<int64_t>(R(kPageSize))));
+    if (k == 3) return WriteAt(a.Plus(static_cast<int64_t>(R(kPageSize))));
+    uint64_t len = Len(pages);
+    if (k == 4) return "mprotect " + a.Text() + " " + Hx(len) + " " + Prot(true);
+    if (k == 5) return "munmap " + a.Text() + " " + Hx(len);
+    return SyscallOpAt(a, len);
+  }
+  // Sealable memfds (mm/memfd.c): the current one (the first MemfdOp creates m1; now
+  // and then a new one replaces it, seals being for good) is mapped into the region shared or
+  // private, written, read and truncated, and gets seals (F_ADD_SEALS of write,
+  // future_write, shrink, grow, exec, rarely seal) after which the writes, truncates and
+  // writable shared mmaps they forbid answer EPERM (or F_ADD_SEALS EBUSY). Memfds are
+  // made MFD_NOEXEC_SEAL or MFD_ALLOW_SEALING (with vm.memfd_noexec 0 an executable one,
+  // so F_SEAL_EXEC adds the write seals), rarely without sealing; a read-only reopen and
+  // F_ADD_SEALS on the host file f0 (EINVAL) now and then.
+  std::string MemfdOp() {
+    int k = Pick({10, 3, 2, 2, 4, 1, 1, 1, 1});
+    if (k == 8 || memfds_.empty()) {
+      std::string label = "m" + std::to_string(memfds_.size() + 1);
+      memfds_.push_back(label);
+      int f = static_cast<int>(R(10));
+      return "memfd " + label + " " + Hx(kFilePages * kPageSize) +
+             (f < 5 ? " noexec_seal" : f < 9 ? " sealing" : "");
+    }
+    // The current memfd mostly, an earlier one or a read-only reopen sometimes.
+    std::string m = memfds_.back();
+    if (R(4) == 0) m = memfds_[R(memfds_.size())];
+    else if (!reopened_.empty() && R(8) == 0) m = reopened_[R(reopened_.size())];
+    if (k == 0) {
+      auto [first, pages] = PageRange();
+      std::string flags = R(100) < 75 ? "shared" : "private";
+      flags += R(100) < 90 ? ",fixed" : ",fixed_noreplace";
+      std::string prot = Prot(false);
+      const uint64_t off = R(kFilePages + 8) * kPageSize;
+      Where a = AddrOf(first);
+      uint64_t len = Len(pages);
+      return "mmap " + a.Text() + " " + Hx(len) + " " + prot + " " + flags + " " + Hx(off) + " " + m;
+    }
+    if (k == 1 || k == 2) {
+      uint64_t off = R(kFilePages + 8) * kPageSize;
+      off += R(kPageSize);
+      uint64_t len = 1 + R(k == 1 ? 64 : 2 * kPageSize);
+      if (k == 2) return "pread " + m + " " + Hx(off) + " " + Hx(len);
+      return "pwrite " + m + " " + Hx(off) + " " + Hx(len) + " " + Hx(SafeByte());
+    }
+    if (k == 3) {
+      uint64_t size = R(kFilePages + 8) * kPageSize;
+      if (R(4) == 0) size += R(kPageSize);
+      return "ftruncate " + m + " " + Hx(size);
+    }
+    if (k == 4) {
+      static const char* kSeals[] = {"write", "future_write", "shrink", "grow", "exec", "shrink,grow",
+                                     "write,shrink", "future_write,grow", "0x40", "seal"};
+      int n = static_cast<int>(R(sizeof kSeals / sizeof *kSeals));
+      if (n == 9 && R(3)) n = static_cast<int>(R(4));  // F_SEAL_SEAL is rarer
+      return "seal " + m + " " + kSeals[n];
+    }
+    if (k == 5) return "seals " + m;
+    if (k == 6) return R(4) ? "seal " + m + " write" : "seal f0 shrink";
+    reopened_.push_back(m + "r" + std::to_string(reopened_.size() + 1));
+    return "reopen " + reopened_.back() + " " + m + " ro";
+  }
   std::string Fill() {
     uint64_t first = R(kRegionPages), pages = 1 + R(4);
     if (first + pages > kRegionPages) pages = kRegionPages - first;
@@ -382,6 +467,8 @@ class Generator {
   uint64_t vars_ = 0;              // placement variables bound so far
   std::vector<Placement> placed_;  // targets: non-fixed placements
   std::vector<Where> growsdown_;   // starts of GROWSDOWN mappings made so far
+  std::vector<std::string> memfds_;    // memfd labels made so far, the current one last
+  std::vector<std::string> reopened_;  // their read-only reopens
 };
 
 /// The first `n` ops of `seed` (a function of its arguments alone).
@@ -390,6 +477,7 @@ std::vector<std::string> GenerateOps(uint64_t seed, uint64_t n, int fault_counts
   std::vector<std::string> ops;
   ops.reserve(n);
   if (n) ops.push_back("file f0 " + Hx(kFilePages * kPageSize));  // the target of FileOp
+  if (ops.size() < n) ops.push_back("munmap brkbase 0x1000");      // the fence above the heap
   while (ops.size() < n) ops.push_back(gen.Next());
   return ops;
 }
@@ -459,6 +547,22 @@ int FirstDisagreement(const std::vector<std::string>& ops, const SpaceOptions& o
 bool IsAccess(const std::string& op) {
   return op.rfind("read", 0) == 0 || op.rfind("write", 0) == 0 || op.rfind("exec", 0) == 0 ||
          op.rfind("fault", 0) == 0;
+}
+
+/// Whether `op` names a file label (file, memfd, reopen, seal(s), pread, pwrite,
+/// ftruncate, fstat), or its last word does (an mmap of a file).
+bool IsFileOp(const std::string& op) {
+  static const std::set<std::string> kFileOps = {"file",  "memfd", "reopen", "seal",  "seals",
+                                                 "pread", "pwrite", "ftruncate", "fstat"};
+  auto w = Words(op);
+  return !w.empty() && kFileOps.count(w[0]);
+}
+
+/// Ops that change state beyond an address range of their own (files, seals, the
+/// break): the shrinker's window slice keeps them all.
+bool IsStateOp(const std::string& op) {
+  auto w = Words(op);
+  return IsFileOp(op) || (!w.empty() && (w[0] == "brk" || w[0] == "mlockall" || w[0] == "munlockall"));
 }
 
 /// "p3" for "$p3 = mmap ...", else "".
@@ -582,7 +686,7 @@ std::vector<std::string> Shrink(std::vector<std::string> ops, const SpaceOptions
     for (size_t i = 0; i < ops.size(); i++) {
       auto [a, b] = ranges[i];
       uint64_t from = IsAccess(ops[i]) ? access_lo : lo;
-      keep[i] = i + 1 == ops.size() || (b > a && a < hi && b > from);
+      keep[i] = i + 1 == ops.size() || (b > a && a < hi && b > from) || IsStateOp(ops[i]);
       if (std::string v = BoundVar(ops[i]); !v.empty()) def[v] = i;
     }
     for (bool grew = true; grew;) {  // the placements whose variables kept ops use
@@ -718,7 +822,7 @@ uint64_t Fingerprint(const std::vector<std::string>& ops) {
 // or to a placement variable. A change of the generator changes these fingerprints
 // (update them then; the seeds' old reproducers no longer apply).
 TEST(OracleRandom, OpListDependsOnlyOnTheSeed) {
-  const uint64_t kExpected[] = {0x6f3f1df3ebadabd5ull, 0x0723f6bd0f0e1445ull, 0x1942105acaa65fdcull};
+  const uint64_t kExpected[] = {0x1329ebb955bb8a0aull, 0x3d2becf479bb15e1ull, 0x36876330a464cab7ull};
   for (uint64_t seed = 1; seed <= 3; seed++) {
     std::vector<std::string> ops = GenerateOps(seed, 1500, 0);
     EXPECT_EQ(Fingerprint(ops), kExpected[seed - 1])
@@ -732,13 +836,16 @@ TEST(OracleRandom, OpListDependsOnlyOnTheSeed) {
         w.erase(w.begin(), w.begin() + 2);
       }
       uses += UsedVars(op).size();
-      // The address argument: region-relative, a variable, or NULL (file ops name
-      // the test file instead).
+      // The address argument: region- or heap-relative, a variable, or NULL (file ops
+      // name a file label instead: f0, or a memfd m1, m2.. and their reopens).
       ASSERT_GE(w.size(), 2u) << op;
-      if (w[1] == "f0") continue;
+      if (IsFileOp(op)) {
+        EXPECT_TRUE(w[1] == "f0" || w[1][0] == 'm') << op;
+        continue;
+      }
       const std::string& a = w[1];
       EXPECT_TRUE(a.rfind("base+", 0) == 0 || a.rfind("base-", 0) == 0 || a[0] == '$' ||
-                  a == "NULL")
+                  a == "NULL" || a.rfind("brkbase", 0) == 0 || (w[0] == "brk" && (a == "0" || a == "brkstart-0x1000")))
           << op;
     }
     EXPECT_GT(bindings, 50u) << "seed " << seed;  // placements and their uses are generated

@@ -285,6 +285,49 @@ TEST_F(MetricsTest, CountsMatchTheWorkDone) {
   EXPECT_EQ(Get(gone, "vmspace_resident_bytes"), 0);
 }
 
+// The mseal gauges: sealed VMAs and their bytes, summed over the spaces; a seal that
+// joins a sealed neighbour adds bytes but no VMA; destroying the space clears both.
+TEST_F(MetricsTest, SealedVmaGauges) {
+  const Samples before = ParseMetrics(Scrape());
+  ASSERT_EQ(Get(before, "vmspace_sealed_vmas"), 0);
+  v1::CreateSpaceResponse cs;
+  ASSERT_TRUE(stub_->CreateSpace(Ctx().get(), {}, &cs).ok());
+  for (uint64_t i = 0; i < 3; i++) {
+    v1::MmapRequest m;
+    m.set_space_id(cs.space_id());
+    m.set_addr(0x10000000 + i * 16 * kPage);  // three separate VMAs of 4 pages
+    m.set_len(4 * kPage);
+    m.set_prot(PROT_READ);
+    m.set_flags(MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED);
+    v1::MmapResponse mr;
+    ASSERT_TRUE(stub_->Mmap(Ctx().get(), m, &mr).ok());
+  }
+  auto seal = [&](uint64_t addr, uint64_t len) {
+    v1::MsealRequest r;
+    r.set_space_id(cs.space_id());
+    r.set_addr(addr);
+    r.set_len(len);
+    v1::MsealResponse resp;
+    return stub_->Mseal(Ctx().get(), r, &resp).error_code();
+  };
+  ASSERT_EQ(seal(0x10000000, 2 * kPage), grpc::StatusCode::OK);  // splits the first VMA
+  ASSERT_EQ(seal(0x10000000 + 16 * kPage, 4 * kPage), grpc::StatusCode::OK);
+  Samples s = ParseMetrics(Scrape());
+  EXPECT_EQ(Get(s, "vmspace_sealed_vmas"), 2);
+  EXPECT_EQ(Get(s, "vmspace_sealed_bytes"), 6 * kPage);
+  ASSERT_EQ(seal(0x10000000 + 2 * kPage, kPage), grpc::StatusCode::OK);  // merges into the sealed part
+  s = ParseMetrics(Scrape());
+  EXPECT_EQ(Get(s, "vmspace_sealed_vmas"), 2);
+  EXPECT_EQ(Get(s, "vmspace_sealed_bytes"), 7 * kPage);
+  v1::DestroySpaceRequest dr;
+  dr.set_space_id(cs.space_id());
+  v1::DestroySpaceResponse dresp;
+  ASSERT_TRUE(stub_->DestroySpace(Ctx().get(), dr, &dresp).ok());
+  s = ParseMetrics(Scrape());
+  EXPECT_EQ(Get(s, "vmspace_sealed_vmas"), 0);
+  EXPECT_EQ(Get(s, "vmspace_sealed_bytes"), 0);
+}
+
 TEST_F(MetricsTest, UnknownPathIsNotFound) {
   int status = 0;
   HttpGet(d_.metrics_port(), "/nope", &status);

@@ -1468,6 +1468,77 @@ TEST_F(RpcTest, MlockAndMsealCalls) {
 // mincore(2) over the unary RPC: the vector has one byte per page, 1 for the touched
 // pages only; an unaligned addr is EINVAL, a hole ENOMEM, more pages than
 // --max-io-bytes (default 1 MiB: 2^20 pages) EINVAL naming the limit.
+// The new calls at their limits, each with the kernel's errno (mm/madvise.c, mlock.c,
+// mseal.c, msync.c, Linux 6.18): an unaligned start is EINVAL (mlock and munlock
+// round it down instead); a length whose page rounding wraps is EINVAL (msync:
+// ENOMEM), one that rounds to 0 succeeds doing nothing for mlock, munlock and msync
+// (their checks see len 0) but is EINVAL for madvise and mseal ("rounded up from a
+// small negative"); unknown msync flags and advices are EINVAL. The VMA is untouched.
+TEST_F(RpcTest, NewCallsAtTheirLimits) {
+  v1::SpaceSettings settings;
+  settings.set_cap_ipc_lock(true);
+  const uint64_t id = NewSpace(settings);
+  uint64_t a = 0;
+  ASSERT_TRUE(Mmap(id, 0, 4 * kPage, kRW, kPrivAnon, &a).ok());
+  // A request of [addr, addr + len) in this space.
+  auto range = [&](auto req, uint64_t addr, uint64_t len) {
+    req.set_space_id(id);
+    req.set_addr(addr);
+    req.set_len(len);
+    return req;
+  };
+  auto madvise = [&](uint64_t addr, uint64_t len, int advice) {
+    auto req = range(v1::MadviseRequest{}, addr, len);
+    req.set_advice(advice);
+    v1::MadviseResponse resp;
+    return stub_->Madvise(Ctx().get(), req, &resp);
+  };
+  auto mlock = [&](uint64_t addr, uint64_t len) {
+    v1::MlockResponse resp;
+    return stub_->Mlock(Ctx().get(), range(v1::MlockRequest{}, addr, len), &resp);
+  };
+  auto munlock = [&](uint64_t addr, uint64_t len) {
+    v1::MunlockResponse resp;
+    return stub_->Munlock(Ctx().get(), range(v1::MunlockRequest{}, addr, len), &resp);
+  };
+  auto mseal = [&](uint64_t addr, uint64_t len) {
+    v1::MsealResponse resp;
+    return stub_->Mseal(Ctx().get(), range(v1::MsealRequest{}, addr, len), &resp);
+  };
+  auto msync = [&](uint64_t addr, uint64_t len, int flags) {
+    auto req = range(v1::MsyncRequest{}, addr, len);
+    req.set_flags(flags);
+    v1::MsyncResponse resp;
+    return stub_->Msync(Ctx().get(), req, &resp);
+  };
+  const uint64_t wraps = ~0ull - 2 * kPage;  // a + PAGE_ALIGN(len) passes 2^64
+  const uint64_t to_zero = ~0ull - 5;       // PAGE_ALIGN() makes it 0
+  EXPECT_TRUE(HasErrno(madvise(a + 1, kPage, MADV_DONTNEED), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(madvise(a, wraps, MADV_DONTNEED), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(madvise(a, to_zero, MADV_DONTNEED), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(madvise(a, kPage, -1), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(madvise(a, kPage, 1 << 30), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(mlock(a, wraps), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(mlock(a, to_zero).ok());
+  EXPECT_TRUE(HasErrno(munlock(a, wraps), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(munlock(a, to_zero).ok());
+  EXPECT_TRUE(HasErrno(mseal(a + 1, kPage), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(mseal(a, wraps), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(mseal(a, to_zero), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(msync(a + 1, kPage, MS_SYNC), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(msync(a, wraps, MS_SYNC), StatusCode::RESOURCE_EXHAUSTED, "ENOMEM", ENOMEM));
+  EXPECT_TRUE(msync(a, to_zero, MS_SYNC).ok());
+  EXPECT_TRUE(HasErrno(msync(a, kPage, 8), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(msync(a, kPage, -1), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  EXPECT_TRUE(HasErrno(msync(a, kPage, MS_SYNC | MS_ASYNC), StatusCode::INVALID_ARGUMENT, "EINVAL", EINVAL));
+  v1::GetMapsRequest mr;
+  mr.set_space_id(id);
+  v1::GetMapsResponse maps;
+  ASSERT_TRUE(stub_->GetMaps(Ctx().get(), mr, &maps).ok());
+  ASSERT_EQ(maps.vmas_size(), 1);
+  EXPECT_EQ(maps.vmas(0).end() - maps.vmas(0).start(), 4 * kPage);
+}
+
 TEST_F(RpcTest, MincoreReportsTouchedPages) {
   const uint64_t id = NewSpace();
   uint64_t a = 0;

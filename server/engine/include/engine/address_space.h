@@ -138,6 +138,7 @@ struct SpaceCounters {
   uint64_t pgtable_bytes = 0;   // page-table pages, 4 KiB each (like VmPTE + VmPMD)
   uint64_t locked_vm_pages = 0; // pages of VM_LOCKED VMAs (mm->locked_vm, VmLck)
   uint64_t sealed_pages = 0;    // pages of VM_SEALED VMAs (they can never be unmapped)
+  uint64_t sealed_vmas = 0;     // VMAs with VM_SEALED (mseal)
 };
 
 /// Result of Access(): how many faults were taken and, if the walk stopped on a
