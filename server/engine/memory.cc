@@ -440,7 +440,7 @@ vm_fault_t DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int i
   if (installed) mm.AddRss(copy ? MM_ANONPAGES : FileCounter(v), 1);
   else if (copy) mm.frames.Free(copy);
   CountEvent(cow ? Event::kFaultFileCow : kind);
-  return (major ? VM_FAULT_MAJOR : 0) | (dirtied ? VM_FAULT_DIRTY_SHARED : 0);
+  return (major ? vm_fault_t{VM_FAULT_MAJOR} : 0) | (dirtied ? VM_FAULT_DIRTY_SHARED : 0);
 }
 
 FaultResult FaultInVma(MmStruct& mm, Vma* v, uint64_t addr, AccessType acc, bool vma_locked) {
