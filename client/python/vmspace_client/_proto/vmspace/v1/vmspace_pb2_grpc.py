@@ -262,7 +262,7 @@ class VmSpaceServicer(object):
         [vvar], [vvar_vclock] and [vdso] placeholders; brk starts at the page after the bss.
         The program and its interpreter are files of the daemon's data directory, opened
         read-only as OpenFile does (no file id is left open). Errors: NOT_FOUND unknown
-        space; ENOENT (program or interpreter missing) as OpenFile answers it; INVALID_ARGUMENT EINVAL
+        space; NOT_FOUND ENOENT (program or interpreter missing, as OpenFile); INVALID_ARGUMENT EINVAL
         (a path OpenFile refuses), ENOEXEC (not an x86-64 ELF64 executable), ELIBBAD (the
         interpreter is not one), E2BIG (argv + envp beyond 2 MiB); PERMISSION_DENIED
         EACCES; RESOURCE_EXHAUSTED ENOMEM (budget, frame limit). On an error the space is
