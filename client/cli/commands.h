@@ -63,5 +63,6 @@ int CmdBenchExecl(Ctx& c);       // bench execl (bench_execl.cc): seed 003
 // A program's memory calls on the kernel, and their replay into spaces (docs/replay.md).
 int CmdRecord(Ctx& c);  // record (record.cc): run CMD under ptrace, write its trace
 int CmdReplay(Ctx& c);  // replay (replay.cc): issue a trace's calls through gRPC, --check them
+int CmdTraceLocks(Ctx& c);  // trace-locks (trace_locks.cc): the lock timeline as a Chrome trace
 
 }  // namespace vmspace::cli

@@ -46,6 +46,7 @@ const char* RpcMethodName(RpcMethod m) {
     case RpcMethod::kReopenFile: return "ReopenFile";
     case RpcMethod::kMincore: return "Mincore";
     case RpcMethod::kCloneSpace: return "CloneSpace";
+    case RpcMethod::kTraceLocks: return "TraceLocks";
     case RpcMethod::kCount: break;
   }
   return "?";

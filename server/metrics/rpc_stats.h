@@ -58,6 +58,7 @@ enum class RpcMethod : uint8_t {
   kReopenFile,
   kMincore,
   kCloneSpace,
+  kTraceLocks,
   kCount
 };
 inline constexpr size_t kRpcMethodCount = static_cast<size_t>(RpcMethod::kCount);
