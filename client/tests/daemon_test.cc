@@ -830,9 +830,6 @@ TEST_F(DaemonTest, RecordAndReplayCheck) {
   std::filesystem::remove_all(dir);
 }
 
-}  // namespace
-}  // namespace vmspace::testing
-
 // `vmspace trace-locks`: a Chrome trace of the daemon's threads while a benchmark
 // faults; each complete event carries pid, tid, ts, dur and its args. A trace of an
 // idle space records nothing.
@@ -885,3 +882,6 @@ TEST_F(DaemonTest, TraceLocksWritesAChromeTimeline) {
   EXPECT_TRUE(idle["events"].empty()) << idle.dump();
   std::filesystem::remove_all(dir);
 }
+
+}  // namespace
+}  // namespace vmspace::testing
