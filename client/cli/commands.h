@@ -69,5 +69,6 @@ int CmdReproduce(Ctx& c);  // reproduce SEED|all [--quick] [--out DIR]
 // A program's memory calls on the kernel, and their replay into spaces (docs/replay.md).
 int CmdRecord(Ctx& c);  // record (record.cc): run CMD under ptrace, write its trace
 int CmdReplay(Ctx& c);  // replay (replay.cc): issue a trace's calls through gRPC, --check them
+int CmdTraceLocks(Ctx& c);  // trace-locks (trace_locks.cc): the lock timeline as a Chrome trace
 
 }  // namespace vmspace::cli

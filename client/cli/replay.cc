@@ -6,9 +6,11 @@
 #include <fstream>
 #include <iomanip>
 #include <sstream>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "cli/trace_locks.h"
 #include "lib/replay.h"
 
 namespace vmspace::cli {
@@ -66,6 +68,34 @@ int CmdReplay(Ctx& c) {
   if (files != "memfd" && files != "host") throw UsageError{"--files: memfd or host, not '" + files + "'"};
   opt.host_files = files == "host";
 
+  // --timeline: a TraceLocks call of every space runs beside the replay and is ended
+  // (StopTraceLocks) when the replay is done.
+  const std::string timeline = c.args.Get("timeline", "");
+  std::optional<Client> tracer;
+  std::thread trace_thread;
+  client::Result<std::vector<v1::TraceLocksResponse>> traced = std::vector<v1::TraceLocksResponse>{};
+  if (!timeline.empty()) {
+    tracer.emplace(c.client);
+    trace_thread = std::thread([&] { traced = tracer->TraceLocks(0, true, 600); });
+    // The trace is on before the first call: wait for the daemon to have it on (a
+    // stop request is refused until then).
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  auto finish_timeline = [&]() -> bool {
+    if (timeline.empty()) return true;
+    auto stopped = tracer->StopTraceLocks();
+    trace_thread.join();
+    if (!stopped.ok() || !traced.ok()) {
+      c.err << "vmspace replay: --timeline: " << (!traced.ok() ? traced.error().message : stopped.error().message) << "\n";
+      return false;
+    }
+    std::string error;
+    if (!WriteChromeTrace(traced.value(), timeline, &error)) {
+      c.err << "vmspace replay: --timeline: " << error << "\n";
+      return false;
+    }
+    return true;
+  };
   Json runs = Json::array();
   int code = kExitOk;
   std::ostringstream table;
@@ -78,6 +108,7 @@ int CmdReplay(Ctx& c) {
     trace::ReplayResult r = trace::Replay(*t, opt);
     if (!r.error.empty()) {
       c.err << "vmspace replay: " << r.error << "\n";
+      finish_timeline();
       return kExitFailed;
     }
     const double rate = r.call_seconds > 0 ? static_cast<double>(r.issued) / r.call_seconds : 0;
@@ -148,6 +179,7 @@ int CmdReplay(Ctx& c) {
       c.out << "  " << d.what << (d.cause.empty() ? "" : "  <- " + d.cause) << "\n";
     }
   }
+  if (!finish_timeline()) code = kExitFailed;
   if (c.json) {
     c.out << (profiles.size() > 1 ? Json{{"trace", path}, {"runs", runs}} : runs[0]).dump() << "\n";
   } else if (profiles.size() > 1) {

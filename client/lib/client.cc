@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <thread>
 
 #include "google/rpc/status.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -665,6 +666,55 @@ Result<std::string> Client::Mincore(uint64_t space_id, uint64_t addr, uint64_t l
   v1::MincoreResponse resp;
   VMSPACE_CALL(Mincore, space_id, req, resp);
   return std::move(*resp.mutable_vec());
+}
+
+Result<std::vector<v1::TraceLocksResponse>> Client::TraceLocks(uint64_t space_id, bool all, double seconds,
+                                                               uint64_t max_events) {
+  if (setup_error_) return *setup_error_;
+  v1::TraceLocksRequest req;
+  req.set_space_id(space_id);
+  req.set_all(all);
+  req.set_seconds(seconds);
+  req.set_max_events(max_events);
+  std::vector<Backend*> on;
+  if (all) {
+    if (std::optional<Error> e = CheckShards()) return *e;
+    for (auto& b : backends_) on.push_back(b.get());
+  } else {
+    Result<Backend*> route = Route(space_id);
+    if (!route.ok()) return route.error();
+    on.push_back(route.value());
+  }
+  // The daemons trace at the same time: one call per daemon, each on its own thread.
+  std::vector<v1::TraceLocksResponse> out(on.size());
+  std::vector<grpc::Status> st(on.size());
+  std::vector<std::thread> threads;
+  const auto wait = std::chrono::duration_cast<std::chrono::system_clock::duration>(
+      std::chrono::duration<double>(seconds));
+  for (size_t i = 0; i < on.size(); i++)
+    threads.emplace_back([&, i] {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + wait + opts_.timeout);
+      st[i] = on[i]->stub->TraceLocks(&ctx, req, &out[i]);
+    });
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < on.size(); i++)
+    if (!st[i].ok()) return Tagged(*on[i], DecodeStatus(st[i]));
+  return out;
+}
+
+Result<Unit> Client::StopTraceLocks() {
+  if (setup_error_) return *setup_error_;
+  v1::TraceLocksRequest req;
+  req.set_stop(true);
+  for (auto& b : backends_) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::TraceLocksResponse r;
+    grpc::Status st = b->stub->TraceLocks(&ctx, req, &r);
+    if (!st.ok()) return Tagged(*b, DecodeStatus(st));
+  }
+  return Unit{};
 }
 
 Result<v1::GetLockStatsResponse> Client::GetLockStats(const std::string& locking_profile,

@@ -269,6 +269,15 @@ class Client {
   /// fields: the largest), `text` one table per daemon.
   Result<v1::GetLockStatsResponse> GetLockStats(const std::string& locking_profile = "",
                                                 std::vector<Error>* unreachable = nullptr);
+  /// TraceLocks: the lock timeline of `space_id` (on its daemon) or, with `all`, of every
+  /// space of the caller on every daemon (traced at once), for `seconds`; one answer per
+  /// daemon asked, in target order. `max_events` 0: the daemon's cap. The call's
+  /// deadline is `seconds` plus the client's timeout.
+  Result<std::vector<v1::TraceLocksResponse>> TraceLocks(uint64_t space_id, bool all, double seconds,
+                                                         uint64_t max_events = 0);
+  /// Ends the traces of TraceLocks that are on, on every daemon (their calls return now).
+  /// FAILED_PRECONDITION if a daemon has none of the caller's on.
+  Result<Unit> StopTraceLocks();
   /// Ping of every daemon.
   Result<Unit> Ping(std::vector<Error>* unreachable = nullptr);
   /// grpc.health.v1.Health/Check of `service` ("" = the server as a whole): the serving

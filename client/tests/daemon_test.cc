@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <set>
 #include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -825,6 +827,59 @@ TEST_F(DaemonTest, RecordAndReplayCheck) {
   EXPECT_EQ(j["threads"], 2);
   // Every difference that remains names the unsupported call or the layout replica.
   for (const json& d : j["differences"]) EXPECT_FALSE(d["cause"].get<std::string>().empty()) << d.dump();
+  std::filesystem::remove_all(dir);
+}
+
+// `vmspace trace-locks`: a Chrome trace of the daemon's threads while a benchmark
+// faults; each complete event carries pid, tid, ts, dur and its args. A trace of an
+// idle space records nothing.
+TEST_F(DaemonTest, TraceLocksWritesAChromeTimeline) {
+  char dir[] = "/tmp/vmspace-timeline.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string out = std::string(dir) + "/t.json";
+  ProcResult traced;
+  std::thread t([&] { traced = Cli({"trace-locks", "--all", "--seconds", "3", "--out", out}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  json b = CliJson({"bench", "page_fault4", "--transport", "unary", "--duration", "1s", "--quiet"});
+  t.join();
+  ASSERT_EQ(traced.exit_code, 0) << traced.err;
+  std::ifstream f(out);
+  json j = json::parse(f);
+  ASSERT_TRUE(j["traceEvents"].is_array());
+  std::map<std::string, int> by_cat;
+  std::set<uint64_t> tids;
+  for (const json& e : j["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    EXPECT_EQ(e["pid"], 1);
+    EXPECT_GE(e["ts"].get<double>(), 0);
+    EXPECT_GE(e["dur"].get<double>(), 0);
+    by_cat[e["cat"].get<std::string>()]++;
+    tids.insert(e["tid"].get<uint64_t>());
+    if (e["cat"] == "fault") {
+      EXPECT_TRUE(e["args"].contains("address")) << e.dump();
+      EXPECT_TRUE(e["args"]["access"] == "write" || e["args"]["access"] == "read") << e.dump();
+    }
+    if (e["cat"] == "lock_wait" || e["cat"] == "lock_hold") {
+      EXPECT_TRUE(e["args"].contains("lock")) << e.dump();
+      EXPECT_TRUE(e["args"]["mode"] == "read" || e["args"]["mode"] == "write") << e.dump();
+    }
+    if (e["cat"] == "lock_wait") EXPECT_TRUE(e["args"].contains("holder")) << e.dump();
+  }
+  EXPECT_GT(by_cat["op"], 0) << j.dump().substr(0, 2000);
+  EXPECT_GT(by_cat["fault"], 0);
+  EXPECT_GT(by_cat["lock_hold"], 0);
+  EXPECT_GE(tids.size(), 1u);
+  // Every thread with a complete event is named.
+  std::set<uint64_t> named;
+  for (const json& e : j["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "thread_name") named.insert(e["tid"].get<uint64_t>());
+  EXPECT_EQ(named, tids);
+
+  // Idle: nothing happens in the space, nothing is recorded.
+  const std::string sid = std::to_string(NewSpace());
+  json idle = CliJson({"trace-locks", "--space", sid, "--seconds", "0.3", "--out", out});
+  EXPECT_EQ(idle["threads"], 0) << idle.dump();
+  EXPECT_TRUE(idle["events"].empty()) << idle.dump();
   std::filesystem::remove_all(dir);
 }
 

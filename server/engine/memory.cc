@@ -474,6 +474,7 @@ FaultResult FaultInVma(MmStruct& mm, Vma* v, uint64_t addr, AccessType acc, bool
 }
 
 FaultResult DoUserAddrFault(MmStruct& mm, uint64_t addr, AccessType acc) {
+  lock_trace_internal::FaultTrace trace(addr, acc);
   bool retried = false;
   if (mm.opts.profile.vma_lock != VmaLockMode::kOff) {
     VmaFaultReadLock lock(mm, addr);

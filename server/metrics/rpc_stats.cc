@@ -47,6 +47,7 @@ const char* RpcMethodName(RpcMethod m) {
     case RpcMethod::kMincore: return "Mincore";
     case RpcMethod::kCloneSpace: return "CloneSpace";
     case RpcMethod::kExecSpace: return "ExecSpace";
+    case RpcMethod::kTraceLocks: return "TraceLocks";
     case RpcMethod::kCount: break;
   }
   return "?";

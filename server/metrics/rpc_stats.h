@@ -59,6 +59,7 @@ enum class RpcMethod : uint8_t {
   kMincore,
   kCloneSpace,
   kExecSpace,
+  kTraceLocks,
   kCount
 };
 inline constexpr size_t kRpcMethodCount = static_cast<size_t>(RpcMethod::kCount);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/lock_trace.h"
 #include "rpc/call_scope.h"
 #include "rpc/handle.h"
 #include "rpc/proto_convert.h"
@@ -21,6 +22,7 @@ using metrics::RpcScope;
 // ---- operations on one space (shared by the unary handlers and Batch) ----
 OpStatus DoMmap(Space& sp, const v1::MmapRequest& r, v1::MmapResponse* out,
                SpaceRegistry& reg) {
+  OpTrace trace(sp.id, "mmap", r.addr(), r.len());
   // As the kernel ignores fd with MAP_ANONYMOUS, file_id is ignored then; an unknown
   // file id reaches the engine as a null file, which answers EBADF in the kernel's order.
   const bool file = (r.flags() & MAP_ANONYMOUS) == 0 && r.file_id() != 0;
@@ -34,35 +36,41 @@ OpStatus DoMmap(Space& sp, const v1::MmapRequest& r, v1::MmapResponse* out,
 }
 
 OpStatus DoMunmap(Space& sp, const v1::MunmapRequest& r, v1::MunmapResponse*) {
+  OpTrace trace(sp.id, "munmap", r.addr(), r.len());
   const SysResult res = sp.as.Munmap(r.addr(), r.len());
   if (!res.ok()) return ErrnoError(res.error, "munmap");
   return {};
 }
 
 OpStatus DoMprotect(Space& sp, const v1::MprotectRequest& r, v1::MprotectResponse*) {
+  OpTrace trace(sp.id, "mprotect", r.addr(), r.len());
   const SysResult res = sp.as.Mprotect(r.addr(), r.len(), r.prot());
   if (!res.ok()) return ErrnoError(res.error, "mprotect");
   return {};
 }
 
 OpStatus DoMadvise(Space& sp, const v1::MadviseRequest& r, v1::MadviseResponse*) {
+  OpTrace trace(sp.id, "madvise", r.addr(), r.len());
   const SysResult res = sp.as.Madvise(r.addr(), r.len(), r.advice());
   if (!res.ok()) return ErrnoError(res.error, "madvise");
   return {};
 }
 
 OpStatus DoMsync(Space& sp, const v1::MsyncRequest& r, v1::MsyncResponse*) {
+  OpTrace trace(sp.id, "msync", r.addr(), r.len());
   const SysResult res = sp.as.Msync(r.addr(), r.len(), r.flags());
   if (!res.ok()) return ErrnoError(res.error, "msync");
   return {};
 }
 
 OpStatus DoBrk(Space& sp, const v1::BrkRequest& r, v1::BrkResponse* out) {
+  OpTrace trace(sp.id, "brk");
   out->set_brk(sp.as.Brk(r.brk()));
   return {};
 }
 
 OpStatus DoMremap(Space& sp, const v1::MremapRequest& r, v1::MremapResponse* out) {
+  OpTrace trace(sp.id, "mremap", r.old_addr(), r.old_len());
   const SysResult res = sp.as.Mremap(r.old_addr(), r.old_len(), r.new_len(), r.flags(), r.new_addr());
   if (!res.ok()) return ErrnoError(res.error, "mremap");
   out->set_addr(res.value);
@@ -70,6 +78,7 @@ OpStatus DoMremap(Space& sp, const v1::MremapRequest& r, v1::MremapResponse* out
 }
 
 OpStatus DoMlock(Space& sp, const v1::MlockRequest& r, v1::MlockResponse*) {
+  OpTrace trace(sp.id, "mlock", r.addr(), r.len());
   if (r.flags() & ~MLOCK_ONFAULT) return ErrnoErrorDetail(EINVAL, "mlock2", "flags must be 0 or MLOCK_ONFAULT (1)");
   const SysResult res = sp.as.Mlock(r.addr(), r.len(), r.flags());
   if (!res.ok()) return ErrnoError(res.error, "mlock2");
@@ -77,24 +86,28 @@ OpStatus DoMlock(Space& sp, const v1::MlockRequest& r, v1::MlockResponse*) {
 }
 
 OpStatus DoMunlock(Space& sp, const v1::MunlockRequest& r, v1::MunlockResponse*) {
+  OpTrace trace(sp.id, "munlock", r.addr(), r.len());
   const SysResult res = sp.as.Munlock(r.addr(), r.len());
   if (!res.ok()) return ErrnoError(res.error, "munlock");
   return {};
 }
 
 OpStatus DoMlockall(Space& sp, const v1::MlockallRequest& r, v1::MlockallResponse*) {
+  OpTrace trace(sp.id, "mlockall");
   const SysResult res = sp.as.Mlockall(r.flags());
   if (!res.ok()) return ErrnoError(res.error, "mlockall");
   return {};
 }
 
 OpStatus DoMunlockall(Space& sp, const v1::MunlockallRequest&, v1::MunlockallResponse*) {
+  OpTrace trace(sp.id, "munlockall");
   const SysResult res = sp.as.Munlockall();
   if (!res.ok()) return ErrnoError(res.error, "munlockall");
   return {};
 }
 
 OpStatus DoMseal(Space& sp, const v1::MsealRequest& r, v1::MsealResponse*) {
+  OpTrace trace(sp.id, "mseal", r.addr(), r.len());
   if (r.flags() != 0) return ErrnoErrorDetail(EINVAL, "mseal", "flags must be 0");
   const SysResult res = sp.as.Mseal(r.addr(), r.len(), r.flags());
   if (!res.ok()) return ErrnoError(res.error, "mseal");
@@ -102,6 +115,7 @@ OpStatus DoMseal(Space& sp, const v1::MsealRequest& r, v1::MsealResponse*) {
 }
 
 OpStatus DoFault(Space& sp, const v1::FaultRequest& r, v1::FaultResponse* out) {
+  OpTrace trace(sp.id, "fault", r.addr(), kPageSize);
   AccessType access;
   if (!ToAccessType(r.access(), &access))
     return ErrnoErrorDetail(EINVAL, "Fault", "unknown access type");
@@ -113,6 +127,7 @@ OpStatus DoFault(Space& sp, const v1::FaultRequest& r, v1::FaultResponse* out) {
 
 OpStatus DoAccess(Space& sp, const v1::AccessRequest& r, v1::AccessResponse* out,
                   uint64_t max_touches) {
+  OpTrace trace(sp.id, "access", r.addr(), r.len());
   AccessType access;
   if (!ToAccessType(r.access(), &access))
     return ErrnoErrorDetail(EINVAL, "Access", "unknown access type");
@@ -134,6 +149,7 @@ OpStatus DoAccess(Space& sp, const v1::AccessRequest& r, v1::AccessResponse* out
 
 OpStatus DoRead(Space& sp, const v1::ReadMemoryRequest& r, v1::ReadMemoryResponse* out,
                 uint64_t max_io, Buffers& buf) {
+  OpTrace trace(sp.id, "read_memory", r.addr(), r.len());
   if (r.len() > max_io)
     return ErrnoErrorDetail(EINVAL, "ReadMemory",
                             "len " + std::to_string(r.len()) + " exceeds --max-io-bytes=" +
@@ -154,6 +170,7 @@ OpStatus DoRead(Space& sp, const v1::ReadMemoryRequest& r, v1::ReadMemoryRespons
 
 OpStatus DoWrite(Space& sp, const v1::WriteMemoryRequest& r, v1::WriteMemoryResponse* out,
                  uint64_t max_io) {
+  OpTrace trace(sp.id, "write_memory", r.addr(), r.data().size());
   if (r.data().size() > max_io)
     return ErrnoErrorDetail(EINVAL, "WriteMemory",
                             "data of " + std::to_string(r.data().size()) +
@@ -168,6 +185,7 @@ OpStatus DoWrite(Space& sp, const v1::WriteMemoryRequest& r, v1::WriteMemoryResp
 
 OpStatus DoMincore(Space& sp, const v1::MincoreRequest& r, v1::MincoreResponse* out,
                    uint64_t max_io, Buffers& buf) {
+  OpTrace trace(sp.id, "mincore", r.addr(), r.len());
   const uint64_t pages = MincorePages(r.len());
   if (pages > max_io)
     return ErrnoErrorDetail(EINVAL, "Mincore",

@@ -154,6 +154,10 @@ class VmSpaceService final : public v1::VmSpace::Service {
   /// or "custom"); an unknown profile is EINVAL. Reads the engine's per-thread stats.
   grpc::Status GetLockStats(grpc::ServerContext* ctx, const v1::GetLockStatsRequest* req,
                             v1::GetLockStatsResponse* resp) override;
+  /// The lock timeline (engine/lock_trace.h) of the caller's spaces for req->seconds
+  /// (rpc/trace_locks_call.cc).
+  grpc::Status TraceLocks(grpc::ServerContext* ctx, const v1::TraceLocksRequest* req,
+                          v1::TraceLocksResponse* resp) override;
   grpc::Status Ping(grpc::ServerContext* ctx, const v1::PingRequest* req,
                     v1::PingResponse* resp) override;
   /// The registry's shard, live spaces and limit, and the version.

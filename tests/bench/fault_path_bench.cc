@@ -8,9 +8,12 @@
 // every 4096 pages the region is zapped with MADV_DONTNEED so faults continue.
 // BM_FaultPathBudget: the same fault with the memory budget limited (charges reserve
 // from the shared limit through the per-thread stock) vs unlimited (only counted).
+// BM_FaultPathTrace: the same fault with the lock timeline (engine/lock_trace.h) off vs
+// on, lock statistics on in both: the timeline's sampling keeps to the same budget.
 #include <benchmark/benchmark.h>
 
 #include "engine/address_space.h"
+#include "engine/lock_trace.h"
 #include "engine/stats.h"
 
 namespace vmspace {
@@ -65,6 +68,20 @@ void BM_FaultPathBudget(benchmark::State& state) {
   WriteFaultLoop(state, as, base);
 }
 BENCHMARK(BM_FaultPathBudget)->ArgName("limited")->Arg(0)->Arg(1)->Repetitions(3)->ReportAggregatesOnly(true);
+
+void BM_FaultPathTrace(benchmark::State& state) {
+  const bool trace = state.range(0) != 0;
+  FrameAllocator frames(1ull << 30);
+  AddressSpace as(frames, SpaceOptions{});
+  const uint64_t base = as.Mmap(0, kRegion, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS).value;
+  if (trace) LockTraceStart();
+  {
+    OpTrace op(1, "fault_loop");
+    WriteFaultLoop(state, as, base);
+  }
+  if (trace) state.counters["events"] = benchmark::Counter(static_cast<double>(LockTraceStop(SIZE_MAX).size()));
+}
+BENCHMARK(BM_FaultPathTrace)->ArgName("trace")->Arg(0)->Arg(1)->Repetitions(3)->ReportAggregatesOnly(true);
 
 }  // namespace
 }  // namespace vmspace

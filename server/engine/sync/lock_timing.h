@@ -5,12 +5,14 @@
 // measured only with --lock-stats=on). Hold time is sampled: one acquisition in
 // kHoldSampleEvery per thread stores a timestamp, and its release records the hold
 // time with that weight (totals and histograms stay unbiased estimates). A stamp of 0
-// means "not sampled".
+// means "not sampled". The same sample gives the lock timeline its holds
+// (sync/lock_trace.h) while that is on.
 #pragma once
 
 #include <cstdint>
 
 #include "engine/stats.h"
+#include "sync/lock_trace.h"
 
 namespace vmspace::sync_internal {
 
@@ -19,16 +21,21 @@ inline constexpr uint32_t kHoldSampleEvery = 16;
 
 inline thread_local uint32_t tls_sample_ctr = 0;
 
-/// A hold-time stamp for a new acquisition: NowTicks() | 1 if sampled, else 0.
+/// A hold-time stamp for a new acquisition: NowTicks() | 1 if sampled (lock stats or
+/// the lock timeline on), else 0.
 inline uint64_t HoldStamp() {
-  if (!LockStatsEnabled() || (++tls_sample_ctr & (kHoldSampleEvery - 1)) != 0) return 0;
+  if ((++tls_sample_ctr & (kHoldSampleEvery - 1)) != 0) return 0;
+  if (!LockStatsEnabled() && !LockTraceEnabled()) return 0;
   return NowTicks() | 1;
 }
-/// Records the hold time of a sampled acquisition (stamp from HoldStamp).
-inline void EndHold(LockClass c, LockMode m, uint64_t stamp) {
+/// Records the hold time of a sampled acquisition (stamp from HoldStamp) in the lock
+/// stats and the lock timeline, whichever is on; `self` is the releasing thread's lock
+/// owner task (RwSem's), 0 for locks without one.
+inline void EndHold(LockClass c, LockMode m, uint64_t stamp, uintptr_t self = 0) {
   if (!stamp) return;
   uint64_t now = NowTicks();
-  RecordHold(c, m, now > stamp ? now - stamp : 1, kHoldSampleEvery);
+  if (LockStatsEnabled()) RecordHold(c, m, now > stamp ? now - stamp : 1, kHoldSampleEvery);
+  lock_trace_internal::TraceHold(c, m, stamp, now, self);
 }
 /// Runs `acquire` (which blocks) and returns how long it took in ticks (0 if lock
 /// stats are off).

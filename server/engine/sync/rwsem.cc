@@ -18,6 +18,7 @@
 
 #include "engine/per_thread.h"
 #include "sync/lock_timing.h"
+#include "sync/lock_trace.h"
 #include "sync/rcu.h"
 
 namespace vmspace {
@@ -595,13 +596,17 @@ void RwSem::LockRead() {
   bool contended = false;
   uint64_t wait = 0;
   if (__builtin_expect(!(count & kReadFailedMask), 1)) SetReaderOwned(Current());
-  else contended = DownReadSlowpath(count, &wait);
+  else {
+    lock_trace_internal::TraceWait trace(cls_, LockMode::kRead, owner_.load(std::memory_order_relaxed), Current());
+    contended = DownReadSlowpath(count, &wait);
+    trace.Done(contended);
+  }
   RecordLock(cls_, LockMode::kRead, contended, wait, 0);
   tls_read_acquired[static_cast<size_t>(cls_)] = HoldStamp();
 }
 
 void RwSem::UnlockRead() {
-  EndHold(cls_, LockMode::kRead, tls_read_acquired[static_cast<size_t>(cls_)]);
+  EndHold(cls_, LockMode::kRead, tls_read_acquired[static_cast<size_t>(cls_)], Current());
   UnlockReadUnaccounted();
   LockdepRelease(rank_, this);
 }
@@ -648,13 +653,16 @@ void RwSem::DownWrite() {
   if (__builtin_expect(count_.compare_exchange_strong(expected, kWriterLocked, std::memory_order_acquire,
                                                       std::memory_order_relaxed), 1))
     SetOwner();
-  else
+  else {
+    lock_trace_internal::TraceWait trace(cls_, LockMode::kWrite, owner_.load(std::memory_order_relaxed), Current());
     contended = DownWriteSlowpath(&wait);
+    trace.Done(contended);
+  }
   RecordLock(cls_, LockMode::kWrite, contended, wait, 0);
 }
 
 void RwSem::UnlockWrite() {
-  EndHold(cls_, LockMode::kWrite, tls_write_acquired[static_cast<size_t>(cls_)]);
+  EndHold(cls_, LockMode::kWrite, tls_write_acquired[static_cast<size_t>(cls_)], Current());
   // __up_write()
   owner_.store(0, std::memory_order_relaxed);
   const uint64_t old = count_.fetch_sub(kWriterLocked, std::memory_order_release);
@@ -663,7 +671,7 @@ void RwSem::UnlockWrite() {
 }
 
 void RwSem::DowngradeWrite() {
-  EndHold(cls_, LockMode::kWrite, tls_write_acquired[static_cast<size_t>(cls_)]);
+  EndHold(cls_, LockMode::kWrite, tls_write_acquired[static_cast<size_t>(cls_)], Current());
   // __downgrade_write(): nothing of the write section may leak past it (release).
   const uint64_t old = count_.fetch_add(kReaderBias - kWriterLocked, std::memory_order_release);
   SetReaderOwned(Current());

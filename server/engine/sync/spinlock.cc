@@ -24,6 +24,7 @@ void SpinLock::Acquire() {
   bool contended = locked_.exchange(true, std::memory_order_acquire);
   uint64_t wait = 0;
   if (contended) {
+    lock_trace_internal::TraceWait trace(cls_, LockMode::kWrite, 0, 0);
     wait = sync_internal::TimedWait([&] {
       RcuSleep sleep;  // it may yield the CPU
       int spins = 0;
@@ -35,6 +36,7 @@ void SpinLock::Acquire() {
         if (!locked_.exchange(true, std::memory_order_acquire)) break;
       }
     });
+    trace.Done(true);
   }
   RecordLock(cls_, LockMode::kWrite, contended, wait, 0);
   acquired_ticks_ = sync_internal::HoldStamp();

@@ -209,6 +209,11 @@ class VmSpaceStub(object):
                 request_serializer=vmspace_dot_v1_dot_vmspace__pb2.ReopenFileRequest.SerializeToString,
                 response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.ReopenFileResponse.FromString,
                 )
+        self.TraceLocks = channel.unary_unary(
+                '/vmspace.v1.VmSpace/TraceLocks',
+                request_serializer=vmspace_dot_v1_dot_vmspace__pb2.TraceLocksRequest.SerializeToString,
+                response_deserializer=vmspace_dot_v1_dot_vmspace__pb2.TraceLocksResponse.FromString,
+                )
 
 
 class VmSpaceServicer(object):
@@ -559,6 +564,16 @@ class VmSpaceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TraceLocks(self, request, context):
+        """The lock timeline: turns the daemon's sampled trace of lock waits and holds,
+        faults and operations on for `seconds` (the call returns early if cancelled), then
+        returns the events of the caller's spaces. RESOURCE_EXHAUSTED: another trace is on.
+        EINVAL: seconds outside (0, 600]. NOT_FOUND: the space is not the caller's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_VmSpaceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -756,6 +771,11 @@ def add_VmSpaceServicer_to_server(servicer, server):
                     servicer.ReopenFile,
                     request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.ReopenFileRequest.FromString,
                     response_serializer=vmspace_dot_v1_dot_vmspace__pb2.ReopenFileResponse.SerializeToString,
+            ),
+            'TraceLocks': grpc.unary_unary_rpc_method_handler(
+                    servicer.TraceLocks,
+                    request_deserializer=vmspace_dot_v1_dot_vmspace__pb2.TraceLocksRequest.FromString,
+                    response_serializer=vmspace_dot_v1_dot_vmspace__pb2.TraceLocksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1427,5 +1447,22 @@ class VmSpace(object):
         return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/ReopenFile',
             vmspace_dot_v1_dot_vmspace__pb2.ReopenFileRequest.SerializeToString,
             vmspace_dot_v1_dot_vmspace__pb2.ReopenFileResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def TraceLocks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/vmspace.v1.VmSpace/TraceLocks',
+            vmspace_dot_v1_dot_vmspace__pb2.TraceLocksRequest.SerializeToString,
+            vmspace_dot_v1_dot_vmspace__pb2.TraceLocksResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
