@@ -206,7 +206,7 @@ Study Seed003(const Sizes& z) {
       "https://lore.kernel.org/linux-mm/?q=s%3A%22move+vma+operations+to+mm_struct+out+of+the+critical+section%22";
   std::ostringstream set;
   set << "execl in the engine, " << clients << " clients, " << std::setprecision(3) << seconds
-      << " s per run; the kernel: posix_spawn + wait of a static binary";
+      << " s per run (fork + exec + exit of a space); the kernel: posix_spawn + wait of a static binary";
   s.setting = set.str();
   s.bench = "vmspace bench execl --compare i_mmap_scope=wide,narrow";
   s.unit = "execs/s";
@@ -216,7 +216,7 @@ Study Seed003(const Sizes& z) {
   s.run = [clients, seconds](const std::string& v) {
     IMmapScope scope{};
     if (!ParseIMmapScope(v, &scope)) return Sample{0, "unknown scope " + v, Json::object()};
-    const bench::ExeclResult r = bench::RunExeclEngine(scope, "", clients, seconds);
+    const bench::ExeclResult r = bench::RunExeclEngine(scope, "", clients, seconds, bench::DefaultExeclBinary());
     Sample x{r.iterations_per_s(), r.error, Json::object()};
     x.detail["race_hits"] = r.race_hits;
     x.detail["rmap_checks"] = r.rmap_checks;

@@ -86,7 +86,7 @@ ExeclResult RunExeclDaemon(const client::ClientOptions& opts, IMmapScope scope, 
     }
   }
   for (int c = 0; c < clients; ++c)
-    if (parents[c]) conns[c]->DestroySpace(parents[c]);
+    if (parents[c]) (void)conns[c]->DestroySpace(parents[c]);  // best effort: the run's figures are in
   r.iterations = iters.load();
   for (const std::string& e : errors)
     if (!e.empty() && r.error.empty()) r.error = e;
