@@ -15,6 +15,7 @@
 #include "mlock.h"
 #include "mmap_lock.h"
 #include "mprotect.h"
+#include "rmap.h"
 #include "vma.h"
 #include "vma_lock.h"
 
@@ -101,8 +102,13 @@ int MprotectLocked(MmStruct& m, uint64_t start, uint64_t end, int prot, int grow
       VmaStartWriteLocked(m, r);
       r->vm_flags = newflags | (r->vm_flags & kVmSticky);  // vm_flags_reset; sticky flags stay
       ChangeProtectionLocked(m, r, nstart, tmp);
-      if ((oldflags & (VM_WRITE | VM_SHARED | VM_LOCKED)) == VM_LOCKED && (newflags & VM_WRITE))
+      if ((oldflags & (VM_WRITE | VM_SHARED | VM_LOCKED)) == VM_LOCKED && (newflags & VM_WRITE)) {
+        // populate_vma_page_range runs here in the kernel, before the next VMA's
+        // mprotect_fixup: its write faults have prepared this VMA's anon_vma when the
+        // next piece tries to merge into it (VM_LOCKONFAULT faults nothing in).
+        if (!(r->vm_flags & VM_LOCKONFAULT)) AnonVmaPrepareLocked(m, r);
         populate->emplace_back(nstart, tmp);
+      }
       cur = r;
     }
     tmp = cur->vm_end;  // vma_iter_end(): the end of the VMA just handled
