@@ -2,6 +2,8 @@
 #include "rpc/service.h"
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -25,6 +27,7 @@ void VmSpaceService::Budgeted(const char* method,
   // The generated service numbers its methods in the order of the .proto.
   const google::protobuf::MethodDescriptor* m =
       Req::descriptor()->file()->FindServiceByName("VmSpace")->FindMethodByName(method);
+  ++budgeted_methods_;
   MarkMethodStreamed(m->index(), new BudgetedUnaryHandler<Req, Resp>(
                                      method,
                                      [this, fn](grpc::ServerContext* ctx, const Req* req, Resp* resp) {
@@ -44,6 +47,8 @@ void VmSpaceService::BudgetUnaryCalls() {
   Budgeted("DestroySpace", &S::DestroySpace, kSmall, kSmallRule);
   Budgeted("ListSpaces", &S::ListSpaces, kSmall, kSmallRule);
   Budgeted("CloneSpace", &S::CloneSpace, kSmall, kSmallRule);
+  // execve's argv + envp limit (a quarter of the 8 MiB stack rlimit) and the paths.
+  Budgeted("ExecSpace", &S::ExecSpace, (uint64_t{2} << 20) + kRequestFieldsBytes, "argv and envp within execve's 2 MiB");
   Budgeted("Mmap", &S::Mmap, kSmall, kSmallRule);
   Budgeted("Munmap", &S::Munmap, kSmall, kSmallRule);
   Budgeted("Mprotect", &S::Mprotect, kSmall, kSmallRule);
@@ -77,6 +82,19 @@ void VmSpaceService::BudgetUnaryCalls() {
   Budgeted("AddFileSeals", &S::AddFileSeals, kSmall, kSmallRule);
   Budgeted("GetFileSeals", &S::GetFileSeals, kSmall, kSmallRule);
   Budgeted("ReopenFile", &S::ReopenFile, kSmall, kSmallRule);
+  Budgeted("TraceLocks", &S::TraceLocks, kSmall, kSmallRule);
+  // A unary method left out here would parse any request gRPC admits, outside the
+  // budget: refuse to start (every test that starts a daemon sees it).
+  const google::protobuf::ServiceDescriptor* svc =
+      v1::CreateSpaceRequest::descriptor()->file()->FindServiceByName("VmSpace");
+  int unary = 0;
+  for (int i = 0; i < svc->method_count(); ++i)
+    if (!svc->method(i)->client_streaming() && !svc->method(i)->server_streaming()) ++unary;
+  if (unary != budgeted_methods_) {
+    std::fprintf(stderr, "vmspaced: %d unary methods but %d budgeted (server/rpc/service.cc BudgetUnaryCalls)\n",
+                 unary, budgeted_methods_);
+    std::abort();
+  }
 }
 
 std::shared_ptr<Space> VmSpaceService::FindOwn(const Caller& c, uint64_t id) const {

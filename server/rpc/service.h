@@ -231,6 +231,7 @@ class VmSpaceService final : public v1::VmSpace::Service {
   void Budgeted(const char* method,
                 grpc::Status (VmSpaceService::*fn)(grpc::ServerContext*, const Req*, Resp*),
                 uint64_t max_request, const char* limit);
+  int budgeted_methods_ = 0;  // Budgeted() calls: BudgetUnaryCalls checks it covers every unary method
   // RESOURCE_EXHAUSTED if the caller's tenant is at --tenant-max-memory-bytes.
   OpStatus CheckMemoryQuota(const Caller& c) const;
   // The caller's space `id`, or null (unknown, or another tenant's).
