@@ -278,8 +278,12 @@ bool PageRemoveAnonRmap(void* frame) {
 }
 
 int32_t PageMapcount(void* frame) {
-  PageMeta* m = PageMetaOf(frame);
-  return m ? m->mapcount.load(std::memory_order_acquire) : 0;
+  // Read under the shard's mutex: PageRemoveAnonRmap erases and deletes the record of
+  // a frame's last mapping, possibly from another space's zap while this fault runs.
+  MetaShard& s = ShardOf(frame);
+  MutexLock l(s.mu);
+  auto it = s.map.find(frame);
+  return it == s.map.end() ? 0 : it->second->mapcount.load(std::memory_order_acquire);
 }
 
 uint64_t PageMetaCount() { return g_meta_count.load(std::memory_order_relaxed); }
