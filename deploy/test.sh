@@ -31,21 +31,24 @@ stage_release() {
 engine_build() {  # dir, extra cmake args...
   local dir=$1; shift
   cmake -S . -B "$dir" -DVMSPACE_ENGINE_ONLY=ON "${LAUNCHER[@]}" "$@" >/dev/null &&
-    cmake --build "$dir" -j"$JOBS" --target engine_test
+    cmake --build "$dir" -j"$JOBS" --target engine_test fork_stress_test
 }
 
 stage_asan() {
   engine_build build-asan -DVMSPACE_LOCKDEP=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" &&
-    ASAN_OPTIONS=detect_leaks=1 build-asan/tests/engine/engine_test
+    ASAN_OPTIONS=detect_leaks=1 build-asan/tests/engine/engine_test &&
+    ASAN_OPTIONS=detect_leaks=1 build-asan/tests/engine/fork_stress_test
 }
 
 stage_tsan() {
   engine_build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS="-fsanitize=thread" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" &&
     TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 suppressions=$PWD/tests/tsan.supp" \
-      build-tsan/tests/engine/engine_test
+      build-tsan/tests/engine/engine_test &&
+    TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 suppressions=$PWD/tests/tsan.supp" \
+      build-tsan/tests/engine/fork_stress_test
 }
 
 stage_thread-safety() {

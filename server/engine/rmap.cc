@@ -247,8 +247,11 @@ PageMeta* PageMetaOf(void* frame) {
 
 void PageDupAnonRmap(void* frame, bool has_meta, AnonVma* a, uint64_t index) {
   if (has_meta) {
-    PageMeta* m = PageMetaOf(frame);
-    m->mapcount.fetch_add(1, std::memory_order_relaxed);
+    // Under the shard's mutex, as PageMapcount: the record is found and raised in one
+    // critical section, so no reader of it depends on the caller's PTL alone.
+    MetaShard& s = ShardOf(frame);
+    MutexLock l(s.mu);
+    s.map.find(frame)->second->mapcount.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   auto* m = new PageMeta;
