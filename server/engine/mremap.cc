@@ -240,8 +240,11 @@ int ExpandVmaLocked(MmStruct& m, VmaRemap& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mm
   if (vma->vm_end - r.addr == r.old_len && VmaExpandableLocked(m, vma, r.delta)) {
     if (!CalcChargeLocked(m, r)) return ENOMEM;
     const uint64_t end = vma->vm_end;
+    // VMG_VMA_STATE: the range brings the VMA's own anon_vma, so a VMA a fork made
+    // (its parents' anon_vmas still in its chain) grows too (is_mergeable_anon_vma's
+    // third case).
     Vma* v = VmaMergeNewRangeLocked(m, end, end + r.delta, vma->vm_flags, vma->vm_pgoff + vma->pages(),
-                                    vma->vm_file.get(), FindVmaLocked(m, end));
+                                    vma->vm_file.get(), FindVmaLocked(m, end), vma->anon());
     if (!v) return ENOMEM;  // VM_SPECIAL: vma_merge_new_range refuses
     r.vma = v;
     StatAccountLocked(m, r, r.delta);

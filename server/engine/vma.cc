@@ -207,16 +207,16 @@ bool IsMergeableAnonVma(const Vma* tgt, const Vma* src, AnonVma* src_anon, const
 }
 
 Vma* VmaMergeNewRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
-                            const OpenFile* file, Vma* next) {
+                            const OpenFile* file, Vma* next, AnonVma* anon) {
   if (flags & VM_SPECIAL) return nullptr;
   Vma* prev = VmaPrevLocked(mm, start);
   if (prev && prev->vm_end != start) prev = nullptr;
   if (next && next->vm_start != end) next = nullptr;
   const uint64_t pages = (end - start) >> kPageShift;
   bool left = prev && Mergeable(prev, flags, file) && prev->vm_pgoff + prev->pages() == pgoff &&
-              IsMergeableAnonVma(prev, nullptr, nullptr);
+              IsMergeableAnonVma(prev, nullptr, anon);
   bool right = next && Mergeable(next, flags, file) && next->vm_pgoff == pgoff + pages &&
-               IsMergeableAnonVma(next, nullptr, nullptr);
+               IsMergeableAnonVma(next, nullptr, anon);
   if (left && right && !AnonCompatible(prev->anon(), next->anon())) right = false;
   if (left && right) {
     const uint64_t next_end = next->vm_end;

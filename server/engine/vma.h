@@ -83,12 +83,14 @@ bool IsMergeableAnonVma(const Vma* tgt, const Vma* src, AnonVma* src_anon, const
 constexpr uint64_t kVmSticky = VM_MAYBE_GUARD;
 
 /// vma_merge_new_range(): merges the new range [start, end) (free) with flags, pgoff
-/// and no anon_vma into prev and/or next if compatible. `next` is find_vma(start),
-/// which the caller has already looked up (__mmap_region's vma_find: the first VMA
-/// above the range, or null). Returns the VMA that now covers the range, or null if
-/// no merge was possible.
+/// and the anon_vma `anon` (vmg->anon_vma: null for a new mapping, the VMA's own for
+/// mremap's vma_merge_extend) into prev and/or next if compatible. `next` is
+/// find_vma(start), which the caller has already looked up (__mmap_region's vma_find:
+/// the first VMA above the range, or null). Returns the VMA that now covers the range,
+/// or null if no merge was possible.
 Vma* VmaMergeNewRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,
-                            const OpenFile* file, Vma* next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
+                            const OpenFile* file, Vma* next, AnonVma* anon = nullptr)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mm.mmap_lock);
 
 /// The same, looking next up.
 inline Vma* VmaMergeNewRangeLocked(MmStruct& mm, uint64_t start, uint64_t end, uint64_t flags, uint64_t pgoff,

@@ -72,6 +72,29 @@ TEST_P(MremapTest, GrowInPlaceKeepsFramesAndMergesWithNext) {
   EXPECT_EQ(as->Counters().total_vm_pages, 6u);
 }
 
+// A fork child's VMA still has its parent's anon_vma in its chain: vma_merge_extend
+// gives the new range the VMA's own anon_vma, so the growth in place succeeds (it was
+// ENOMEM, as if the VMA could not take its own anon_vma).
+TEST_P(MremapTest, ForkChildGrowsInPlace) {
+  Map(A, 2 * P);
+  Fill(A, 2);
+  int err = -1;
+  std::unique_ptr<AddressSpace> child = as->DupMmap(&err);
+  ASSERT_EQ(err, 0);
+  ASSERT_TRUE(child);
+  EXPECT_EQ(child->Mremap(A, 2 * P, 4 * P, 0).value, A);
+  EXPECT_EQ(child->Mremap(A, 4 * P, 6 * P, kMaymove).value, A);
+  auto m = child->Maps();
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].end, A + 6 * P);
+  uint8_t v = 0;
+  ASSERT_TRUE(child->ReadMemory(A + P, &v, 1).ok());
+  EXPECT_EQ(v, 2);
+  EXPECT_EQ(child->Validate(), "");
+  child.reset();
+  EXPECT_EQ(as->Mremap(A, 2 * P, 4 * P, 0).value, A);  // the parent's chain is its own: it grew before too
+}
+
 TEST_P(MremapTest, GrowBlockedNeedsMaymove) {
   Map(A, 2 * P);
   Fill(A, 2);
