@@ -1586,6 +1586,16 @@ StepResult OracleSession::Run(const std::string& raw_line) {
                                &res.kernel_ok, &res.kernel_value);
     engine_->SetCapIpcLock(on);
     res.engine = "ret=0x0";
+  } else if (op == "locked") {
+    // locked: the process's locked memory (VmLck, mm->locked_vm) in kB; it counts the
+    // child's own VMAs too, which only mlockall(MCL_CURRENT) locks.
+    auto resp = child_->Call("vmlck");
+    auto fk = resp.empty() ? std::vector<uint64_t>{} : HexFields(resp[0]);
+    res.kernel = fk.size() == 1 && resp[0][0] == 'R' ? "locked=" + std::to_string(fk[0]) + " kB"
+                                                     : (resp.empty() ? "(no answer)" : resp[0]);
+    res.kernel_ok = fk.size() == 1;
+    res.kernel_value = fk.empty() ? 0 : fk[0];
+    res.engine = "locked=" + std::to_string(engine_->Counters().locked_vm_pages * (kPageSize >> 10)) + " kB";
   } else if (op == "count") {
     auto resp = child_->Call("count");
     auto fk = resp.empty() ? std::vector<uint64_t>{} : HexFields(resp[0]);

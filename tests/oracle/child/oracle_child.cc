@@ -67,6 +67,7 @@
 //   maps LO HI WITHFLAGS-> for each VMA overlapping [LO,HI): "M <maps line>" and, if
 //                          WITHFLAGS is 1, "F <VmFlags>"; then "C <map_count>"
 //   count               -> "C <map_count>"
+//   vmlck               -> "R <kB>"  (VmLck of /proc/self/status: mm->locked_vm)
 //   fork OUT IN         -> "R <pid>" or "E <errno>"      (fork(2); the new process opens
 //                          the FIFO IN for reading, then OUT for writing, makes them its
 //                          stdin and stdout, and answers there on its own: "F <pid>",
@@ -892,6 +893,15 @@ int main() {
     } else if (Word(&p, "count")) {
       Puts("C ");
       PutHex(CountMaps());
+      Puts("\n");
+    } else if (Word(&p, "vmlck")) {
+      uint64_t kb = 0;
+      ForEachLine("/proc/self/status", [&](const char* l) {
+        if (strncmp(l, "VmLck:", 6) != 0) return;
+        for (const char* d = SkipSpaces(l + 6); *d >= '0' && *d <= '9'; d++) kb = kb * 10 + static_cast<uint64_t>(*d - '0');
+      });
+      Puts("R ");
+      PutHex(kb);
       Puts("\n");
     } else if (Word(&p, "fork")) {
       static char out_path[4096], in_path[4096];
