@@ -1275,6 +1275,7 @@ StepResult OracleSession::Run(const std::string& raw_line) {
   }
   auto w = Split(line);
   res.op = raw_line;
+  res.process = current_;
   auto fail = [&](const std::string& why) {
     res.kernel = res.engine = "script error: " + why;
     res.match = false;
