@@ -18,8 +18,10 @@ namespace vmspace {
 
 int CopyPageRangeLocked(MmStruct& dst_mm, Vma* dst, MmStruct& src_mm, Vma* src) {
   // vma_needs_copy(): without an anon_vma there is no private page to copy; the child
-  // faults file and shared pages in from the page cache itself.
-  if (!(src->vm_flags & (VM_PFNMAP | VM_MIXEDMAP)) && !src->anon()) return 0;
+  // faults file and shared pages in from the page cache itself, unless the VMA is in
+  // VM_COPY_ON_FORK (VM_PFNMAP, VM_MIXEDMAP, VM_MAYBE_GUARD: guard markers cannot be
+  // faulted back in).
+  if (!(src->vm_flags & (VM_PFNMAP | VM_MIXEDMAP | VM_MAYBE_GUARD)) && !src->anon()) return 0;
   const bool cow = (src->vm_flags & (VM_SHARED | VM_MAYWRITE)) == VM_MAYWRITE;  // is_cow_mapping
   const MmCounter file_counter = src->file() && src->file()->shmem() ? MM_SHMEMPAGES : MM_FILEPAGES;
   void* zero = FrameAllocator::ZeroPage();
@@ -39,6 +41,10 @@ int CopyPageRangeLocked(MmStruct& dst_mm, Vma* dst, MmStruct& src_mm, Vma* src) 
       SpinGuard l(st.ptl);
       for (int i = i0; i < i1; i++) {
         uint64_t pte = st.Get(i);
+        if (IsGuardMarker(pte)) {  // copy_nonpresent_pte(): copy_pte_marker keeps PTE_MARKER_GUARD
+          copied.emplace_back(i, pte);
+          continue;
+        }
         if (!(pte & kPtePresent)) continue;
         void* f = PteFrame(pte);
         if (pte & kPteFile) {

@@ -20,8 +20,10 @@ namespace vmspace {
 inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_dup_mmap_test_hook{nullptr};
 
 /// copy_page_range(): copies the PTEs of parent VMA src into child VMA dst (same range)
-/// if vma_needs_copy() (src has an anon_vma, or is VM_PFNMAP/VM_MIXEDMAP); else the
-/// child faults its pages in again (file and shared mappings). copy_present_pte: a
+/// if vma_needs_copy() (src has an anon_vma, or is VM_PFNMAP/VM_MIXEDMAP/VM_MAYBE_GUARD:
+/// VM_COPY_ON_FORK); else the child faults its pages in again (file and shared
+/// mappings). Guard markers (MADV_GUARD_INSTALL) are copied as they are
+/// (copy_nonpresent_pte's copy_pte_marker). copy_present_pte: a
 /// private anonymous frame becomes shared (kPteSharedAnon in both PTEs, its map count
 /// raised: PageDupAnonRmap) and, in a COW mapping (private, may write), write-protected
 /// in both; page-cache pages and the zero page are mapped as they are. The source table

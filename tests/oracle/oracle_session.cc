@@ -10,6 +10,7 @@
 #include <sys/personality.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -262,7 +263,98 @@ KernelChild::KernelChild(const std::string& path) {
   else if (p[1] != (8ull << 20)) error_ = "child RLIMIT_STACK is not 8 MiB";
 }
 
+KernelChild::KernelChild(pid_t pid, int to_child, int from_child)
+    : forked_(true), pid_(pid), to_child_(to_child), from_child_(from_child) {
+  pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  std::vector<std::string> hello;
+  if (!ReadResponse(&hello)) {
+    if (error_.empty()) error_ = "no start-up report from the forked child";
+    return;
+  }
+  if (hello.empty() || hello[0].rfind("F ", 0) != 0)
+    error_ = "bad start-up report of the forked child: " + (hello.empty() ? std::string("(empty)") : hello[0]);
+  hello_ = std::move(hello);
+}
+
+std::unique_ptr<KernelChild> KernelChild::Fork(int* kernel_errno, std::string* error) {
+  *kernel_errno = 0;
+  if (!error_.empty()) {
+    *error = error_;
+    return nullptr;
+  }
+  char tmpl[] = "/tmp/vmspace-oracle-fork-XXXXXX";
+  if (!mkdtemp(tmpl)) {
+    *error = std::string("mkdtemp: ") + strerror(errno);
+    return nullptr;
+  }
+  const std::string dir = tmpl, out_path = dir + "/out", in_path = dir + "/in";
+  auto cleanup = [&] {
+    unlink(out_path.c_str());
+    unlink(in_path.c_str());
+    rmdir(dir.c_str());
+  };
+  if (mkfifo(out_path.c_str(), 0600) || mkfifo(in_path.c_str(), 0600)) {
+    *error = std::string("mkfifo: ") + strerror(errno);
+    cleanup();
+    return nullptr;
+  }
+  // The reading end of OUT first, without blocking: the new process opens IN for
+  // reading (waiting for the writer below), then OUT for writing, which finds this
+  // reader. A FIFO polls as hung up only after a writer has come and gone.
+  const int from = ::open(out_path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  const std::vector<std::string> resp = from < 0 ? std::vector<std::string>{} : Call("fork " + out_path + " " + in_path);
+  const auto f = resp.empty() ? std::vector<uint64_t>{} : HexFields(resp[0]);
+  if (resp.empty() || f.size() != 1 || (resp[0][0] != 'R' && resp[0][0] != 'E')) {
+    *error = from < 0 ? std::string("open FIFO: ") + strerror(errno)
+                      : "fork answered " + (resp.empty() ? std::string("nothing") : resp[0]);
+    if (from >= 0) close(from);
+    cleanup();
+    return nullptr;
+  }
+  if (resp[0][0] == 'E') {
+    *kernel_errno = static_cast<int>(f[0]);
+    close(from);
+    cleanup();
+    return nullptr;
+  }
+  int to = -1;
+  for (int i = 0; i < 20000 && to < 0; i++) {  // ENXIO until the new process reads
+    to = ::open(in_path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (to < 0 && errno != ENXIO) break;
+    if (to < 0) usleep(500);
+  }
+  if (to < 0) {
+    *error = std::string("the forked child did not open its input: ") + strerror(errno);
+    close(from);
+    cleanup();
+    kill(static_cast<pid_t>(f[0]), SIGKILL);
+    return nullptr;
+  }
+  fcntl(from, F_SETFL, 0);
+  fcntl(to, F_SETFL, 0);
+  std::unique_ptr<KernelChild> child(new KernelChild(static_cast<pid_t>(f[0]), to, from));
+  cleanup();  // both ends are open now
+  return child;
+}
+
 KernelChild::~KernelChild() {
+  if (forked_) {
+    // Not the driver's child: its parent reaps it (SIGCHLD ignored); wait for the exit
+    // through the pidfd, so the next op sees its memory released.
+    if (to_child_ >= 0) {
+      const char q[] = "quit\n";
+      (void)!write(to_child_, q, sizeof q - 1);
+      close(to_child_);
+    }
+    if (pidfd_ >= 0) {
+      struct pollfd pfd = {pidfd_, POLLIN, 0};
+      if (poll(&pfd, 1, 5000) == 0) syscall(SYS_pidfd_send_signal, pidfd_, SIGKILL, nullptr, 0);
+      poll(&pfd, 1, 5000);
+      close(pidfd_);
+    }
+    if (from_child_ >= 0) close(from_child_);
+    return;
+  }
   if (pid_ > 0) {
     if (to_child_ >= 0) {
       const char q[] = "quit\n";
@@ -536,6 +628,7 @@ OracleSession::OracleSession(uint64_t region_size, const SpaceOptions& extra) {
 }
 
 OracleSession::~OracleSession() {
+  others_.clear();  // the forked processes' spaces, before the frames and files
   engine_.reset();  // its VMAs hold the files
   files_.reset();
   if (!tmp_.empty()) {
@@ -688,11 +781,106 @@ std::string OracleSession::MapCountText(uint64_t count) const {
                                            : "-" + std::to_string(own - count));
 }
 
-std::string OracleSession::Validate() { return engine_ ? engine_->Validate() : "no engine"; }
+std::string OracleSession::Validate() {
+  if (!engine_ && others_.empty()) return setup_error_.empty() ? "" : "no engine";
+  std::string out = engine_ ? engine_->Validate() : "";
+  if (!out.empty() && !others_.empty()) out = "@" + std::to_string(current_) + ": " + out;
+  for (auto& [handle, p] : others_)
+    if (std::string v = p.engine->Validate(); !v.empty()) out += (out.empty() ? "@" : "; @") + std::to_string(handle) + ": " + v;
+  return out;
+}
+
+std::vector<int> OracleSession::processes() const {
+  std::vector<int> out;
+  for (const auto& [handle, p] : others_) out.push_back(handle);
+  if (child_) out.push_back(current_);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool OracleSession::Select(int handle) {
+  if (handle == current_) return child_ != nullptr;
+  auto it = others_.find(handle);
+  if (it == others_.end()) return false;
+  Process next = std::move(it->second);
+  others_.erase(it);
+  if (child_) others_[current_] = Process{std::move(child_), std::move(engine_)};
+  child_ = std::move(next.child);
+  engine_ = std::move(next.engine);
+  current_ = handle;
+  return true;
+}
+
+void OracleSession::Reselect(int handle) {
+  if (Select(handle) || handle == current_) return;
+  if (child_) others_[current_] = Process{std::move(child_), std::move(engine_)};
+  current_ = handle;  // a process that has exited: ops on it are script errors
+}
+
+StepResult OracleSession::Maps(uint64_t lo, uint64_t hi, bool with_flags, int process) {
+  const int prev = current_;
+  if (!Select(process)) {
+    StepResult res;
+    res.op = "maps";
+    res.kernel = res.engine = "script error: no process @" + std::to_string(process);
+    res.match = false;
+    res.script_error = true;
+    return res;
+  }
+  StepResult res = Maps(lo, hi, with_flags);
+  res.process = process;
+  Reselect(prev);
+  return res;
+}
+
+bool OracleSession::RunProcessOp(const std::string& op, StepResult* res, std::string* err) {
+  if (op == "fork") {
+    // fork: the kernel child forks (a new process with its own channel); the engine
+    // copies the space (AddressSpace::DupMmap). Both answer "ok @N" with the new handle.
+    const int handle = next_process_++;
+    const std::string name = "ok @" + std::to_string(handle);
+    int kerr = 0;
+    std::string why;
+    std::unique_ptr<KernelChild> kc = child_->Fork(&kerr, &why);
+    int eerr = 0;
+    std::unique_ptr<AddressSpace> es = engine_->DupMmap(&eerr);
+    res->kernel_ok = kc && kc->ok();
+    res->kernel = res->kernel_ok ? name : kc ? "X " + kc->error() : kerr ? "err=" + ErrName(kerr) : "X " + why;
+    res->kernel_value = static_cast<uint64_t>(handle);
+    res->engine = es ? name : "err=" + ErrName(eerr);
+    if (res->kernel_ok && es) {
+      others_[handle] = Process{std::move(kc), std::move(es)};
+      for (auto& [label, f] : file_refs_)  // the descriptor table is copied
+        if (f.processes.count(current_)) f.processes.insert(handle);
+    }
+    return true;
+  }
+  if (op == "exit") {
+    // exit: the selected process quits (the kernel child exits, the engine space is
+    // destroyed); its handle is not used again.
+    const std::vector<std::string> resp = child_->Call("quit");
+    res->kernel = resp.empty() ? "ok" : resp[0];
+    res->kernel_ok = resp.empty();
+    res->engine = "ok";
+    child_.reset();  // waits until the process is gone
+    engine_.reset();
+    for (auto& [label, f] : file_refs_) f.processes.erase(current_);
+    (void)err;
+    return true;
+  }
+  return false;
+}
 
 StepResult OracleSession::Maps(uint64_t lo, uint64_t hi, bool with_flags) {
   StepResult res;
   res.op = "maps";
+  res.process = current_;
+  if (!child_) {
+    res.kernel = res.engine = "script error: process @" + std::to_string(current_) + " has exited";
+    res.match = false;
+    res.script_error = true;
+    return res;
+  }
   res.kernel = KernelMaps(lo, hi, with_flags);
   res.engine = EngineMaps(lo, hi, with_flags);
   res.kernel_ok = true;
@@ -701,7 +889,8 @@ StepResult OracleSession::Maps(uint64_t lo, uint64_t hi, bool with_flags) {
 }
 
 void OracleSession::Finish(StepResult* res) const {
-  if (!child_->ok()) res->kernel += " [" + child_->error() + "]";
+  res->process = current_;
+  if (child_ && !child_->ok()) res->kernel += " [" + child_->error() + "]";
   res->match = res->kernel == res->engine;
 }
 
@@ -921,13 +1110,14 @@ bool OracleSession::RunFileOp(const std::vector<std::string>& w, StepResult* res
     res->engine = er.ok() ? "ok" : "err=" + ErrName(er.error);
     ref.kernel_fd = fd;
     ref.engine_id = er.value;
+    ref.processes = {current_};
     if (res->kernel_ok && er.ok()) file_refs_[label] = ref;
     return true;
   }
   if (op == "reopen") {
     // reopen NEWLABEL LABEL ro|wo|rw: open("/proc/self/fd/N") / FileTable::Reopen.
     auto old = w.size() > 3 ? file_refs_.find(w[2]) : file_refs_.end();
-    if (old == file_refs_.end() || file_refs_.count(label)) {
+    if (old == file_refs_.end() || file_refs_.count(label) || !old->second.processes.count(current_)) {
       *err = "reopen NEWLABEL LABEL ro|wo|rw with a known LABEL and a new NEWLABEL";
       return true;
     }
@@ -946,12 +1136,17 @@ bool OracleSession::RunFileOp(const std::vector<std::string>& w, StepResult* res
     ref.kernel_fd = fd;
     ref.engine_id = er.value;
     ref.kernel_ino = ref.engine_ino = 0;  // maps lines keep the first label
+    ref.processes = {current_};
     if (res->kernel_ok && er.ok()) file_refs_[label] = ref;
     return true;
   }
   auto it = file_refs_.find(label);
   if (it == file_refs_.end()) {
     *err = "unknown file " + label;
+    return true;
+  }
+  if (!it->second.processes.count(current_)) {
+    *err = "file " + label + " is not open in process @" + std::to_string(current_);
     return true;
   }
   const FileRef& f = it->second;
@@ -1046,6 +1241,28 @@ bool OracleSession::RunFileOp(const std::vector<std::string>& w, StepResult* res
 }
 
 StepResult OracleSession::Run(const std::string& raw_line) {
+  if (!raw_line.empty() && raw_line[0] == '@') {
+    // @N OP: OP on process N.
+    const size_t sp = raw_line.find(' ');
+    uint64_t n = 0;
+    StepResult res;
+    res.op = raw_line;
+    if (sp == std::string::npos || !ParseU64(raw_line.substr(1, sp - 1), &n) || n > 1000000) {
+      res.kernel = res.engine = "script error: @N OP";
+    } else if (const int prev = current_; !Select(static_cast<int>(n))) {
+      res.kernel = res.engine = "script error: no process @" + std::to_string(n);
+    } else {
+      res = Run(raw_line.substr(sp + 1));
+      res.op = raw_line;
+      res.process = static_cast<int>(n);
+      Reselect(prev);
+      return res;
+    }
+    res.match = false;
+    res.script_error = true;
+    res.process = static_cast<int>(n);
+    return res;
+  }
   StepResult res;
   std::string line = raw_line;
   std::string bind;
@@ -1058,6 +1275,7 @@ StepResult OracleSession::Run(const std::string& raw_line) {
   }
   auto w = Split(line);
   res.op = raw_line;
+  res.process = current_;
   auto fail = [&](const std::string& why) {
     res.kernel = res.engine = "script error: " + why;
     res.match = false;
@@ -1066,6 +1284,7 @@ StepResult OracleSession::Run(const std::string& raw_line) {
   };
   if (!setup_error_.empty()) return fail("session not started: " + setup_error_);
   if (w.empty()) return fail("empty op");
+  if (!child_) return fail("process @" + std::to_string(current_) + " has exited");
   std::string err;
   auto num = [&](size_t i) -> uint64_t {
     if (i >= w.size()) {
@@ -1102,6 +1321,8 @@ StepResult OracleSession::Run(const std::string& raw_line) {
     if (w.size() > 6) {
       auto it = file_refs_.find(w[6]);
       if (it == file_refs_.end()) return fail("unknown file " + w[6]);
+      if (!it->second.processes.count(current_))
+        return fail("file " + w[6] + " is not open in process @" + std::to_string(current_));
       file = &it->second;
     }
     if (!err.empty()) return fail(err);
@@ -1115,6 +1336,8 @@ StepResult OracleSession::Run(const std::string& raw_line) {
                                     : engine_->Mmap(a, l, p, f, off),
                                *this, true);
   } else if (RunFileOp(w, &res, &err)) {
+    if (!err.empty()) return fail(err);
+  } else if (RunProcessOp(op, &res, &err)) {
     if (!err.empty()) return fail(err);
   } else if (op == "munmap") {
     uint64_t a = num(1), l = num(2);
@@ -1364,6 +1587,16 @@ StepResult OracleSession::Run(const std::string& raw_line) {
                                &res.kernel_ok, &res.kernel_value);
     engine_->SetCapIpcLock(on);
     res.engine = "ret=0x0";
+  } else if (op == "locked") {
+    // locked: the process's locked memory (VmLck, mm->locked_vm) in kB; it counts the
+    // child's own VMAs too, which only mlockall(MCL_CURRENT) locks.
+    auto resp = child_->Call("vmlck");
+    auto fk = resp.empty() ? std::vector<uint64_t>{} : HexFields(resp[0]);
+    res.kernel = fk.size() == 1 && resp[0][0] == 'R' ? "locked=" + std::to_string(fk[0]) + " kB"
+                                                     : (resp.empty() ? "(no answer)" : resp[0]);
+    res.kernel_ok = fk.size() == 1;
+    res.kernel_value = fk.empty() ? 0 : fk[0];
+    res.engine = "locked=" + std::to_string(engine_->Counters().locked_vm_pages * (kPageSize >> 10)) + " kB";
   } else if (op == "count") {
     auto resp = child_->Call("count");
     auto fk = resp.empty() ? std::vector<uint64_t>{} : HexFields(resp[0]);

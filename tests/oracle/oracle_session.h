@@ -52,9 +52,19 @@ class KernelChild {
   /// Sends one request line and returns the response lines (without the final ".").
   /// On a dead or hung child returns {"X <reason>"} and sets error().
   std::vector<std::string> Call(const std::string& request);
+  /// The child's fork op: the child forks and the new process talks over two FIFOs
+  /// the driver makes (see child/oracle_child.cc). Returns the new process (check its
+  /// ok()), or null with *kernel_errno set if fork(2) failed in the child, or with
+  /// *error set if the child or the channel failed.
+  std::unique_ptr<KernelChild> Fork(int* kernel_errno, std::string* error);
 
  private:
+  /// A process forked by another child: not the driver's child (its parent reaps it);
+  /// the destructor waits for its exit through a pidfd.
+  KernelChild(pid_t pid, int to_child, int from_child);
   bool ReadResponse(std::vector<std::string>* out);
+  bool forked_ = false;
+  int pidfd_ = -1;  // a forked child's pidfd (pidfd_open), -1 otherwise
   pid_t pid_ = -1;
   int to_child_ = -1;
   int from_child_ = -1;
@@ -78,6 +88,7 @@ struct StepResult {
   uint64_t kernel_value = 0;  // mmap return value, etc.
   uint64_t kernel_si_addr = 0;  // si_addr when the kernel's access ended in a signal
   bool script_error = false;    // the line was not run (bad syntax, unknown variable)
+  int process = 0;              // the process (`@N`) the op ran on
 };
 
 /// One kernel child + one engine AddressSpace with the child's initial layout
@@ -101,6 +112,21 @@ class OracleSession {
   /// `with_flags` the VmFlags are left out (the kernel reads /proc/self/maps instead
   /// of the much longer smaps: the random test's cheap check between full ones).
   StepResult Maps(uint64_t lo, uint64_t hi, bool with_flags);
+  /// The same for process `process` (a handle of `fork`, 0 the first process); a
+  /// script error if it has exited.
+  StepResult Maps(uint64_t lo, uint64_t hi, bool with_flags, int process);
+
+  /// Processes: the session starts with one (handle 0); the op `fork` makes a new one
+  /// on both sides (the kernel child forks, the engine space is copied with
+  /// AddressSpace::DupMmap) with the next handle (1, 2, ... never reused), `exit` ends
+  /// one. An op line `@N OP` runs OP on process N, a line without `@` on process 0.
+  /// The handles of the processes that have not exited, in order.
+  std::vector<int> processes() const;
+  /// Makes process `handle` the one that ops without `@` and the accessors engine(),
+  /// kernel() address; false (nothing changed) if it has exited or never existed.
+  bool Select(int handle);
+  /// The handle of the selected process.
+  int selected() const { return current_; }
 
   uint64_t base() const { return base_; }
   uint64_t region_size() const { return size_; }
@@ -128,6 +154,21 @@ class OracleSession {
   struct MapLine;
   /// Sets res->match (and notes a dead child in res->kernel).
   void Finish(StepResult* res) const;
+  /// The ops `fork` (on the selected process) and `exit`; false if `op` is neither.
+  bool RunProcessOp(const std::string& op, StepResult* res, std::string* err);
+  /// Select(handle), or, for a process that has exited, makes it the selected one
+  /// with no parts (Run then answers a script error).
+  void Reselect(int handle);
+  /// A process that is not the selected one: its kernel child and engine space.
+  struct Process {
+    std::unique_ptr<KernelChild> child;
+    std::unique_ptr<AddressSpace> engine;
+  };
+  /// Every live process but the selected one, whose parts are child_ and engine_
+  /// (both null once it has exited).
+  std::map<int, Process> others_;
+  int current_ = 0;
+  int next_process_ = 1;
   std::string KernelMaps(uint64_t lo, uint64_t hi, bool with_flags);
   std::string EngineMaps(uint64_t lo, uint64_t hi, bool with_flags);
   /// Canonical text of one maps line.
@@ -143,6 +184,9 @@ class OracleSession {
     uint64_t kernel_fd = 0;
     uint64_t engine_id = 0;
     uint64_t kernel_ino = 0, engine_ino = 0;  // host inodes, to label maps lines
+    /// The processes whose descriptor table holds it: where it was opened and the
+    /// processes forked from those since.
+    std::set<int> processes = {0};
   };
   /// Runs the file ops (file, memfd, pread, pwrite, ftruncate, fstat); false if `op`
   /// is not one of them.

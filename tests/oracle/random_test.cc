@@ -80,10 +80,30 @@ class Generator {
   /// spelling of the accesses changes, not the random choices.
   Generator(uint64_t seed, int fault_counts) : rng_(seed), counts_(fault_counts) {}
 
-  /// The next op line.
+  /// The next op line: aimed at one of the live processes (drawn only once there are
+  /// several), prefixed `@N ` unless it is the first process.
   std::string Next() {
-    int k = Pick({22, 8, 12, 6, 14, 3, 12, 10, 5, 4, 6, 8, 12, 6, 6});
+    target_ = procs_.size() > 1 ? R(procs_.size()) : 0;
+    const int handle = procs_[target_].handle;
+    const std::string op = NextOp();
+    return handle ? "@" + std::to_string(handle) + " " + op : op;
+  }
+
+ private:
+  /// A process of the op list: its handle (`fork` numbers them 1, 2, ... as the session
+  /// does) and the memfds and reopens its descriptor table holds, in order of creation.
+  struct Process {
+    int handle = 0;
+    std::vector<std::string> memfds;
+    std::vector<std::string> reopened;
+  };
+  static constexpr size_t kMaxProcesses = 4;
+
+  std::string NextOp() {
+    int k = Pick({22, 8, 12, 6, 14, 3, 12, 10, 5, 4, 6, 8, 12, 6, 6, 2, 2});
     switch (k) {
+      case 16: return procs_.size() > 1 ? Exit() : Fill();
+      case 15: return procs_.size() < kMaxProcesses ? Fork() : Fill();
       case 14: return HeapOp();
       case 13: return MemfdOp();
       case 12: return SyscallOp();
@@ -102,7 +122,20 @@ class Generator {
     }
   }
 
- private:
+  // fork of the target process: the new one holds the same descriptors. exit of the
+  // target (never the last process).
+  std::string Fork() {
+    Process child = procs_[target_];
+    child.handle = next_handle_++;
+    procs_.push_back(std::move(child));
+    return "fork";
+  }
+  std::string Exit() {
+    procs_.erase(procs_.begin() + static_cast<long>(target_));
+    target_ = 0;  // Next() reads the handle of the erased entry no more
+    return "exit";
+  }
+
   struct Placement {
     Where at;      // the variable bound to the mmap's result
     uint64_t len;  // page-rounded length
@@ -407,20 +440,23 @@ class Generator {
   // writable shared mmaps they forbid answer EPERM (or F_ADD_SEALS EBUSY). Memfds are
   // made MFD_NOEXEC_SEAL or MFD_ALLOW_SEALING (with vm.memfd_noexec 0 an executable one,
   // so F_SEAL_EXEC adds the write seals), rarely without sealing; a read-only reopen and
-  // F_ADD_SEALS on the host file f0 (EINVAL) now and then.
+  // F_ADD_SEALS on the host file f0 (EINVAL) now and then. A process uses the memfds it
+  // made or inherited (fork copies the descriptor table).
   std::string MemfdOp() {
     int k = Pick({10, 3, 2, 2, 4, 1, 1, 1, 1});
-    if (k == 8 || memfds_.empty()) {
-      std::string label = "m" + std::to_string(memfds_.size() + 1);
-      memfds_.push_back(label);
+    std::vector<std::string>& memfds = procs_[target_].memfds;
+    std::vector<std::string>& reopened = procs_[target_].reopened;
+    if (k == 8 || memfds.empty()) {
+      std::string label = "m" + std::to_string(++memfd_labels_);
+      memfds.push_back(label);
       int f = static_cast<int>(R(10));
       return "memfd " + label + " " + Hx(kFilePages * kPageSize) +
              (f < 5 ? " noexec_seal" : f < 9 ? " sealing" : "");
     }
     // The current memfd mostly, an earlier one or a read-only reopen sometimes.
-    std::string m = memfds_.back();
-    if (R(4) == 0) m = memfds_[R(memfds_.size())];
-    else if (!reopened_.empty() && R(8) == 0) m = reopened_[R(reopened_.size())];
+    std::string m = memfds.back();
+    if (R(4) == 0) m = memfds[R(memfds.size())];
+    else if (!reopened.empty() && R(8) == 0) m = reopened[R(reopened.size())];
     if (k == 0) {
       auto [first, pages] = PageRange();
       std::string flags = R(100) < 75 ? "shared" : "private";
@@ -452,8 +488,8 @@ class Generator {
     }
     if (k == 5) return "seals " + m;
     if (k == 6) return R(4) ? "seal " + m + " write" : "seal f0 shrink";
-    reopened_.push_back(m + "r" + std::to_string(reopened_.size() + 1));
-    return "reopen " + reopened_.back() + " " + m + " ro";
+    reopened.push_back(m + "r" + std::to_string(++reopen_labels_));
+    return "reopen " + reopened.back() + " " + m + " ro";
   }
   std::string Fill() {
     uint64_t first = R(kRegionPages), pages = 1 + R(4);
@@ -467,8 +503,11 @@ class Generator {
   uint64_t vars_ = 0;              // placement variables bound so far
   std::vector<Placement> placed_;  // targets: non-fixed placements
   std::vector<Where> growsdown_;   // starts of GROWSDOWN mappings made so far
-  std::vector<std::string> memfds_;    // memfd labels made so far, the current one last
-  std::vector<std::string> reopened_;  // their read-only reopens
+  std::vector<Process> procs_ = {Process{}};  // the live processes, the first one first
+  size_t target_ = 0;                         // the index in procs_ of the op's process
+  int next_handle_ = 1;
+  int memfd_labels_ = 0;   // memfds made so far (m1, m2, ...)
+  int reopen_labels_ = 0;  // their read-only reopens (m1r1, ...)
 };
 
 /// The first `n` ops of `seed` (a function of its arguments alone).
@@ -508,6 +547,24 @@ constexpr size_t kFlagsEvery = 8;
 /// a variable whose mmap a shrinking step removed).
 constexpr int kScriptError = -2;
 
+/// `op` without its process prefix (`@N `).
+std::string Unaddressed(const std::string& op) {
+  if (op.empty() || op[0] != '@') return op;
+  const size_t sp = op.find(' ');
+  return sp == std::string::npos ? "" : op.substr(sp + 1);
+}
+
+/// The op comparing every VMA of process `process`: "maps all" with its prefix.
+std::string MapsAllOf(int process) {
+  return process ? "@" + std::to_string(process) + " maps all" : "maps all";
+}
+
+/// Whether process `process` of `s` is live.
+bool IsLive(const OracleSession& s, int process) {
+  const std::vector<int> live = s.processes();
+  return std::find(live.begin(), live.end(), process) != live.end();
+}
+
 /// Runs `ops` in a fresh session, comparing the op results and the whole address
 /// space after every op; returns the index of the first disagreement, -1 if none,
 /// or kScriptError. With `maps_each_op` false the address space is compared only
@@ -526,7 +583,8 @@ int FirstDisagreement(const std::vector<std::string>& ops, const SpaceOptions& o
       return kScriptError;
     }
     bool last = i + 1 == ops.size();
-    StepResult m = maps_each_op || last ? s.Run("maps all") : StepResult{};
+    // The maps of the op's process (an op changes no other process's VMAs).
+    StepResult m = (maps_each_op || last) && IsLive(s, r.process) ? s.Run(MapsAllOf(r.process)) : StepResult{};
     std::string v = (maps_each_op && ValidateDue(i, ops.size())) || last ? s.Validate() : "";
     if (!r.match || !m.match || !v.empty()) {
       if (why) {
@@ -544,7 +602,8 @@ int FirstDisagreement(const std::vector<std::string>& ops, const SpaceOptions& o
 
 // ---- shrinking ---------------------------------------------------------------
 
-bool IsAccess(const std::string& op) {
+bool IsAccess(const std::string& addressed) {
+  const std::string op = Unaddressed(addressed);
   return op.rfind("read", 0) == 0 || op.rfind("write", 0) == 0 || op.rfind("exec", 0) == 0 ||
          op.rfind("fault", 0) == 0;
 }
@@ -554,20 +613,21 @@ bool IsAccess(const std::string& op) {
 bool IsFileOp(const std::string& op) {
   static const std::set<std::string> kFileOps = {"file",  "memfd", "reopen", "seal",  "seals",
                                                  "pread", "pwrite", "ftruncate", "fstat"};
-  auto w = Words(op);
+  auto w = Words(Unaddressed(op));
   return !w.empty() && kFileOps.count(w[0]);
 }
 
 /// Ops that change state beyond an address range of their own (files, seals, the
-/// break): the shrinker's window slice keeps them all.
+/// break, processes): the shrinker's window slice keeps them all.
 bool IsStateOp(const std::string& op) {
-  auto w = Words(op);
-  return IsFileOp(op) || (!w.empty() && (w[0] == "brk" || w[0] == "mlockall" || w[0] == "munlockall"));
+  auto w = Words(Unaddressed(op));
+  return IsFileOp(op) || (!w.empty() && (w[0] == "brk" || w[0] == "mlockall" || w[0] == "munlockall" ||
+                                         w[0] == "fork" || w[0] == "exit"));
 }
 
 /// "p3" for "$p3 = mmap ...", else "".
 std::string BoundVar(const std::string& op) {
-  auto w = Words(op);
+  auto w = Words(Unaddressed(op));
   return w.size() > 2 && w[0][0] == '$' && w[1] == "=" ? w[0].substr(1) : "";
 }
 
@@ -586,7 +646,8 @@ std::set<std::string> UsedVars(const std::string& op) {
 /// The page range an op acts on, with the variables `s` has bound: an mmap that
 /// binds a variable covers what it got; [0, 0) for ops without a range (and for
 /// failed placements).
-std::pair<uint64_t, uint64_t> OpRange(const std::string& op, const OracleSession& s) {
+std::pair<uint64_t, uint64_t> OpRange(const std::string& addressed, const OracleSession& s) {
+  const std::string op = Unaddressed(addressed);
   std::string var = BoundVar(op);
   auto w = Words(var.empty() ? op : op.substr(op.find('=') + 1));
   if (w.size() < 2 || w[1] == "all") return {0, 0};
@@ -609,7 +670,7 @@ std::pair<uint64_t, uint64_t> DisagreementWindow(const std::vector<std::string>&
   OracleSession s(kRegionSize, opts);
   StepResult r, m;
   for (const auto& op : ops) r = s.Run(op);
-  m = s.Run("maps all");
+  m = IsLive(s, r.process) ? s.Run(MapsAllOf(r.process)) : s.Run("maps all");
   ranges->clear();
   for (const auto& op : ops) ranges->push_back(OpRange(op, s));
   uint64_t lo = ~0ull, hi = 0;
@@ -769,7 +830,12 @@ void RunSeed(const std::string& profile, uint64_t seed, uint64_t nops) {
   for (size_t i = 0; i < ops.size(); i++) {
     StepResult r = s.Run(ops[i]);
     bool last = i + 1 == ops.size();
-    StepResult m = s.Maps(0, ~0ull, (i + 1) % kFlagsEvery == 0 || last);
+    const bool flags = (i + 1) % kFlagsEvery == 0 || last;
+    // The maps of the op's process (after an exit: none); after the last op, of all.
+    StepResult m;
+    if (IsLive(s, r.process)) m = s.Maps(0, ~0ull, flags, r.process);
+    for (int p : last ? s.processes() : std::vector<int>{})
+      if (m.match) m = s.Maps(0, ~0ull, true, p);
     std::string v = ValidateDue(i, ops.size()) ? s.Validate() : "";
     if (r.match && m.match && v.empty()) continue;
 
@@ -822,15 +888,22 @@ uint64_t Fingerprint(const std::vector<std::string>& ops) {
 // or to a placement variable. A change of the generator changes these fingerprints
 // (update them then; the seeds' old reproducers no longer apply).
 TEST(OracleRandom, OpListDependsOnlyOnTheSeed) {
-  const uint64_t kExpected[] = {0x1329ebb955bb8a0aull, 0x3d2becf479bb15e1ull, 0x36876330a464cab7ull};
+  const uint64_t kExpected[] = {0xbd8c54f73890669aull, 0xfe53027e9e8a9cf7ull, 0xaa05fbf3f9012774ull};
   for (uint64_t seed = 1; seed <= 3; seed++) {
     std::vector<std::string> ops = GenerateOps(seed, 1500, 0);
     EXPECT_EQ(Fingerprint(ops), kExpected[seed - 1])
         << "seed " << seed << " first ops: " << ops[0] << " | " << ops[1] << " | " << ops[2];
     EXPECT_EQ(ops, GenerateOps(seed, 1500, 0));
-    size_t bindings = 0, uses = 0;
+    size_t bindings = 0, uses = 0, forks = 0, exits = 0, addressed = 0;
     for (const auto& op : ops) {
-      auto w = Words(op);
+      auto w = Words(Unaddressed(op));
+      if (op[0] == '@') addressed++;
+      // fork and exit take no argument; the first process is addressed without `@`.
+      if (w.size() == 1 && (w[0] == "fork" || w[0] == "exit")) {
+        (w[0] == "fork" ? forks : exits)++;
+        continue;
+      }
+      EXPECT_NE(op.rfind("@0 ", 0), 0u) << op;
       if (!BoundVar(op).empty()) {
         bindings++;
         w.erase(w.begin(), w.begin() + 2);
@@ -850,13 +923,16 @@ TEST(OracleRandom, OpListDependsOnlyOnTheSeed) {
     }
     EXPECT_GT(bindings, 50u) << "seed " << seed;  // placements and their uses are generated
     EXPECT_GT(uses, 50u) << "seed " << seed;
+    EXPECT_GT(forks, 5u) << "seed " << seed;  // processes come and go
+    EXPECT_GT(exits, 2u) << "seed " << seed;
+    EXPECT_GT(addressed, 100u) << "seed " << seed;
   }
   // Fault-count mode spells the accesses differently, with the same choices.
   std::vector<std::string> plain = GenerateOps(1, 1500, 0), counted = GenerateOps(1, 1500, 1);
   ASSERT_EQ(plain.size(), counted.size());
   for (size_t i = 0; i < plain.size(); i++) {
     if (!IsAccess(plain[i])) EXPECT_EQ(plain[i], counted[i]);
-    else EXPECT_EQ(counted[i].rfind("fault ", 0), 0u) << counted[i];
+    else EXPECT_EQ(Unaddressed(counted[i]).rfind("fault ", 0), 0u) << counted[i];
   }
 }
 

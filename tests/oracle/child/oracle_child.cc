@@ -67,6 +67,11 @@
 //   maps LO HI WITHFLAGS-> for each VMA overlapping [LO,HI): "M <maps line>" and, if
 //                          WITHFLAGS is 1, "F <VmFlags>"; then "C <map_count>"
 //   count               -> "C <map_count>"
+//   vmlck               -> "R <kB>"  (VmLck of /proc/self/status: mm->locked_vm)
+//   fork OUT IN         -> "R <pid>" or "E <errno>"      (fork(2); the new process opens
+//                          the FIFO IN for reading, then OUT for writing, makes them its
+//                          stdin and stdout, and answers there on its own: "F <pid>",
+//                          "."; from then on it serves the same protocol)
 //   quit                -> exits
 // <faults> is the number of page faults the access took (minor + major, from
 // getrusage(RUSAGE_THREAD)); the code paths involved are warmed up at start so that
@@ -668,6 +673,10 @@ int main() {
   sigemptyset(&sa.sa_mask);
   const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGFPE};
   for (int s : sigs) sigaction(s, &sa, nullptr);
+  // Processes made by the fork op are reaped by the kernel when they quit.
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGCHLD, &ign, nullptr);
 
   // Scratch area for ExecProbe's registers and stack (part of the initial layout).
   long sr = syscall(SYS_mmap, kScratchBase, kScratchSize, PROT_READ | PROT_WRITE,
@@ -885,6 +894,42 @@ int main() {
       Puts("C ");
       PutHex(CountMaps());
       Puts("\n");
+    } else if (Word(&p, "vmlck")) {
+      uint64_t kb = 0;
+      ForEachLine("/proc/self/status", [&](const char* l) {
+        if (strncmp(l, "VmLck:", 6) != 0) return;
+        for (const char* d = SkipSpaces(l + 6); *d >= '0' && *d <= '9'; d++) kb = kb * 10 + static_cast<uint64_t>(*d - '0');
+      });
+      Puts("R ");
+      PutHex(kb);
+      Puts("\n");
+    } else if (Word(&p, "fork")) {
+      static char out_path[4096], in_path[4096];
+      Token(&p, out_path, sizeof out_path);
+      Token(&p, in_path, sizeof in_path);
+      // The raw system call: no atfork handlers, nothing allocated.
+      const long pid = syscall(SYS_fork);
+      if (pid == 0) {
+        // The forked process: its own channel to the driver. fork write-protected every
+        // private page of both processes (copy-on-write): WarmUp writes the pages the
+        // access paths use again, so later fault counts see only the target pages.
+        const long in = syscall(SYS_openat, AT_FDCWD, in_path, O_RDONLY | O_CLOEXEC, 0L);
+        const long out = in < 0 ? -1 : syscall(SYS_openat, AT_FDCWD, out_path, O_WRONLY | O_CLOEXEC, 0L);
+        if (in < 0 || out < 0) _exit(4);
+        dup2(static_cast<int>(in), 0);
+        dup2(static_cast<int>(out), 1);
+        close(static_cast<int>(in));
+        close(static_cast<int>(out));
+        g_inlen = g_inpos = 0;
+        g_outlen = 0;
+        WarmUp();
+        Puts("F ");
+        PutHex(static_cast<uint64_t>(syscall(SYS_getpid)));
+        Puts("\n");
+      } else {
+        if (pid > 0) WarmUp();
+        PutSys(pid);
+      }
     } else if (Word(&p, "quit")) {
       End();
       return 0;
