@@ -259,13 +259,29 @@ namespace {
 /// The page loop of filemap_read() / generic_perform_write(): for each page of
 /// [offset, offset + len), its folio, locked and uptodate, is handed to
 /// copy(folio, pos, in_page, done, n) which returns the bytes it copied (0 stops). A
-/// read stops at i_size before it would bring a page beyond EOF into the cache.
-template <typename Copy>
-SysResult ForEachFolio(File& f, uint64_t offset, uint64_t len, bool read, Copy&& copy) {
+/// read stops at i_size before it would bring a page beyond EOF into the cache. A read
+/// of a shmem hole allocates nothing (shmem_file_read_iter's SGP_READ): the page goes
+/// to hole(pos, done, n) instead, which returns the bytes it zeroed.
+template <typename Copy, typename Hole>
+SysResult ForEachFolio(File& f, uint64_t offset, uint64_t len, bool read, Copy&& copy, Hole&& hole) {
   uint64_t done = 0;
   while (done < len) {
     const uint64_t pos = offset + done;
     if (read && (pos < offset || pos >= f.i_size.load(std::memory_order_acquire))) break;
+    if (read && f.shmem()) {
+      bool present;
+      {
+        RcuReadGuard g;
+        present = f.pages.Load(pos >> kPageShift) != nullptr;
+      }
+      if (!present) {
+        const uint64_t in_page = pos & (kPageSize - 1);
+        const uint64_t n = hole(pos, done, std::min(kPageSize - in_page, len - done));
+        if (n == 0) break;
+        done += n;
+        continue;
+      }
+    }
     bool major;
     int err;
     Folio* folio = f.GetLockedFolio(pos >> kPageShift, &major, &err);
@@ -295,6 +311,13 @@ SysResult FileTable::Read(uint64_t id, uint64_t offset, void* dst, uint64_t len)
                         if (folio->removed.load(std::memory_order_relaxed) || pos >= size) return 0;
                         n = std::min(n, size - pos);
                         memcpy(out + done, static_cast<uint8_t*>(folio->frame) + in_page, n);
+                        return n;
+                      },
+                      [&](uint64_t pos, uint64_t done, uint64_t n) -> uint64_t {
+                        const uint64_t size = f.i_size.load(std::memory_order_acquire);
+                        if (pos >= size) return 0;
+                        n = std::min(n, size - pos);
+                        memset(out + done, 0, n);
                         return n;
                       });
 }
@@ -335,7 +358,8 @@ SysResult FileTable::Write(uint64_t id, uint64_t offset, const void* src, uint64
                        if (pos + n > f.i_size.load(std::memory_order_relaxed))
                          f.i_size.store(pos + n, std::memory_order_release);
                        return n;
-                     });
+                     },
+                     [](uint64_t, uint64_t, uint64_t) -> uint64_t { return 0; });  // writes see no holes
   }
   // generic_perform_write throttles per page under i_rwsem; the engine does it once per
   // call after dropping it, so that a throttled writer holds no engine lock.
