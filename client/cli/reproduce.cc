@@ -208,7 +208,7 @@ Study Seed003(const Sizes& z) {
   std::ostringstream set;
   set << "execl in the engine, " << clients << " clients, " << std::setprecision(3) << seconds
       << " s per run (fork + exec + exit of a space); the kernel: " << native_loops
-      << " fork + execve + wait of a static binary";
+      << " fork + execve + wait of a static binary (or fewer in as long)";
   s.setting = set.str();
   s.bench = "vmspace bench execl --compare i_mmap_scope=wide,narrow";
   s.unit = "execs/s";
@@ -225,8 +225,8 @@ Study Seed003(const Sizes& z) {
     x.detail["i_mmap_contentions"] = r.i_mmap_contentions;
     return x;
   };
-  s.kernel = [clients, native_loops] {
-    const bench::ExeclResult r = bench::RunExeclNative(clients, native_loops, bench::DefaultExeclBinary());
+  s.kernel = [clients, native_loops, seconds] {
+    const bench::ExeclResult r = bench::RunExeclNative(clients, native_loops, seconds, bench::DefaultExeclBinary());
     return Sample{r.iterations_per_s(), r.error, Json::object()};
   };
   return s;

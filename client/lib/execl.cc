@@ -170,7 +170,7 @@ std::string DefaultExeclBinary() {
   return (ec ? std::filesystem::path() : self.parent_path()) / "vmspace-execl-true";
 }
 
-ExeclResult RunExeclNative(int clients, uint64_t iterations, const std::string& binary) {
+ExeclResult RunExeclNative(int clients, uint64_t iterations, double seconds, const std::string& binary) {
   ExeclResult r;
   r.setting = "native";
   r.clients = clients;
@@ -188,9 +188,9 @@ ExeclResult RunExeclNative(int clients, uint64_t iterations, const std::string& 
   std::vector<Client> cs(clients);
   for (int c = 0; c < clients && r.error.empty(); ++c) {
     const uint64_t n = iterations / clients + (static_cast<uint64_t>(c) < iterations % clients ? 1 : 0);
-    const std::string count = std::to_string(n);
+    const std::string count = std::to_string(n), ns = std::to_string(static_cast<uint64_t>(seconds * 1e9));
     char* argv[] = {const_cast<char*>(binary.c_str()), const_cast<char*>("loop"), const_cast<char*>(count.c_str()),
-                    nullptr};
+                    const_cast<char*>(ns.c_str()), nullptr};
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
       r.error = std::string("pipe: ") + strerror(errno);

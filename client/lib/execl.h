@@ -42,9 +42,10 @@ ExeclResult RunExeclEngine(IMmapScope scope, const std::string& profile, int cli
 std::string DefaultExeclBinary();
 /// UnixBench execl on this machine, the engine loop's counterpart: `clients` processes
 /// running `binary` (a small static program: the kernel's exec maps only it) in its
-/// "loop N" mode, each fork() + execve() of the same binary in the child + waitpid,
-/// `iterations` loops in all (split evenly). seconds: the slowest client's time.
-/// error says so if the binary is missing, or a fork, exec or child failed.
-ExeclResult RunExeclNative(int clients, uint64_t iterations, const std::string& binary);
+/// "loop N NS" mode, each fork() + execve() of the same binary in the child + waitpid,
+/// `iterations` loops in all (split evenly), or fewer if `seconds` pass first. seconds
+/// of the result: the slowest client's time. error says so if the binary is missing,
+/// or a fork, exec or child failed.
+ExeclResult RunExeclNative(int clients, uint64_t iterations, double seconds, const std::string& binary);
 
 }  // namespace vmspace::bench
