@@ -138,13 +138,15 @@ std::string ForkFiguresText(const ForkSetup& s, const ForkFigures& f) {
     if (!f.native->ok()) o << "  error: " << f.native->error << "\n";
   }
   if (s.cfg.parent_threads) {
-    o << "race check (parent threads in pairs on shared pages, each reading back its own write; every child "
-         "Validate()d):\n";
-    snprintf(line, sizeof line, "%-36s %14s %10s %18s\n", "profile", "parent writes", "race hits", "Validate failures");
+    o << "race check (parent threads in pairs on shared pages, each writing its half in one access and reading "
+         "it back; every child Validate()d; a hit needs a fork: small --size gives many):\n";
+    snprintf(line, sizeof line, "%-36s %8s %14s %10s %18s\n", "profile", "forks", "parent writes", "race hits",
+             "Validate failures");
     o << line;
     for (const auto& r : f.rows) {
-      snprintf(line, sizeof line, "%-36s %14llu %10llu %18llu\n", r.setting.c_str(),
-               static_cast<unsigned long long>(r.parent_writes), static_cast<unsigned long long>(r.race_hits),
+      snprintf(line, sizeof line, "%-36s %8llu %14llu %10llu %18llu\n", r.setting.c_str(),
+               static_cast<unsigned long long>(r.forks), static_cast<unsigned long long>(r.parent_writes),
+               static_cast<unsigned long long>(r.race_hits),
                static_cast<unsigned long long>(r.validate_failures));
       o << line;
       if (!r.validate_error.empty()) o << "  first Validate failure: " << r.validate_error << "\n";

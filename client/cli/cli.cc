@@ -298,7 +298,7 @@ const std::vector<Command>& Commands() {
                             {"duration", "D", "per scope (default 2s)"},
                             {"compare", "LIST", "i_mmap_scope=wide,narrow (default)"},
                             {"native-binary", "PATH",
-                             "static program the kernel loop spawns and execs (default: vmspace-execl-true "
+                             "static program the kernel loop forks and execve's (default: vmspace-execl-true "
                              "next to this executable)"}}),
        CmdBenchExecl},
       {"reproduce", "SEED [--quick] [--out DIR] [--repeat N] [--plot FILE.svg|FILE.png]",

@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lib/execl.h"
 
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -167,7 +170,7 @@ std::string DefaultExeclBinary() {
   return (ec ? std::filesystem::path() : self.parent_path()) / "vmspace-execl-true";
 }
 
-ExeclResult RunExeclNative(int clients, double seconds, const std::string& binary) {
+ExeclResult RunExeclNative(int clients, uint64_t iterations, double seconds, const std::string& binary) {
   ExeclResult r;
   r.setting = "native";
   r.clients = clients;
@@ -176,33 +179,51 @@ ExeclResult RunExeclNative(int clients, double seconds, const std::string& binar
     r.error = "native binary " + binary + ": " + strerror(errno) + " (build target vmspace-execl-true, or --native-binary)";
     return r;
   }
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> iters{0};
-  std::atomic<bool> failed{false};
-  const uint64_t t0 = harness::MonoNs();
-  std::vector<std::thread> ts;
-  for (int c = 0; c < clients; ++c)
-    ts.emplace_back([&] {
-      char* argv[] = {const_cast<char*>(binary.c_str()), nullptr};
-      while (!stop.load(std::memory_order_relaxed)) {
-        // posix_spawn: glibc's clone(CLONE_VM | CLONE_VFORK) + execve, so that the cost
-        // is the exec of the small binary, not a copy of this (larger) process's mm.
-        pid_t pid = -1;
-        int st = 0;
-        if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv, environ) != 0 || waitpid(pid, &st, 0) != pid ||
-            !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-          failed = true;
-          break;
-        }
-        iters.fetch_add(1, std::memory_order_relaxed);
-      }
-    });
-  while (harness::MonoNs() - t0 < static_cast<uint64_t>(seconds * 1e9)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  stop = true;
-  for (auto& t : ts) t.join();
-  r.seconds = static_cast<double>(harness::MonoNs() - t0) / 1e9;
-  r.iterations = iters.load();
-  if (failed) r.error = "posix_spawn of " + binary + " failed";
+  // Each client is a process of the program (as the engine's clients exec'd it once)
+  // that loops fork + execve of itself; it reports its loops and time on a pipe.
+  struct Client {
+    pid_t pid = -1;
+    int out = -1;
+  };
+  std::vector<Client> cs(clients);
+  for (int c = 0; c < clients && r.error.empty(); ++c) {
+    const uint64_t n = iterations / clients + (static_cast<uint64_t>(c) < iterations % clients ? 1 : 0);
+    const std::string count = std::to_string(n), ns = std::to_string(static_cast<uint64_t>(seconds * 1e9));
+    char* argv[] = {const_cast<char*>(binary.c_str()), const_cast<char*>("loop"), const_cast<char*>(count.c_str()),
+                    const_cast<char*>(ns.c_str()), nullptr};
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      r.error = std::string("pipe: ") + strerror(errno);
+      break;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    const int e = posix_spawn(&cs[c].pid, argv[0], &fa, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    cs[c].out = fds[0];
+    if (e != 0) {
+      cs[c].pid = -1;
+      r.error = "posix_spawn of " + binary + ": " + strerror(e);
+    }
+  }
+  uint64_t slowest_ns = 0;
+  for (Client& c : cs) {
+    std::string text;
+    char buf[128];
+    for (ssize_t n; c.out >= 0 && (n = read(c.out, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+    if (c.out >= 0) close(c.out);
+    int st = 0;
+    const bool exited = c.pid > 0 && waitpid(c.pid, &st, 0) == c.pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    unsigned long long done = 0, ns = 0;
+    if (sscanf(text.c_str(), "%llu %llu", &done, &ns) == 2) {
+      r.iterations += done;
+      slowest_ns = std::max<uint64_t>(slowest_ns, ns);
+    }
+    if (!exited && r.error.empty()) r.error = "fork + execve of " + binary + " failed (its client exited non-zero)";
+  }
+  r.seconds = static_cast<double>(slowest_ns) / 1e9;
   return r;
 }
 

@@ -40,10 +40,12 @@ ExeclResult RunExeclEngine(IMmapScope scope, const std::string& profile, int cli
 /// The static binary the native loop execs: vmspace-execl-true next to the running
 /// executable (/proc/self/exe), where the build and `make install` put it beside `vmspace`.
 std::string DefaultExeclBinary();
-/// UnixBench execl on this machine: `clients` threads each posix_spawn (vfork + exec)
-/// `binary` (a small static program: the kernel's exec maps only it) + waitpid, for
-/// `seconds`.
-/// error says so if the binary is missing or does not exit 0.
-ExeclResult RunExeclNative(int clients, double seconds, const std::string& binary);
+/// UnixBench execl on this machine, the engine loop's counterpart: `clients` processes
+/// running `binary` (a small static program: the kernel's exec maps only it) in its
+/// "loop N NS" mode, each fork() + execve() of the same binary in the child + waitpid,
+/// `iterations` loops in all (split evenly), or fewer if `seconds` pass first. seconds
+/// of the result: the slowest client's time. error says so if the binary is missing,
+/// or a fork, exec or child failed.
+ExeclResult RunExeclNative(int clients, uint64_t iterations, double seconds, const std::string& binary);
 
 }  // namespace vmspace::bench

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -75,7 +76,7 @@ ForkResult RunForkEngine(const std::string& profile, const ForkConfig& cfg) {
       r.error = "parent write failed";
       return r;
     }
-  // The parent threads' pages: two threads per page, each its own 8 bytes.
+  // The parent threads' pages: two threads per page, each its own half.
   const uint64_t hot_pages = (static_cast<uint64_t>(cfg.parent_threads) + 1) / 2;
   if (hot_pages) {
     SysResult m = parent->Mmap(l.hot(), hot_pages * P, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED);
@@ -90,15 +91,20 @@ ForkResult RunForkEngine(const std::string& profile, const ForkConfig& cfg) {
   for (int t = 0; t < cfg.parent_threads; ++t)
     writers.emplace_back([&, t] {
       StatsSlotScope slot(o.profile.stats_slot());
-      const uint64_t addr = l.hot() + (t / 2) * P + (t % 2) * 8;
+      // Each write is one access of the thread's whole half page (a 2 KiB store under
+      // one "TLB entry"), so a fork's write-protect and the partner's COW copy can fall
+      // inside it, as a store through a stale TLB entry does on the kernel.
+      constexpr uint64_t kHalf = P / 2;
+      const uint64_t addr = l.hot() + (t / 2) * P + (t % 2) * kHalf;
+      std::vector<uint64_t> out(kHalf / sizeof(uint64_t)), back(out.size());
       uint64_t n = 0, h = 0;
       for (uint64_t v = 1; !stop.load(std::memory_order_relaxed); ++v) {
-        uint64_t back = 0;
-        if (parent->WriteMemory(addr, &v, sizeof v).bytes != sizeof v ||
-            parent->ReadMemory(addr, &back, sizeof back).bytes != sizeof back)
+        std::fill(out.begin(), out.end(), v);
+        if (parent->WriteMemory(addr, out.data(), kHalf).bytes != kHalf ||
+            parent->ReadMemory(addr, back.data(), kHalf).bytes != kHalf)
           break;
         ++n;
-        if (back != v) ++h;  // this thread's own write is gone
+        if (back != out) ++h;  // some of this thread's own write is gone
       }
       writes += n;
       hits += h;

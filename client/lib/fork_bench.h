@@ -5,7 +5,8 @@
 // every present page in the child (each a copy-on-write copy) and destroys the child;
 // beside this machine's kernel forking a process with the same layout and doing the
 // same. With parent threads, M threads of the parent write during the forks, in pairs
-// on shared pages (each thread its own 8 bytes, read back after every write): a read
+// on shared pages (each thread its own half page, written in one access and read back
+// after every write): a read
 // that does not see the thread's own last write is a race hit, the lost write of the
 // Linux 6.4.0 fork race ("fork: lock VMAs of the parent process when forking", Suren
 // Baghdasaryan, July 2023); every child is also checked with Validate() (the rmap).

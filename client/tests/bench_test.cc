@@ -685,15 +685,18 @@ TEST(BenchExecl, WideNarrow) {
   EXPECT_TRUE(j["error"].is_null());
 }
 
-// The kernel's side of bench execl spawns (vfork + exec) the static vmspace-execl-true built
-// next to the CLI (ET_EXEC without PT_INTERP: exec maps only it, no ld.so); a binary
-// that is not there is an error naming it.
+// The kernel's side of bench execl: processes of the static vmspace-execl-true built next
+// to the CLI (ET_EXEC without PT_INTERP: exec maps only it, no ld.so) fork and execve it,
+// as many loops as the engine ran or fewer in as long; a binary that is not there is an
+// error naming it.
 TEST(BenchExecl, NativeExecsTheStaticBinary) {
   json j = CliJson({"bench", "execl", "--clients", "2", "--duration", "200ms", "--compare", "i_mmap_scope=wide"});
   const json& n = j["native"];
   ASSERT_TRUE(n.is_object()) << j.dump();
   EXPECT_TRUE(n["error"].is_null()) << n.dump();
   EXPECT_GT(n["iterations"].get<uint64_t>(), 0u);
+  EXPECT_LE(n["iterations"].get<uint64_t>(), j["results"][0]["iterations"].get<uint64_t>());
+  EXPECT_GT(j["results"][0]["x_native"].get<double>(), 0);
   const std::string bin = n["binary"];
   EXPECT_EQ(bin.substr(bin.rfind('/') + 1), "vmspace-execl-true");
   std::ifstream f(bin, std::ios::binary);

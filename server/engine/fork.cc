@@ -109,6 +109,13 @@ int DupMmap(MmStruct& mm, MmStruct& oldmm) {
     // "fork: lock VMAs of the parent process when forking": no fault under the VMA lock
     // may change this VMA's anon_vma or PTEs while they are copied.
     if (lock_vmas) VmaStartWriteLocked(oldmm, mpnt);
+    // security_vm_enough_memory_mm(oldmm, len) for a VM_ACCOUNT VMA: the heuristic
+    // (overcommit_memory 0) refuses one request larger than RAM + swap; a VMA grown past
+    // that by steps (brk, mremap, merged mappings) makes the fork fail.
+    if ((mpnt->vm_flags & VM_ACCOUNT) && mpnt->pages() > oldmm.commit_limit_pages) {
+      err = ENOMEM;
+      break;
+    }
     if (!mm.frames.budget().HasRoom(MmStruct::kVmaChangeBytes)) {  // vm_area_dup's kmem charge
       err = ENOMEM;
       break;

@@ -40,8 +40,9 @@ int CopyPageRangeLocked(MmStruct& dst_mm, Vma* dst, MmStruct& src_mm, Vma* src)
 /// With the profile's fork_vma_lock each parent VMA is write-locked before it is copied
 /// (vma_start_write), so no fault under the VMA lock runs on it until the end; before it
 /// unlocks, it waits until no parent thread is still accessing a frame through a PTE it
-/// write-protected (flush_tlb_mm). Returns 0 or ENOMEM (budget or frame limit: the
-/// caller destroys the partly built child). Takes oldmm's mmap_lock for write, then
+/// write-protected (flush_tlb_mm). Returns 0 or ENOMEM (budget or frame limit, or a
+/// VM_ACCOUNT VMA of more pages than oldmm's commit_limit_pages: the caller destroys
+/// the partly built child). Takes oldmm's mmap_lock for write, then
 /// mm's (nested); caller holds no engine lock.
 int DupMmap(MmStruct& mm, MmStruct& oldmm) ABSL_LOCKS_EXCLUDED(mm.mmap_lock, oldmm.mmap_lock);
 

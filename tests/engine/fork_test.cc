@@ -436,6 +436,64 @@ TEST_P(ForkTest, EnomemAtTheFrameLimitLeavesNothing) {
   ExpectAllFramesFreed(parent, limited);
 }
 
+// dup_mmap's security_vm_enough_memory_mm for each VM_ACCOUNT VMA: a private writable
+// VMA that merging made larger than the overcommit limit (each mmap alone fitted) makes
+// fork fail with ENOMEM after the VMAs before it were copied; nothing of the child is
+// left. A MAP_NORESERVE VMA as large is not accounted and forks.
+TEST_P(ForkTest, EnomemForAnAccountedVmaLargerThanTheOvercommitLimit) {
+  constexpr uint64_t kLimitPages = 64;
+  SpaceOptions o = opts_;
+  o.overcommit_limit_bytes = kLimitPages * P;
+  auto parent = std::make_unique<AddressSpace>(frames_, o);
+  const uint64_t small = kBase, big = kBase + (1ull << 20);
+  ASSERT_TRUE(parent->Mmap(small, 4 * P, kRW, kAnon).ok());
+  for (int i = 0; i < 4; i++) ASSERT_TRUE(Write(*parent, small + i * P, 1));
+  ASSERT_TRUE(parent->Mmap(big, 48 * P, kRW, kAnon).ok());
+  ASSERT_TRUE(parent->Mmap(big + 48 * P, 48 * P, kRW, kAnon).ok());
+  EXPECT_FALSE(parent->Mmap(big + (1ull << 20), 96 * P, kRW, kAnon).ok()) << "one request of 96 pages";
+  ASSERT_TRUE(Write(*parent, big, 1));
+  const std::vector<VmaInfo> maps = parent->Maps();
+  ASSERT_EQ(maps.size(), 2u);
+  EXPECT_EQ(maps[1].end - maps[1].start, 96 * P) << "the two mappings merged";
+  EXPECT_TRUE(maps[0].flags & VM_ACCOUNT);
+  EXPECT_TRUE(maps[1].flags & VM_ACCOUNT);
+  const int64_t frames_before = InUse();
+  const uint64_t budget_before = frames_.budget().usage();
+  int err = 0;
+  auto child = parent->DupMmap(&err);
+  EXPECT_EQ(child, nullptr);
+  EXPECT_EQ(err, ENOMEM);
+  EXPECT_EQ(InUse(), frames_before);
+  EXPECT_EQ(frames_.budget().usage(), budget_before);
+  EXPECT_EQ(parent->Validate(), "");
+  EXPECT_EQ(parent->Maps().size(), 2u);
+  // The small VMA was copied before the fork failed: its pages are the parent's alone
+  // again, a write reuses each (no new frame).
+  for (int i = 0; i < 4; i++) {
+    const uint64_t pte = PteAt(*parent, small + i * P);
+    ASSERT_TRUE(pte & kPtePresent);
+    if (pte & kPteSharedAnon) {
+      EXPECT_EQ(PageMapcount(PteFrame(pte)), 1);
+    }
+    ASSERT_TRUE(Write(*parent, small + i * P, 2));
+  }
+  EXPECT_EQ(InUse(), frames_before);
+  // At the limit it fits; a larger MAP_NORESERVE VMA is not accounted and forks too.
+  ASSERT_TRUE(parent->Munmap(big + kLimitPages * P, (96 - kLimitPages) * P).ok());
+  ASSERT_TRUE(parent->Mmap(big + (1ull << 30), 96 * P, kRW, kAnon | MAP_NORESERVE).ok());
+  ASSERT_TRUE(Write(*parent, big + (1ull << 30), 3));
+  child = parent->DupMmap(&err);
+  ASSERT_NE(child, nullptr);
+  EXPECT_EQ(err, 0);
+  EXPECT_EQ(child->Maps().size(), 3u);
+  EXPECT_EQ(Read(*child, small), 2);
+  EXPECT_EQ(Read(*child, big), 1);
+  EXPECT_EQ(Read(*child, big + (1ull << 30)), 3);
+  EXPECT_EQ(child->Validate(), "");
+  child.reset();
+  parent.reset();
+}
+
 /// Threads fault in the parent while it forks repeatedly; each child is written and
 /// destroyed on its own thread while the next fork runs. Every round validates every
 /// space; at the end every frame is back.

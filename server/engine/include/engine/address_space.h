@@ -407,7 +407,9 @@ class alignas(kDestructiveInterferenceBytes) AddressSpace {
   /// mappings stay shared (file VMAs join their File's i_mmap); pages of VMAs without
   /// an anon_vma are faulted in again by the child. The child's page tables and VMAs are
   /// charged to the budget now, COW copies when they happen. Returns the child, or null
-  /// with *error = ENOMEM (the budget or the frame limit: nothing of the child is left).
+  /// with *error = ENOMEM (the budget, the frame limit, or a VM_ACCOUNT VMA larger than
+  /// the overcommit limit, as dup_mmap's security_vm_enough_memory_mm: nothing of the
+  /// child is left).
   /// Takes this space's mmap_lock for write (then the child's); with the profile's
   /// fork_vma_lock also each VMA's write lock as it is copied.
   std::unique_ptr<AddressSpace> DupMmap(int* error = nullptr, const LockingProfile* profile = nullptr);
