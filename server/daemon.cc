@@ -10,6 +10,18 @@
 
 #include <absl/strings/str_cat.h>
 #include <grpc/grpc.h>
+// LeakSanitizer's interface, in an ASan or LSan build (gcc defines __SANITIZE_ADDRESS__,
+// clang has __has_feature).
+#if defined(__SANITIZE_ADDRESS__)
+#define VMSPACE_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
+#define VMSPACE_LSAN 1
+#endif
+#endif
+#ifdef VMSPACE_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 
 #include "engine/address_space.h"
@@ -87,6 +99,14 @@ sigset_t BlockStopSignals() {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   return stop_signals;
+}
+
+void ExitWithoutGrpcTeardown(int status) {
+#ifdef VMSPACE_LSAN
+  __lsan_do_leak_check();
+#endif
+  fflush(nullptr);
+  _exit(status);
 }
 
 Daemon::Daemon(const DaemonConfig& cfg)
