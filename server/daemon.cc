@@ -232,16 +232,20 @@ bool Daemon::Start(std::string* err) {
 void Daemon::FlushLoop() {
   absl::MutexLock l(&flush_mu_);
   auto trimmed = std::chrono::steady_clock::now();
+  bool had_spaces = false;
   while (!flush_mu_.AwaitWithTimeout(absl::Condition(&flush_stop_), absl::Milliseconds(cfg_.flush_ms))) {
     flush_mu_.Unlock();
     frames_.FlushDeferredFrees();
     frames_.TrimCache();
     // And every 5 s, the heap's free memory (glibc keeps what the threads of a burst
-    // of calls freed in their arenas).
-    if (std::chrono::steady_clock::now() - trimmed > std::chrono::seconds(5)) {
+    // of calls freed in their arenas); at once when the last space has gone, whose
+    // VMAs, tables and page caches were freed in the arenas of the threads that ran it.
+    const bool has_spaces = registry_.size() > 0;
+    if (std::chrono::steady_clock::now() - trimmed > std::chrono::seconds(5) || (had_spaces && !has_spaces)) {
       malloc_trim(0);
       trimmed = std::chrono::steady_clock::now();
     }
+    had_spaces = has_spaces;
     flush_mu_.Lock();
   }
 }
