@@ -14,30 +14,27 @@ settle. Prints the figures; exits 1 if a check fails.
 """
 import argparse
 import os
-import re
-import subprocess
+import socket
 import sys
 import threading
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from message_attacks import MiB, channel, pb, pbg, status  # noqa: E402
+from message_attacks import MiB, channel, pb, pbg, start, status  # noqa: E402
 
 PROT_RW = 3
 MAP_PRIVATE_ANON = 0x02 | 0x20
 MAP_SHARED = 0x01
 
 
-def start(vmspaced, extra):
-    p = subprocess.Popen([vmspaced, "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0"] + extra,
-                         stderr=subprocess.PIPE, text=True)
-    for line in p.stderr:
-        m = re.search(r"listening grpc=[^ ]*:(\d+) metrics=[^ ]*:(\d+)", line)
-        if m:
-            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-            return p, int(m.group(1)), int(m.group(2))
-    raise RuntimeError("vmspaced did not start")
+def start_with_metrics(vmspaced):
+    """A daemon (message_attacks.start) serving metrics on a free loopback port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        mport = s.getsockname()[1]
+    p, port = start(vmspaced, [f"--metrics-listen=127.0.0.1:{mport}"])
+    return p, port, mport
 
 
 def scrape(mport):
@@ -75,7 +72,7 @@ def main():
     ap.add_argument("--slack-mib", type=float, default=16)
     ap.add_argument("--wait-s", type=float, default=10)
     a = ap.parse_args()
-    p, port, mport = start(a.vmspaced, [])
+    p, port, mport = start_with_metrics(a.vmspaced)
     fails = []
     try:
         time.sleep(0.5)
