@@ -113,7 +113,8 @@ Daemon::Daemon(const DaemonConfig& cfg)
     : cfg_(cfg),
       frames_(cfg.max_frame_bytes, cfg.max_memory_bytes),
       registry_(frames_, cfg.max_spaces, cfg.shard, cfg.data_dir),
-      service_(registry_, cfg.options, cfg.auth.get()) {
+      service_(registry_, cfg.options, cfg.auth.get()),
+      connections_(std::make_shared<ConnectionLimit>(cfg.max_connections)) {
   frames_.SetCacheBytes(cfg.frame_cache_bytes);
   registry_.files().SetMaxHandles(cfg.max_open_files);
 }
@@ -143,6 +144,7 @@ bool Daemon::StartMetrics(std::string* err) {
       },
       vmspace::metrics::BuildInfo{VMSPACE_VERSION, VMSPACE_COMMIT, cfg_.shard});
   exposer_->RegisterCollectable(collector_, "/metrics");
+  exposer_->RegisterCollectable(connections_, "/metrics");
   const std::vector<int> ports = exposer_->GetListeningPorts();
   if (!ports.empty()) metrics_port_ = ports[0];
   metrics_addr_ = HostOf(metrics_listen) + ":" +
@@ -175,6 +177,7 @@ bool Daemon::Start(std::string* err) {
                              static_cast<int>(cfg_.max_calls_per_connection));
   if (cfg_.max_connection_idle_ms > 0)
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, static_cast<int>(cfg_.max_connection_idle_ms));
+  builder.SetOption(connections_->Option());
   builder.experimental().SetInterceptorCreators(vmspace::rpc::ServiceInterceptors());
   grpc::ResourceQuota quota("vmspaced");
   quota.SetMaxThreads(static_cast<int>(cfg_.max_threads));
@@ -211,10 +214,10 @@ bool Daemon::Start(std::string* err) {
        static_cast<unsigned long long>(options.max_batch),
        static_cast<unsigned long long>(options.max_message_bytes), cfg_.lock_stats.c_str(),
        options.default_profile.Describe().c_str(), cfg_.data_dir.empty() ? "(none)" : cfg_.data_dir.c_str());
-  Logf(LogLevel::kInfo, "max-open-files=%llu (RLIMIT_NOFILE %llu) max-connection-idle-ms=%lld "
-       "max-transport-bytes=%llu",
+  Logf(LogLevel::kInfo, "max-open-files=%llu (RLIMIT_NOFILE %llu) max-connections=%llu "
+       "max-connection-idle-ms=%lld max-transport-bytes=%llu",
        static_cast<unsigned long long>(cfg_.max_open_files), static_cast<unsigned long long>(NofileLimit()),
-       static_cast<long long>(cfg_.max_connection_idle_ms),
+       static_cast<unsigned long long>(cfg_.max_connections), static_cast<long long>(cfg_.max_connection_idle_ms),
        static_cast<unsigned long long>(cfg_.max_transport_bytes));
   Logf(LogLevel::kInfo, "auth: %s, tls=%s, tenant-max-spaces=%llu tenant-max-memory-bytes=%llu "
        "tenant-max-open-files=%llu",

@@ -14,6 +14,7 @@
 #include <absl/synchronization/mutex.h>
 #include <prometheus/exposer.h>
 
+#include "connection_limit.h"
 #include "daemon_flags.h"
 #include "engine/frame_allocator.h"
 #include "metrics/collector.h"
@@ -79,6 +80,8 @@ class Daemon {
   std::shared_ptr<metrics::Collector> collector_;
   std::string metrics_addr_ = "off";
   int metrics_port_ = 0;
+  // --max-connections, and its metrics; outlives server_.
+  std::shared_ptr<ConnectionLimit> connections_;
   std::unique_ptr<grpc::Server> server_;
   grpc::HealthCheckServiceInterface* health_ = nullptr;
   absl::Mutex flush_mu_;
