@@ -34,8 +34,11 @@ def start_with_metrics(vmspaced, extra):
 
 def scrape(mport):
     text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10).read().decode()
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines() if line and not line.startswith("#")}
+    out = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+           for line in text.splitlines() if line and not line.startswith("#")}
+    for name in ("vmspace_connections", "vmspace_connections_limit", "vmspace_connections_refused_total"):
+        out.setdefault(name, -1)  # missing: every check on it fails
+    return out
 
 
 def fds(pid):
@@ -79,9 +82,9 @@ def wait_for(cond, seconds):
 
 def check_idle(vmspaced, idle_ms, fails):
     p, port, mport = start_with_metrics(vmspaced, [f"--max-connection-idle-ms={idle_ms}"])
+    ch = own_channel(port)
     try:
         time.sleep(0.3)
-        ch = own_channel(port)
         states = []
         ch.subscribe(lambda s: states.append(s.name))
         if ping(ch) != "OK":
@@ -104,8 +107,8 @@ def check_idle(vmspaced, idle_ms, fails):
         # The client reconnects on its next call.
         if ping(ch) != "OK":
             fails.append("idle: the call after the close failed")
-        ch.close()
     finally:
+        ch.close()
         p.terminate()
         p.wait(30)
 
