@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <new>
 
-#include "engine/index_node_pool.h"
+#include "engine/retained_memory.h"
 #include "fmt/format.h"
 
 namespace vmspace {

@@ -10,8 +10,10 @@
 #include <prometheus/metric_type.h>
 
 #include "engine/frame_allocator.h"
-#include "engine/index_node_pool.h"
+#include "engine/retained_memory.h"
 #include "engine/memory_budget.h"
+#include "engine/per_thread.h"
+#include "metrics/rpc_stats.h"
 
 namespace vmspace::metrics {
 
@@ -28,7 +30,8 @@ void CollectCaches(const FrameAllocator* frames, std::vector<prometheus::MetricF
   caches.name = "vmspace_cache_bytes";
   caches.help =
       "Memory the daemon keeps for reuse that no space holds, bytes, by cache: frames (free frames, "
-      "--frame-cache-bytes), index_nodes (free VMA-index nodes in the node pools), malloc_free (free "
+      "--frame-cache-bytes), index_nodes (free VMA-index nodes in the node pools), thread_stats (per-thread "
+      "statistics blocks, kept for the next threads: bounded by the peak thread count), malloc_free (free "
       "bytes in glibc malloc's arenas, resident or not).";
   caches.type = prometheus::MetricType::Gauge;
   auto add = [&](const char* cache, uint64_t v) {
@@ -39,6 +42,8 @@ void CollectCaches(const FrameAllocator* frames, std::vector<prometheus::MetricF
   };
   add("frames", frames ? frames->cache_bytes() : 0);
   add("index_nodes", free_nodes);
+  add("thread_stats", ThreadStatsBytes() + PerThread<rpc_stats_internal::ThreadBlock>::BlockCount() *
+                                              sizeof(rpc_stats_internal::ThreadBlock));
   add("malloc_free", mi.fordblks);
   out.push_back(std::move(caches));
 

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """RSS after a load is gone: vmspaced's RSS must come back to its starting RSS plus the
-caches its metrics report (vmspace_cache_bytes{cache="frames"|"index_nodes"}) plus a
-slack, and the cache gauges must follow the load.
+caches its metrics report (vmspace_cache_bytes{cache="frames"|"index_nodes"|"thread_stats"})
+plus a slack, and the cache gauges must follow the load.
 
   rss_after_load.py VMSPACED [--spaces N] [--slack-mib N] [--wait-s S]
 
@@ -48,7 +48,7 @@ def scrape(mport):
 
 
 def caches(m):
-    return {c: m.get(f'vmspace_cache_bytes{{cache="{c}"}}') for c in ("frames", "index_nodes", "malloc_free")}
+    return {c: m.get(f'vmspace_cache_bytes{{cache="{c}"}}') for c in ("frames", "index_nodes", "thread_stats", "malloc_free")}
 
 
 def load_space(stub, i):
@@ -121,7 +121,7 @@ def main():
             rss = status(p.pid, "VmRSS")
             m2 = scrape(mport)
             c2 = caches(m2)
-            bound = base_rss + c2["frames"] + c2["index_nodes"] + a.slack_mib * MiB
+            bound = base_rss + c2["frames"] + c2["index_nodes"] + c2["thread_stats"] + a.slack_mib * MiB
             if rss <= bound or time.time() > deadline:
                 break
         c1 = caches(m1)
@@ -131,7 +131,8 @@ def main():
         for tag, c, m in (("start", c0, m0), ("loaded", c1, m1), ("idle", c2, m2)):
             print(f"  {tag:6s} caches " + ", ".join(f"{k} {v / MiB:.2f} MiB" for k, v in c.items()) +
                   f"; heap allocated {m['vmspace_heap_allocated_bytes'] / MiB:.2f} MiB")
-        print(f"  bound: baseline + frames + index_nodes + {a.slack_mib:.0f} MiB slack = {bound / MiB:.1f} MiB")
+        print(f"  bound: baseline + frames + index_nodes + thread_stats + {a.slack_mib:.0f} MiB slack = "
+              f"{bound / MiB:.1f} MiB")
         if rss > bound:
             fails.append(f"RSS {rss / MiB:.1f} MiB above the bound {bound / MiB:.1f} MiB after {a.wait_s:.0f} s")
         # The gauges follow the load: index nodes were taken from the pools under it,
@@ -140,6 +141,8 @@ def main():
             fails.append("the heap and index-node gauges did not move under the load")
         if not c2["index_nodes"] > c0["index_nodes"]:
             fails.append("no free index nodes kept after the spaces were destroyed")
+        if not c1["thread_stats"] > c0["thread_stats"]:
+            fails.append("the per-thread statistics did not grow with the threads of the load")
         limit = m2["vmspace_frame_cache_limit_bytes"]
         if not 0 < c2["frames"] <= limit:
             fails.append(f"frame cache {c2['frames'] / MiB:.1f} MiB not in (0, --frame-cache-bytes]")

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the VMA index's node pools hold from the heap, for the daemon's metrics.
+// Heap the engine keeps after the spaces that used it are gone, for the daemon's metrics.
 #pragma once
 
 #include <cstdint>
@@ -11,5 +11,11 @@ namespace vmspace {
 /// kmem_cache that is never shrunk, the slabs are kept for reuse after the spaces that
 /// used them are gone. No lock (a relaxed read).
 uint64_t IndexNodePoolBytes();
+
+/// Bytes of the engine's per-thread statistics blocks (stats.h): one per thread that
+/// ever counted at once, kept after the thread exits for the next one (its counts are
+/// part of the totals), so bounded by the peak number of threads. Takes the blocks'
+/// registry mutex.
+uint64_t ThreadStatsBytes();
 
 }  // namespace vmspace
