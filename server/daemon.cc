@@ -10,6 +10,18 @@
 
 #include <absl/strings/str_cat.h>
 #include <grpc/grpc.h>
+// LeakSanitizer's interface, in an ASan or LSan build (gcc defines __SANITIZE_ADDRESS__,
+// clang has __has_feature).
+#if defined(__SANITIZE_ADDRESS__)
+#define VMSPACE_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
+#define VMSPACE_LSAN 1
+#endif
+#endif
+#ifdef VMSPACE_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 
 #include "engine/address_space.h"
@@ -89,11 +101,20 @@ sigset_t BlockStopSignals() {
   return stop_signals;
 }
 
+void ExitWithoutGrpcTeardown(int status) {
+#ifdef VMSPACE_LSAN
+  __lsan_do_leak_check();
+#endif
+  fflush(nullptr);
+  _exit(status);
+}
+
 Daemon::Daemon(const DaemonConfig& cfg)
     : cfg_(cfg),
       frames_(cfg.max_frame_bytes, cfg.max_memory_bytes),
       registry_(frames_, cfg.max_spaces, cfg.shard, cfg.data_dir),
-      service_(registry_, cfg.options, cfg.auth.get()) {
+      service_(registry_, cfg.options, cfg.auth.get()),
+      connections_(std::make_shared<ConnectionLimit>(cfg.max_connections)) {
   frames_.SetCacheBytes(cfg.frame_cache_bytes);
   registry_.files().SetMaxHandles(cfg.max_open_files);
 }
@@ -123,6 +144,7 @@ bool Daemon::StartMetrics(std::string* err) {
       },
       vmspace::metrics::BuildInfo{VMSPACE_VERSION, VMSPACE_COMMIT, cfg_.shard});
   exposer_->RegisterCollectable(collector_, "/metrics");
+  exposer_->RegisterCollectable(connections_, "/metrics");
   const std::vector<int> ports = exposer_->GetListeningPorts();
   if (!ports.empty()) metrics_port_ = ports[0];
   metrics_addr_ = HostOf(metrics_listen) + ":" +
@@ -155,6 +177,7 @@ bool Daemon::Start(std::string* err) {
                              static_cast<int>(cfg_.max_calls_per_connection));
   if (cfg_.max_connection_idle_ms > 0)
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, static_cast<int>(cfg_.max_connection_idle_ms));
+  builder.SetOption(connections_->Option());
   builder.experimental().SetInterceptorCreators(vmspace::rpc::ServiceInterceptors());
   grpc::ResourceQuota quota("vmspaced");
   quota.SetMaxThreads(static_cast<int>(cfg_.max_threads));
@@ -191,10 +214,10 @@ bool Daemon::Start(std::string* err) {
        static_cast<unsigned long long>(options.max_batch),
        static_cast<unsigned long long>(options.max_message_bytes), cfg_.lock_stats.c_str(),
        options.default_profile.Describe().c_str(), cfg_.data_dir.empty() ? "(none)" : cfg_.data_dir.c_str());
-  Logf(LogLevel::kInfo, "max-open-files=%llu (RLIMIT_NOFILE %llu) max-connection-idle-ms=%lld "
-       "max-transport-bytes=%llu",
+  Logf(LogLevel::kInfo, "max-open-files=%llu (RLIMIT_NOFILE %llu) max-connections=%llu "
+       "max-connection-idle-ms=%lld max-transport-bytes=%llu",
        static_cast<unsigned long long>(cfg_.max_open_files), static_cast<unsigned long long>(NofileLimit()),
-       static_cast<long long>(cfg_.max_connection_idle_ms),
+       static_cast<unsigned long long>(cfg_.max_connections), static_cast<long long>(cfg_.max_connection_idle_ms),
        static_cast<unsigned long long>(cfg_.max_transport_bytes));
   Logf(LogLevel::kInfo, "auth: %s, tls=%s, tenant-max-spaces=%llu tenant-max-memory-bytes=%llu "
        "tenant-max-open-files=%llu",
@@ -212,16 +235,20 @@ bool Daemon::Start(std::string* err) {
 void Daemon::FlushLoop() {
   absl::MutexLock l(&flush_mu_);
   auto trimmed = std::chrono::steady_clock::now();
+  bool had_spaces = false;
   while (!flush_mu_.AwaitWithTimeout(absl::Condition(&flush_stop_), absl::Milliseconds(cfg_.flush_ms))) {
     flush_mu_.Unlock();
     frames_.FlushDeferredFrees();
     frames_.TrimCache();
     // And every 5 s, the heap's free memory (glibc keeps what the threads of a burst
-    // of calls freed in their arenas).
-    if (std::chrono::steady_clock::now() - trimmed > std::chrono::seconds(5)) {
+    // of calls freed in their arenas); at once when the last space has gone, whose
+    // VMAs, tables and page caches were freed in the arenas of the threads that ran it.
+    const bool has_spaces = registry_.size() > 0;
+    if (std::chrono::steady_clock::now() - trimmed > std::chrono::seconds(5) || (had_spaces && !has_spaces)) {
       malloc_trim(0);
       trimmed = std::chrono::steady_clock::now();
     }
+    had_spaces = has_spaces;
     flush_mu_.Lock();
   }
 }

@@ -106,6 +106,11 @@ ABSL_FLAG(uint64_t, max_open_files, 0,
 ABSL_FLAG(int64_t, max_connection_idle_ms, 600000,
           "Close a client connection that has had no call for this long (the client "
           "reconnects on its next call; 0 = never)");
+ABSL_FLAG(int64_t, max_connections, -1,
+          "Most client connections open at once (each holds a descriptor and transport "
+          "buffers, idle or not); one more is shut down on accept and its call fails "
+          "UNAVAILABLE. At most the descriptors --max-open-files leaves, less 64 (-1 = "
+          "those, at most 1000; 0 = no cap)");
 ABSL_FLAG(uint64_t, tenant_max_memory_bytes, 0,
           "Most resident and page-table bytes one tenant's spaces may use (0 = no limit)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain: serve TLS (with --tls-key)");
@@ -345,6 +350,16 @@ bool ReadConfig(DaemonConfig* cfg, std::string* err) {
       return fail("--max-open-files must be at most " + std::to_string(most) +
                   " (RLIMIT_NOFILE " + std::to_string(nofile) + " less " +
                   std::to_string(nofile - most) + " descriptors kept for connections)");
+    // Connections take the descriptors files leave (less 64 for the daemon's own).
+    const int64_t max_connections = absl::GetFlag(FLAGS_max_connections);
+    const uint64_t spare = nofile > cfg->max_open_files + 64 ? nofile - cfg->max_open_files - 64 : 0;
+    if (max_connections < -1) return fail("--max-connections must be >= -1");
+    cfg->max_connections = max_connections == -1 ? std::min<uint64_t>(spare, 1000)
+                                                 : static_cast<uint64_t>(max_connections);
+    if (cfg->max_connections > spare)
+      return fail("--max-connections must be at most " + std::to_string(spare) + " (RLIMIT_NOFILE " +
+                  std::to_string(nofile) + " less --max-open-files " + std::to_string(cfg->max_open_files) +
+                  " less 64)");
   }
 
   // Credentials: TLS (gRPC's SslServerCredentials), optionally mutual.

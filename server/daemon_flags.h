@@ -36,6 +36,7 @@ struct DaemonConfig {
   bool reflection = true;
   uint64_t max_open_files = 0;         // --max-open-files, resolved (never 0)
   int64_t max_connection_idle_ms = 0;  // --max-connection-idle-ms (0 = never)
+  uint64_t max_connections = 0;        // --max-connections (0 = no cap)
   std::vector<std::string> peers;      // --peers, as gRPC targets (peers.h)
   uint64_t max_transport_bytes = 0;    // --max-transport-bytes, resolved (never 0)
 };

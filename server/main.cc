@@ -62,5 +62,5 @@ int main(int argc, char** argv) {
   if (!d.Start(&err)) return Fail(err);
   d.Serve(stop_signals);
   if (!d.Shutdown(&err)) return Fail(err);
-  return 0;
+  daemon::ExitWithoutGrpcTeardown(0);
 }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engine/stats.h"
+#include "engine/retained_memory.h"
 
 #include <x86intrin.h>
 
@@ -230,6 +231,14 @@ std::string FormatLockStat(const StatsSnapshot& s) {
       out += line;
     }
   return out;
+}
+
+}  // namespace vmspace
+
+namespace vmspace {
+
+uint64_t ThreadStatsBytes() {
+  return PerThread<stats_internal::ThreadBlock>::BlockCount() * sizeof(stats_internal::ThreadBlock);
 }
 
 }  // namespace vmspace

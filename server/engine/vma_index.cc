@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <new>
 
+#include "engine/retained_memory.h"
 #include "fmt/format.h"
 
 namespace vmspace {
@@ -507,5 +508,11 @@ std::unique_ptr<VmaIndex> VmaIndex::Create(VmaIndexKind kind, MemoryBudget* budg
 std::unique_ptr<VmaIndex> VmaIndex::CreateMaple(bool in_rcu, MemoryBudget* budget, bool prealloc_worst) {
   return std::make_unique<MapleIndex>(in_rcu, budget, prealloc_worst);
 }
+
+}  // namespace vmspace
+
+namespace vmspace {
+
+uint64_t IndexNodePoolBytes() { return VmaIndex::PoolSlabBytes(); }
 
 }  // namespace vmspace

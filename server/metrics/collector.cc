@@ -12,6 +12,7 @@
 #include "engine/stats.h"
 #include "engine/types.h"
 #include "engine/writeback.h"
+#include "metrics/memory_caches.h"
 #include "metrics/process_metrics.h"
 #include "metrics/rpc_stats.h"
 
@@ -387,6 +388,7 @@ std::vector<MetricFamily> Collector::Collect() const {
                      "Charges the memory budget refused (memcg failcnt).", MetricType::Counter);
   AddValue(fail, {}, frames_ ? static_cast<double>(frames_->budget().failcnt()) : 0);
   out.push_back(std::move(fail));
+  CollectCaches(frames_, out);
 
   CollectEngine(ReadStats(), out);
   CollectRpc(ReadRpcStats(), out);

@@ -49,6 +49,13 @@ class PerThread {
     if (__builtin_expect(b == nullptr, 0)) b = Register();
     return *b;
   }
+  /// Blocks made so far (those of live threads and those kept from exited ones), under
+  /// the registry lock: the peak number of threads that used Block at once.
+  static size_t BlockCount() {
+    Registry& r = Reg();
+    std::lock_guard<std::mutex> l(r.mu);
+    return r.all.size();
+  }
   /// Calls fn(const Block&) for every block ever registered, under the registry lock.
   template <typename Fn>
   static void ForEach(Fn&& fn) {
