@@ -102,6 +102,7 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
         "vmspace_page_cache_dirty_bytes", "vmspace_page_cache_writeback_bytes", "vmspace_writeback_passes_total",
         "vmspace_rcu_grace_periods_total", "vmspace_rcu_polled_gathers_total", "vmspace_rcu_sole_reuses_total", "vmspace_rcu_callbacks_total", "vmspace_rcu_callbacks_pending",
         "vmspace_rcu_worker_wakeups_total", "vmspace_frame_cache_bytes", "vmspace_frame_cache_limit_bytes", "vmspace_frames_returned_bytes_total",
+        "vmspace_cache_bytes", "vmspace_heap_allocated_bytes", "vmspace_connections", "vmspace_connections_limit",
         "vmspace_ops_total", "grpc_server_started_total", "grpc_server_handled_total",
         "grpc_server_handling_seconds", "grpc_server_msg_received_total",
         "grpc_server_msg_sent_total"}) {
