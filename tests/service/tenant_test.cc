@@ -653,6 +653,91 @@ TEST_F(TenantTest, SighupReloadsTheTokenFile) {
   EXPECT_EQ(carol.Ping().error_code(), grpc::StatusCode::UNAUTHENTICATED);
 }
 
+// A long walk in one tenant's space (Access over 32 GiB, one byte at a time: seconds of
+// work) does not hold back another tenant's fsync or msync(MS_SYNC): the writeback's
+// grace period (WriteRange's TLB-flush wait) needs the walker to pass a quiescent state,
+// which the walk does between pages (as cond_resched). The verdict is an order: each
+// sync returns while the walk is still running (it is cancelled afterwards), whatever
+// the machine's speed; before, each sync returned only after the walk had ended.
+TEST_F(TenantTest, AnotherTenantsLongWalkDoesNotHoldBackFsyncOrMsync) {
+  StartDaemon({"--data-dir=" + dir_.path(), "--max-access-touches=100000000000"});
+  constexpr uint64_t kWalk = 32ull << 30;
+  const uint64_t a = alice_.Create();
+  ASSERT_NE(a, 0u);
+  {
+    v1::MmapRequest q;
+    q.set_space_id(a), q.set_addr(kAddr), q.set_len(kWalk), q.set_prot(PROT_READ);
+    q.set_flags(MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
+    v1::MmapResponse r;
+    ASSERT_TRUE(alice_.stub->Mmap(alice_.ctx().get(), q, &r).ok());
+  }
+  // Bob: a host file with a dirty page, mapped shared in his space.
+  const uint64_t b = bob_.Create();
+  ASSERT_NE(b, 0u);
+  v1::OpenFileRequest oq;
+  oq.set_path("bob.dat"), oq.set_create(true), oq.set_access(v1::FILE_ACCESS_RDWR);
+  v1::OpenFileResponse orr;
+  ASSERT_TRUE(bob_.stub->OpenFile(bob_.ctx().get(), oq, &orr).ok());
+  const uint64_t fb = orr.file_id();
+  v1::TruncateFileRequest tq;
+  tq.set_file_id(fb), tq.set_size(kPage);
+  v1::TruncateFileResponse tr;
+  ASSERT_TRUE(bob_.stub->TruncateFile(bob_.ctx().get(), tq, &tr).ok());
+  ASSERT_TRUE(bob_.Mmap(b, kPage, fb).ok());
+
+  // Alice's walk, on its own thread; the test waits until its page tables grow (it is
+  // inside the engine call).
+  grpc::ClientContext walk_ctx;
+  walk_ctx.AddMetadata("authorization", "Bearer " + alice_.token);
+  walk_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(110));
+  std::atomic<bool> walk_done{false};
+  grpc::Status walk_status;
+  std::thread walker([&] {
+    v1::AccessRequest q;
+    q.set_space_id(a), q.set_addr(kAddr), q.set_len(kWalk), q.set_stride(1);
+    q.set_access(v1::ACCESS_READ);
+    v1::AccessResponse r;
+    walk_status = alice_.stub->Access(&walk_ctx, q, &r);
+    walk_done = true;
+  });
+  auto pgtables = [&] {
+    v1::ListSpacesResponse r;
+    EXPECT_TRUE(alice_.stub->ListSpaces(alice_.ctx().get(), {}, &r).ok());
+    return r.spaces_size() == 1 ? r.spaces(0).pgtable_bytes() : 0;
+  };
+  const uint64_t empty = pgtables();
+  for (int i = 0; i < 20000 && pgtables() <= empty + 4 * kPage && !walk_done; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_FALSE(walk_done) << walk_status.error_message();
+
+  auto long_ctx = [&] {
+    auto c = Ctx(110000);
+    c->AddMetadata("authorization", "Bearer " + bob_.token);
+    return c;
+  };
+  ASSERT_TRUE(bob_.Write(b, "dirty").ok());
+  v1::FsyncFileRequest fq;
+  fq.set_file_id(fb);
+  v1::FsyncFileResponse fr;
+  const grpc::Status fsync = bob_.stub->FsyncFile(long_ctx().get(), fq, &fr);
+  const bool walking_after_fsync = !walk_done;
+  ASSERT_TRUE(bob_.Write(b, "again").ok());
+  v1::MsyncRequest mq;
+  mq.set_space_id(b), mq.set_addr(kAddr), mq.set_len(kPage), mq.set_flags(MS_SYNC);
+  v1::MsyncResponse mr;
+  const grpc::Status msync = bob_.stub->Msync(long_ctx().get(), mq, &mr);
+  const bool walking_after_msync = !walk_done;
+  walk_ctx.TryCancel();
+  walker.join();
+  EXPECT_TRUE(fsync.ok()) << fsync.error_message();
+  EXPECT_TRUE(msync.ok()) << msync.error_message();
+  EXPECT_TRUE(walking_after_fsync) << "FsyncFile waited for another tenant's walk to end";
+  EXPECT_TRUE(walking_after_msync) << "Msync(MS_SYNC) waited for another tenant's walk to end";
+  // The walk was cut short by the cancel, not finished.
+  EXPECT_EQ(walk_status.error_code(), grpc::StatusCode::CANCELLED) << walk_status.error_message();
+  EXPECT_EQ(ReadAll(dir_.path() + "/bob.dat").substr(0, 5), "again");
+}
+
 TEST(TenantFlagTest, BadTokenFilesAndListenPolicy) {
   TempDir dir;
   for (const char* bad : {"tok\n", "tok alice admin extra\n", "tok alice root\n", "tok al/ice\n",
