@@ -234,6 +234,9 @@ class VmSpaceService final : public v1::VmSpace::Service {
   int budgeted_methods_ = 0;  // Budgeted() calls: BudgetUnaryCalls checks it covers every unary method
   // RESOURCE_EXHAUSTED if the caller's tenant is at --tenant-max-memory-bytes.
   OpStatus CheckMemoryQuota(const Caller& c) const;
+  // The cgroup the caller's calls charge file pages to (SpaceRegistry::TenantMemcg,
+  // limited by --tenant-max-memory-bytes); null without authentication.
+  std::shared_ptr<MemCgroup> TenantMemcg(const Caller& c) const;
   // The caller's space `id`, or null (unknown, or another tenant's).
   std::shared_ptr<Space> FindOwn(const Caller& c, uint64_t id) const;
 
