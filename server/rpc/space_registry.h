@@ -147,8 +147,9 @@ class SpaceRegistry {
   /// All live spaces, ordered by id. Takes each shard lock for read in turn.
   std::vector<std::shared_ptr<Space>> List() const;
 
-  /// The spaces of `tenant` and the memory they use (Counters() of each: a sum of
-  /// per-CPU counters, not a snapshot). O(live spaces).
+  /// The spaces of `tenant` and the memory it uses (Counters() of each: a sum of
+  /// per-CPU counters, not a snapshot; plus its TenantMemcg's charge). O(live spaces).
+  /// Takes memcg_mu_ for read.
   TenantUsage Usage(const std::string& tenant) const;
 
   /// Totals over List(): calls AddressSpace::Counters() on every space; and the page
