@@ -112,7 +112,8 @@ ABSL_FLAG(int64_t, max_connections, -1,
           "UNAVAILABLE. At most the descriptors --max-open-files leaves, less 64 (-1 = "
           "those, at most 1000; 0 = no cap)");
 ABSL_FLAG(uint64_t, tenant_max_memory_bytes, 0,
-          "Most resident and page-table bytes one tenant's spaces may use (0 = no limit)");
+          "Most bytes one tenant may use: its spaces' anonymous pages and page tables, and the "
+          "file (page-cache and shmem) pages its calls brought in (0 = no limit)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain: serve TLS (with --tls-key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
 ABSL_FLAG(std::string, tls_client_ca, "",

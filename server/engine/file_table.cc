@@ -55,6 +55,7 @@ struct FileTable::State {
     const uint64_t max = max_handles.load(std::memory_order_relaxed);
     if (max != 0 && handles.size() >= max) return SysResult::Err(ENFILE);
     const uint64_t id = next_id++;
+    if (!h->memcg && ActiveMemcg()) h->memcg = ActiveMemcg()->shared_from_this();
     h->file->open_handles.fetch_add(1, std::memory_order_relaxed);
     handles.emplace(id, std::move(h));
     return SysResult::Ok(id);
@@ -382,7 +383,7 @@ SysResult FileTable::CheckRmap(uint64_t id) {
   return SysResult::Ok(f.unlinked_visible.load(std::memory_order_seq_cst));
 }
 
-SysResult FileTable::Stat(uint64_t id, FileStat* out) const {
+SysResult FileTable::Stat(uint64_t id, FileStat* out, const MemCgroup* scope) const {
   std::shared_ptr<OpenFile> h = Get(id);
   if (!h) return SysResult::Err(EBADF);
   const File& f = *h->file;
@@ -399,14 +400,24 @@ SysResult FileTable::Stat(uint64_t id, FileStat* out) const {
   if (struct stat hs; f.fd >= 0 && fstat(f.fd, &hs) == 0) st.nlink = hs.st_nlink;  // a memfd has none
   {
     ReadGuard l(const_cast<File&>(f).i_mmap_rwsem);
-    st.mapped_vmas = f.i_mmap.size();
+    if (scope == nullptr) {
+      st.mapped_vmas = f.i_mmap.size();
+    } else {
+      for (const auto& [pgoff, v] : f.i_mmap) st.mapped_vmas += v->vm_mm->memcg.get() == scope;
+    }
   }
-  st.open_handles = f.open_handles.load(std::memory_order_relaxed);
+  if (scope == nullptr) {
+    st.open_handles = f.open_handles.load(std::memory_order_relaxed);
+  } else {
+    MutexLock l(s_->mu);
+    for (const auto& [hid, oh] : s_->handles) st.open_handles += oh->file.get() == &f && oh->memcg.get() == scope;
+  }
   *out = st;
   return SysResult::Ok();
 }
 
-std::vector<FileStat> FileTable::List(uint64_t after, size_t max, uint64_t* more) const {
+std::vector<FileStat> FileTable::List(uint64_t after, size_t max, uint64_t* more,
+                                     const MemCgroup* scope) const {
   std::vector<uint64_t> ids;
   if (more) *more = 0;
   {
@@ -423,7 +434,7 @@ std::vector<FileStat> FileTable::List(uint64_t after, size_t max, uint64_t* more
   out.reserve(ids.size());
   for (uint64_t id : ids) {
     FileStat st;
-    if (Stat(id, &st).ok()) out.push_back(st);
+    if (Stat(id, &st, scope).ok()) out.push_back(st);
   }
   return out;
 }

@@ -27,6 +27,7 @@ std::atomic<uint64_t> g_next_shmem_ino{1};
 void FreeFolioCallback(struct rcu_head* h) {
   RcuCallbackBegin(h);
   Folio* f = reinterpret_cast<Folio*>(reinterpret_cast<char*>(h) - offsetof(Folio, rcu));
+  UnchargeFolio(f);
   f->frames->Free(f->frame, MemKind::kPageCache);
   delete f;
   RcuCallbackEnd();
@@ -35,6 +36,11 @@ void FreeFolioCallback(struct rcu_head* h) {
 }  // namespace
 
 void FreeFolioDeferred(Folio* f) { CallRcu(&f->rcu, &FreeFolioCallback); }
+
+void UnchargeFolio(Folio* f) {
+  if (f->memcg) f->memcg->Uncharge(kPageSize);
+  f->memcg.reset();
+}
 
 // ====================================================================== Folio
 
@@ -148,6 +154,7 @@ File::~File() {
       const uint64_t n = std::min<uint64_t>(kPageSize, size - off);
       if (pwrite(fd, f->frame, n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) failed++;
     }
+    UnchargeFolio(f);
     frames.Free(f->frame, MemKind::kPageCache);
     delete f;
   }
@@ -161,12 +168,21 @@ File::~File() {
 
 Folio* File::AddLockedFolio(uint64_t index, int* err) {
   *err = 0;
+  // mem_cgroup_charge() first: a tenant at its limit gets ENOMEM (memcg OOM) before
+  // the daemon's budget is touched.
+  MemCgroup* cg = ActiveMemcg();
+  if (cg && !cg->TryCharge(kPageSize)) {
+    *err = ENOMEM;
+    return nullptr;
+  }
   void* frame = frames.Alloc(MemKind::kPageCache);
   if (!frame) {
+    if (cg) cg->Uncharge(kPageSize);
     *err = ENOMEM;
     return nullptr;
   }
   auto* f = new Folio(frames, frame, index);
+  if (cg) f->memcg = cg->shared_from_this();
   f->Lock();
   {
     MutexLock l(i_pages_lock);  // filemap_add_folio
@@ -177,6 +193,7 @@ Folio* File::AddLockedFolio(uint64_t index, int* err) {
     }
   }
   f->Unlock();
+  UnchargeFolio(f);
   frames.Free(frame, MemKind::kPageCache);
   delete f;
   return nullptr;

@@ -33,6 +33,7 @@
 #include "absl/base/thread_annotations.h"
 #include "engine/file.h"
 #include "engine/frame_allocator.h"
+#include "engine/memcontrol.h"
 #include "page_table.h"
 #include "sync/mutex.h"
 #include "sync/rcu.h"
@@ -63,6 +64,9 @@ struct Folio {
   std::atomic<bool> writeback{false};  // PG_writeback: cleaned for I/O, not yet written (i_pages lock)
   std::atomic<uint32_t> locked{0};    // PG_locked (1 = locked; waiters futex-wait on it)
   struct rcu_head rcu;
+  /// folio->memcg_data: the cgroup charged for this page (the active one of the call
+  /// that added it; null: none), uncharged when the folio is freed (UnchargeFolio).
+  std::shared_ptr<MemCgroup> memcg;
 
   /// folio_lock(): sleeps until the lock is free (lockdep rank kFolioLock).
   void Lock();
@@ -84,6 +88,9 @@ inline void CopyFrameRacy(void* dst, const void* src) {
 
 /// Frees a folio removed from its page cache (and its frame) after a grace period.
 void FreeFolioDeferred(Folio* f);
+/// mem_cgroup_uncharge() of a folio being freed: gives its page back to the cgroup
+/// charged for it (Folio::memcg), if any.
+void UnchargeFolio(Folio* f);
 
 /// The page-cache index (i_pages): page offset -> Folio*, a fixed-height radix tree of
 /// 64-slot nodes (6 levels: 36 bits of index, more than kMaxFileSize needs). Lookups are

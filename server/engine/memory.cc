@@ -642,6 +642,7 @@ AccessResult AddressSpace::Access(uint64_t addr, uint64_t len, uint64_t stride, 
       res.stop.outcome = FaultOutcome::kInterrupted;
       break;
     }
+    RcuQuiescentState();  // between pages, no lock held: cond_resched()
     const uint64_t page = a & kPageMask;
     // Offsets i, i+stride, ... that fall in this page: n of them, below `stop`.
     uint64_t page_end_i = (page + kPageSize) - addr;  // first offset past this page
@@ -689,6 +690,7 @@ CopyResult CopyPages(MmStruct& m, uint64_t addr, uint64_t len, AccessType acc, C
       res.stop.outcome = FaultOutcome::kInterrupted;
       break;
     }
+    RcuQuiescentState();  // between pages, no lock held: cond_resched()
     FaultResult r = AccessPage(m, a, acc, [&](uint8_t* frame) { copy(frame + off, res.bytes, n); });
     res.faults += r.faults;
     if (r.failed()) {

@@ -42,6 +42,7 @@ int PopulateVmaPageRange(MmStruct& m, uint64_t vm_flags, uint64_t start, uint64_
   const AccessType a = (vm_flags & (VM_WRITE | VM_SHARED)) == VM_WRITE ? AccessType::kWrite : AccessType::kRead;
   for (uint64_t p = start; p < end; p += kPageSize) {
     if (p != start && StopAtTable(p - kPageSize, p)) return EINTR;  // fatal_signal_pending
+    RcuQuiescentState();  // cond_resched() in __get_user_pages
     const FaultResult r = FaultInPage(m, p, a);
     if (r.outcome == FaultOutcome::kOom) return ENOMEM;
     if (r.outcome == FaultOutcome::kInterrupted) return EINTR;

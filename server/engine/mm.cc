@@ -12,6 +12,7 @@
 
 #include <atomic>
 
+#include "engine/memcontrol.h"
 #include "engine/per_thread.h"
 #include "engine/stats.h"
 #include "sync/rcu.h"
@@ -25,6 +26,7 @@ MmStruct::MmStruct(FrameAllocator& f, const SpaceOptions& o)
       vma_form(o.profile.vma_lock == VmaLockMode::kOff        ? VmaForm::kNone
                : o.profile.vma_lock_form == VmaLockForm::kRwsem ? VmaForm::kRwsem
                                                                 : VmaForm::kRefcnt),
+      memcg(ActiveMemcg() ? ActiveMemcg()->shared_from_this() : nullptr),
       idx(o.profile.index == VmaIndexKind::kMaple ? VmaIndex::CreateMaple(o.profile.maple_rcu, &f.budget(), o.profile.maple_prealloc_worst)
                                                   : VmaIndex::Create(o.profile.index, &f.budget())),
       mt_detach(o.profile.index == VmaIndexKind::kMaple ? std::make_unique<MapleTree>(false, &f.budget()) : nullptr) {

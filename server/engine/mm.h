@@ -42,6 +42,7 @@
 #include "engine/address_space.h"
 #include "engine/cancel.h"
 #include "engine/frame_allocator.h"
+#include "engine/memcontrol.h"
 #include "engine/per_thread.h"
 #include "engine/stats.h"
 #include "page_table.h"
@@ -88,6 +89,11 @@ struct MmStruct final : FrameAllocator::DeferredFrees {
   const int stats_slot;  // statistics slot of the profile
   const VmaForm vma_form;  // from the profile (VmaForm)
   uint64_t commit_limit_pages = 0;
+  /// The cgroup of the tenant whose call created the space (the active one then:
+  /// mm->owner's memcg, get_mem_cgroup_from_mm), or null. Only tells whose the space
+  /// is (StatFile counts a tenant's own VMAs by it); file pages are charged to the
+  /// active cgroup of the call that adds them.
+  const std::shared_ptr<MemCgroup> memcg;
 
   // ---- mmap_lock and what it guards
   RwSem mmap_lock{LockClass::kMmapLock, LockRank::kMmapLock};

@@ -402,6 +402,9 @@ grpc::Status VmSpaceService::Batch(
   if (!share.admitted()) return finish(share.refusal());
   PeerSlot peer(&peer_calls_, ctx, opts_.max_calls_per_peer);
   if (!peer.admitted()) return finish(peer.refusal());
+  // The file pages the stream's ops add are charged to the caller's tenant.
+  const std::shared_ptr<MemCgroup> memcg = TenantMemcg(caller);
+  const ActiveMemcgScope charge_to(memcg.get());
   CallScope call(ctx);
   // Each message's request and response on an arena (32 KiB kept per side).
   proto::ArenaMessage<v1::BatchRequest> req_arena;

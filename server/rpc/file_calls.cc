@@ -54,6 +54,10 @@ bool ToOpenAccess(v1::FileAccessMode m, int* out) {
   }
 }
 
+// Whose handles and VMAs StatFile and ListFiles count: the caller's tenant's (its
+// cgroup, active for the call), or everyone's for an admin or without tenants.
+const MemCgroup* StatScope(const Caller& c) { return c.admin ? nullptr : ActiveMemcg(); }
+
 OpStatus IoTooLarge(const char* what, uint64_t n, uint64_t max_io) {
   return ErrnoErrorDetail(EINVAL, what,
                           std::to_string(n) + " bytes exceed --max-io-bytes=" + std::to_string(max_io));
@@ -131,7 +135,7 @@ grpc::Status VmSpaceService::StatFile(grpc::ServerContext* ctx, const v1::StatFi
   return Handle(RpcMethod::kStatFile, ctx, [&](const Caller& c) -> OpStatus {
     const uint64_t id = registry_.TableFileId(req->file_id(), c.tenant);
     FileStat st;
-    const SysResult r = registry_.files().Stat(id, &st);
+    const SysResult r = registry_.files().Stat(id, &st, StatScope(c));
     if (!r.ok()) return ErrnoError(r.error, "fstat");
     const std::shared_ptr<vmspace::OpenFile> f = registry_.files().Get(id);
     FillFileInfo(st, req->file_id(), f && f->writable, resp->mutable_file());
@@ -149,7 +153,7 @@ grpc::Status VmSpaceService::ListFiles(grpc::ServerContext* ctx, const v1::ListF
     const uint64_t from = req->page_token() == 0 ? 0 : registry_.TableIdOf(req->page_token());
     if (req->page_token() != 0 && from == 0)
       return ErrnoErrorDetail(EINVAL, "ListFiles", "page_token is not a next_page_token of this daemon");
-    for (const FileStat& st : registry_.files().List(from, page, &next)) {
+    for (const FileStat& st : registry_.files().List(from, page, &next, StatScope(c))) {
       const uint64_t public_id = registry_.PublicFileId(st.file_id);
       if (registry_.TableFileId(public_id, c.tenant, c.admin) == 0) continue;  // not the caller's
       const std::shared_ptr<vmspace::OpenFile> f = registry_.files().Get(st.file_id);

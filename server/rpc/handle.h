@@ -18,7 +18,12 @@ grpc::Status VmSpaceService::Handle(metrics::RpcMethod m, grpc::ServerContext* c
   Caller caller{"", true};
   OpStatus s;
   if (auth_ != nullptr) s = auth_->Authenticate(*ctx, &caller);
-  if (s.ok()) s = fn(caller);
+  if (s.ok()) {
+    // The file pages the call adds are charged to the caller's tenant.
+    const std::shared_ptr<MemCgroup> memcg = TenantMemcg(caller);
+    const ActiveMemcgScope charge_to(memcg.get());
+    s = fn(caller);
+  }
   scope.Finish(static_cast<int>(s.code));
   return ToGrpcStatus(s);
 }

@@ -80,6 +80,7 @@ grpc::Status VmSpaceService::GetServerInfo(grpc::ServerContext* ctx, const v1::G
     resp->set_version(opts_.version);
     const MemoryBudget& b = registry_.frames().budget();
     resp->set_memory_limit_bytes(b.limit_bytes());
+    if (const MemCgroup* cg = ActiveMemcg()) resp->set_tenant_page_cache_bytes(cg->usage());
     if (!c.admin) {
       // Another tenant's activity is not the caller's to see: its own spaces, no
       // daemon-wide memory figures.

@@ -102,6 +102,11 @@ std::shared_ptr<Space> VmSpaceService::FindOwn(const Caller& c, uint64_t id) con
   return sp && sp->tenant == c.tenant ? sp : nullptr;
 }
 
+std::shared_ptr<MemCgroup> VmSpaceService::TenantMemcg(const Caller& c) const {
+  if (auth_ == nullptr) return nullptr;
+  return registry_.TenantMemcg(c.tenant, opts_.tenant_max_memory_bytes);
+}
+
 OpStatus VmSpaceService::CheckMemoryQuota(const Caller& c) const {
   if (opts_.tenant_max_memory_bytes == 0) return {};
   const TenantUsage u = registry_.Usage(c.tenant);

@@ -59,12 +59,15 @@ struct ServiceOptions {
   /// Most spaces one tenant may own at once (--tenant-max-spaces; 0 = no limit); one
   /// more CreateSpace is RESOURCE_EXHAUSTED (ENOMEM).
   uint64_t tenant_max_spaces = 0;
-  /// Most memory (resident pages and page tables, bytes) a tenant's spaces may use
-  /// (--tenant-max-memory-bytes; 0 = no limit). Checked before each call, or Batch
-  /// message with an op, that may fault pages in (Mmap, Fault, Access, ReadMemory,
-  /// WriteMemory, Madvise): once at or beyond it, RESOURCE_EXHAUSTED (ENOMEM) (for a
-  /// Batch the stream ends so). A call that starts
-  /// below may end above it by what that call alone faults in.
+  /// Most memory a tenant may use, bytes (--tenant-max-memory-bytes; 0 = no limit):
+  /// its spaces' anonymous pages and page tables plus the file pages charged to it
+  /// (TenantUsage). Checked before each call, or Batch message with an op, that may
+  /// fault pages in (Mmap, Fault, Access, ReadMemory, WriteMemory, Madvise): once at or
+  /// beyond it, RESOURCE_EXHAUSTED (ENOMEM) (for a Batch the stream ends so). A call
+  /// that starts below may end above it by what that call alone faults in. File pages
+  /// (page cache, shmem) are also charged one by one as a call adds them, to the
+  /// caller's tenant (TenantMemcg), and a page that would take those charges over the
+  /// limit is refused: WriteFile ENOMEM, a fault VM_FAULT_OOM.
   uint64_t tenant_max_memory_bytes = 0;
   /// Most files (OpenFile and CreateShmemFile ids not yet closed) one tenant may have
   /// open (--tenant-max-open-files; 0 = no limit); one more is EMFILE, as open(2) at
@@ -234,6 +237,9 @@ class VmSpaceService final : public v1::VmSpace::Service {
   int budgeted_methods_ = 0;  // Budgeted() calls: BudgetUnaryCalls checks it covers every unary method
   // RESOURCE_EXHAUSTED if the caller's tenant is at --tenant-max-memory-bytes.
   OpStatus CheckMemoryQuota(const Caller& c) const;
+  // The cgroup the caller's calls charge file pages to (SpaceRegistry::TenantMemcg,
+  // limited by --tenant-max-memory-bytes); null without authentication.
+  std::shared_ptr<MemCgroup> TenantMemcg(const Caller& c) const;
   // The caller's space `id`, or null (unknown, or another tenant's).
   std::shared_ptr<Space> FindOwn(const Caller& c, uint64_t id) const;
 

@@ -151,9 +151,25 @@ TenantUsage SpaceRegistry::Usage(const std::string& tenant) const {
     if (sp->tenant != tenant) continue;
     const SpaceCounters c = sp->as.Counters();
     u.spaces++;
-    u.memory_bytes += c.rss_pages * kPageSize + c.pgtable_bytes;
+    u.memory_bytes += c.anon_pages * kPageSize + c.pgtable_bytes;
   }
+  {
+    absl::ReaderMutexLock lock(&memcg_mu_);
+    if (auto it = memcgs_.find(tenant); it != memcgs_.end()) u.page_cache_bytes = it->second->usage();
+  }
+  u.memory_bytes += u.page_cache_bytes;
   return u;
+}
+
+std::shared_ptr<MemCgroup> SpaceRegistry::TenantMemcg(const std::string& tenant, uint64_t limit_bytes) const {
+  {
+    absl::ReaderMutexLock lock(&memcg_mu_);
+    if (auto it = memcgs_.find(tenant); it != memcgs_.end()) return it->second;
+  }
+  absl::MutexLock lock(&memcg_mu_);
+  std::shared_ptr<MemCgroup>& cg = memcgs_[tenant];
+  if (!cg) cg = std::make_shared<MemCgroup>(tenant, limit_bytes);
+  return cg;
 }
 
 void SpaceRegistry::SetFileOwner(uint64_t table_id, const std::string& tenant) {

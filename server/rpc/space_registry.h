@@ -25,6 +25,7 @@
 #include "engine/address_space.h"
 #include "engine/file.h"
 #include "engine/frame_allocator.h"
+#include "engine/memcontrol.h"
 #include "engine/per_thread.h"
 #include "rpc/id_cipher.h"
 
@@ -56,7 +57,11 @@ struct Space {
 /// What a tenant's spaces use (SpaceRegistry::Usage).
 struct TenantUsage {
   uint64_t spaces = 0;
-  uint64_t memory_bytes = 0;  // rss_pages * 4096 + pgtable_bytes over its spaces
+  // anon_pages * 4096 + pgtable_bytes over its spaces, plus the file pages charged
+  // to its cgroup (page_cache_bytes). Pages of files are counted once, where they are
+  // charged (a memcg's file pages), not in each space that maps them.
+  uint64_t memory_bytes = 0;
+  uint64_t page_cache_bytes = 0;  // TenantMemcg(tenant)->usage(): its file pages
 };
 
 /// Sums over all live spaces (for the metrics gauges).
@@ -142,8 +147,9 @@ class SpaceRegistry {
   /// All live spaces, ordered by id. Takes each shard lock for read in turn.
   std::vector<std::shared_ptr<Space>> List() const;
 
-  /// The spaces of `tenant` and the memory they use (Counters() of each: a sum of
-  /// per-CPU counters, not a snapshot). O(live spaces).
+  /// The spaces of `tenant` and the memory it uses (Counters() of each: a sum of
+  /// per-CPU counters, not a snapshot; plus its TenantMemcg's charge). O(live spaces).
+  /// Takes memcg_mu_ for read.
   TenantUsage Usage(const std::string& tenant) const;
 
   /// Totals over List(): calls AddressSpace::Counters() on every space; and the page
@@ -178,6 +184,11 @@ class SpaceRegistry {
   void ForgetFile(uint64_t table_id);
   /// Files `tenant` has open.
   uint64_t TenantFiles(const std::string& tenant) const;
+  /// The memory cgroup of `tenant` (made at its first call, with `limit_bytes`; kept
+  /// while the registry lives, as tenants come back after a token reload): the file
+  /// pages its calls add are charged to it (engine/memcontrol.h). Takes memcg_mu_
+  /// (for write only the first time).
+  std::shared_ptr<MemCgroup> TenantMemcg(const std::string& tenant, uint64_t limit_bytes) const;
   /// The FileTable id of a client's file id; 0 (no such file: EBADF, as an unknown id)
   /// if it names another shard or boot, or a file another tenant opened (unless
   /// `any_tenant`). Takes file_mu_ for read.
@@ -216,6 +227,8 @@ class SpaceRegistry {
   uint64_t NextSpaceId();
   mutable absl::Mutex tenant_mu_;
   std::unordered_map<std::string, uint64_t> tenant_spaces_ ABSL_GUARDED_BY(tenant_mu_);
+  mutable absl::Mutex memcg_mu_;
+  mutable std::unordered_map<std::string, std::shared_ptr<MemCgroup>> memcgs_ ABSL_GUARDED_BY(memcg_mu_);
   mutable absl::Mutex file_mu_;
   // table id -> tenant
   std::unordered_map<uint64_t, std::string> file_owner_ ABSL_GUARDED_BY(file_mu_);

@@ -227,6 +227,24 @@ class RcuSleep {
   const bool offline_;
 };
 
+/// A quiescent state in the middle of a long engine call, where the call holds no
+/// RCU-protected pointer and no lock (between the pages of a walk): if a grace period
+/// started after the thread went online, the thread goes offline and back online, so
+/// that grace period no longer waits for it. Nothing otherwise (two loads). Without it
+/// one walk over a huge range (Access, ReadMemory, a populate) held back every
+/// SynchronizeRcu of the daemon, another tenant's fsync included, for the whole walk.
+/// As cond_resched() -> rcu_all_qs() of the kernel's non-preemptible RCU
+/// (kernel/sched/core.c __cond_resched, kernel/rcu/tree_plugin.h rcu_all_qs, Linux
+/// 6.18). Not in a read section (RcuReadGuard): there it does nothing.
+inline void RcuQuiescentState() {
+  using namespace rcu_internal;
+  if (tls.read_depth != 0) return;
+  const uint64_t ctr = reader->ctr.load(std::memory_order_relaxed);
+  if (ctr == 0 || ctr >= rcu_state.gp_seq.load(std::memory_order_relaxed)) return;
+  Offline();
+  Online();
+}
+
 /// One grace period at most per kRcuGpIntervalUs microseconds: the call_rcu worker
 /// (rcu.cc) waits that long after the start of one grace period before it starts the
 /// next, and every callback queued meanwhile joins it. It bounds the grace periods to

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/frame_allocator.h"
+#include "engine/memcontrol.h"
 #include "engine/types.h"
 
 namespace vmspace {
@@ -75,6 +76,9 @@ struct OpenFile {
   /// The file's writeback-error count this handle has reported (struct file's
   /// f_wb_err): fsync/msync report EIO once per new failure. Sampled at open.
   std::atomic<uint64_t> wb_err_seen{0};
+  /// The cgroup of the tenant whose call opened it (the active one at FileTable's
+  /// install), or null; set before the handle is shared, never changed.
+  std::shared_ptr<MemCgroup> memcg;
 };
 
 /// The daemon's files: a namespace of host files under one data directory plus
@@ -152,13 +156,19 @@ class FileTable {
   /// space's VMA tree but not in i_mmap (only a narrow-scope mmap between its two
   /// inserts makes this nonzero; an rmap walk now would miss them). EBADF in `error`.
   SysResult CheckRmap(uint64_t id);
-  /// The file's figures. EBADF in `error` if unknown.
-  SysResult Stat(uint64_t id, FileStat* out) const;
+  /// The file's figures. EBADF in `error` if unknown. With `scope` (a tenant's
+  /// cgroup), mapped_vmas and open_handles count only that tenant's: the VMAs of its
+  /// spaces (MmStruct::memcg) and its handles of the same file (OpenFile::memcg);
+  /// null: every space's and handle's. Takes the table lock (with `scope`) and the
+  /// file's i_mmap_rwsem for read.
+  SysResult Stat(uint64_t id, FileStat* out, const MemCgroup* scope = nullptr) const;
   /// The Stat of the open handles with ids above `after`, by id, at most `max` of them
   /// (a handle closed meanwhile is left out). `*more` (if given): the last id returned
   /// when more handles follow (the next call's `after`), else 0. Takes the table lock
   /// once, for a walk of at most `max` entries.
-  std::vector<FileStat> List(uint64_t after = 0, size_t max = SIZE_MAX, uint64_t* more = nullptr) const;
+  /// `scope`: as Stat's.
+  std::vector<FileStat> List(uint64_t after = 0, size_t max = SIZE_MAX, uint64_t* more = nullptr,
+                             const MemCgroup* scope = nullptr) const;
   /// The most handles that may be open at once (fs.file-max): Open and CreateShmem
   /// answer ENFILE beyond it. 0 = no limit (the default).
   void SetMaxHandles(uint64_t n);
