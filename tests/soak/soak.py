@@ -454,6 +454,7 @@ class Results:
         self.cross_tenant = {}
         self.restart_lost = 0  # ops in flight at the kill
         self.transport_refused = []
+        self.orphans_swept = 0  # spaces of refused calls destroyed by sweep_orphans
 
     def op(self, name):
         with self.lock:
@@ -556,6 +557,7 @@ class Client(threading.Thread):
             with self.res.lock:
                 self.res.transport_refused.append(f"client {self.cid}: {what}")
             self.refused = True
+            self.ever_refused = True
             return False
         if want is None and err is None:
             return True
@@ -1360,7 +1362,32 @@ class Client(threading.Thread):
             if not (refused and err and err[1] == "EBADF"):
                 self.status_is("CloseFile at the end", err, None)
         self.spaces, self.fds = {}, {}
+        self.sweep_orphans()
         self.publish()
+
+    def sweep_orphans(self):
+        """Spaces of this client's labels that it does not know: a CreateSpace or
+        CloneSpace the daemon carried out whose answer the transport refused, or a
+        DestroySpace it refused. They are destroyed; without a refused call before, one
+        is a wrong answer (the daemon made a space nobody was told of)."""
+        self.res.op("ListSpaces")
+        resp, err = self.conn.call("ListSpaces", pb.ListSpacesRequest())
+        if err is not None:
+            if not (err[0] == "RESOURCE_EXHAUSTED" and "RST_STREAM" in err[2]):
+                self.status_is("ListSpaces for orphans", err, None)
+            return
+        mine = {f"soak-{self.cid}", f"exec-{self.cid}"}
+        for info in resp.spaces:
+            if info.label not in mine or info.space_id in self.spaces:
+                continue
+            if not getattr(self, "ever_refused", False):
+                self.wrong(f"space {info.space_id:#x} ({info.label}) exists but no call made it")
+            with self.res.lock:
+                self.res.orphans_swept += 1
+            self.res.op("DestroySpace")
+            _, err = self.conn.call("DestroySpace", pb.DestroySpaceRequest(space_id=info.space_id))
+            if err is not None and err[0] != "NOT_FOUND":
+                self.status_is("DestroySpace of an orphan", err, None)
 
 
 def file_bytes(b, off, n):
@@ -1799,6 +1826,7 @@ def main():
         print(f"  {case}: " + ", ".join(f"{k} x{v}" for k, v in st.items()))
     print(f"calls refused by the transport (RST_STREAM ENHANCE_YOUR_CALM): {len(res.transport_refused)} "
           f"{res.transport_refused[:5]}")
+    print(f"spaces left by refused calls and destroyed at the end: {res.orphans_swept}")
     print("cross-tenant calls: " + ", ".join(f"{k} x{v}" for k, v in sorted(res.cross_tenant.items())))
     if killed_at is not None:
         du = res.durability
