@@ -52,6 +52,7 @@ TEST_P(MlockStress, LockingRacingFaultsZapsAndTruncateKeepsExactAccounting) {
   ASSERT_EQ(as->Mmap(kShm, kLen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, 0, files.Get(fd.value)).value, kShm);
   const int rounds = Iterations(20);
   std::atomic<uint64_t> wrong_value{0}, bad_outcome{0}, bad_errno{0};
+  std::atomic<uint64_t> first_wrong_at{0}, first_wrong_value{0};
   for (int round = 0; round < rounds; round++) {
     std::atomic<bool> stop{false};
     std::vector<std::thread> ts;
@@ -69,7 +70,10 @@ TEST_P(MlockStress, LockingRacingFaultsZapsAndTruncateKeepsExactAccounting) {
             uint64_t v = 0;
             CopyResult c = as->ReadMemory(at, &v, sizeof v);
             if (!c.ok() && c.stop.outcome != FaultOutcome::kSigbus) bad_outcome++;
-            if (c.ok() && v != 0 && v != name) wrong_value++;
+            if (c.ok() && v != 0 && v != name && wrong_value++ == 0) {
+              first_wrong_at = at;  // the first one, for the failure message
+              first_wrong_value = v;
+            }
           }
         }
       });
@@ -124,7 +128,9 @@ TEST_P(MlockStress, LockingRacingFaultsZapsAndTruncateKeepsExactAccounting) {
     for (const VmaInfo& v : as->Maps()) EXPECT_FALSE(v.flags & VM_LOCKED) << "round " << round;
     ASSERT_EQ(files.Truncate(fd.value, kLen), 0);
   }
-  EXPECT_EQ(wrong_value.load(), 0u) << "values of another page seen";
+  EXPECT_EQ(wrong_value.load(), 0u) << "values of another page seen; the first: at 0x" << std::hex
+                                    << first_wrong_at.load() << " (" << (first_wrong_at.load() >= kShm ? "memfd" : "anon")
+                                    << ") read 0x" << first_wrong_value.load();
   EXPECT_EQ(bad_outcome.load(), 0u) << "accesses that ended in something else than SIGBUS";
   EXPECT_EQ(bad_errno.load(), 0u) << "madvise or truncate errors other than EINVAL on locked VMAs";
   as.reset();
