@@ -864,7 +864,9 @@ TEST_F(DaemonTest, TraceLocksWritesAChromeTimeline) {
       EXPECT_TRUE(e["args"].contains("lock")) << e.dump();
       EXPECT_TRUE(e["args"]["mode"] == "read" || e["args"]["mode"] == "write") << e.dump();
     }
-    if (e["cat"] == "lock_wait") EXPECT_TRUE(e["args"].contains("holder")) << e.dump();
+    if (e["cat"] == "lock_wait") {
+      EXPECT_TRUE(e["args"].contains("holder")) << e.dump();
+    }
   }
   EXPECT_GT(by_cat["op"], 0) << j.dump().substr(0, 2000);
   EXPECT_GT(by_cat["fault"], 0);

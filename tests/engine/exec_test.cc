@@ -102,8 +102,12 @@ TEST_F(ExecTest, DynamicPieMatchesTheKernel) {
   EXPECT_EQ(as->Validate(), "");
   std::vector<VmaInfo> maps = as->Maps();
   for (const VmaInfo& v : maps) {
-    if (v.name == "[vvar]" || v.name == "[vvar_vclock]") EXPECT_EQ(AddressSpace::VmFlagsString(v.flags), "rd mr pf io de dd");
-    if (v.name == "[vdso]") EXPECT_EQ(AddressSpace::VmFlagsString(v.flags), "rd ex mr mw me de");
+    if (v.name == "[vvar]" || v.name == "[vvar_vclock]") {
+      EXPECT_EQ(AddressSpace::VmFlagsString(v.flags), "rd mr pf io de dd");
+    }
+    if (v.name == "[vdso]") {
+      EXPECT_EQ(AddressSpace::VmFlagsString(v.flags), "rd ex mr mw me de");
+    }
     if (v.name == "[stack]") {
       EXPECT_EQ(AddressSpace::VmFlagsString(v.flags), "rd wr mr mw me gd ac");
       EXPECT_EQ(v.rss_pages, 1u) << "the strings' page";

@@ -94,7 +94,9 @@ TEST_P(ForkStressTest, ForksBesideFaultersAndConcurrentChildren) {
           EXPECT_TRUE(c->WriteMemory(a, &v, 1).ok());
           EXPECT_TRUE(c->ReadMemory(a, &back, 1).ok());
           EXPECT_EQ(back, v) << "a child's own write";
-          if (i % 16 == 15) EXPECT_TRUE(c->Madvise(a, P, MADV_DONTNEED).ok());
+          if (i % 16 == 15) {
+            EXPECT_TRUE(c->Madvise(a, P, MADV_DONTNEED).ok());
+          }
         }
         EXPECT_EQ(c->Validate(), "");
         c.reset();
