@@ -87,7 +87,15 @@ inline void CopyFrameRacy(void* dst, const void* src) {
 }
 
 /// Frees a folio removed from its page cache (and its frame) after a grace period.
+/// No PTE may map it any more: a reader that read one before it was cleared is in a
+/// read section the grace period waits for.
 void FreeFolioDeferred(Folio* f);
+
+/// Test-only: called by File::SetSizeLocked when it shrinks the file, on the truncating
+/// thread with i_rwsem held and no RCU read section: stage 1 after the first unmap pass,
+/// stage 2 after the page-cache pages are removed and before the second unmap pass.
+/// Null in production.
+inline std::atomic<void (*)(struct File*, int)> g_truncate_test_hook{nullptr};
 /// mem_cgroup_uncharge() of a folio being freed: gives its page back to the cgroup
 /// charged for it (Folio::memcg), if any.
 void UnchargeFolio(Folio* f);

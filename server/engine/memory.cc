@@ -425,6 +425,7 @@ vm_fault_t DoFileFault(MmStruct& mm, VmFault& vmf, PageTable::PteTable* t, int i
     if (copy) mm.frames.Free(copy);
     return VM_FAULT_SIGBUS;
   }
+  if (auto hook = g_file_fault_test_hook.load(std::memory_order_relaxed)) hook(&mm, vmf.address);
   if (copy) CopyFrameRacy(copy, f->frame);
   const bool dirtied = write && shared && file->MarkDirty(f);
   bool installed = false;

@@ -69,6 +69,11 @@ inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_fault_retry_test_hook
 /// "TLB entry" for the page while the hook runs (fork_race_test). Null in production.
 inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_access_test_hook{nullptr};
 
+/// Test-only: called by a file fault that holds the folio lock and found the page below
+/// i_size, before it installs the PTE (arguments: the space, the address), on the
+/// faulting thread (truncate_race_test). Null in production.
+inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_file_fault_test_hook{nullptr};
+
 /// The zap itself (zap_pte_range): PTEs mapping page-cache pages (kPteFile) are
 /// cleared and uncounted; private anonymous frames (also COW copies in private file
 /// VMAs) go to `pages`, except frames fork shared (kPteSharedAnon): their map count is

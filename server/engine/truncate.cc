@@ -48,9 +48,12 @@ int HostTruncate(int fd, uint64_t size) {
 
 namespace {
 /// truncate_inode_pages_range() (mm/truncate.c): removes the page-cache pages of
-/// [first, end) (pages), dropping their dirty state; each folio under its lock, freed
-/// after a grace period.
-void TruncateInodePagesRange(File& file, uint64_t first, uint64_t end) {
+/// [first, end) (pages), dropping their dirty state; each folio under its lock. The
+/// folios removed go to `removed`: a fault that held a folio lock across the caller's
+/// first unmap pass may still map one, so the caller frees them (FreeRemovedFolios)
+/// only after its second pass, as Linux's folio is freed only when the last PTE
+/// reference goes (truncate_cleanup_folio -> unmap_mapping_folio, then folio_put).
+void TruncateInodePagesRange(File& file, uint64_t first, uint64_t end, std::vector<Folio*>& removed) {
   std::vector<uint64_t> indexes;
   {
     RcuReadGuard g;
@@ -75,8 +78,15 @@ void TruncateInodePagesRange(File& file, uint64_t first, uint64_t end) {
       file.EndWritebackLocked(f);  // a writeback between its passes (no folio lock) skips it now
     }
     f->Unlock();
-    if (ours) FreeFolioDeferred(f);
+    if (ours) removed.push_back(f);
   }
+}
+
+/// Frees the folios TruncateInodePagesRange removed, each after a grace period that
+/// starts now: no PTE maps them any more (the second unmap pass ran), and an access
+/// that read a PTE before that pass is in a read section the grace period waits for.
+void FreeRemovedFolios(const std::vector<Folio*>& removed) {
+  for (Folio* f : removed) FreeFolioDeferred(f);
 }
 }  // namespace
 
@@ -97,7 +107,10 @@ int File::SetSizeLocked(uint64_t size) {
   // folio lock across the first pass installed its PTE before we removed the folio).
   const uint64_t holebegin = (size + kPageSize - 1) >> kPageShift;
   UnmapMappingRange(holebegin, ~0ull >> kPageShift);
-  TruncateInodePagesRange(*this, holebegin, ~0ull);
+  if (auto hook = g_truncate_test_hook.load(std::memory_order_relaxed)) hook(this, 1);
+  std::vector<Folio*> removed;
+  TruncateInodePagesRange(*this, holebegin, ~0ull, removed);
+  if (auto hook = g_truncate_test_hook.load(std::memory_order_relaxed)) hook(this, 2);
   // truncate_inode_partial_folio(): the rest of the last page reads as zeros (atomic
   // stores: mapped readers may be looking at it).
   if (size & (kPageSize - 1)) {
@@ -114,6 +127,7 @@ int File::SetSizeLocked(uint64_t size) {
     }
   }
   UnmapMappingRange(holebegin, ~0ull >> kPageShift);
+  FreeRemovedFolios(removed);
   return HostTruncate(fd, size);
 }
 
@@ -166,8 +180,10 @@ void UnmapMappingPages(File& file, uint64_t first, uint64_t last) {
 int File::PunchHole(uint64_t first, uint64_t last) {
   MutexLock l(i_rwsem);
   UnmapMappingPages(*this, first, last);
-  TruncateInodePagesRange(*this, first, last + 1);
+  std::vector<Folio*> removed;
+  TruncateInodePagesRange(*this, first, last + 1, removed);
   UnmapMappingPages(*this, first, last);  // a fault that held a folio lock across the first pass
+  FreeRemovedFolios(removed);
   if (fd < 0) return 0;
   const uint64_t size = i_size.load(std::memory_order_relaxed);
   const uint64_t off = first << kPageShift;

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+// Truncate racing a fault on the page it removes, replayed deterministically with test
+// hooks:
+//   1. thread A write-faults on page 0 of a MAP_SHARED memfd mapping: the fault finds the
+//      page cached, locks its folio, sees it below i_size, and stops
+//      (g_file_fault_test_hook) before it installs the PTE;
+//   2. ftruncate(fd, 0) on the main thread sets i_size and runs its first unmap pass,
+//      which finds no PTE, and stops (g_truncate_test_hook stage 1);
+//   3. A installs its PTE, unlocks the folio and completes its write;
+//   4. truncate removes the folio from the page cache and stops before its second unmap
+//      pass (stage 2), where the test waits for every queued RCU callback (RcuBarrier).
+// The PTE A installed still maps the folio's frame there, so the frame must not have
+// been freed yet: a frame freed while a PTE maps it is handed to another page, and
+// accesses through the stale PTE read and write that page (in the mlock stress test a
+// reader of the memfd saw another page's contents). Linux frees the folio only when its
+// last PTE reference goes (truncate_cleanup_folio -> unmap_mapping_folio, mm/truncate.c,
+// Linux 6.18); the engine frees the folios truncate removed after its second pass.
+#include <sys/mman.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "engine/address_space.h"
+#include "engine/file.h"
+#include "filemap.h"
+#include "fork_access.h"
+#include "memory.h"
+#include "profiles.h"
+#include "test_util.h"
+
+namespace vmspace {
+namespace {
+
+constexpr uint64_t P = 4096;
+constexpr uint64_t kShm = 0x300000000000;
+constexpr uint64_t kTag = 0x6b6b00000000a11cull;
+
+struct Race {
+  std::atomic<MmStruct*> fault_mm{nullptr};  // armed: the space whose file fault stops
+  std::atomic<File*> file{nullptr};          // the file whose truncate stops
+  std::atomic<bool> a_locked{false}, b_pass1{false}, a_done{false};
+  FrameAllocator* frames = nullptr;
+  AddressSpace* as = nullptr;
+  AddressSpace* other = nullptr;  // a second space that takes a frame at stage 2
+  int64_t in_use_before = 0, in_use_after = 0;
+  bool stale_read_ok = false;
+  uint64_t stale_value = 0;
+  bool stage2_seen = false;
+};
+Race* g_race = nullptr;
+
+void Wait(const std::atomic<bool>& b) {
+  while (!b.load()) std::this_thread::yield();
+}
+
+void FaultHook(MmStruct* mm, uint64_t) {
+  MmStruct* expect = mm;
+  if (!g_race->fault_mm.compare_exchange_strong(expect, nullptr)) return;  // once
+  g_race->a_locked = true;
+  Wait(g_race->b_pass1);
+}
+
+void TruncateHook(File* f, int stage) {
+  if (f != g_race->file.load()) return;
+  if (stage == 1) {
+    g_race->b_pass1 = true;
+    Wait(g_race->a_done);
+    return;
+  }
+  g_race->stage2_seen = true;
+  g_race->in_use_before = g_race->frames->in_use_frames();
+  RcuBarrier();  // every callback queued so far has run
+  g_race->in_use_after = g_race->frames->in_use_frames();
+  // Another space's new page: a frame freed above would be a candidate for it.
+  const uint64_t other_tag = 0x0dd0000000000001ull;
+  g_race->other->WriteMemory(kShm, &other_tag, sizeof other_tag);
+  // A's PTE is still there until the second pass: the access goes through it.
+  uint64_t v = 0;
+  g_race->stale_read_ok = g_race->as->ReadMemory(kShm, &v, sizeof v).ok();
+  g_race->stale_value = v;
+}
+
+struct TruncateRace : ::testing::TestWithParam<const char*> {};
+
+TEST_P(TruncateRace, AFolioAFaultMappedDuringTruncateIsFreedOnlyAfterTheSecondUnmapPass) {
+  FrameAllocator frames{1ull << 26};
+  testing_util::ScratchDir dir;
+  FileTable files(frames, dir.path);
+  auto as = std::make_unique<AddressSpace>(frames, testing_profiles::ProfileOptions(GetParam()));
+  auto other = std::make_unique<AddressSpace>(frames, testing_profiles::ProfileOptions(GetParam()));
+  SysResult fd = files.CreateShmem("race", P);
+  ASSERT_TRUE(fd.ok());
+  ASSERT_EQ(as->Mmap(kShm, P, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, 0, files.Get(fd.value)).value, kShm);
+  ASSERT_EQ(other->Mmap(kShm, P, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED).value, kShm);
+  // The page cached, not mapped: written once, then its PTE zapped.
+  ASSERT_TRUE(as->WriteMemory(kShm, &kTag, sizeof kTag).ok());
+  ASSERT_EQ(as->Madvise(kShm, P, MADV_DONTNEED).error, 0);
+  RcuBarrier();  // nothing queued from before
+
+  Race race;
+  race.frames = &frames;
+  race.as = as.get();
+  race.other = other.get();
+  race.file = files.Get(fd.value)->file.get();
+  g_race = &race;
+  g_file_fault_test_hook = &FaultHook;
+  g_truncate_test_hook = &TruncateHook;
+  race.fault_mm = &AddressSpaceTestAccess::Mm(*as);
+
+  std::thread a([&] {
+    const uint64_t v = kTag;
+    EXPECT_TRUE(as->WriteMemory(kShm, &v, sizeof v).ok());
+    race.a_done = true;
+  });
+  Wait(race.a_locked);
+  EXPECT_EQ(files.Truncate(fd.value, 0), 0);
+  a.join();
+  g_file_fault_test_hook = nullptr;
+  g_truncate_test_hook = nullptr;
+  g_race = nullptr;
+
+  ASSERT_TRUE(race.stage2_seen);
+  EXPECT_EQ(race.in_use_after, race.in_use_before)
+      << "the folio's frame was freed while A's PTE still mapped it";
+  EXPECT_TRUE(race.stale_read_ok);
+  EXPECT_EQ(race.stale_value, kTag) << "the stale PTE reached another page's frame";
+  // After the second pass the page is gone: SIGBUS beyond EOF, no frame left for it.
+  uint64_t v = 0;
+  EXPECT_EQ(as->ReadMemory(kShm, &v, sizeof v).stop.outcome, FaultOutcome::kSigbus);
+  EXPECT_EQ(as->Validate(), "");
+  as.reset();
+  other.reset();
+  files.Close(fd.value);
+  RcuBarrier();
+  EXPECT_EQ(frames.in_use_frames(), 0) << "frames leaked (>0) or freed twice (<0)";
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, TruncateRace, testing_profiles::AllProfiles(), testing_profiles::ProfileName());
+
+}  // namespace
+}  // namespace vmspace
