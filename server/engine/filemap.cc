@@ -154,9 +154,9 @@ File::~File() {
       const uint64_t n = std::min<uint64_t>(kPageSize, size - off);
       if (pwrite(fd, f->frame, n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) failed++;
     }
-    UnchargeFolio(f);
-    frames.Free(f->frame, MemKind::kPageCache);
-    delete f;
+    // After a grace period: the last VMA let go of the file right after its zap, and an
+    // access that read one of its PTEs before may still be copying to or from the frame.
+    FreeFolioDeferred(f);
   }
   if (!shmem()) AccountCleaned(nrdirty.load(std::memory_order_relaxed));
   AccountWriteback(-static_cast<int64_t>(nrwriteback.load(std::memory_order_relaxed)));  // 0: writers hold a reference

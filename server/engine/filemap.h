@@ -147,8 +147,9 @@ struct File : std::enable_shared_from_this<File> {
   File(FrameAllocator& frames, uint64_t ino, uint32_t dev_major, uint32_t dev_minor, std::string path,
        std::string maps_name, int fd, bool host_writable, uint64_t size, uint64_t ra_pages = 0);
   /// Writes back what is still dirty (iput -> write_inode_now; a failure is logged:
-  /// nobody is left to report it to), frees the page cache, closes the host file.
-  /// No VMA maps the file any more.
+  /// nobody is left to report it to), frees the page cache after a grace period (an
+  /// access that read a PTE before the last VMA's zap may still be using a frame),
+  /// closes the host file. No VMA maps the file any more.
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;

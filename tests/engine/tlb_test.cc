@@ -6,7 +6,9 @@
 //  * while a thread is in it (TlbUsers::Enter), they wait for the grace period: that
 //    thread may still be accessing one of them;
 //  * a reader racing munmap/mmap of other addresses never sees bytes that were written
-//    at another address (a frame freed and reused while it was still reading it).
+//    at another address (a frame freed and reused while it was still reading it);
+//  * the page cache of a file whose last mapping goes while a thread is in that path
+//    waits for the grace period too.
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
@@ -129,6 +131,45 @@ TEST_P(Tlb, AReaderRacingMunmapNeverSeesAnotherAddresssBytes) {
   reader.join();
   EXPECT_GT(reads.load(), 0u);
   EXPECT_EQ(foreign.load(), 0u) << "reads of X that returned Y's bytes, of " << reads.load();
+}
+
+// A thread in the TLB-hit path of a page of a shared anonymous mapping (its page cache
+// belongs to a file only the VMA holds) while another thread unmaps the mapping: the
+// zap clears the PTE, the VMA lets go of the file, and the file's last reference goes.
+// The frame the reader is copying from must stay allocated until the reader is done
+// (it is freed after a grace period), not be handed to another page at once.
+std::atomic<MmStruct*> g_block_mm{nullptr};
+std::atomic<bool> g_in_hook{false}, g_release{false};
+void BlockInTlbHitPath(MmStruct* m, uint64_t) {
+  MmStruct* expect = m;
+  if (!g_block_mm.compare_exchange_strong(expect, nullptr)) return;  // once
+  g_in_hook = true;
+  while (!g_release.load()) std::this_thread::yield();
+}
+
+TEST_P(Tlb, TheLastUnmapOfASharedMappingKeepsItsPageForAThreadInTheTlbHitPath) {
+  MmStruct* m = SpaceMm(*as);
+  ASSERT_NE(m, nullptr);
+  const uint64_t a = as->Mmap(0, P, RW, MAP_SHARED | MAP_ANONYMOUS).value;
+  const uint64_t tag = 0x5a5a5a5a12345678ull;
+  ASSERT_TRUE(as->WriteMemory(a, &tag, sizeof tag).ok());
+  RcuBarrier();
+  ASSERT_EQ(frames.in_use_frames(), 1);
+  g_in_hook = false, g_release = false;
+  g_block_mm = m;
+  g_access_test_hook = &BlockInTlbHitPath;
+  uint64_t seen = 0;
+  std::thread reader([&] { EXPECT_TRUE(as->ReadMemory(a, &seen, sizeof seen).ok()); });
+  while (!g_in_hook.load()) std::this_thread::yield();
+  ASSERT_TRUE(as->Munmap(a, P).ok());
+  const int64_t in_use_while_reading = frames.in_use_frames();
+  g_release = true;
+  reader.join();
+  g_access_test_hook = nullptr;
+  EXPECT_EQ(in_use_while_reading, 1) << "the page was freed while a reader was copying from it";
+  EXPECT_EQ(seen, tag);
+  RcuBarrier();
+  EXPECT_EQ(frames.in_use_frames(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, Tlb, testing_profiles::AllProfiles(), testing_profiles::ProfileName());
