@@ -81,7 +81,8 @@ struct Walk {
 bool CanMadvLru(const Vma* v) { return !(v->vm_flags & (VM_LOCKED | VM_PFNMAP | VM_HUGETLB)); }
 
 /// madvise_free_pte_range(): marks the private anonymous frames of [s, e) lazily
-/// freeable (not the zero page; no page is shared without fork).
+/// freeable: not the zero page, and not a frame fork shares that another PTE still
+/// maps (folio_maybe_mapped_shared: the other mapping may hold data written since).
 void MadviseFreeRange(MmStruct& m, uint64_t s, uint64_t e) {
   void* zero = FrameAllocator::ZeroPage();
   m.pt.ForEachTable(s, e, [&](PageTable::PteTable& t, int i0, int i1, uint64_t) {
@@ -89,6 +90,7 @@ void MadviseFreeRange(MmStruct& m, uint64_t s, uint64_t e) {
     for (int i = i0; i < i1; i++) {
       const uint64_t v = t.Get(i);
       if (!(v & kPtePresent) || (v & kPteFile) || PteFrame(v) == zero) continue;
+      if ((v & kPteSharedAnon) && PageMapcount(PteFrame(v)) != 1) continue;
       t.Set(i, v | kPteLazyFree);
     }
   });
@@ -401,7 +403,11 @@ uint64_t ShrinkLazyFree(MmStruct& m) {
           if (!(pte & kPtePresent) || !(pte & kPteLazyFree)) continue;
           // Still clean: drop it, unless a store sets the dirty bit first (AccessPage).
           if (!t.pte[i].compare_exchange_strong(pte, 0, std::memory_order_seq_cst)) continue;
-          g->pages.push_back(PteFrame(pte));
+          // A frame fork shared (marked before the fork, both PTEs inherited the mark):
+          // only this mapping goes; the last one frees it after a grace period (another
+          // space's thread may be accessing it), as ZapPteRange.
+          if (!(pte & kPteSharedAnon)) g->pages.push_back(PteFrame(pte));
+          else if (PageRemoveAnonRmap(PteFrame(pte))) FreeFrameAfterGracePeriod(m.frames, PteFrame(pte));
           n++;
         }
       }

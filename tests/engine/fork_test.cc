@@ -183,6 +183,32 @@ TEST_P(ForkTest, DontneedAndMunmapOfASharedPageLeaveItToTheOther) {
   EXPECT_EQ(Read(*as_, kBase + P), 0x44);
 }
 
+// MADV_FREE and fork. A page marked before the fork is marked in both PTEs; reclaim in
+// one space drops only that space's mapping, the frame stays for the other and goes with
+// the last. A page fork shares is not marked (madvise_free_pte_range skips a folio
+// mapped more than once), so reclaim keeps it.
+TEST_P(ForkTest, LazyFreeReclaimOfAPageForkSharesDropsOnlyThatMapping) {
+  ASSERT_TRUE(as_->Mmap(kBase, 2 * P, kRW, kAnon).ok());
+  ASSERT_TRUE(Write(*as_, kBase, 0x11));
+  ASSERT_TRUE(Write(*as_, kBase + P, 0x22));
+  ASSERT_TRUE(as_->Madvise(kBase, P, MADV_FREE).ok());
+  child_ = Fork(*as_);
+  ASSERT_TRUE(child_);
+  ASSERT_TRUE(as_->Madvise(kBase + P, P, MADV_FREE).ok());
+  EXPECT_EQ(InUse(), 2);
+  EXPECT_EQ(child_->ReclaimLazyFree(), 1u);  // the child's mapping of page 0
+  EXPECT_EQ(InUse(), 2) << "a frame the parent still maps was freed";
+  EXPECT_EQ(Read(*as_, kBase), 0x11);
+  EXPECT_EQ(Read(*child_, kBase), 0);  // the child's copy was discarded: zero-fill
+  EXPECT_EQ(as_->ReclaimLazyFree(), 1u);  // page 0's last mapping; page 1 was not marked
+  EXPECT_EQ(InUse(), 1);
+  EXPECT_EQ(Read(*as_, kBase), 0);
+  EXPECT_EQ(Read(*as_, kBase + P), 0x22);
+  EXPECT_EQ(Read(*child_, kBase + P), 0x22);
+  EXPECT_EQ(as_->Validate(), "");
+  EXPECT_EQ(child_->Validate(), "");
+}
+
 TEST_P(ForkTest, DestroyParentFirstOrChildFirst) {
   for (bool parent_first : {true, false}) {
     SCOPED_TRACE(parent_first ? "parent first" : "child first");
