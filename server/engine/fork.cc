@@ -38,7 +38,8 @@ int CopyPageRangeLocked(MmStruct& dst_mm, Vma* dst, MmStruct& src_mm, Vma* src) 
     copied.clear();
     int64_t anon = 0, file = 0;
     {
-      SpinGuard l(st.ptl);
+      SpinGuard dl(dt->ptl);                    // pte_alloc_map_lock(dst_mm)
+      st.ptl.LockNested(LockRank::kPtlNested);  // spin_lock_nested(src_ptl)
       for (int i = i0; i < i1; i++) {
         uint64_t pte = st.Get(i);
         if (IsGuardMarker(pte)) {  // copy_nonpresent_pte(): copy_pte_marker keeps PTE_MARKER_GUARD
@@ -66,10 +67,9 @@ int CopyPageRangeLocked(MmStruct& dst_mm, Vma* dst, MmStruct& src_mm, Vma* src) 
         }
         copied.emplace_back(i, pte);
       }
-    }
-    {
-      SpinGuard l(dt->ptl);
+      if (auto hook = g_copy_pte_range_test_hook.load(std::memory_order_relaxed)) hook(&src_mm, a0);
       for (const auto& [i, pte] : copied) dt->Set(i, pte);
+      st.ptl.Unlock();
     }
     if (anon) dst_mm.AddRss(MM_ANONPAGES, anon);
     if (file) dst_mm.AddRss(file_counter, file);

@@ -19,6 +19,11 @@ namespace vmspace {
 /// production.
 inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_dup_mmap_test_hook{nullptr};
 
+/// Test-only: called by CopyPageRangeLocked for each PTE table, after it read the
+/// parent's entries and before it installs the child's (arguments: the parent space, the
+/// table's first address), with both tables' PTE locks held. Null in production.
+inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_copy_pte_range_test_hook{nullptr};
+
 /// copy_page_range(): copies the PTEs of parent VMA src into child VMA dst (same range)
 /// if vma_needs_copy() (src has an anon_vma, or is VM_PFNMAP/VM_MIXEDMAP/VM_MAYBE_GUARD:
 /// VM_COPY_ON_FORK); else the child faults its pages in again (file and shared
@@ -26,9 +31,12 @@ inline std::atomic<void (*)(struct MmStruct*, uint64_t)> g_dup_mmap_test_hook{nu
 /// (copy_nonpresent_pte's copy_pte_marker). copy_present_pte: a
 /// private anonymous frame becomes shared (kPteSharedAnon in both PTEs, its map count
 /// raised: PageDupAnonRmap) and, in a COW mapping (private, may write), write-protected
-/// in both; page-cache pages and the zero page are mapped as they are. The source table
-/// is changed under its PTE lock, the child's filled under its own afterwards (the
-/// child is not reachable by any other thread). Returns 0, or ENOMEM when a child page
+/// in both; page-cache pages and the zero page are mapped as they are. Per table, as
+/// copy_pte_range, the child's PTE lock is held and the parent's taken nested for both
+/// the read and the install: the child's file VMAs are in i_mmap already, so a truncate
+/// or hole punch zapping both sees each page-cache PTE in the parent before the copy,
+/// or in the child after it (never a copy of a PTE it cleared in the parent, installed
+/// after it walked the child, mapping a page it then frees). Returns 0, or ENOMEM when a child page
 /// table is refused (the frame limit). Caller holds both spaces' mmap_lock for write.
 int CopyPageRangeLocked(MmStruct& dst_mm, Vma* dst, MmStruct& src_mm, Vma* src)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(dst_mm.mmap_lock, src_mm.mmap_lock);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Truncate racing a fault on the page it removes, replayed deterministically with test
-// hooks:
+// Truncate racing a fault on the page it removes, and racing fork's copy of the
+// page's PTE (the second test, below), replayed deterministically with test hooks:
 //   1. thread A write-faults on page 0 of a MAP_SHARED memfd mapping: the fault finds the
 //      page cached, locks its folio, sees it below i_size, and stops
 //      (g_file_fault_test_hook) before it installs the PTE;
@@ -20,12 +20,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 
 #include "engine/address_space.h"
 #include "engine/file.h"
 #include "filemap.h"
+#include "fork.h"
 #include "fork_access.h"
 #include "memory.h"
 #include "profiles.h"
@@ -133,6 +135,68 @@ TEST_P(TruncateRace, AFolioAFaultMappedDuringTruncateIsFreedOnlyAfterTheSecondUn
   EXPECT_EQ(as->Validate(), "");
   as.reset();
   other.reset();
+  files.Close(fd.value);
+  RcuBarrier();
+  EXPECT_EQ(frames.in_use_frames(), 0) << "frames leaked (>0) or freed twice (<0)";
+}
+
+// fork's copy of a private memfd mapping racing a truncate of the memfd to 0. The
+// mapping has an anon_vma (one page written, a private copy), so fork copies its PTEs,
+// the page-cache PTE of page 0 among them; the child VMA is in i_mmap already. The copy
+// stops (g_copy_pte_range_test_hook) after it read the parent's entries and before it
+// installs the child's, and waits up to 300 ms for the truncate, run meanwhile on
+// another thread, to finish. Without the parent's PTE lock held across the read and
+// the install, the truncate finishes there (it cleared the parent's entries, found the
+// child's empty and freed page 0), and the child is left mapping the freed frame. With
+// it, the truncate waits for the copy and then clears the child's entries too.
+std::atomic<MmStruct*> g_copy_mm{nullptr};
+std::atomic<bool> g_in_copy{false}, g_truncated{false};
+void CopyHook(MmStruct* mm, uint64_t) {
+  MmStruct* expect = mm;
+  if (!g_copy_mm.compare_exchange_strong(expect, nullptr)) return;  // once
+  g_in_copy = true;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (!g_truncated.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+}
+
+TEST_P(TruncateRace, ForksCopyOfAPageCachePteIsSeenByATruncateRunningBesideIt) {
+  FrameAllocator frames{1ull << 26};
+  testing_util::ScratchDir dir;
+  FileTable files(frames, dir.path);
+  auto as = std::make_unique<AddressSpace>(frames, testing_profiles::ProfileOptions(GetParam()));
+  SysResult fd = files.CreateShmem("race", 2 * P);
+  ASSERT_TRUE(fd.ok());
+  ASSERT_EQ(as->Mmap(kShm, 2 * P, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, 0, files.Get(fd.value)).value, kShm);
+  uint64_t v = 0;
+  ASSERT_TRUE(as->ReadMemory(kShm, &v, sizeof v).ok());  // page 0: the page cache's, read-only
+  ASSERT_TRUE(as->WriteMemory(kShm + P, &kTag, sizeof kTag).ok());  // page 1: a private copy
+  ASSERT_NE(testing_fork::PteAt(*as, kShm) & kPtePresent, 0u);
+
+  g_in_copy = false, g_truncated = false;
+  g_copy_mm = &AddressSpaceTestAccess::Mm(*as);
+  g_copy_pte_range_test_hook = &CopyHook;
+  std::thread truncator([&] {
+    while (!g_in_copy.load()) std::this_thread::yield();
+    EXPECT_EQ(files.Truncate(fd.value, 0), 0);
+    g_truncated = true;
+  });
+  int err = -1;
+  std::unique_ptr<AddressSpace> child = as->DupMmap(&err);
+  truncator.join();
+  g_copy_pte_range_test_hook = nullptr;
+  ASSERT_EQ(err, 0);
+  ASSERT_TRUE(child);
+  RcuBarrier();  // page 0's frame is free now
+
+  EXPECT_EQ(testing_fork::PteAt(*child, kShm) & kPtePresent, 0u)
+      << "the child maps page 0 of the truncated memfd (a freed frame)";
+  for (AddressSpace* s : {as.get(), child.get()}) {
+    EXPECT_EQ(s->ReadMemory(kShm, &v, sizeof v).stop.outcome, FaultOutcome::kSigbus);
+    EXPECT_EQ(s->ReadMemory(kShm + P, &v, sizeof v).stop.outcome, FaultOutcome::kSigbus);
+    EXPECT_EQ(s->Validate(), "");
+  }
+  child.reset();
+  as.reset();
   files.Close(fd.value);
   RcuBarrier();
   EXPECT_EQ(frames.in_use_frames(), 0) << "frames leaked (>0) or freed twice (<0)";
