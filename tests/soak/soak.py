@@ -552,8 +552,9 @@ class Client(threading.Thread):
     def status_is(self, what, err, want):
         """err (code, errno) against want (None = OK, or (code, errno or None)); True if equal.
         A call the transport refused (RST_STREAM ENHANCE_YOUR_CALM, as RESOURCE_EXHAUSTED)
-        is counted apart: see the module docstring."""
-        if err is not None and want is None and err[0] == "RESOURCE_EXHAUSTED" and "RST_STREAM" in err[2]:
+        is counted apart, whatever answer was wanted (a cross-tenant probe's NOT_FOUND
+        too: the refusal tells nothing of the daemon's answer): see the module docstring."""
+        if err is not None and err[0] == "RESOURCE_EXHAUSTED" and "RST_STREAM" in err[2]:
             with self.res.lock:
                 self.res.transport_refused.append(f"client {self.cid}: {what}")
             self.refused = True
