@@ -53,7 +53,11 @@ struct VmaTest : ::testing::Test {
     std::string s;
     for (Vma* v = FindVmaLocked(*mm, W); v; v = VmaNextLocked(*mm, v)) {
       if (!s.empty()) s += ' ';
-      s += "[" + std::to_string((v->vm_start - W) / P) + "," + std::to_string((v->vm_end - W) / P) + ")";
+      s += '[';  // appended piece by piece: GCC 12 warns (-Wrestrict) on "[" + std::string
+      s += std::to_string((v->vm_start - W) / P);
+      s += ',';
+      s += std::to_string((v->vm_end - W) / P);
+      s += ')';
     }
     return s;
   }
