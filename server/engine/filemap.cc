@@ -168,6 +168,7 @@ File::~File() {
 
 Folio* File::AddLockedFolio(uint64_t index, int* err) {
   *err = 0;
+  if (auto hook = g_add_folio_test_hook.load(std::memory_order_relaxed)) hook(this, index);
   // mem_cgroup_charge() first: a tenant at its limit gets ENOMEM (memcg OOM) before
   // the daemon's budget is touched.
   MemCgroup* cg = ActiveMemcg();
@@ -224,26 +225,32 @@ Folio* File::GetLockedFolio(uint64_t index, bool* major, int* err) {
     if (f) {
       if (f->uptodate.load(std::memory_order_acquire)) return f;
       // A reader of the backing store failed and left it not uptodate: retry the read.
-    } else {
-      f = AddLockedFolio(index, err);  // outside RCU: the allocator may wait for frees
-      if (!f) {
-        if (*err) return nullptr;
-        continue;  // somebody else added it first
-      }
+      return ReadFolioLocked(f, major, err) ? f : nullptr;
     }
-    // filemap_read_folio(): the page is locked and not uptodate.
-    if (fd >= 0) {
-      const ssize_t n = pread(fd, f->frame, kPageSize, static_cast<off_t>(index * kPageSize));
-      if (n < 0) {
-        f->Unlock();
-        *err = EIO;
-        return nullptr;
-      }
-      *major = true;  // I/O was started: pgmajfault (counted by the fault path)
+    // filemap_create_folio(): added and read in under invalidate_lock, so a truncate or
+    // hole punch either finds the page (and removes it) or runs before we add it.
+    ReadGuard il(invalidate_lock);
+    f = AddLockedFolio(index, err);  // outside RCU: the allocator may wait for frees
+    if (!f) {
+      if (*err) return nullptr;
+      continue;  // somebody else added it first
     }
-    f->uptodate.store(true, std::memory_order_release);
-    return f;
+    return ReadFolioLocked(f, major, err) ? f : nullptr;
   }
+}
+
+bool File::ReadFolioLocked(Folio* f, bool* major, int* err) {
+  if (fd >= 0) {
+    const ssize_t n = pread(fd, f->frame, kPageSize, static_cast<off_t>(f->index * kPageSize));
+    if (n < 0) {
+      f->Unlock();
+      *err = EIO;
+      return false;
+    }
+    *major = true;  // I/O was started: pgmajfault (counted by the fault path)
+  }
+  f->uptodate.store(true, std::memory_order_release);
+  return true;
 }
 
 bool File::ReadAround(uint64_t index, uint64_t vm_flags, uint64_t vma_first, uint64_t vma_end) {
@@ -264,8 +271,9 @@ bool File::ReadAround(uint64_t index, uint64_t vm_flags, uint64_t vma_first, uin
     start = std::max(index, vma_first);
     end = std::min(start + ra_pages, vma_end);
   }
-  end = std::min(end, size_pages());
   bool read_target = false;
+  ReadGuard il(invalidate_lock);  // page_cache_ra_unbounded: filemap_invalidate_lock_shared
+  end = std::min(end, size_pages());
   for (uint64_t i = start; i < end; i++) {  // page_cache_ra_unbounded: skip what is cached
     {
       RcuReadGuard g;

@@ -92,10 +92,15 @@ inline void CopyFrameRacy(void* dst, const void* src) {
 void FreeFolioDeferred(Folio* f);
 
 /// Test-only: called by File::SetSizeLocked when it shrinks the file, on the truncating
-/// thread with i_rwsem held and no RCU read section: stage 1 after the first unmap pass,
+/// thread with i_rwsem and invalidate_lock (write) held and no RCU read section: stage 1 after the first unmap pass,
 /// stage 2 after the page-cache pages are removed and before the second unmap pass.
 /// Null in production.
 inline std::atomic<void (*)(struct File*, int)> g_truncate_test_hook{nullptr};
+
+/// Test-only: called by File::AddLockedFolio before it allocates the folio (arguments:
+/// the file, the page index), on the adding thread, which holds invalidate_lock for
+/// read. Null in production.
+inline std::atomic<void (*)(struct File*, uint64_t)> g_add_folio_test_hook{nullptr};
 /// mem_cgroup_uncharge() of a folio being freed: gives its page back to the cgroup
 /// charged for it (Folio::memcg), if any.
 void UnchargeFolio(Folio* f);
@@ -171,6 +176,14 @@ struct File : std::enable_shared_from_this<File> {
   std::atomic<uint64_t> i_size;
   /// inode->i_rwsem: serialises size changes (truncate, extending writes).
   Mutex i_rwsem{LockRank::kIRwsem};
+  /// mapping->invalidate_lock (include/linux/fs.h, Linux 6.18): held for read while a
+  /// page is added to the page cache and read in (GetLockedFolio's miss, ReadAround:
+  /// filemap_create_folio, page_cache_ra_unbounded, filemap_fault), for write by
+  /// truncate's shrink and by hole punching from the size change (or the first unmap)
+  /// through the host file's truncate or punch. So no page is brought in between their
+  /// removal and the host file losing its data: one added before is removed, one added
+  /// after reads what the host file holds then (zeros beyond the new size).
+  RwSem invalidate_lock{LockClass::kInvalidateLock, LockRank::kInvalidateLock};
 
   /// The i_pages xarray lock (lock class i_pages_lock): stores into `pages`, the
   /// PG_writeback transitions and nrwriteback.
@@ -231,11 +244,17 @@ struct File : std::enable_shared_from_this<File> {
   /// `index`, locked and uptodate, read from the backing store on a miss (*major =
   /// true; shmem pages are zero-filled, not major). Null with *err = ENOMEM (no frame)
   /// or EIO (the read failed). Does not check i_size (callers do, with it locked).
-  /// Takes i_pages_lock; may sleep on the folio lock.
+  /// On a miss takes invalidate_lock for read (filemap_create_folio) and i_pages_lock;
+  /// may sleep on the folio lock. The caller must not hold invalidate_lock or a folio lock.
   Folio* GetLockedFolio(uint64_t index, bool* major, int* err);
   /// filemap_add_folio() of a new locked, not uptodate folio at `index`; null with
   /// *err = ENOMEM (no frame) or 0 (a folio is there already). Takes i_pages_lock.
-  Folio* AddLockedFolio(uint64_t index, int* err);
+  /// Caller holds invalidate_lock for read.
+  Folio* AddLockedFolio(uint64_t index, int* err) ABSL_SHARED_LOCKS_REQUIRED(invalidate_lock);
+  /// filemap_read_folio(): reads the locked, not uptodate folio `f` from the host file
+  /// (shmem: nothing to read, it is zero) and marks it uptodate (*major = true if I/O
+  /// was done); on a read error unlocks it, sets *err = EIO and returns false.
+  bool ReadFolioLocked(Folio* f, bool* major, int* err);
   /// do_sync_mmap_readahead() (mm/filemap.c, Linux 6.18) for a miss at `index` in a
   /// VMA with `vm_flags` mapping file pages [vma_first, vma_end): reads the pages of
   /// its window below i_size that are not cached into the page cache (host files
@@ -246,7 +265,7 @@ struct File : std::enable_shared_from_this<File> {
   /// VM_RAND_READ (not VM_EXEC) only `index`. The per-file readahead state (mmap_miss,
   /// prev_pos, async readahead marks) is not modelled. Returns true if it read `index`
   /// itself (I/O was done for the fault: major). No folio lock may be held (it
-  /// allocates frames).
+  /// allocates frames); takes invalidate_lock for read (page_cache_ra_unbounded).
   bool ReadAround(uint64_t index, uint64_t vm_flags, uint64_t vma_first, uint64_t vma_end);
   /// folio_mark_dirty(): sets PG_dirty; true if the folio was clean (the caller then
   /// throttles: fault_dirty_shared_page, balance_dirty_pages_ratelimited). Host
@@ -292,7 +311,8 @@ struct File : std::enable_shared_from_this<File> {
   /// shrinks, unmaps [round_up(size), EOF) from every VMA in i_mmap (private COW pages
   /// too: even_cows), removes the page-cache pages there, zeroes the tail of a partial
   /// last page, unmaps again, and truncates the host file (when growing, the host file
-  /// first: a size it refuses changes nothing). Caller holds i_rwsem. Returns 0, EFBIG
+  /// first: a size it refuses changes nothing). Caller holds i_rwsem; a shrink takes
+  /// invalidate_lock for write from the size change on. Returns 0, EFBIG
   /// (the host filesystem's limit or RLIMIT_FSIZE) or EIO (host ftruncate failed).
   int SetSizeLocked(uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i_rwsem);
   /// Before i_size grows from `old_size` towards `pos` (a truncate up: pos = ~0; a write
@@ -312,7 +332,8 @@ struct File : std::enable_shared_from_this<File> {
   /// unmaps the page-cache pages there from every VMA of i_mmap (private COW copies
   /// stay: even_cows = 0), removes them from the page cache (dirty data is dropped),
   /// and punches the host file. i_size does not change. Returns 0 or the host
-  /// fallocate's errno (EOPNOTSUPP where the filesystem cannot punch). Takes i_rwsem;
+  /// fallocate's errno (EOPNOTSUPP where the filesystem cannot punch). Takes i_rwsem,
+  /// then invalidate_lock for write;
   /// no engine lock may be held (mm/madvise.c madvise_remove drops mmap_lock).
   int PunchHole(uint64_t first, uint64_t last);
   /// mapping_evict_folio() (mm/truncate.c) for the folio at `index`: removes it from

@@ -80,13 +80,15 @@ const char* LockClassName(LockClass c) {
     case LockClass::kIPagesLock: return "i_pages_lock";
     case LockClass::kWbListLock: return "wb_list_lock";
     case LockClass::kAnonVma: return "anon_vma";
+    case LockClass::kInvalidateLock: return "invalidate_lock";
     case LockClass::kCount: break;
   }
   return "?";
 }
 
 bool LockClassShared(LockClass c) {
-  return c == LockClass::kMmapLock || c == LockClass::kVmaLock || c == LockClass::kIMmapRwsem;
+  return c == LockClass::kMmapLock || c == LockClass::kVmaLock || c == LockClass::kIMmapRwsem ||
+         c == LockClass::kInvalidateLock;
 }
 
 const char* LockModeName(LockMode m) { return m == LockMode::kRead ? "read" : "write"; }

@@ -102,6 +102,9 @@ int File::SetSizeLocked(uint64_t size) {
     i_size.store(size, std::memory_order_release);  // i_size_write: faults see it from now
     return 0;
   }
+  // filemap_invalidate_lock (as ext4_setattr takes it around truncate_setsize and
+  // truncate_pagecache): no page is added from here until the host file is truncated.
+  WriteGuard il(invalidate_lock);
   i_size.store(size, std::memory_order_release);  // i_size_write: faults see it from now
   // truncate_pagecache(): unmap, drop the pages, unmap again (a fault that held a
   // folio lock across the first pass installed its PTE before we removed the folio).
@@ -179,6 +182,7 @@ void UnmapMappingPages(File& file, uint64_t first, uint64_t last) {
 
 int File::PunchHole(uint64_t first, uint64_t last) {
   MutexLock l(i_rwsem);
+  WriteGuard il(invalidate_lock);  // as ext4_punch_hole: through the punch of the host file
   UnmapMappingPages(*this, first, last);
   std::vector<Folio*> removed;
   TruncateInodePagesRange(*this, first, last + 1, removed);

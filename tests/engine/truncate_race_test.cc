@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Truncate racing a fault on the page it removes, and racing fork's copy of the
-// page's PTE (the second test, below), replayed deterministically with test hooks:
+// Truncate racing a fault on the page it removes, racing fork's copy of the page's PTE
+// and racing a fault that brings the page in (the second and third tests, below),
+// replayed deterministically with test hooks:
 //   1. thread A write-faults on page 0 of a MAP_SHARED memfd mapping: the fault finds the
 //      page cached, locks its folio, sees it below i_size, and stops
 //      (g_file_fault_test_hook) before it installs the PTE;
@@ -21,6 +22,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <memory>
 #include <thread>
 
@@ -196,6 +199,78 @@ TEST_P(TruncateRace, ForksCopyOfAPageCachePteIsSeenByATruncateRunningBesideIt) {
     EXPECT_EQ(s->Validate(), "");
   }
   child.reset();
+  as.reset();
+  files.Close(fd.value);
+  RcuBarrier();
+  EXPECT_EQ(frames.in_use_frames(), 0) << "frames leaked (>0) or freed twice (<0)";
+}
+
+// A page brought into the page cache while a truncate runs. A read fault on page 1 of a
+// two-page host file checked i_size before the truncate to one page set it, and stops
+// (g_add_folio_test_hook) before it adds the page; it waits up to 300 ms for the
+// truncate, run meanwhile on the main thread, to remove the file's pages
+// (g_truncate_test_hook stage 2), and the truncate waits up to 300 ms there for the
+// fault to finish. Without invalidate_lock the fault adds the page and reads the host
+// file's old data into it after the truncate's removal and before the host file is
+// truncated; the page stays cached beyond EOF, and when the file grows again its old
+// data shows where zeros belong. With it the truncate waits for the fault and removes
+// the page, or the fault waits for the truncate and reads zeros.
+std::atomic<File*> g_add_file{nullptr}, g_trunc_file{nullptr};
+std::atomic<bool> g_adding{false}, g_trunc_removed{false}, g_fault_done{false};
+void WaitFor(const std::atomic<bool>& b) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (!b.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+}
+void AddFolioHook(File* f, uint64_t index) {
+  File* expect = f;
+  if (index != 1 || !g_add_file.compare_exchange_strong(expect, nullptr)) return;  // once
+  g_adding = true;
+  WaitFor(g_trunc_removed);
+}
+void TruncateStageHook(File* f, int stage) {
+  if (f != g_trunc_file.load() || stage != 2) return;
+  g_trunc_removed = true;
+  WaitFor(g_fault_done);
+}
+
+TEST_P(TruncateRace, APageAFaultBringsInDuringTruncateDoesNotOutliveIt) {
+  FrameAllocator frames{1ull << 26};
+  testing_util::ScratchDir dir;
+  {
+    std::ofstream out(dir.path + "/data");
+    out << std::string(P, 'a') << std::string(P, 'b');
+  }
+  FileTable files(frames, dir.path);
+  auto as = std::make_unique<AddressSpace>(frames, testing_profiles::ProfileOptions(GetParam()));
+  SysResult fd = files.Open("data", {.write = true});
+  ASSERT_TRUE(fd.ok());
+  ASSERT_EQ(as->Mmap(kShm, 2 * P, PROT_READ, MAP_SHARED | MAP_FIXED, 0, files.Get(fd.value)).value, kShm);
+
+  File* file = files.Get(fd.value)->file.get();
+  g_adding = false, g_trunc_removed = false, g_fault_done = false;
+  g_add_file = file;
+  g_trunc_file = file;
+  g_add_folio_test_hook = &AddFolioHook;
+  g_truncate_test_hook = &TruncateStageHook;
+  std::thread a([&] {
+    uint8_t b = 0;
+    as->ReadMemory(kShm + P, &b, 1);  // 'b', or SIGBUS if it ran after the truncate's size change
+    g_fault_done = true;
+  });
+  while (!g_adding.load()) std::this_thread::yield();
+  EXPECT_EQ(files.Truncate(fd.value, P), 0);
+  a.join();
+  g_add_folio_test_hook = nullptr;
+  g_truncate_test_hook = nullptr;
+
+  // The fault may still bring page 1 in after the truncate (it checked i_size before
+  // it): then it reads the truncated host file's zeros and answers SIGBUS, and the page
+  // stays cached beyond EOF, as filemap_fault leaves it in Linux.
+  ASSERT_EQ(files.Truncate(fd.value, 2 * P), 0);  // grow again: page 1 is a hole
+  std::string page(P, 'x');
+  ASSERT_EQ(files.Read(fd.value, P, page.data(), P).value, P);
+  EXPECT_EQ(page, std::string(P, '\0')) << "data the truncate discarded came back";
+  EXPECT_EQ(as->Validate(), "");
   as.reset();
   files.Close(fd.value);
   RcuBarrier();

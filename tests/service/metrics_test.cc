@@ -120,9 +120,9 @@ TEST_F(MetricsTest, PromtoolAcceptsTheScrape) {
   // Every lock class is exported; spinlocks and mutexes only in mode write (nothing
   // exported that can never move).
   for (const char* lock : {"mmap_lock", "vma_lock", "i_mmap_rwsem", "ptl", "page_table_lock", "i_pages_lock",
-                           "wb_list_lock"}) {
+                           "wb_list_lock", "invalidate_lock"}) {
     const bool rw = std::string(lock) == "mmap_lock" || std::string(lock) == "vma_lock" ||
-                    std::string(lock) == "i_mmap_rwsem";
+                    std::string(lock) == "i_mmap_rwsem" || std::string(lock) == "invalidate_lock";
     for (const char* mode : {"read", "write"}) {
       const double v = Get(s, SeriesKey("vmspace_lock_acquisitions_total",
                                         {{"lock", lock}, {"mode", mode}, {"profile", "linux-6.15"}}));
@@ -410,6 +410,7 @@ TEST_F(MetricsTest, OnlySeriesThatCanMoveAreExported) {
     return Get(s1, SeriesKey("vmspace_lock_acquisitions_total", {{"lock", l}, {"mode", mode}, {"profile", profile}}));
   };
   EXPECT_GE(lock("i_pages_lock", "write", "none"), 1);
+  EXPECT_GE(lock("invalidate_lock", "read", "none"), 1);  // the write brought its page in
   EXPECT_EQ(lock("mmap_lock", "read", "none"), -1);
   EXPECT_GE(lock("mmap_lock", "read", "linux-6.0"), 4);
   EXPECT_EQ(lock("vma_lock", "read", "linux-6.0"), -1);  // linux-6.0 has no per-VMA lock

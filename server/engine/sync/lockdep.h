@@ -23,7 +23,7 @@ enum class LockRank : uint8_t {
                         // held while each source flushes under its mmap_lock
   kMmapLock = 10,       // mm->mmap_lock
   kVmaLock = 20,        // a VMA read lock (lock_vma_under_rcu): stands in for mmap_lock
-  kInvalidateLock = 30, // mapping->invalidate_lock (files; not yet modelled)
+  kInvalidateLock = 30, // mapping->invalidate_lock (File::invalidate_lock)
   kFolioLock = 40,      // folio_lock (Folio::Lock)
   kIMmapRwsem = 50,     // mapping->i_mmap_rwsem
   kAnonVmaRwsem = 55,   // anon_vma->rwsem of a fork tree's root (anon_vma_lock_write)

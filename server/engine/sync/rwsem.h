@@ -201,4 +201,16 @@ class ABSL_SCOPED_LOCKABLE ReadGuard {
   RwSem& l_;
 };
 
+/// Scoped write hold of an RwSem.
+class ABSL_SCOPED_LOCKABLE WriteGuard {
+ public:
+  explicit WriteGuard(RwSem& l) ABSL_EXCLUSIVE_LOCK_FUNCTION(l) : l_(l) { l_.LockWrite(); }
+  ~WriteGuard() ABSL_UNLOCK_FUNCTION() { l_.UnlockWrite(); }
+  WriteGuard(const WriteGuard&) = delete;
+  WriteGuard& operator=(const WriteGuard&) = delete;
+
+ private:
+  RwSem& l_;
+};
+
 }  // namespace vmspace

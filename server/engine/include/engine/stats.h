@@ -72,15 +72,16 @@ int ErrnoSlot(int err);
 /// ranks them). kIPagesLock: a File's i_pages lock (the xarray's xa_lock: folio insert,
 /// removal, PG_writeback start/end); kWbListLock: the writeback domain's lock (the
 /// b_dirty list, as wb->list_lock, and the throttling state balance_dirty_pages waits
-/// on).
+/// on); kInvalidateLock: a File's invalidate_lock (read by whoever adds pages to its
+/// page cache, written by truncate and hole punching).
 enum class LockClass : uint8_t {
-  kMmapLock, kVmaLock, kPtl, kPageTableLock, kIMmapRwsem, kIPagesLock, kWbListLock, kAnonVma, kCount
+  kMmapLock, kVmaLock, kPtl, kPageTableLock, kIMmapRwsem, kIPagesLock, kWbListLock, kAnonVma, kInvalidateLock, kCount
 };
 enum class LockMode : uint8_t { kRead, kWrite, kCount };
 const char* LockClassName(LockClass c);
-/// Whether the class is a reader-writer lock (mmap_lock, vma_lock, i_mmap_rwsem) with
-/// read acquisitions; the others (spinlocks, mutexes) count only LockMode::kWrite, and
-/// exporters leave their read cells out.
+/// Whether the class is a reader-writer lock (mmap_lock, vma_lock, i_mmap_rwsem,
+/// invalidate_lock) with read acquisitions; the others (spinlocks, mutexes) count only
+/// LockMode::kWrite, and exporters leave their read cells out.
 bool LockClassShared(LockClass c);
 const char* LockModeName(LockMode m);
 
