@@ -203,7 +203,10 @@ std::optional<Trace> Read(std::istream& in, std::string* error) {
 std::string ErrnoName(int64_t ret) {
   if (ret >= 0 || ret < -4095) return "";
   const char* n = strerrorname_np(static_cast<int>(-ret));
-  return n != nullptr ? n : "E" + std::to_string(-ret);
+  if (n != nullptr) return n;
+  std::string s = "E";  // not "E" + std::to_string(): GCC 12 warns (-Wrestrict) on that
+  s += std::to_string(-ret);
+  return s;
 }
 
 int ErrnoNumber(const std::string& name) {

@@ -148,7 +148,8 @@ std::string ProtName(int prot) {
   int rest = prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC);
   for (const auto& n : kProtNames)
     if (rest & n.bits) {
-      s += (s.empty() ? "" : "|") + std::string(n.name);
+      if (!s.empty()) s += '|';
+      s += n.name;
       rest &= ~n.bits;
     }
   if (rest) s += (s.empty() ? "" : "|") + Hex(static_cast<uint32_t>(rest));

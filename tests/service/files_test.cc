@@ -523,7 +523,8 @@ TEST(FilesMetrics, CountTheFileWork) {
   ASSERT_TRUE(cl.Fault(sp_off, kAt + 5 * kPage, v1::ACCESS_READ).ok());
   EXPECT_EQ(Get(scrape(), around("linux-6.15")), Get(s3, around("linux-6.15")));
   std::map<uint64_t, uint64_t> rss;
-  for (const v1::SpaceInfo& info : cl.ListSpaces().value()) rss[info.space_id()] = info.rss_bytes();
+  const std::vector<v1::SpaceInfo> infos = cl.ListSpaces().value();  // a named copy: GCC 12
+  for (const v1::SpaceInfo& info : infos) rss[info.space_id()] = info.rss_bytes();  // warns on the temporary
   EXPECT_EQ(rss[sp_off], kPage);
   EXPECT_EQ(rss[sp66], 16 * kPage);
   // A pwrite dirties a page until fsync: the file joins the writeback list (wb_list_lock)

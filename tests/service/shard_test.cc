@@ -72,7 +72,9 @@ TEST_F(ShardTest, SpacesSpreadAndEveryCallReachesItsDaemon) {
   // Least spaces: 30 creates one after another land 10 on each daemon.
   std::vector<uint64_t> ids;
   for (int k = 0; k < 30; ++k) {
-    auto r = all.CreateSpace({}, "s" + std::to_string(k));
+    std::string label = "s";  // not "s" + std::to_string(k): GCC 12 warns (-Wrestrict)
+    label += std::to_string(k);
+    auto r = all.CreateSpace({}, label);
     ASSERT_TRUE(r.ok()) << r.error().ToString();
     ids.push_back(r.value());
   }
