@@ -186,7 +186,10 @@ class Recorder {
   void OnExit(Task& t, const __ptrace_syscall_info& si);
   void OnEvent(Task& t, int event);
   /// Registers a task met for the first time (a fork/clone child), with its address
-  /// space: that of a task it shares one with, else a new one (then its layout).
+  /// space: that of a task it shares one with, else a new one (then its layout). A
+  /// child the parent's clone event or clone return names after the child has already
+  /// run, exited and been reaped (a busy machine schedules it first) is the reaped
+  /// task, not a new one: its /proc entry is gone and kcmp cannot match it any more.
   Task& Register(int tid, const Task* parent);
   void Snapshot(Task& t, Event::Kind kind, const std::string& reason, int64_t status);
   std::optional<uint64_t> FileOfFd(int tid, int64_t fd, int64_t* size);
@@ -203,6 +206,7 @@ class Recorder {
   RecordSummary* sum_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   std::map<int, Task> tasks_;
+  std::map<int, Task> reaped_;  // tasks that exited, until their tid is met alive again
   std::map<std::string, uint64_t> file_ids_;  // "dev:ino" -> File::id
   std::set<uint64_t> exited_mms_;
   uint64_t next_mm_ = 1, next_file_ = 1, seq_ = 0;
@@ -344,6 +348,9 @@ void Recorder::Snapshot(Task& t, Event::Kind kind, const std::string& reason, in
 }
 
 Task& Recorder::Register(int tid, const Task* parent) {
+  if (parent != nullptr && !tasks_.count(tid)) {
+    if (auto r = reaped_.find(tid); r != reaped_.end()) return r->second;  // ran and exited first
+  }
   Task& t = tasks_[tid];
   if (t.tid != 0) return t;  // known already (its first stop came before the event)
   t.tid = tid;
@@ -596,10 +603,14 @@ bool Recorder::Run(std::string* error) {
     }
     if (WIFEXITED(st) || WIFSIGNALED(st)) {
       if (tid == root_) sum_->exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      tasks_.erase(tid);
+      if (auto it = tasks_.find(tid); it != tasks_.end()) {
+        reaped_[tid] = std::move(it->second);
+        tasks_.erase(it);
+      }
       continue;
     }
     if (!WIFSTOPPED(st)) continue;
+    if (!tasks_.count(tid)) reaped_.erase(tid);  // a new task with a reused tid
     Task& t = tasks_.count(tid) ? tasks_[tid] : Register(tid, nullptr);
     const int sig = WSTOPSIG(st);
     int inject = 0;
